@@ -1,0 +1,47 @@
+# The user's commands. `make run` and `make test` each install what is
+# missing (Debian packages), configure, build, and then run.
+BUILD       ?= build
+BUILD_ASAN  ?= build-asan
+JOBS        ?= $(shell nproc)
+CMAKE_FLAGS ?=
+PROMPT      ?= Once upon a time
+
+.PHONY: all setup configure build run test test-unit test-sanitize format format-check bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+configure: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# Until the server lands, the main job generates text with the built-in model.
+run: build
+	$(BUILD)/app/troupe generate --prompt "$(PROMPT)" -n 64
+
+test: build format-check test-unit test-sanitize
+
+test-unit: build
+	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)
+
+# The reader and tokenizer fuzz tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-sanitize: setup
+	@cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_SANITIZE=ON >/dev/null
+	@cmake --build $(BUILD_ASAN) -j $(JOBS) --target sanitized_tests
+	ctest --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error -j $(JOBS) -L sanitize
+
+format:
+	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
+
+format-check: setup
+	@git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run -Werror
+
+bench: build
+	scripts/bench-forward.sh
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)

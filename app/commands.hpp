@@ -1,0 +1,20 @@
+// The `troupe` subcommands: each registers its options on the CLI and runs.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace troupe::app {
+
+void add_generate_command(CLI::App& app);
+void add_make_model_command(CLI::App& app);
+void add_bench_forward_command(CLI::App& bench);
+
+// The built-in random-weight model, written to the user's cache on first use.
+// Returns its path, or an empty string after printing why it could not be made.
+std::string builtin_model_path();
+
+}  // namespace troupe::app

@@ -1,0 +1,93 @@
+// `troupe make-model`: writes a random-weight Llama model as a GGUF file.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "app/commands.hpp"
+#include "model/random_model.hpp"
+
+namespace troupe::app {
+
+namespace {
+
+const std::map<std::string, model::TensorType> kTypes = {{"f32", model::TensorType::f32},
+                                                         {"f16", model::TensorType::f16},
+                                                         {"bf16", model::TensorType::bf16},
+                                                         {"q8_0", model::TensorType::q8_0},
+                                                         {"q4_0", model::TensorType::q4_0}};
+
+}  // namespace
+
+std::string builtin_model_path() {
+  const char* cache = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::filesystem::path dir = cache && *cache ? std::filesystem::path(cache)
+                              : home && *home ? std::filesystem::path(home) / ".cache"
+                                              : std::filesystem::temp_directory_path();
+  dir /= "troupe";
+  const auto path = dir / "troupe-random-tiny-f32.gguf";
+  if (std::filesystem::exists(path)) return path.string();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "troupe: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+    return {};
+  }
+  std::fprintf(stderr, "troupe: writing the built-in random-weight model to %s\n", path.c_str());
+  auto spec = model::random_model_preset("tiny");
+  auto written = model::write_random_model(*spec, path.string());
+  if (!written) {
+    std::fprintf(stderr, "troupe: %s\n", written.error().message.c_str());
+    return {};
+  }
+  return path.string();
+}
+
+void add_make_model_command(CLI::App& app) {
+  struct Options {
+    std::string out, preset = "tiny", type = "f32";
+    model::RandomModelSpec spec;
+  };
+  auto opts = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("make-model", "write a random-weight Llama model (GGUF)");
+  cmd->add_option("--out,-o", opts->out, "file to write")->required();
+  cmd->add_option("--preset", opts->preset, "starting shape: tiny (15M) or 110m");
+  cmd->add_option("--type", opts->type, "matrix type: f32, f16, bf16, q8_0, q4_0");
+  cmd->add_option("--dim", opts->spec.dim, "embedding size");
+  cmd->add_option("--layers", opts->spec.num_layers, "transformer blocks");
+  cmd->add_option("--heads", opts->spec.num_heads, "attention heads");
+  cmd->add_option("--kv-heads", opts->spec.num_kv_heads, "key/value heads");
+  cmd->add_option("--ffn", opts->spec.ffn_dim, "feed-forward size");
+  cmd->add_option("--vocab-size", opts->spec.vocab_size, "size of the built-in vocabulary");
+  cmd->add_option("--vocab", opts->spec.vocab_path, "GGUF file whose tokenizer to copy");
+  cmd->add_option("--context-length", opts->spec.context_length, "context length");
+  cmd->add_option("--seed", opts->spec.seed, "weights seed");
+  cmd->callback([opts, cmd] {
+    auto preset = model::random_model_preset(opts->preset);
+    if (!preset) throw CLI::ValidationError("--preset", preset.error().message);
+    model::RandomModelSpec spec = *preset;
+    // Explicit shape flags override the preset.
+    if (cmd->count("--dim")) spec.dim = opts->spec.dim;
+    if (cmd->count("--layers")) spec.num_layers = opts->spec.num_layers;
+    if (cmd->count("--heads")) spec.num_heads = opts->spec.num_heads;
+    if (cmd->count("--kv-heads")) spec.num_kv_heads = opts->spec.num_kv_heads;
+    if (cmd->count("--ffn")) spec.ffn_dim = opts->spec.ffn_dim;
+    if (cmd->count("--vocab-size")) spec.vocab_size = opts->spec.vocab_size;
+    if (cmd->count("--context-length")) spec.context_length = opts->spec.context_length;
+    if (cmd->count("--seed")) spec.seed = opts->spec.seed;
+    spec.vocab_path = opts->spec.vocab_path;
+    const auto type = kTypes.find(opts->type);
+    if (type == kTypes.end()) throw CLI::ValidationError("--type", "unknown type " + opts->type);
+    spec.type = type->second;
+    auto written = model::write_random_model(spec, opts->out);
+    if (!written) {
+      std::fprintf(stderr, "troupe make-model: %s\n", written.error().message.c_str());
+      throw CLI::RuntimeError(1);
+    }
+    std::fprintf(stderr, "wrote %s\n", opts->out.c_str());
+  });
+}
+
+}  // namespace troupe::app

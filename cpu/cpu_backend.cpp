@@ -1,0 +1,268 @@
+#include "cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "cpu/kernels.hpp"
+#include "model/dequantize.hpp"
+
+namespace troupe::cpu {
+
+using model::Tensor;
+using model::TensorType;
+using model::Weight;
+
+namespace {
+
+float* row(Tensor t, std::int64_t r) {
+  return t.data + r * t.cols;
+}
+
+bool is_quantized(TensorType type) {
+  return type == TensorType::q8_0 || type == TensorType::q4_0;
+}
+
+// Rows per task: enough tasks to balance the threads, tiles kept whole.
+std::int64_t rows_per_task(std::int64_t rows, int num_threads) {
+  const std::int64_t target = std::max<std::int64_t>(1, rows / (8 * num_threads));
+  return std::max<std::int64_t>(4, (target + 3) / 4 * 4);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads)
+    : pool_(num_threads > 0 ? num_threads
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
+
+CpuBackend::~CpuBackend() = default;
+
+Result<Weight> CpuBackend::load_weight(const model::GgufTensorInfo& info) {
+  return Weight{info.data, info.type, info.dims[1] * info.dims[2] * info.dims[3], info.dims[0]};
+}
+
+Result<Tensor> CpuBackend::allocate(std::int64_t rows, std::int64_t cols) {
+  const auto bytes = static_cast<std::size_t>(rows * cols) * sizeof(float);
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (p == nullptr) {
+    return make_error(ErrorCode::out_of_range, "out of memory for a " + std::to_string(rows) +
+                                                   " x " + std::to_string(cols) +
+                                                   " activation buffer");
+  }
+  return Tensor{static_cast<float*>(p), rows, cols};
+}
+
+void CpuBackend::release(Tensor tensor) {
+  std::free(tensor.data);
+}
+
+Result<void> CpuBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
+  if (shape.num_layers <= 0 || shape.num_blocks <= 0 || shape.block_size <= 0 ||
+      shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
+    return make_error(ErrorCode::invalid_argument, "KV cache dimensions must be positive");
+  }
+  const std::size_t n = static_cast<std::size_t>(shape.num_layers) * shape.num_blocks *
+                        shape.num_kv_heads * shape.block_size * shape.head_dim;
+  try {
+    k_cache_.assign(n, 0.0f);
+    v_cache_.assign(n, 0.0f);
+  } catch (const std::bad_alloc&) {
+    k_cache_.clear();
+    v_cache_.clear();
+    return make_error(
+        ErrorCode::out_of_range,
+        "out of memory for a KV cache of " + std::to_string(2 * n * sizeof(float)) + " bytes");
+  }
+  kv_shape_ = shape;
+  return {};
+}
+
+float* CpuBackend::kv_slot(std::vector<float>& cache, std::int32_t layer, std::int32_t block,
+                           std::int32_t kv_head, std::int32_t slot) {
+  const auto& s = kv_shape_;
+  const std::size_t index =
+      ((((static_cast<std::size_t>(layer) * s.num_blocks + block) * s.num_kv_heads + kv_head) *
+            s.block_size +
+        slot) *
+       s.head_dim);
+  return cache.data() + index;
+}
+
+Result<void> CpuBackend::begin_step(const model::StepInput& step) {
+  if (k_cache_.empty()) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
+  step_ = &step;
+  token_seq_.resize(step.tokens.size());
+  for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
+    for (std::int32_t i = step.query_start[s]; i < step.query_start[s + 1]; ++i) token_seq_[i] = s;
+  }
+  return {};
+}
+
+void CpuBackend::embed(const Weight& table, Tensor out) {
+  const std::size_t bytes = model::row_bytes(table.type, table.cols);
+  const auto* base = static_cast<const std::byte*>(table.data);
+  pool_.parallel_for(out.rows, [&](std::int64_t t) {
+    const auto status =
+        model::dequantize_row(table.type, base + step_->tokens[t] * bytes, table.cols, row(out, t));
+    TROUPE_ASSERT(status.has_value(), "embedding table of an undecodable type");
+  });
+}
+
+void CpuBackend::rms_norm(Tensor x, const Weight& weight, float eps, Tensor out) {
+  const auto* w = static_cast<const float*>(weight.data);
+  pool_.parallel_for(x.rows, [&](std::int64_t r) {
+    const float* in = row(x, r);
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < x.cols; ++i) sum += static_cast<double>(in[i]) * in[i];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sum / x.cols) + eps);
+    float* o = row(out, r);
+    for (std::int64_t i = 0; i < x.cols; ++i) o[i] = in[i] * scale * w[i];
+  });
+}
+
+void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
+  TROUPE_ASSERT(x.cols == weight.cols && out.cols == weight.rows && out.rows == x.rows,
+                "matmul shapes disagree");
+  const std::size_t w_row_bytes = model::row_bytes(weight.type, weight.cols);
+  const auto* w = static_cast<const std::byte*>(weight.data);
+  const std::int64_t chunk = rows_per_task(weight.rows, pool_.num_threads());
+  const std::int64_t num_tasks = (weight.rows + chunk - 1) / chunk;
+  if (is_quantized(weight.type)) {
+    const std::int64_t blocks = x.cols / kQ8Block;
+    xq_.resize(static_cast<std::size_t>(x.rows * x.cols));
+    xd_.resize(static_cast<std::size_t>(x.rows * blocks));
+    pool_.parallel_for(x.rows, [&](std::int64_t t) {
+      quantize_row_q8(row(x, t), x.cols, xq_.data() + t * x.cols, xd_.data() + t * blocks);
+    });
+    pool_.parallel_for(num_tasks, [&](std::int64_t task) {
+      const std::int64_t r0 = task * chunk;
+      const std::int64_t n = std::min(chunk, weight.rows - r0);
+      matmul_tile_quantized(weight.type, xq_.data(), xd_.data(), x.rows, w + r0 * w_row_bytes,
+                            w_row_bytes, n, x.cols, out.data + r0, out.cols);
+    });
+    return;
+  }
+  pool_.parallel_for(num_tasks, [&](std::int64_t task) {
+    const std::int64_t r0 = task * chunk;
+    const std::int64_t n = std::min(chunk, weight.rows - r0);
+    matmul_tile_float(weight.type, x.data, x.cols, x.rows, w + r0 * w_row_bytes, w_row_bytes, n,
+                      x.cols, out.data + r0, out.cols);
+  });
+}
+
+void CpuBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& params) {
+  const std::int32_t num_heads = static_cast<std::int32_t>(x.cols / head_dim);
+  const std::int32_t half = params.rot_dims / 2;
+  const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(params.rot_dims));
+  const auto* factors =
+      params.freq_factors ? static_cast<const float*>(params.freq_factors->data) : nullptr;
+  pool_.parallel_for(x.rows, [&](std::int64_t t) {
+    // As ggml: theta_i = freq_scale * pos * theta_scale^i / factor_i, the power built up by
+    // repeated multiplication.
+    thread_local std::vector<float> cos_sin;
+    cos_sin.resize(2 * static_cast<std::size_t>(half));
+    float theta = static_cast<float>(step_->positions[t]);
+    for (std::int32_t i = 0; i < half; ++i) {
+      const float angle = params.freq_scale * (theta / (factors ? factors[i] : 1.0f));
+      cos_sin[2 * i] = std::cos(angle);
+      cos_sin[2 * i + 1] = std::sin(angle);
+      theta *= theta_scale;
+    }
+    for (std::int32_t h = 0; h < num_heads; ++h) {
+      float* v = row(x, t) + h * head_dim;
+      for (std::int32_t i = 0; i < half; ++i) {
+        const std::int32_t a = params.layout == model::RopeLayout::normal ? 2 * i : i;
+        const std::int32_t b = params.layout == model::RopeLayout::normal ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_sin[2 * i] - x1 * cos_sin[2 * i + 1];
+        v[b] = x0 * cos_sin[2 * i + 1] + x1 * cos_sin[2 * i];
+      }
+    }
+  });
+}
+
+void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
+  const auto& s = kv_shape_;
+  pool_.parallel_for(k.rows, [&](std::int64_t t) {
+    const std::int32_t seq = token_seq_[t];
+    const std::int32_t pos = step_->positions[t];
+    const std::int32_t block = step_->block_table(seq)[pos / s.block_size];
+    const std::int32_t slot = pos % s.block_size;
+    for (std::int32_t h = 0; h < s.num_kv_heads; ++h) {
+      std::memcpy(kv_slot(k_cache_, layer, block, h, slot), row(k, t) + h * s.head_dim,
+                  s.head_dim * sizeof(float));
+      std::memcpy(kv_slot(v_cache_, layer, block, h, slot), row(v, t) + h * s.head_dim,
+                  s.head_dim * sizeof(float));
+    }
+  });
+}
+
+void CpuBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
+                           Tensor out) {
+  const auto& s = kv_shape_;
+  const std::int32_t group = params.num_heads / params.num_kv_heads;
+  const std::int64_t num_tasks = q.rows * params.num_heads;
+  pool_.parallel_for(num_tasks, [&](std::int64_t task) {
+    thread_local std::vector<float> scores;
+    const std::int64_t t = task / params.num_heads;
+    const std::int32_t h = static_cast<std::int32_t>(task % params.num_heads);
+    const std::int32_t kv_head = h / group;
+    const std::int32_t seq = token_seq_[t];
+    const std::int32_t num_keys = step_->positions[t] + 1;  // causal: up to and including itself
+    const auto table = step_->block_table(seq);
+    const float* qv = row(q, t) + h * params.head_dim;
+    scores.resize(num_keys);
+    float max_score = -std::numeric_limits<float>::infinity();
+    for (std::int32_t j = 0; j < num_keys; ++j) {
+      const float* kv =
+          kv_slot(k_cache_, layer, table[j / s.block_size], kv_head, j % s.block_size);
+      scores[j] = dot_f32(qv, kv, params.head_dim) * params.scale;
+      max_score = std::max(max_score, scores[j]);
+    }
+    float sum = 0.0f;
+    for (std::int32_t j = 0; j < num_keys; ++j) {
+      scores[j] = std::exp(scores[j] - max_score);
+      sum += scores[j];
+    }
+    float* o = row(out, t) + h * params.head_dim;
+    std::fill(o, o + params.head_dim, 0.0f);
+    const float inverse = 1.0f / sum;
+    for (std::int32_t j = 0; j < num_keys; ++j) {
+      const float* vv =
+          kv_slot(v_cache_, layer, table[j / s.block_size], kv_head, j % s.block_size);
+      axpy_f32(scores[j] * inverse, vv, o, params.head_dim);
+    }
+  });
+}
+
+void CpuBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
+  pool_.parallel_for(gate.rows, [&](std::int64_t r) {
+    const float* g = row(gate, r);
+    const float* u = row(up, r);
+    float* o = row(out, r);
+    for (std::int64_t i = 0; i < gate.cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  });
+}
+
+void CpuBackend::add(Tensor x, Tensor y) {
+  const std::int64_t n = x.rows * x.cols;
+  for (std::int64_t i = 0; i < n; ++i) x.data[i] += y.data[i];
+}
+
+void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {
+  for (std::int64_t i = 0; i < out.rows; ++i) {
+    std::memcpy(row(out, i), row(x, step_->logit_rows[i]), x.cols * sizeof(float));
+  }
+}
+
+Result<void> CpuBackend::read(Tensor tensor, std::span<float> host) {
+  const auto n = static_cast<std::size_t>(tensor.rows * tensor.cols);
+  if (host.size() < n) return make_error(ErrorCode::invalid_argument, "host buffer too small");
+  std::memcpy(host.data(), tensor.data, n * sizeof(float));
+  return {};
+}
+
+}  // namespace troupe::cpu

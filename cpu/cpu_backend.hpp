@@ -1,0 +1,57 @@
+// The CPU backend: every Backend op on float32 activations, multithreaded over
+// a ThreadPool, with weights used in place from the memory-mapped file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cpu/thread_pool.hpp"
+#include "model/backend.hpp"
+
+namespace troupe::cpu {
+
+class CpuBackend final : public model::Backend {
+ public:
+  // num_threads <= 0: one per hardware thread.
+  explicit CpuBackend(int num_threads = 0);
+  ~CpuBackend() override;
+
+  int num_threads() const { return pool_.num_threads(); }
+
+  Result<model::Weight> load_weight(const model::GgufTensorInfo& info) override;
+  Result<model::Tensor> allocate(std::int64_t rows, std::int64_t cols) override;
+  void release(model::Tensor tensor) override;
+  Result<void> allocate_kv_cache(const model::KvCacheShape& shape) override;
+  const model::KvCacheShape& kv_cache_shape() const override { return kv_shape_; }
+
+  Result<void> begin_step(const model::StepInput& step) override;
+  void embed(const model::Weight& table, model::Tensor out) override;
+  void rms_norm(model::Tensor x, const model::Weight& weight, float eps,
+                model::Tensor out) override;
+  void matmul(model::Tensor x, const model::Weight& weight, model::Tensor out) override;
+  void rope(model::Tensor x, std::int32_t head_dim, const model::RopeParams& params) override;
+  void store_kv(std::int32_t layer, model::Tensor k, model::Tensor v) override;
+  void attention(std::int32_t layer, model::Tensor q, const model::AttentionParams& params,
+                 model::Tensor out) override;
+  void swiglu(model::Tensor gate, model::Tensor up, model::Tensor out) override;
+  void add(model::Tensor x, model::Tensor y) override;
+  void gather_logit_rows(model::Tensor x, model::Tensor out) override;
+  Result<void> read(model::Tensor tensor, std::span<float> host) override;
+
+ private:
+  // K (or V) of one token of one KV head:          [head_dim] floats
+  float* kv_slot(std::vector<float>& cache, std::int32_t layer, std::int32_t block,
+                 std::int32_t kv_head, std::int32_t slot);
+
+  ThreadPool pool_;
+  model::KvCacheShape kv_shape_;
+  // [num_layers, num_blocks, num_kv_heads, block_size, head_dim]
+  std::vector<float> k_cache_, v_cache_;
+  const model::StepInput* step_ = nullptr;
+  std::vector<std::int32_t> token_seq_;  // [num_tokens] the sequence each flat row belongs to
+  std::vector<std::int8_t> xq_;          // quantized activations, reused across matmuls
+  std::vector<float> xd_;
+};
+
+}  // namespace troupe::cpu

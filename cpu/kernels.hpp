@@ -1,0 +1,42 @@
+// The CPU's SIMD kernels (Highway, dispatched at run time to the best target
+// this processor has). Each dot product is computed by one fixed sequence of
+// operations whatever the tile it sits in, so a row's result never depends on
+// how many other rows share the call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/tensor_type.hpp"
+
+namespace troupe::cpu {
+
+// Elements per quantization block of the int8 activations (as Q8_0's).
+inline constexpr std::int64_t kQ8Block = 32;
+
+// out[t * out_stride + r] = dot(x[t], w[r]) for t < num_x, r < num_w, with
+// float32 activations and F32, F16 or BF16 weight rows.
+//   x: [num_x, cols] floats, row stride x_stride; w: [num_w] rows of w_row_bytes
+void matmul_tile_float(model::TensorType type, const float* x, std::int64_t x_stride,
+                       std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,
+                       std::int64_t num_w, std::int64_t cols, float* out, std::int64_t out_stride);
+
+// The same for Q8_0 or Q4_0 weights against activations quantized by quantize_row_q8.
+//   xq: [num_x, cols] int8; xd: [num_x, cols / 32] block scales; cols % 32 == 0
+void matmul_tile_quantized(model::TensorType type, const std::int8_t* xq, const float* xd,
+                           std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,
+                           std::int64_t num_w, std::int64_t cols, float* out,
+                           std::int64_t out_stride);
+
+// Quantizes n floats (n % 32 == 0) to int8 with one scale per block of 32.
+void quantize_row_q8(const float* x, std::int64_t n, std::int8_t* q, float* d);
+
+float dot_f32(const float* a, const float* b, std::size_t n);
+
+// y += a * x
+void axpy_f32(float a, const float* x, float* y, std::size_t n);
+
+// The SIMD target the dispatcher picked, for logs and benchmarks.
+const char* simd_target_name();
+
+}  // namespace troupe::cpu

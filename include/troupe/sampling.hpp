@@ -1,0 +1,53 @@
+// How a request wants its tokens chosen, and why a sequence ended.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "troupe/types.hpp"
+
+namespace troupe {
+
+struct SamplingParams {
+  float temperature = 1.0f;           // 0: greedy (argmax, lowest id on ties)
+  std::int32_t top_k = 0;             // 0 or -1: off
+  float top_p = 1.0f;                 // 1: off
+  float min_p = 0.0f;                 // 0: off; keeps tokens with p >= min_p * p_max
+  std::optional<std::uint64_t> seed;  // same seed, same output
+  float repetition_penalty = 1.0f;    // on prompt and output tokens (1: off)
+  float presence_penalty = 0.0f;      // on output tokens
+  float frequency_penalty = 0.0f;     // on output tokens, per occurrence
+  std::int32_t logprobs = 0;          // top-n log-probabilities returned per token (0: none)
+  std::int32_t max_tokens = 16;
+  std::int32_t min_tokens = 0;  // end-of-generation and stop ids are masked until then
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+};
+
+enum class FinishReason {
+  none,    // still running
+  stop,    // an end-of-generation token, a stop token id or a stop string
+  length,  // max_tokens or the context length
+  abort,   // cancelled by the client
+  error,
+};
+
+inline std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::none:
+      return "none";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::abort:
+      return "abort";
+    case FinishReason::error:
+      return "error";
+  }
+  return "none";
+}
+
+}  // namespace troupe

@@ -1,0 +1,92 @@
+// The small set of ops the Llama forward recipe is written over. The CPU
+// backend (cpu/) and the CUDA backend (gpu/) each implement all of it; the
+// recipe never knows which one runs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "model/gguf_file.hpp"
+#include "model/step_input.hpp"
+#include "model/tensor_type.hpp"
+#include "troupe/result.hpp"
+
+namespace troupe::model {
+
+// A float32 activation matrix in the backend's memory: [rows, cols], row-major, contiguous.
+struct Tensor {
+  float* data = nullptr;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+};
+
+// A weight matrix in the backend's memory, in its stored type: [rows, cols]
+// with cols the input (contiguous) dimension, as in ggml.
+struct Weight {
+  const void* data = nullptr;
+  TensorType type = TensorType::f32;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+};
+
+enum class RopeLayout {
+  normal,  // rotates pairs (x[2i], x[2i+1]): llama
+  neox,    // rotates pairs (x[i], x[i + rot_dims/2]): qwen2, neox-style models
+};
+
+struct RopeParams {
+  RopeLayout layout = RopeLayout::normal;
+  std::int32_t rot_dims = 0;  // leading dims of each head that rotate
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;               // linear position scaling: 1 / factor
+  const Weight* freq_factors = nullptr;  // [rot_dims / 2] per-frequency divisors (llama 3), or null
+};
+
+struct AttentionParams {
+  std::int32_t num_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_dim = 0;
+  float scale = 1.0f;  // applied to q.k
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // --- memory ---
+  // Makes a weight usable by the ops (the CPU maps it in place; a GPU uploads).
+  virtual Result<Weight> load_weight(const GgufTensorInfo& info) = 0;
+  virtual Result<Tensor> allocate(std::int64_t rows, std::int64_t cols) = 0;
+  virtual void release(Tensor tensor) = 0;
+  virtual Result<void> allocate_kv_cache(const KvCacheShape& shape) = 0;
+  virtual const KvCacheShape& kv_cache_shape() const = 0;
+
+  // --- one step ---
+  // Takes the step's tokens, positions and block tables (a GPU uploads them once).
+  virtual Result<void> begin_step(const StepInput& step) = 0;
+  // out[t] = table row of the step's token t.          out: [num_tokens, table.cols]
+  virtual void embed(const Weight& table, Tensor out) = 0;
+  // out = x / rms(x) * weight, row by row.               x, out: [n, cols]
+  virtual void rms_norm(Tensor x, const Weight& weight, float eps, Tensor out) = 0;
+  // out = x · weightᵀ.                                   x: [n, w.cols] -> out: [n, w.rows]
+  virtual void matmul(Tensor x, const Weight& weight, Tensor out) = 0;
+  // Rotates each head of each row by its token's position.   x: [num_tokens, heads * head_dim]
+  virtual void rope(Tensor x, std::int32_t head_dim, const RopeParams& params) = 0;
+  // Writes the step's new keys and values into their KV slots of `layer`.
+  //                                                     k, v: [num_tokens, kv_heads * head_dim]
+  virtual void store_kv(std::int32_t layer, Tensor k, Tensor v) = 0;
+  // Causal attention of each sequence's queries over its KV blocks.
+  //                                                     q, out: [num_tokens, heads * head_dim]
+  virtual void attention(std::int32_t layer, Tensor q, const AttentionParams& params,
+                         Tensor out) = 0;
+  // out = silu(gate) * up.                               all: [n, cols]
+  virtual void swiglu(Tensor gate, Tensor up, Tensor out) = 0;
+  // x += y.
+  virtual void add(Tensor x, Tensor y) = 0;
+  // out[i] = x[step.logit_rows[i]].                      out: [num_logits, x.cols]
+  virtual void gather_logit_rows(Tensor x, Tensor out) = 0;
+  // Copies a tensor to host memory.                      host: [rows * cols]
+  virtual Result<void> read(Tensor tensor, std::span<float> host) = 0;
+};
+
+}  // namespace troupe::model

@@ -1,0 +1,217 @@
+#include "model/llama_model.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace troupe::model {
+
+namespace {
+
+Tensor view(Tensor t, std::int64_t rows) {
+  return Tensor{t.data, rows, t.cols};
+}
+
+class WeightLoader {
+ public:
+  WeightLoader(const GgufFile& file, Backend& backend) : file_(file), backend_(backend) {}
+
+  // Loads `name`, a matrix of [rows, cols] in ggml's order (cols contiguous).
+  Result<Weight> matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
+    const GgufTensorInfo* info = file_.find_tensor(name);
+    if (info == nullptr)
+      return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
+    if (info->dims[0] != cols || info->dims[1] != rows || info->dims[2] != 1 ||
+        info->dims[3] != 1) {
+      return make_error(ErrorCode::invalid_file,
+                        "tensor '" + name + "' has shape [" + std::to_string(info->dims[0]) + ", " +
+                            std::to_string(info->dims[1]) + "], expected [" + std::to_string(cols) +
+                            ", " + std::to_string(rows) + "]");
+    }
+    switch (info->type) {
+      case TensorType::f32:
+      case TensorType::f16:
+      case TensorType::bf16:
+      case TensorType::q8_0:
+      case TensorType::q4_0:
+        break;
+      default:
+        return make_error(ErrorCode::unsupported, "tensor '" + name + "' has type " +
+                                                      std::string(tensor_type_name(info->type)) +
+                                                      ", which troupe cannot compute with yet");
+    }
+    return backend_.load_weight(*info);
+  }
+
+  Result<Weight> vector(const std::string& name, std::int64_t size) {
+    const GgufTensorInfo* info = file_.find_tensor(name);
+    if (info == nullptr)
+      return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
+    if (info->type != TensorType::f32 || info->num_elements() != size) {
+      return make_error(ErrorCode::invalid_file,
+                        "tensor '" + name + "' must be " + std::to_string(size) + " F32 values");
+    }
+    return backend_.load_weight(*info);
+  }
+
+ private:
+  const GgufFile& file_;
+  Backend& backend_;
+};
+
+}  // namespace
+
+LlamaModel::LlamaModel(LlamaModel&& other) noexcept
+    : config_(std::move(other.config_)),
+      backend_(other.backend_),
+      token_embedding_(other.token_embedding_),
+      output_norm_(other.output_norm_),
+      output_(other.output_),
+      rope_freqs_(other.rope_freqs_),
+      has_rope_freqs_(other.has_rope_freqs_),
+      layers_(std::move(other.layers_)),
+      ws_(other.ws_) {
+  other.ws_ = Workspace{};
+}
+
+LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
+  if (this != &other) {
+    release_workspace();
+    config_ = std::move(other.config_);
+    backend_ = other.backend_;
+    token_embedding_ = other.token_embedding_;
+    output_norm_ = other.output_norm_;
+    output_ = other.output_;
+    rope_freqs_ = other.rope_freqs_;
+    has_rope_freqs_ = other.has_rope_freqs_;
+    layers_ = std::move(other.layers_);
+    ws_ = other.ws_;
+    other.ws_ = Workspace{};
+  }
+  return *this;
+}
+
+LlamaModel::~LlamaModel() {
+  release_workspace();
+}
+
+Result<LlamaModel> LlamaModel::load(const GgufFile& file, Backend& backend) {
+  TROUPE_TRY(const auto config, LlamaConfig::from_gguf(file));
+  LlamaModel model(config, backend);
+  WeightLoader load(file, backend);
+  const auto& c = model.config_;
+  const std::int64_t q_dim = static_cast<std::int64_t>(c.num_heads) * c.head_dim;
+  const std::int64_t kv_dim = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+  TROUPE_TRY(model.token_embedding_, load.matrix("token_embd.weight", c.vocab_size, c.dim));
+  TROUPE_TRY(model.output_norm_, load.vector("output_norm.weight", c.dim));
+  if (file.find_tensor("output.weight") != nullptr) {
+    TROUPE_TRY(model.output_, load.matrix("output.weight", c.vocab_size, c.dim));
+  } else {
+    model.output_ = model.token_embedding_;  // tied embeddings
+  }
+  if (file.find_tensor("rope_freqs.weight") != nullptr) {
+    TROUPE_TRY(model.rope_freqs_, load.vector("rope_freqs.weight", c.rope_dims / 2));
+    model.has_rope_freqs_ = true;
+  }
+  model.layers_.reserve(c.num_layers);
+  for (std::int32_t i = 0; i < c.num_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    LayerWeights l;
+    TROUPE_TRY(l.attn_norm, load.vector(b + "attn_norm.weight", c.dim));
+    TROUPE_TRY(l.wq, load.matrix(b + "attn_q.weight", q_dim, c.dim));
+    TROUPE_TRY(l.wk, load.matrix(b + "attn_k.weight", kv_dim, c.dim));
+    TROUPE_TRY(l.wv, load.matrix(b + "attn_v.weight", kv_dim, c.dim));
+    TROUPE_TRY(l.wo, load.matrix(b + "attn_output.weight", c.dim, q_dim));
+    TROUPE_TRY(l.ffn_norm, load.vector(b + "ffn_norm.weight", c.dim));
+    TROUPE_TRY(l.w_gate, load.matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim));
+    TROUPE_TRY(l.w_up, load.matrix(b + "ffn_up.weight", c.ffn_dim, c.dim));
+    TROUPE_TRY(l.w_down, load.matrix(b + "ffn_down.weight", c.dim, c.ffn_dim));
+    model.layers_.push_back(l);
+  }
+  return model;
+}
+
+void LlamaModel::release_workspace() {
+  if (backend_ == nullptr || ws_.capacity == 0) return;
+  for (Tensor t :
+       {ws_.x, ws_.h, ws_.q, ws_.k, ws_.v, ws_.attn, ws_.gate, ws_.up, ws_.logit_x, ws_.logits}) {
+    if (t.data != nullptr) backend_->release(t);
+  }
+  ws_ = Workspace{};
+}
+
+Result<void> LlamaModel::reserve(std::int64_t num_tokens, std::int64_t num_logits) {
+  if (num_tokens <= ws_.capacity && num_logits <= ws_.logit_capacity) return {};
+  const std::int64_t tokens = std::max(num_tokens, ws_.capacity);
+  const std::int64_t logits = std::max<std::int64_t>({num_logits, ws_.logit_capacity, 1});
+  release_workspace();
+  const auto& c = config_;
+  const std::int64_t q_dim = static_cast<std::int64_t>(c.num_heads) * c.head_dim;
+  const std::int64_t kv_dim = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+  Workspace ws;
+  TROUPE_TRY(ws.x, backend_->allocate(tokens, c.dim));
+  ws_ = ws;  // from here on, release_workspace frees whatever got allocated
+  ws_.capacity = tokens;
+  TROUPE_TRY(ws_.h, backend_->allocate(tokens, c.dim));
+  TROUPE_TRY(ws_.q, backend_->allocate(tokens, q_dim));
+  TROUPE_TRY(ws_.k, backend_->allocate(tokens, kv_dim));
+  TROUPE_TRY(ws_.v, backend_->allocate(tokens, kv_dim));
+  TROUPE_TRY(ws_.attn, backend_->allocate(tokens, q_dim));
+  TROUPE_TRY(ws_.gate, backend_->allocate(tokens, c.ffn_dim));
+  TROUPE_TRY(ws_.up, backend_->allocate(tokens, c.ffn_dim));
+  TROUPE_TRY(ws_.logit_x, backend_->allocate(logits, c.dim));
+  TROUPE_TRY(ws_.logits, backend_->allocate(logits, c.vocab_size));
+  ws_.logit_capacity = logits;
+  return {};
+}
+
+Result<void> LlamaModel::forward(const StepInput& step, std::vector<float>& logits) {
+  const auto& c = config_;
+  TROUPE_TRY_VOID(validate_step(step, backend_->kv_cache_shape(), c.vocab_size));
+  const std::int64_t n = step.num_tokens();
+  const auto num_logits = static_cast<std::int64_t>(step.logit_rows.size());
+  logits.assign(static_cast<std::size_t>(num_logits) * c.vocab_size, 0.0f);
+  if (n == 0) return {};
+  TROUPE_TRY_VOID(reserve(n, num_logits));
+  TROUPE_TRY_VOID(backend_->begin_step(step));
+
+  Backend& b = *backend_;
+  const Tensor x = view(ws_.x, n), h = view(ws_.h, n), q = view(ws_.q, n), k = view(ws_.k, n),
+               v = view(ws_.v, n), attn = view(ws_.attn, n), gate = view(ws_.gate, n),
+               up = view(ws_.up, n);
+  const RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
+                        has_rope_freqs_ ? &rope_freqs_ : nullptr};
+  const AttentionParams attention{c.num_heads, c.num_kv_heads, c.head_dim,
+                                  1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+
+  b.embed(token_embedding_, x);
+  for (std::int32_t layer = 0; layer < c.num_layers; ++layer) {
+    const LayerWeights& w = layers_[layer];
+    // Attention block: every linear op runs on all n tokens at once.
+    b.rms_norm(x, w.attn_norm, c.norm_eps, h);
+    b.matmul(h, w.wq, q);
+    b.matmul(h, w.wk, k);
+    b.matmul(h, w.wv, v);
+    b.rope(q, c.head_dim, rope);
+    b.rope(k, c.head_dim, rope);
+    b.store_kv(layer, k, v);
+    b.attention(layer, q, attention, attn);  // per sequence, over its own blocks
+    b.matmul(attn, w.wo, h);
+    b.add(x, h);
+    // Feed-forward block (SwiGLU).
+    b.rms_norm(x, w.ffn_norm, c.norm_eps, h);
+    b.matmul(h, w.w_gate, gate);
+    b.matmul(h, w.w_up, up);
+    b.swiglu(gate, up, gate);
+    b.matmul(gate, w.w_down, h);
+    b.add(x, h);
+  }
+  if (num_logits == 0) return {};
+  const Tensor logit_x = view(ws_.logit_x, num_logits);
+  const Tensor out = view(ws_.logits, num_logits);
+  b.gather_logit_rows(x, logit_x);
+  b.rms_norm(logit_x, output_norm_, c.norm_eps, logit_x);
+  b.matmul(logit_x, output_, out);
+  return b.read(out, logits);
+}
+
+}  // namespace troupe::model

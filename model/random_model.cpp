@@ -1,0 +1,227 @@
+#include "model/random_model.hpp"
+
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "model/dequantize.hpp"
+#include "model/gguf_file.hpp"
+#include "model/gguf_writer.hpp"
+
+namespace troupe::model {
+
+namespace {
+
+// splitmix64: a small, fast generator whose output is fixed by its seed everywhere.
+class SplitMix {
+ public:
+  explicit SplitMix(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double uniform() {
+    return (static_cast<double>(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+std::uint64_t hash_name(const std::string& name) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+std::vector<float> normal_values(std::size_t n, float stddev, std::uint64_t seed) {
+  SplitMix rng(seed);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; i += 2) {  // Box-Muller, two at a time
+    const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
+    const double a = 2.0 * std::numbers::pi * rng.uniform();
+    v[i] = static_cast<float>(stddev * r * std::cos(a));
+    if (i + 1 < n) v[i + 1] = static_cast<float>(stddev * r * std::sin(a));
+  }
+  return v;
+}
+
+void add_builtin_vocabulary(GgufWriter& w, std::int32_t vocab_size) {
+  // <unk> <s> </s>, the 256 byte tokens, then pieces: characters, common words,
+  // and letter pairs and triples, with and without the leading-space mark.
+  static const char* const kWords[] = {
+      "the",   "and",    "to",    "of",    "a",     "in",     "is",   "it",     "you",  "that",
+      "he",    "was",    "for",   "on",    "are",   "with",   "as",   "I",      "his",  "they",
+      "be",    "at",     "one",   "have",  "this",  "from",   "or",   "had",    "by",   "not",
+      "word",  "but",    "what",  "some",  "we",    "can",    "out",  "other",  "were", "all",
+      "there", "when",   "up",    "use",   "your",  "how",    "said", "an",     "each", "she",
+      "which", "do",     "their", "time",  "if",    "will",   "way",  "about",  "many", "then",
+      "them",  "write",  "would", "like",  "so",    "these",  "her",  "long",   "make", "thing",
+      "see",   "him",    "two",   "has",   "look",  "more",   "day",  "could",  "go",   "come",
+      "did",   "number", "sound", "no",    "most",  "people", "my",   "over",   "know", "water",
+      "than",  "call",   "first", "who",   "may",   "down",   "side", "been",   "now",  "find",
+      "hello", "world",  "model", "token", "story", "once",   "upon", "little", "girl", "boy",
+      "named", "play",   "happy", "big",   "friend"};
+  const std::string space = "\xe2\x96\x81";
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<std::int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    tokens.emplace_back(name);
+    types.push_back(6);
+  }
+  auto add = [&](const std::string& piece) {
+    if (static_cast<std::int32_t>(tokens.size()) < vocab_size) {
+      tokens.push_back(piece);
+      types.push_back(1);
+    }
+  };
+  add(space);
+  for (char c = 33; c < 127; ++c) add(std::string(1, c));
+  for (char c = 33; c < 127; ++c) add(space + std::string(1, c));
+  for (const char* word : kWords) {
+    add(space + word);
+    add(word);
+  }
+  const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
+  for (char a : letters)
+    for (char b : letters) {
+      add(std::string{a, b});
+      add(space + std::string{a, b});
+    }
+  for (char a : letters)
+    for (char b : letters)
+      for (char c : letters) {
+        add(std::string{a, b, c});
+        add(space + std::string{a, b, c});
+      }
+  for (std::int32_t i = static_cast<std::int32_t>(tokens.size()); i < vocab_size; ++i) {
+    tokens.push_back("<unused" + std::to_string(i) + ">");
+    types.push_back(5);
+  }
+  // Earlier pieces merge first; the score only orders the merges.
+  std::vector<float> scores(tokens.size());
+  for (std::size_t i = 0; i < scores.size(); ++i) scores[i] = -static_cast<float>(i);
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string("tokenizer.ggml.pre", "default");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_float32_array("tokenizer.ggml.scores", scores);
+  w.add_int32_array("tokenizer.ggml.token_type", types);
+  w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_uint32("tokenizer.ggml.bos_token_id", 1);
+  w.add_uint32("tokenizer.ggml.eos_token_id", 2);
+  w.add_bool("tokenizer.ggml.add_bos_token", true);
+  w.add_bool("tokenizer.ggml.add_eos_token", false);
+}
+
+Result<std::int32_t> copy_vocabulary(GgufWriter& w, const std::string& path) {
+  TROUPE_TRY(const auto source, GgufFile::open(path));
+  TROUPE_TRY(const auto* tokens, source.get_array("tokenizer.ggml.tokens", GgufType::string));
+  for (const auto& [key, value] : source.metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) w.add_value(key, value);
+  }
+  return static_cast<std::int32_t>(tokens->elements.size());
+}
+
+}  // namespace
+
+Result<RandomModelSpec> random_model_preset(const std::string& name) {
+  RandomModelSpec spec;
+  if (name == "tiny") {
+    spec.name = "troupe-random-tiny";
+    return spec;
+  }
+  if (name == "110m") {
+    spec.name = "troupe-random-110m";
+    spec.dim = 768;
+    spec.num_layers = 12;
+    spec.num_heads = 12;
+    spec.num_kv_heads = 4;
+    spec.ffn_dim = 2048;
+    return spec;
+  }
+  return make_error(ErrorCode::invalid_argument,
+                    "unknown model preset '" + name + "' (tiny and 110m exist)");
+}
+
+Result<void> write_random_model(const RandomModelSpec& spec, const std::string& path) {
+  if (spec.dim <= 0 || spec.num_layers <= 0 || spec.num_heads <= 0 || spec.num_kv_heads <= 0 ||
+      spec.ffn_dim <= 0 || spec.dim % spec.num_heads != 0 ||
+      spec.num_heads % spec.num_kv_heads != 0 || (spec.dim / spec.num_heads) % 2 != 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "impossible model shape: dim must split into an even head size, and heads "
+                      "into KV heads");
+  }
+  const auto traits = tensor_type_traits(static_cast<std::uint32_t>(spec.type));
+  if (spec.type != TensorType::f32 && spec.type != TensorType::f16 &&
+      spec.type != TensorType::bf16 && spec.type != TensorType::q8_0 &&
+      spec.type != TensorType::q4_0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "random models are F32, F16, BF16, Q8_0 or Q4_0");
+  }
+  if (spec.dim % static_cast<std::int32_t>(traits->block_elements) != 0 ||
+      spec.ffn_dim % static_cast<std::int32_t>(traits->block_elements) != 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "dim and ffn_dim must be multiples of 32 for quantized types");
+  }
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", spec.name);
+  w.add_string("general.description", "random weights (normal, seeded); for tests and benchmarks");
+  w.add_uint32("llama.context_length", static_cast<std::uint32_t>(spec.context_length));
+  w.add_uint32("llama.embedding_length", static_cast<std::uint32_t>(spec.dim));
+  w.add_uint32("llama.block_count", static_cast<std::uint32_t>(spec.num_layers));
+  w.add_uint32("llama.feed_forward_length", static_cast<std::uint32_t>(spec.ffn_dim));
+  w.add_uint32("llama.attention.head_count", static_cast<std::uint32_t>(spec.num_heads));
+  w.add_uint32("llama.attention.head_count_kv", static_cast<std::uint32_t>(spec.num_kv_heads));
+  w.add_uint32("llama.rope.dimension_count", static_cast<std::uint32_t>(spec.dim / spec.num_heads));
+  w.add_float32("llama.rope.freq_base", 10000.0f);
+  w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+
+  std::int32_t vocab_size = spec.vocab_size;
+  if (spec.vocab_path.empty()) {
+    if (vocab_size < 512) {
+      return make_error(ErrorCode::invalid_argument,
+                        "the built-in vocabulary needs at least 512 tokens");
+    }
+    add_builtin_vocabulary(w, vocab_size);
+  } else {
+    TROUPE_TRY(vocab_size, copy_vocabulary(w, spec.vocab_path));
+  }
+
+  auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) -> Result<void> {
+    const auto values = normal_values(static_cast<std::size_t>(rows * cols), spec.stddev,
+                                      spec.seed ^ hash_name(name));
+    TROUPE_TRY(auto data, quantize(spec.type, values, cols));
+    w.add_tensor(name, spec.type, {cols, rows}, std::move(data));
+    return {};
+  };
+  auto ones = [&](const std::string& name, std::int64_t n) {
+    std::vector<float> values(static_cast<std::size_t>(n), 1.0f);
+    auto data = quantize(TensorType::f32, values, n);
+    w.add_tensor(name, TensorType::f32, {n}, std::move(*data));
+  };
+  const std::int64_t head_dim = spec.dim / spec.num_heads;
+  const std::int64_t kv_dim = head_dim * spec.num_kv_heads;
+  TROUPE_TRY_VOID(matrix("token_embd.weight", vocab_size, spec.dim));
+  ones("output_norm.weight", spec.dim);
+  if (!spec.tied_output) TROUPE_TRY_VOID(matrix("output.weight", vocab_size, spec.dim));
+  for (std::int32_t i = 0; i < spec.num_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    ones(b + "attn_norm.weight", spec.dim);
+    TROUPE_TRY_VOID(matrix(b + "attn_q.weight", spec.dim, spec.dim));
+    TROUPE_TRY_VOID(matrix(b + "attn_k.weight", kv_dim, spec.dim));
+    TROUPE_TRY_VOID(matrix(b + "attn_v.weight", kv_dim, spec.dim));
+    TROUPE_TRY_VOID(matrix(b + "attn_output.weight", spec.dim, spec.dim));
+    ones(b + "ffn_norm.weight", spec.dim);
+    TROUPE_TRY_VOID(matrix(b + "ffn_gate.weight", spec.ffn_dim, spec.dim));
+    TROUPE_TRY_VOID(matrix(b + "ffn_up.weight", spec.ffn_dim, spec.dim));
+    TROUPE_TRY_VOID(matrix(b + "ffn_down.weight", spec.dim, spec.ffn_dim));
+  }
+  return w.write(path);
+}
+
+}  // namespace troupe::model

@@ -1,0 +1,37 @@
+// Random-weight Llama models of any shape, written as real GGUF files (like
+// vLLM's dummy load format): the built-in default model and the benchmark model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/tensor_type.hpp"
+#include "troupe/result.hpp"
+
+namespace troupe::model {
+
+struct RandomModelSpec {
+  std::string name = "troupe-random";
+  std::int32_t dim = 288;
+  std::int32_t num_layers = 6;
+  std::int32_t num_heads = 6;
+  std::int32_t num_kv_heads = 6;
+  std::int32_t ffn_dim = 768;
+  std::int32_t vocab_size = 32000;  // for the built-in vocabulary; a copied one brings its own
+  std::int32_t context_length = 2048;
+  TensorType type = TensorType::f32;  // of the matrices; norms are always F32
+  bool tied_output = true;
+  std::uint64_t seed = 1234;
+  float stddev = 0.02f;
+  // A GGUF file whose tokenizer to copy (e.g. a vocabulary-only file); empty:
+  // a built-in SentencePiece vocabulary that needs nothing from outside.
+  std::string vocab_path;
+};
+
+// Named shapes: "tiny" (the stories15M shape, ~15M parameters with a 32000 vocabulary)
+// and "110m" (dim 768, 12 layers, 12 heads, 4 KV heads, FFN 2048: ~110M with 32000).
+Result<RandomModelSpec> random_model_preset(const std::string& name);
+
+Result<void> write_random_model(const RandomModelSpec& spec, const std::string& path);
+
+}  // namespace troupe::model

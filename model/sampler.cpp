@@ -1,0 +1,192 @@
+#include "model/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace troupe::model {
+
+namespace {
+
+constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
+
+double log_sum_exp(std::span<const float> logits) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  return max + std::log(sum);
+}
+
+// Larger value first; ties by lower id.
+bool higher(const std::pair<float, TokenId>& a, const std::pair<float, TokenId>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, std::int32_t n) {
+  const double lse = log_sum_exp(logits);
+  std::vector<std::pair<float, TokenId>> all(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i) all[i] = {logits[i], static_cast<TokenId>(i)};
+  const auto k = std::min<std::size_t>(static_cast<std::size_t>(std::max(n, 0)), all.size());
+  std::partial_sort(all.begin(), all.begin() + k, all.end(), higher);
+  std::vector<TokenLogprob> out;
+  out.reserve(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    out.push_back({all[i].second, static_cast<float>(all[i].first - lse)});
+  }
+  return out;
+}
+
+Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const TokenId> prompt,
+                                std::vector<TokenId> end_of_generation, std::int32_t vocab_size) {
+  auto bad = [](const std::string& what) { return make_error(ErrorCode::invalid_argument, what); };
+  if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature)) {
+    return bad("temperature must be a finite number >= 0");
+  }
+  if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) return bad("top_p must be in (0, 1]");
+  if (!(params.min_p >= 0.0f && params.min_p <= 1.0f)) return bad("min_p must be in [0, 1]");
+  if (params.top_k < -1) return bad("top_k must be -1, 0 (off) or positive");
+  if (!(params.repetition_penalty > 0.0f) || !std::isfinite(params.repetition_penalty)) {
+    return bad("repetition_penalty must be a finite number > 0");
+  }
+  if (!(params.presence_penalty >= -2.0f && params.presence_penalty <= 2.0f)) {
+    return bad("presence_penalty must be in [-2, 2]");
+  }
+  if (!(params.frequency_penalty >= -2.0f && params.frequency_penalty <= 2.0f)) {
+    return bad("frequency_penalty must be in [-2, 2]");
+  }
+  if (params.logprobs < 0 || params.logprobs > 20) return bad("logprobs must be in [0, 20]");
+  if (params.max_tokens < 1) return bad("max_tokens must be at least 1");
+  if (params.min_tokens < 0 || params.min_tokens > params.max_tokens) {
+    return bad("min_tokens must be in [0, max_tokens]");
+  }
+  for (TokenId id : params.stop_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return bad("stop token id " + std::to_string(id) + " is outside the vocabulary of " +
+                 std::to_string(vocab_size));
+    }
+  }
+  Sampler s;
+  s.params_ = params;
+  s.vocab_size_ = vocab_size;
+  s.end_of_generation_ = std::move(end_of_generation);
+  if (params.repetition_penalty != 1.0f) {
+    for (TokenId t : prompt) ++s.prompt_counts_[t];
+  }
+  s.rng_.seed(params.seed ? *params.seed : std::random_device{}());
+  return s;
+}
+
+bool Sampler::is_stop_token(TokenId id) const {
+  if (std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), id) !=
+      params_.stop_token_ids.end()) {
+    return true;
+  }
+  return !params_.ignore_eos && std::find(end_of_generation_.begin(), end_of_generation_.end(),
+                                          id) != end_of_generation_.end();
+}
+
+void Sampler::apply_penalties(std::vector<float>& logits) const {
+  if (params_.repetition_penalty != 1.0f) {
+    auto penalize = [&](TokenId t) {
+      float& l = logits[t];
+      l = l > 0.0f ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    };
+    for (const auto& [t, n] : prompt_counts_) penalize(t);
+    for (const auto& [t, n] : output_counts_) {
+      if (!prompt_counts_.contains(t)) penalize(t);
+    }
+  }
+  for (const auto& [t, n] : output_counts_) {
+    logits[t] -= params_.frequency_penalty * static_cast<float>(n) + params_.presence_penalty;
+  }
+  // Until min_tokens, the sequence may not end.
+  if (num_generated() < params_.min_tokens) {
+    for (TokenId t : params_.stop_token_ids) logits[t] = kMinusInfinity;
+    if (!params_.ignore_eos) {
+      for (TokenId t : end_of_generation_) {
+        if (t >= 0 && t < vocab_size_) logits[t] = kMinusInfinity;
+      }
+    }
+  }
+}
+
+TokenId Sampler::choose(std::vector<float>& logits) {
+  if (params_.temperature == 0.0f) {
+    return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Candidates sorted by logit, cut by top-k, then min-p and top-p on their probabilities.
+  candidates_.clear();
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] != kMinusInfinity) candidates_.emplace_back(logits[i], static_cast<TokenId>(i));
+  }
+  if (candidates_.empty()) return 0;
+  std::size_t keep = candidates_.size();
+  if (params_.top_k > 0)
+    keep = std::min<std::size_t>(keep, static_cast<std::size_t>(params_.top_k));
+  // Plain temperature sampling needs no order: skip the sort over the whole vocabulary.
+  if (params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), higher);
+    candidates_.resize(keep);
+  }
+  float max_logit = kMinusInfinity;
+  for (const auto& c : candidates_) max_logit = std::max(max_logit, c.first);
+  std::vector<double> probs(keep);
+  double total = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    probs[i] =
+        std::exp((static_cast<double>(candidates_[i].first) - max_logit) / params_.temperature);
+    total += probs[i];
+  }
+  if (params_.min_p > 0.0f) {
+    const double threshold = params_.min_p * probs[0];  // sorted: probs[0] is the largest
+    while (keep > 1 && probs[keep - 1] < threshold) total -= probs[--keep];
+  }
+  if (params_.top_p < 1.0f) {
+    double cumulative = 0.0;
+    std::size_t cut = keep;
+    for (std::size_t i = 0; i < keep; ++i) {
+      cumulative += probs[i];
+      if (cumulative >= params_.top_p * total) {
+        cut = i + 1;
+        break;
+      }
+    }
+    total = 0.0;
+    for (std::size_t i = 0; i < cut; ++i) total += probs[i];
+    keep = cut;
+  }
+  // A 53-bit uniform draw, so the same seed gives the same tokens on every platform.
+  const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
+  double cumulative = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    cumulative += probs[i];
+    if (u < cumulative) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+SampledToken Sampler::sample(std::span<const float> logits) {
+  TROUPE_ASSERT(static_cast<std::int32_t>(logits.size()) == vocab_size_,
+                "logits of the wrong size");
+  SampledToken result;
+  scratch_.assign(logits.begin(), logits.end());
+  apply_penalties(scratch_);
+  // temperature scaling is folded into choose(); greedy ignores it.
+  result.id = choose(scratch_);
+  const double lse = log_sum_exp(logits);
+  result.logprob = static_cast<float>(logits[result.id] - lse);
+  if (params_.logprobs > 0) result.top_logprobs = top_logprobs(logits, params_.logprobs);
+
+  output_.push_back(result.id);
+  ++output_counts_[result.id];
+  if (num_generated() >= params_.min_tokens && is_stop_token(result.id)) {
+    finish_ = FinishReason::stop;
+  } else if (num_generated() >= params_.max_tokens) {
+    finish_ = FinishReason::length;
+  }
+  return result;
+}
+
+}  // namespace troupe::model

@@ -1,0 +1,64 @@
+// Chooses a sequence's next token from its logits: penalties, temperature,
+// top-k / top-p / min-p, a per-sequence seeded generator, log-probabilities,
+// and the stop rules (end of generation, stop ids, max and min tokens).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "troupe/result.hpp"
+#include "troupe/sampling.hpp"
+
+namespace troupe::model {
+
+struct TokenLogprob {
+  TokenId id = kNoToken;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  TokenId id = kNoToken;
+  float logprob = 0.0f;                    // of the chosen token, under the model's distribution
+  std::vector<TokenLogprob> top_logprobs;  // the n most likely, when asked
+};
+
+class Sampler {
+ public:
+  // Checks the parameters; `end_of_generation` are the vocabulary's EOS-like ids.
+  static Result<Sampler> create(const SamplingParams& params, std::span<const TokenId> prompt,
+                                std::vector<TokenId> end_of_generation, std::int32_t vocab_size);
+
+  // Picks the next token from one row of logits [vocab_size]; records it.
+  SampledToken sample(std::span<const float> logits);
+
+  // Why the sequence ends after the tokens sampled so far, or none.
+  FinishReason finish_reason() const { return finish_; }
+  std::int32_t num_generated() const { return static_cast<std::int32_t>(output_.size()); }
+  const std::vector<TokenId>& output() const { return output_; }
+
+ private:
+  Sampler() = default;
+  void apply_penalties(std::vector<float>& logits) const;
+  TokenId choose(std::vector<float>& logits);
+  bool is_stop_token(TokenId id) const;
+
+  SamplingParams params_;
+  std::int32_t vocab_size_ = 0;
+  std::vector<TokenId> end_of_generation_;
+  std::unordered_map<TokenId, std::int32_t> prompt_counts_;
+  std::unordered_map<TokenId, std::int32_t> output_counts_;
+  std::vector<TokenId> output_;
+  std::mt19937_64 rng_;
+  FinishReason finish_ = FinishReason::none;
+  std::vector<float> scratch_;
+  std::vector<std::pair<float, TokenId>> candidates_;
+};
+
+// log-softmax of one row, and its n largest entries (ties: lowest id first).
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, std::int32_t n);
+
+}  // namespace troupe::model

@@ -1,0 +1,355 @@
+// Every CPU backend op against a plain reference written here in double
+// precision, on fresh random inputs, with outputs poisoned (NaN) beforehand so
+// that an element the op forgot to write fails.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "cpu/cpu_backend.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/thread_pool.hpp"
+#include "model/dequantize.hpp"
+
+using namespace troupe;
+using namespace troupe::model;
+using troupe::cpu::CpuBackend;
+
+namespace {
+
+constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+
+std::mt19937& rng() {
+  static std::mt19937 generator(std::random_device{}());
+  return generator;
+}
+
+std::vector<float> random_floats(std::size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng());
+  return v;
+}
+
+// A backend tensor holding `values`, freed with the holder.
+struct Held {
+  CpuBackend& backend;
+  Tensor tensor;
+  Held(CpuBackend& b, std::int64_t rows, std::int64_t cols, const std::vector<float>& values = {})
+      : backend(b), tensor(*b.allocate(rows, cols)) {
+    const auto n = static_cast<std::size_t>(rows * cols);
+    if (values.empty())
+      std::fill(tensor.data, tensor.data + n, kPoison);
+    else
+      std::copy(values.begin(), values.end(), tensor.data);
+  }
+  ~Held() { backend.release(tensor); }
+  std::vector<float> values() const {
+    return {tensor.data, tensor.data + tensor.rows * tensor.cols};
+  }
+};
+
+struct HostWeight {
+  std::vector<std::byte> bytes;
+  std::vector<float> dequantized;  // [rows, cols]
+  Weight weight;
+};
+
+HostWeight make_weight(TensorType type, std::int64_t rows, std::int64_t cols) {
+  HostWeight w;
+  const auto values = random_floats(static_cast<std::size_t>(rows * cols), 0.5f);
+  w.bytes = *quantize(type, values, cols);
+  w.dequantized.resize(values.size());
+  const std::size_t stride = row_bytes(type, cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    REQUIRE(dequantize_row(type, w.bytes.data() + r * stride, cols, w.dequantized.data() + r * cols)
+                .has_value());
+  }
+  w.weight = Weight{w.bytes.data(), type, rows, cols};
+  return w;
+}
+
+// The step every op in these tests runs in: sequences of given lengths, all new.
+StepInput make_step(const std::vector<std::int32_t>& lengths, const std::vector<std::int32_t>& done,
+                    std::int32_t block_size, std::int32_t num_blocks, std::int32_t vocab) {
+  StepInput step;
+  std::vector<std::int32_t> free_blocks(num_blocks);
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng());  // scattered blocks
+  std::size_t next = 0;
+  std::uniform_int_distribution<TokenId> any(0, vocab - 1);
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    const std::int32_t total = done[s] + lengths[s];
+    std::vector<std::int32_t> table((total + block_size - 1) / block_size);
+    for (auto& b : table) b = free_blocks.at(next++);
+    std::vector<TokenId> tokens(lengths[s]);
+    for (auto& t : tokens) t = any(rng());
+    append_sequence(step, tokens, done[s], table, true);
+  }
+  return step;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double tolerance,
+                 const std::vector<double>& scale = {}) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double bound = tolerance * (scale.empty() ? std::max(1.0, std::fabs(want[i])) : scale[i]);
+    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+    REQUIRE(std::isfinite(got[i]));
+    REQUIRE(std::fabs(got[i] - want[i]) <= bound);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the thread pool runs every task exactly once", "[cpu]") {
+  cpu::ThreadPool pool(4);
+  for (std::int64_t n : {0, 1, 3, 1000}) {
+    std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+    pool.parallel_for(n, [&](std::int64_t i) { hits[i].fetch_add(1); });
+    for (auto& h : hits) REQUIRE(h.load() == 1);
+  }
+}
+
+TEST_CASE("matmul matches the reference for every weight type", "[cpu][ops]") {
+  CpuBackend backend(2);
+  // Odd shapes exercise every tile edge; quantized types need columns in blocks of 32.
+  for (const TensorType type :
+       {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0}) {
+    const bool quantized = type == TensorType::q8_0 || type == TensorType::q4_0;
+    for (const auto& [n, rows, cols] :
+         {std::tuple{1, 7, 96}, std::tuple{5, 33, 160}, std::tuple{9, 64, quantized ? 64 : 67}}) {
+      INFO(tensor_type_name(type) << " n=" << n << " rows=" << rows << " cols=" << cols);
+      const auto w = make_weight(type, rows, cols);
+      const auto xs = random_floats(static_cast<std::size_t>(n * cols));
+      Held x(backend, n, cols, xs), out(backend, n, rows);
+      backend.matmul(x.tensor, w.weight, out.tensor);
+      // Reference: weights as decoded; quantized types also quantize the activations
+      // (as llama.cpp does), so the reference does the same and the match is tight.
+      std::vector<float> xr = xs;
+      if (quantized) {
+        std::vector<std::int8_t> q(cols);
+        std::vector<float> d(cols / 32);
+        for (int t = 0; t < n; ++t) {
+          cpu::quantize_row_q8(xs.data() + t * cols, cols, q.data(), d.data());
+          for (int k = 0; k < cols; ++k) xr[t * cols + k] = q[k] * d[k / 32];
+        }
+      }
+      std::vector<double> want(static_cast<std::size_t>(n * rows)), scale(want.size());
+      for (int t = 0; t < n; ++t)
+        for (int r = 0; r < rows; ++r) {
+          double sum = 0.0, magnitude = 0.0;
+          for (int k = 0; k < cols; ++k) {
+            const double p = static_cast<double>(xr[t * cols + k]) * w.dequantized[r * cols + k];
+            sum += p;
+            magnitude += std::fabs(p);
+          }
+          want[t * rows + r] = sum;
+          scale[t * rows + r] = magnitude + 1e-6;
+        }
+      check_close(out.values(), want, 1e-5, scale);
+    }
+  }
+}
+
+TEST_CASE("a row's matmul result is bit-identical alone or in a batch of 32", "[cpu][ops]") {
+  CpuBackend backend(2);
+  for (const TensorType type :
+       {TensorType::f32, TensorType::f16, TensorType::q8_0, TensorType::q4_0}) {
+    INFO(tensor_type_name(type));
+    const std::int64_t rows = 70, cols = 128;
+    const auto w = make_weight(type, rows, cols);
+    const auto xs = random_floats(static_cast<std::size_t>(32 * cols));
+    Held batch(backend, 32, cols, xs), batch_out(backend, 32, rows);
+    backend.matmul(batch.tensor, w.weight, batch_out.tensor);
+    for (int t : {0, 3, 17, 31}) {
+      Held one(backend, 1, cols,
+               std::vector<float>(xs.begin() + t * cols, xs.begin() + (t + 1) * cols));
+      Held one_out(backend, 1, rows);
+      backend.matmul(one.tensor, w.weight, one_out.tensor);
+      for (int r = 0; r < rows; ++r)
+        REQUIRE(one_out.tensor.data[r] == batch_out.tensor.data[t * rows + r]);
+    }
+  }
+}
+
+TEST_CASE("rms_norm, swiglu and add match the reference", "[cpu][ops]") {
+  CpuBackend backend(2);
+  const int n = 5, cols = 77;
+  const auto xs = random_floats(n * cols), ws = random_floats(cols), ys = random_floats(n * cols);
+  const Weight norm{ws.data(), TensorType::f32, 1, cols};
+  SECTION("rms_norm") {
+    Held x(backend, n, cols, xs), out(backend, n, cols);
+    backend.rms_norm(x.tensor, norm, 1e-5f, out.tensor);
+    std::vector<double> want(n * cols);
+    for (int t = 0; t < n; ++t) {
+      double ss = 0.0;
+      for (int i = 0; i < cols; ++i) ss += static_cast<double>(xs[t * cols + i]) * xs[t * cols + i];
+      const double scale = 1.0 / std::sqrt(ss / cols + 1e-5);
+      for (int i = 0; i < cols; ++i) want[t * cols + i] = xs[t * cols + i] * scale * ws[i];
+    }
+    check_close(out.values(), want, 1e-5);
+  }
+  SECTION("swiglu") {
+    Held g(backend, n, cols, xs), u(backend, n, cols, ys), out(backend, n, cols);
+    backend.swiglu(g.tensor, u.tensor, out.tensor);
+    std::vector<double> want(n * cols);
+    for (int i = 0; i < n * cols; ++i)
+      want[i] = xs[i] / (1.0 + std::exp(-static_cast<double>(xs[i]))) * ys[i];
+    check_close(out.values(), want, 1e-5);
+  }
+  SECTION("add") {
+    Held x(backend, n, cols, xs), y(backend, n, cols, ys);
+    backend.add(x.tensor, y.tensor);
+    std::vector<double> want(n * cols);
+    for (int i = 0; i < n * cols; ++i) want[i] = static_cast<double>(xs[i]) + ys[i];
+    check_close(x.values(), want, 1e-6);
+  }
+}
+
+TEST_CASE("embed decodes each token's row for every table type", "[cpu][ops]") {
+  CpuBackend backend(2);
+  REQUIRE(backend.allocate_kv_cache(KvCacheShape{1, 4, 16, 1, 2}).has_value());
+  const std::int32_t vocab = 50, dim = 64;
+  const StepInput step = make_step({3, 2}, {0, 0}, 16, 4, vocab);
+  REQUIRE(backend.begin_step(step).has_value());
+  for (const TensorType type :
+       {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0}) {
+    const auto table = make_weight(type, vocab, dim);
+    Held out(backend, step.num_tokens(), dim);
+    backend.embed(table.weight, out.tensor);
+    std::vector<double> want;
+    for (TokenId t : step.tokens)
+      for (int i = 0; i < dim; ++i) want.push_back(table.dequantized[t * dim + i]);
+    check_close(out.values(), want, 0.0);
+  }
+}
+
+TEST_CASE("rope rotates by position in both layouts", "[cpu][ops]") {
+  CpuBackend backend(2);
+  REQUIRE(backend.allocate_kv_cache(KvCacheShape{1, 64, 16, 1, 2}).has_value());
+  const StepInput step = make_step({4, 1}, {0, 300}, 16, 64, 10);
+  REQUIRE(backend.begin_step(step).has_value());
+  const std::int32_t heads = 3, head_dim = 16;
+  const std::vector<float> factors = {1.0f, 2.0f, 4.0f, 8.0f, 1.0f, 1.0f};
+  const Weight factor_weight{factors.data(), TensorType::f32, 1, 6};
+  for (const auto layout : {RopeLayout::normal, RopeLayout::neox}) {
+    for (const bool partial : {false, true}) {
+      RopeParams params{layout, partial ? 12 : head_dim, 10000.0f, partial ? 0.5f : 1.0f,
+                        partial ? &factor_weight : nullptr};
+      const auto xs = random_floats(static_cast<std::size_t>(step.num_tokens() * heads * head_dim));
+      Held x(backend, step.num_tokens(), heads * head_dim, xs);
+      backend.rope(x.tensor, head_dim, params);
+      std::vector<double> want(xs.begin(), xs.end());
+      const int half = params.rot_dims / 2;
+      for (int t = 0; t < step.num_tokens(); ++t)
+        for (int h = 0; h < heads; ++h)
+          for (int i = 0; i < half; ++i) {
+            const double freq = std::pow(10000.0, -2.0 * i / params.rot_dims);
+            const double angle = params.freq_scale * step.positions[t] * freq /
+                                 (params.freq_factors ? factors[i] : 1.0);
+            const int a = layout == RopeLayout::normal ? 2 * i : i;
+            const int b = layout == RopeLayout::normal ? 2 * i + 1 : i + half;
+            const std::size_t base = static_cast<std::size_t>((t * heads + h) * head_dim);
+            const double x0 = xs[base + a], x1 = xs[base + b];
+            want[base + a] = x0 * std::cos(angle) - x1 * std::sin(angle);
+            want[base + b] = x0 * std::sin(angle) + x1 * std::cos(angle);
+          }
+      // Position 300: the float angle itself carries ~300 * 2^-24 of rounding.
+      check_close(x.values(), want, 2e-4);
+    }
+  }
+}
+
+TEST_CASE("paged attention over scattered blocks matches contiguous attention", "[cpu][ops]") {
+  const std::int32_t block_size = 4, num_blocks = 64, heads = 4, kv_heads = 2, head_dim = 8;
+  CpuBackend backend(2);
+  REQUIRE(backend.allocate_kv_cache(KvCacheShape{2, num_blocks, block_size, kv_heads, head_dim})
+              .has_value());
+  // Three sequences: a fresh prefill, a prefill chunk after 9 cached tokens, and a decode
+  // after 21. Their history is written first by earlier steps, as an engine would.
+  const std::vector<std::int32_t> done = {0, 9, 21}, lengths = {6, 5, 1};
+  const std::int32_t kv_dim = kv_heads * head_dim, q_dim = heads * head_dim, layer = 1;
+  StepInput full = make_step(lengths, done, block_size, num_blocks, 10);
+  // All keys/values of each sequence, position by position.
+  std::vector<std::vector<float>> keys(3), values(3);
+  for (int s = 0; s < 3; ++s) {
+    keys[s] = random_floats(static_cast<std::size_t>((done[s] + lengths[s]) * kv_dim));
+    values[s] = random_floats(static_cast<std::size_t>((done[s] + lengths[s]) * kv_dim));
+  }
+  // Step 1: write the history of each sequence through store_kv.
+  StepInput history;
+  for (int s = 0; s < 3; ++s) {
+    if (done[s] == 0) continue;
+    append_sequence(history, std::vector<TokenId>(done[s], 0), 0, full.block_table(s), false);
+  }
+  REQUIRE(backend.begin_step(history).has_value());
+  {
+    std::vector<float> hk, hv;
+    for (int s = 1; s < 3; ++s) {
+      hk.insert(hk.end(), keys[s].begin(), keys[s].begin() + done[s] * kv_dim);
+      hv.insert(hv.end(), values[s].begin(), values[s].begin() + done[s] * kv_dim);
+    }
+    Held k(backend, history.num_tokens(), kv_dim, hk), v(backend, history.num_tokens(), kv_dim, hv);
+    backend.store_kv(layer, k.tensor, v.tensor);
+  }
+  // Step 2: the new tokens: store, then attend.
+  REQUIRE(backend.begin_step(full).has_value());
+  std::vector<float> nk, nv;
+  for (int s = 0; s < 3; ++s) {
+    nk.insert(nk.end(), keys[s].begin() + done[s] * kv_dim, keys[s].end());
+    nv.insert(nv.end(), values[s].begin() + done[s] * kv_dim, values[s].end());
+  }
+  const auto qs = random_floats(static_cast<std::size_t>(full.num_tokens() * q_dim));
+  Held k(backend, full.num_tokens(), kv_dim, nk), v(backend, full.num_tokens(), kv_dim, nv);
+  Held q(backend, full.num_tokens(), q_dim, qs), out(backend, full.num_tokens(), q_dim);
+  backend.store_kv(layer, k.tensor, v.tensor);
+  const AttentionParams params{heads, kv_heads, head_dim, 1.0f / std::sqrt(8.0f)};
+  backend.attention(layer, q.tensor, params, out.tensor);
+
+  std::vector<double> want;
+  for (int s = 0; s < 3; ++s) {
+    for (int i = 0; i < lengths[s]; ++i) {
+      const int pos = done[s] + i;
+      const int row = full.query_start[s] + i;
+      for (int h = 0; h < heads; ++h) {
+        const int kvh = h / (heads / kv_heads);
+        std::vector<double> p(pos + 1);
+        double max = -1e300, sum = 0.0;
+        for (int j = 0; j <= pos; ++j) {
+          double dot = 0.0;
+          for (int d = 0; d < head_dim; ++d) {
+            dot += static_cast<double>(qs[row * q_dim + h * head_dim + d]) *
+                   keys[s][j * kv_dim + kvh * head_dim + d];
+          }
+          p[j] = dot * params.scale;
+          max = std::max(max, p[j]);
+        }
+        for (auto& x : p) sum += (x = std::exp(x - max));
+        for (int d = 0; d < head_dim; ++d) {
+          double o = 0.0;
+          for (int j = 0; j <= pos; ++j)
+            o += p[j] / sum * values[s][j * kv_dim + kvh * head_dim + d];
+          want.push_back(o);
+        }
+      }
+    }
+  }
+  check_close(out.values(), want, 1e-5);
+}
+
+TEST_CASE("gather_logit_rows picks the asked rows", "[cpu][ops]") {
+  CpuBackend backend(1);
+  REQUIRE(backend.allocate_kv_cache(KvCacheShape{1, 8, 4, 1, 2}).has_value());
+  const StepInput step = make_step({3, 2}, {0, 0}, 4, 8, 10);  // logit rows 2 and 4
+  REQUIRE(backend.begin_step(step).has_value());
+  const auto xs = random_floats(5 * 6);
+  Held x(backend, 5, 6, xs), out(backend, 2, 6);
+  backend.gather_logit_rows(x.tensor, out.tensor);
+  std::vector<double> want;
+  for (int r : {2, 4})
+    for (int i = 0; i < 6; ++i) want.push_back(xs[r * 6 + i]);
+  check_close(out.values(), want, 0.0);
+}

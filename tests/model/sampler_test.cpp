@@ -1,0 +1,187 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <map>
+
+#include "model/sampler.hpp"
+
+using namespace troupe;
+using namespace troupe::model;
+
+namespace {
+
+Sampler make(SamplingParams params, std::vector<TokenId> prompt = {}, std::vector<TokenId> eog = {},
+             std::int32_t vocab = 8) {
+  auto s = Sampler::create(params, prompt, std::move(eog), vocab);
+  REQUIRE(s.has_value());
+  return std::move(*s);
+}
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 100;
+  return p;
+}
+
+// Frequencies of tokens drawn `n` times from fresh samplers with consecutive seeds.
+std::map<TokenId, int> histogram(SamplingParams p, const std::vector<float>& logits, int n) {
+  std::map<TokenId, int> counts;
+  for (int i = 0; i < n; ++i) {
+    p.seed = static_cast<std::uint64_t>(i);
+    auto s = make(p, {}, {}, static_cast<std::int32_t>(logits.size()));
+    ++counts[s.sample(logits).id];
+  }
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("greedy picks the largest logit, the lowest id on ties", "[sampler]") {
+  auto s = make(greedy());
+  CHECK(s.sample(std::vector<float>{0, 3, 1, 3, 0, 0, 0, 0}).id == 1);
+}
+
+TEST_CASE("the same seed gives the same tokens; another seed may not", "[sampler]") {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.max_tokens = 100;
+  p.seed = 1234;
+  const std::vector<float> logits = {1, 1, 1, 1, 1, 1, 1, 1};
+  auto a = make(p), b = make(p);
+  std::vector<TokenId> ta, tb, tc;
+  for (int i = 0; i < 50; ++i) {
+    ta.push_back(a.sample(logits).id);
+    tb.push_back(b.sample(logits).id);
+  }
+  CHECK(ta == tb);
+  p.seed = 99;
+  auto c = make(p);
+  for (int i = 0; i < 50; ++i) tc.push_back(c.sample(logits).id);
+  CHECK(ta != tc);
+}
+
+TEST_CASE("top-k, top-p and min-p keep only the allowed tokens", "[sampler]") {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                     std::log(0.05f)};
+  SamplingParams p;
+  p.max_tokens = 10;
+  SECTION("top-k 2") {
+    p.top_k = 2;
+    const auto h = histogram(p, logits, 2000);
+    CHECK(h.size() == 2);
+    CHECK(h.count(0) == 1);
+    CHECK(h.count(1) == 1);
+  }
+  SECTION("top-p 0.7 keeps the tokens that reach 70% of the mass") {
+    p.top_p = 0.7f;
+    const auto h = histogram(p, logits, 2000);
+    CHECK(h.size() == 2);
+    CHECK(std::abs(h.at(0) / 2000.0 - 0.5 / 0.8) < 0.05);
+  }
+  SECTION("min-p 0.2 drops tokens under a fifth of the top probability") {
+    p.min_p = 0.2f;  // threshold 0.1: keeps 0.5, 0.3, 0.15
+    const auto h = histogram(p, logits, 3000);
+    CHECK(h.size() == 3);
+    CHECK(h.count(3) == 0);
+  }
+  SECTION("plain temperature sampling follows the distribution") {
+    const auto h = histogram(p, logits, 4000);
+    CHECK(std::abs(h.at(0) / 4000.0 - 0.5) < 0.04);
+    CHECK(std::abs(h.at(2) / 4000.0 - 0.15) < 0.03);
+  }
+  SECTION("a low temperature sharpens it") {
+    p.temperature = 0.1f;
+    const auto h = histogram(p, logits, 500);
+    CHECK(h.at(0) > 490);
+  }
+}
+
+TEST_CASE("penalties push repeated tokens down", "[sampler]") {
+  SECTION("repetition penalty divides positive logits of prompt tokens") {
+    auto p = greedy();
+    p.repetition_penalty = 2.0f;
+    auto s = make(p, /*prompt=*/{0});
+    CHECK(s.sample(std::vector<float>{3, 2, 0, 0, 0, 0, 0, 0}).id == 1);  // 3/2 < 2
+  }
+  SECTION("presence and frequency penalties apply to generated tokens") {
+    auto p = greedy();
+    p.frequency_penalty = 0.6f;
+    p.presence_penalty = 0.5f;
+    auto s = make(p);
+    const std::vector<float> logits = {2.0f, 1.0f, 0, 0, 0, 0, 0, 0};
+    CHECK(s.sample(logits).id == 0);  // no history yet
+    CHECK(s.sample(logits).id == 1);  // 2 - 0.6 - 0.5 = 0.9 < 1
+  }
+}
+
+TEST_CASE("stop rules: end of generation, stop ids, max and min tokens", "[sampler]") {
+  const std::vector<float> eos_first = {0, 0, 5, 1, 0, 0, 0, 0};  // token 2 is EOS
+  SECTION("EOS stops") {
+    auto s = make(greedy(), {}, {2});
+    CHECK(s.sample(eos_first).id == 2);
+    CHECK(s.finish_reason() == FinishReason::stop);
+  }
+  SECTION("ignore_eos keeps going to the length limit") {
+    auto p = greedy();
+    p.ignore_eos = true;
+    p.max_tokens = 2;
+    auto s = make(p, {}, {2});
+    s.sample(eos_first);
+    CHECK(s.finish_reason() == FinishReason::none);
+    s.sample(eos_first);
+    CHECK(s.finish_reason() == FinishReason::length);
+  }
+  SECTION("min_tokens masks EOS until reached") {
+    auto p = greedy();
+    p.min_tokens = 2;
+    auto s = make(p, {}, {2});
+    CHECK(s.sample(eos_first).id == 3);
+    CHECK(s.sample(eos_first).id == 3);
+    CHECK(s.sample(eos_first).id == 2);
+    CHECK(s.finish_reason() == FinishReason::stop);
+  }
+  SECTION("a stop token id stops") {
+    auto p = greedy();
+    p.stop_token_ids = {3};
+    auto s = make(p);
+    CHECK(s.sample(std::vector<float>{0, 0, 0, 9, 0, 0, 0, 0}).id == 3);
+    CHECK(s.finish_reason() == FinishReason::stop);
+  }
+}
+
+TEST_CASE("log-probabilities come from the model's own distribution", "[sampler]") {
+  auto p = greedy();
+  p.logprobs = 2;
+  auto s = make(p, {}, {}, 4);
+  const auto token =
+      s.sample(std::vector<float>{std::log(0.1f), std::log(0.6f), std::log(0.3f), -1e9f});
+  CHECK(token.id == 1);
+  CHECK(token.logprob == Approx(std::log(0.6)).margin(1e-5));
+  REQUIRE(token.top_logprobs.size() == 2);
+  CHECK(token.top_logprobs[0].id == 1);
+  CHECK(token.top_logprobs[1].id == 2);
+  CHECK(token.top_logprobs[1].logprob == Approx(std::log(0.3)).margin(1e-5));
+}
+
+TEST_CASE("bad sampling parameters are errors that say which", "[sampler]") {
+  auto error = [](SamplingParams p) {
+    auto s = Sampler::create(p, {}, {}, 8);
+    REQUIRE_FALSE(s.has_value());
+    return s.error().message;
+  };
+  SamplingParams p;
+  p.temperature = -1.0f;
+  CHECK(error(p).find("temperature") != std::string::npos);
+  p = {};
+  p.top_p = 0.0f;
+  CHECK(error(p).find("top_p") != std::string::npos);
+  p = {};
+  p.stop_token_ids = {8};
+  CHECK(error(p).find("stop token id 8") != std::string::npos);
+  p = {};
+  p.max_tokens = 0;
+  CHECK(error(p).find("max_tokens") != std::string::npos);
+  p = {};
+  p.temperature = std::nanf("");
+  CHECK(error(p).find("temperature") != std::string::npos);
+}

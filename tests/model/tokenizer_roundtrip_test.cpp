@@ -1,0 +1,88 @@
+// Random byte strings through encode, decode and the incremental detokenizer:
+// no byte is lost or invented, and no chunk ends inside a UTF-8 sequence.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <random>
+
+#include "model/gguf_file.hpp"
+#include "model/incremental_detokenizer.hpp"
+#include "model/random_model.hpp"
+#include "model/tokenizer.hpp"
+#include "support/test_support.hpp"
+
+using namespace troupe;
+using namespace troupe::model;
+
+namespace {
+
+std::string random_text(std::mt19937& rng) {
+  static const std::vector<std::string> atoms = {
+      "a", "e", "the",  " ",    "  ",   "\n",           "\t",  "Hello", "world",
+      "é", "ß", "日本", "🦙", "😀",    "\xe2\x82\xac", "1",   "23",    ",",
+      ".", "!", "'s",   "\xff", "\x80", "\xc3",         "<s>", "</s>"};
+  std::string s;
+  const int n = static_cast<int>(rng() % 24);
+  for (int i = 0; i < n; ++i) s += atoms[rng() % atoms.size()];
+  return s;
+}
+
+bool is_valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_char_length(s.substr(i));
+    if (n == 1 && static_cast<unsigned char>(s[i]) >= 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+void roundtrip(const Tokenizer& tokenizer, int iterations) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < iterations; ++i) {
+    const std::string text = random_text(rng);
+    INFO("text: '" << text << "'");
+    const auto ids = tokenizer.encode(text, /*add_special=*/true);
+    for (TokenId id : ids) REQUIRE((id >= 0 && static_cast<std::size_t>(id) < tokenizer.size()));
+    // SentencePiece adds one space in front of the text.
+    CHECK(tokenizer.decode(ids) == (text.empty() ? "" : " " + text));
+    // Where the text is valid UTF-8, no chunk may end inside a character; invalid
+    // bytes pass through as they are.
+    const bool valid = is_valid_utf8(text);
+    IncrementalDetokenizer detokenizer(tokenizer);
+    std::string streamed;
+    for (TokenId id : ids) {
+      const std::string chunk = detokenizer.push(id);
+      if (valid) CHECK(is_valid_utf8(chunk));
+      streamed += chunk;
+    }
+    streamed += detokenizer.flush();
+    CHECK(streamed == tokenizer.decode(ids));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the built-in vocabulary round-trips random text", "[tokenizer][fuzz]") {
+  RandomModelSpec spec;
+  spec.dim = 32;
+  spec.num_layers = 1;
+  spec.num_heads = 2;
+  spec.num_kv_heads = 2;
+  spec.ffn_dim = 32;
+  spec.vocab_size = 4096;
+  const std::string path = test::temp_path("roundtrip-vocab.gguf");
+  REQUIRE(write_random_model(spec, path).has_value());
+  auto file = GgufFile::open(path);
+  REQUIRE(file.has_value());
+  auto tokenizer = Tokenizer::from_gguf(*file);
+  REQUIRE(tokenizer.has_value());
+  roundtrip(*tokenizer, 2000);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("the Llama-2 vocabulary round-trips random text", "[tokenizer][fuzz][shared]") {
+  auto file = GgufFile::open(test::shared_file("vocab/ggml-vocab-llama-spm.gguf"));
+  REQUIRE(file.has_value());
+  auto tokenizer = Tokenizer::from_gguf(*file);
+  REQUIRE(tokenizer.has_value());
+  roundtrip(*tokenizer, 2000);
+}
