@@ -51,8 +51,11 @@ Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   return from_vocabulary(std::move(vocab));
 }
 
-Result<Tokenizer> Tokenizer::from_vocabulary(Vocabulary vocab) {
+Result<Tokenizer> Tokenizer::from_vocabulary(Vocabulary vocabulary) {
   Tokenizer tok;
+  // The BPE encoder keeps a pointer to the vocabulary: it must live at its final address first.
+  tok.vocab_ = std::make_shared<const Vocabulary>(std::move(vocabulary));
+  const Vocabulary& vocab = *tok.vocab_;
   const std::size_t n = vocab.size();
   tok.byte_tokens_.assign(256, kNoToken);
   tok.pieces_.resize(n);
@@ -90,7 +93,6 @@ Result<Tokenizer> Tokenizer::from_vocabulary(Vocabulary vocab) {
   std::stable_sort(
       tok.special_tokens_.begin(), tok.special_tokens_.end(),
       [&](TokenId a, TokenId b) { return vocab.tokens[a].size() > vocab.tokens[b].size(); });
-  tok.vocab_ = std::make_shared<const Vocabulary>(std::move(vocab));
   return tok;
 }
 

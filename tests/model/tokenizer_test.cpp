@@ -73,6 +73,36 @@ TEST_CASE("SentencePiece ids equal the reference for every Phi-3 test string",
   check_vocab("ggml-vocab-phi-3");
 }
 
+TEST_CASE("byte-level BPE ids equal the reference for every GPT-2 test string",
+          "[tokenizer][shared]") {
+  check_vocab("ggml-vocab-gpt-2");
+}
+
+TEST_CASE("byte-level BPE ids equal the reference for every StarCoder test string",
+          "[tokenizer][shared]") {
+  check_vocab("ggml-vocab-starcoder");
+}
+
+TEST_CASE("byte-level BPE ids equal the reference for every Falcon test string",
+          "[tokenizer][shared]") {
+  check_vocab("ggml-vocab-falcon");
+}
+
+TEST_CASE("byte-level BPE ids equal the reference for every DeepSeek-Coder test string",
+          "[tokenizer][shared]") {
+  check_vocab("ggml-vocab-deepseek-coder");
+}
+
+TEST_CASE("BPE pieces decode the byte alphabet back to bytes", "[tokenizer][shared]") {
+  const Tokenizer tokenizer = load("vocab/ggml-vocab-gpt-2.gguf");
+  const TokenId space_the = tokenizer.vocabulary().find("\xc4\xa0the");  // "Ġthe"
+  REQUIRE(space_the != kNoToken);
+  CHECK(tokenizer.piece(space_the) == " the");
+  const std::string text = "caf\xc3\xa9 \xf0\x9f\xa6\x99\n\tx";
+  CHECK(tokenizer.decode(tokenizer.encode(text, false)) == text);
+  CHECK(tokenizer.piece(50256).empty());  // <|endoftext|> is a control token
+}
+
 TEST_CASE("prompt ids equal llama.cpp's for the golden prompts", "[tokenizer][shared]") {
   const Tokenizer tokenizer = load("models/stories260K.gguf");
   CHECK(tokenizer.encode("Once upon a time", true) == std::vector<TokenId>{1, 403, 407, 261, 378});
