@@ -72,7 +72,11 @@ void add_make_model_command(CLI::App& app) {
     if (cmd->count("--dim")) spec.dim = opts->spec.dim;
     if (cmd->count("--layers")) spec.num_layers = opts->spec.num_layers;
     if (cmd->count("--heads")) spec.num_heads = opts->spec.num_heads;
-    if (cmd->count("--kv-heads")) spec.num_kv_heads = opts->spec.num_kv_heads;
+    // Without --kv-heads, a new head count means plain multi-head attention.
+    if (cmd->count("--kv-heads"))
+      spec.num_kv_heads = opts->spec.num_kv_heads;
+    else if (cmd->count("--heads"))
+      spec.num_kv_heads = spec.num_heads;
     if (cmd->count("--ffn")) spec.ffn_dim = opts->spec.ffn_dim;
     if (cmd->count("--vocab-size")) spec.vocab_size = opts->spec.vocab_size;
     if (cmd->count("--context-length")) spec.context_length = opts->spec.context_length;

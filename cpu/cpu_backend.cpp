@@ -22,8 +22,13 @@ float* row(Tensor t, std::int64_t r) {
   return t.data + r * t.cols;
 }
 
+// Q8_0 and Q4_0 have int8 kernels; F32, F16 and BF16 float ones; the rest is decoded first.
 bool is_quantized(TensorType type) {
   return type == TensorType::q8_0 || type == TensorType::q4_0;
+}
+
+bool has_float_kernel(TensorType type) {
+  return type == TensorType::f32 || type == TensorType::f16 || type == TensorType::bf16;
 }
 
 // Rows per task: enough tasks to balance the threads, tiles kept whole.
@@ -145,11 +150,30 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
     });
     return;
   }
+  if (has_float_kernel(weight.type)) {
+    pool_.parallel_for(num_tasks, [&](std::int64_t task) {
+      const std::int64_t r0 = task * chunk;
+      const std::int64_t n = std::min(chunk, weight.rows - r0);
+      matmul_tile_float(weight.type, x.data, x.cols, x.rows, w + r0 * w_row_bytes, w_row_bytes, n,
+                        x.cols, out.data + r0, out.cols);
+    });
+    return;
+  }
+  // Other types (Q4_1, Q5_*, K-quants): decode each task's rows to float, then the F32
+  // kernel. Correct for every decodable type; their own SIMD kernels are still to come.
   pool_.parallel_for(num_tasks, [&](std::int64_t task) {
+    thread_local std::vector<float> rows;
     const std::int64_t r0 = task * chunk;
     const std::int64_t n = std::min(chunk, weight.rows - r0);
-    matmul_tile_float(weight.type, x.data, x.cols, x.rows, w + r0 * w_row_bytes, w_row_bytes, n,
-                      x.cols, out.data + r0, out.cols);
+    rows.resize(static_cast<std::size_t>(n * weight.cols));
+    for (std::int64_t r = 0; r < n; ++r) {
+      const auto decoded = model::dequantize_row(weight.type, w + (r0 + r) * w_row_bytes,
+                                                 weight.cols, rows.data() + r * weight.cols);
+      TROUPE_ASSERT(decoded.has_value(), "matmul weight of an undecodable type");
+    }
+    matmul_tile_float(TensorType::f32, x.data, x.cols, x.rows,
+                      reinterpret_cast<const std::byte*>(rows.data()), weight.cols * sizeof(float),
+                      n, x.cols, out.data + r0, out.cols);
   });
 }
 

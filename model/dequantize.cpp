@@ -46,6 +46,29 @@ void dequantize_q4_k(const std::uint8_t* block, float* out) {
   }
 }
 
+void dequantize_q5_k(const std::uint8_t* block, float* out) {
+  const float d = f16_to_f32(load_u16(block));
+  const float dmin = f16_to_f32(load_u16(block + 2));
+  const std::uint8_t* scales = block + 4;
+  const std::uint8_t* qh = block + 16;
+  const std::uint8_t* ql = block + 48;
+  int is = 0;
+  std::uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < 256; j += 64) {
+    std::uint8_t sc, m;
+    k_scale_min(is, scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    k_scale_min(is + 1, scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *out++ = d1 * ((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) *out++ = d2 * ((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    ql += 32;
+    is += 2;
+    u1 = static_cast<std::uint8_t>(u1 << 2);
+    u2 = static_cast<std::uint8_t>(u2 << 2);
+  }
+}
+
 void dequantize_q6_k(const std::uint8_t* block, float* out) {
   const std::uint8_t* ql = block;
   const std::uint8_t* qh = block + 128;
@@ -71,6 +94,25 @@ void dequantize_q6_k(const std::uint8_t* block, float* out) {
 }
 
 }  // namespace
+
+bool can_dequantize(TensorType type) {
+  switch (type) {
+    case TensorType::f32:
+    case TensorType::f16:
+    case TensorType::bf16:
+    case TensorType::q8_0:
+    case TensorType::q4_0:
+    case TensorType::q4_1:
+    case TensorType::q5_0:
+    case TensorType::q5_1:
+    case TensorType::q4_k:
+    case TensorType::q5_k:
+    case TensorType::q6_k:
+      return true;
+    default:
+      return false;
+  }
+}
 
 std::size_t row_bytes(TensorType type, std::int64_t cols) {
   const auto traits = tensor_type_traits(static_cast<std::uint32_t>(type));
@@ -106,6 +148,42 @@ Result<void> dequantize_row(TensorType type, const void* data, std::int64_t cols
           out[b * 32 + 16 + i] = d * ((block[2 + i] >> 4) - 8);
         }
       }
+      return {};
+    case TensorType::q4_1:
+      for (std::int64_t b = 0; b < cols / 32; ++b) {
+        const std::uint8_t* block = bytes + b * 20;
+        const float d = f16_to_f32(load_u16(block));
+        const float m = f16_to_f32(load_u16(block + 2));
+        for (int i = 0; i < 16; ++i) {
+          out[b * 32 + i] = d * (block[4 + i] & 0xF) + m;
+          out[b * 32 + 16 + i] = d * (block[4 + i] >> 4) + m;
+        }
+      }
+      return {};
+    case TensorType::q5_0:
+    case TensorType::q5_1: {
+      // d (f16), [m (f16) for Q5_1], 32 high bits, 16 bytes of low nibbles.
+      const bool has_min = type == TensorType::q5_1;
+      const std::size_t block_bytes = has_min ? 24 : 22;
+      for (std::int64_t b = 0; b < cols / 32; ++b) {
+        const std::uint8_t* block = bytes + b * block_bytes;
+        const float d = f16_to_f32(load_u16(block));
+        const float m = has_min ? f16_to_f32(load_u16(block + 2)) : 0.0f;
+        std::uint32_t qh;
+        std::memcpy(&qh, block + (has_min ? 4 : 2), 4);
+        const std::uint8_t* qs = block + (has_min ? 8 : 6);
+        const int offset = has_min ? 0 : 16;
+        for (int i = 0; i < 16; ++i) {
+          const int lo = (qs[i] & 0xF) | static_cast<int>(((qh >> i) & 1u) << 4);
+          const int hi = (qs[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1u) << 4);
+          out[b * 32 + i] = d * (lo - offset) + m;
+          out[b * 32 + 16 + i] = d * (hi - offset) + m;
+        }
+      }
+      return {};
+    }
+    case TensorType::q5_k:
+      for (std::int64_t b = 0; b < cols / 256; ++b) dequantize_q5_k(bytes + b * 176, out + b * 256);
       return {};
     case TensorType::q4_k:
       for (std::int64_t b = 0; b < cols / 256; ++b) dequantize_q4_k(bytes + b * 144, out + b * 256);

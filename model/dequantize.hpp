@@ -15,8 +15,11 @@ namespace troupe::model {
 // Bytes one row of `cols` elements of `type` takes.
 std::size_t row_bytes(TensorType type, std::int64_t cols);
 
+// Whether dequantize_row decodes this type.
+bool can_dequantize(TensorType type);
+
 // Decodes `cols` elements at `data` into out[0..cols). Types: F32, F16, BF16,
-// Q8_0, Q4_0, Q4_K, Q6_K.
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 Result<void> dequantize_row(TensorType type, const void* data, std::int64_t cols, float* out);
 
 // Encodes floats as `type` (F32, F16, BF16, Q8_0, Q4_0), as ggml's reference quantizers do.

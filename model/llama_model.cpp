@@ -1,5 +1,7 @@
 #include "model/llama_model.hpp"
 
+#include "model/dequantize.hpp"
+
 #include <cmath>
 #include <string>
 
@@ -27,17 +29,10 @@ class WeightLoader {
                             std::to_string(info->dims[1]) + "], expected [" + std::to_string(cols) +
                             ", " + std::to_string(rows) + "]");
     }
-    switch (info->type) {
-      case TensorType::f32:
-      case TensorType::f16:
-      case TensorType::bf16:
-      case TensorType::q8_0:
-      case TensorType::q4_0:
-        break;
-      default:
-        return make_error(ErrorCode::unsupported, "tensor '" + name + "' has type " +
-                                                      std::string(tensor_type_name(info->type)) +
-                                                      ", which troupe cannot compute with yet");
+    if (!can_dequantize(info->type)) {
+      return make_error(ErrorCode::unsupported, "tensor '" + name + "' has type " +
+                                                    std::string(tensor_type_name(info->type)) +
+                                                    ", which troupe cannot compute with yet");
     }
     return backend_.load_weight(*info);
   }

@@ -152,8 +152,11 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
       spec.ffn_dim <= 0 || spec.dim % spec.num_heads != 0 ||
       spec.num_heads % spec.num_kv_heads != 0 || (spec.dim / spec.num_heads) % 2 != 0) {
     return make_error(ErrorCode::invalid_argument,
-                      "impossible model shape: dim must split into an even head size, and heads "
-                      "into KV heads");
+                      "impossible model shape (dim " + std::to_string(spec.dim) + ", " +
+                          std::to_string(spec.num_heads) + " heads, " +
+                          std::to_string(spec.num_kv_heads) + " KV heads, FFN " +
+                          std::to_string(spec.ffn_dim) +
+                          "): dim must split into heads of an even size, and heads into KV heads");
   }
   const auto traits = tensor_type_traits(static_cast<std::uint32_t>(spec.type));
   if (spec.type != TensorType::f32 && spec.type != TensorType::f16 &&

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -12,6 +13,7 @@
 #include "cpu/kernels.hpp"
 #include "cpu/thread_pool.hpp"
 #include "model/dequantize.hpp"
+#include "model/half.hpp"
 
 using namespace troupe;
 using namespace troupe::model;
@@ -62,6 +64,35 @@ HostWeight make_weight(TensorType type, std::int64_t rows, std::int64_t cols) {
   const auto values = random_floats(static_cast<std::size_t>(rows * cols), 0.5f);
   w.bytes = *quantize(type, values, cols);
   w.dequantized.resize(values.size());
+  const std::size_t stride = row_bytes(type, cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    REQUIRE(dequantize_row(type, w.bytes.data() + r * stride, cols, w.dequantized.data() + r * cols)
+                .has_value());
+  }
+  w.weight = Weight{w.bytes.data(), type, rows, cols};
+  return w;
+}
+
+// Random blocks of a type troupe only decodes (no encoder): random bytes with
+// sane f16 scale fields.
+HostWeight make_random_blocks(TensorType type, std::int64_t rows, std::int64_t cols) {
+  const auto traits = *tensor_type_traits(static_cast<std::uint32_t>(type));
+  HostWeight w;
+  w.bytes.resize(static_cast<std::size_t>(rows * cols) / traits.block_elements *
+                 traits.block_bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : w.bytes) b = static_cast<std::byte>(byte(rng()));
+  std::vector<std::size_t> scale_offsets = {0, 2};
+  if (type == TensorType::q5_0) scale_offsets = {0};
+  if (type == TensorType::q6_k) scale_offsets = {208};
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  for (std::size_t block = 0; block < w.bytes.size(); block += traits.block_bytes) {
+    for (std::size_t off : scale_offsets) {
+      const std::uint16_t h = f32_to_f16(scale(rng()));
+      std::memcpy(w.bytes.data() + block + off, &h, 2);
+    }
+  }
+  w.dequantized.resize(static_cast<std::size_t>(rows * cols));
   const std::size_t stride = row_bytes(type, cols);
   for (std::int64_t r = 0; r < rows; ++r) {
     REQUIRE(dequantize_row(type, w.bytes.data() + r * stride, cols, w.dequantized.data() + r * cols)
@@ -151,6 +182,33 @@ TEST_CASE("matmul matches the reference for every weight type", "[cpu][ops]") {
         }
       check_close(out.values(), want, 1e-5, scale);
     }
+  }
+}
+
+TEST_CASE("matmul decodes the other GGUF types (Q4_1, Q5_0, Q5_1, K-quants) exactly",
+          "[cpu][ops]") {
+  CpuBackend backend(2);
+  for (const TensorType type : {TensorType::q4_1, TensorType::q5_0, TensorType::q5_1,
+                                TensorType::q4_k, TensorType::q5_k, TensorType::q6_k}) {
+    INFO(tensor_type_name(type));
+    const std::int64_t n = 5, rows = 13, cols = 512;
+    const auto w = make_random_blocks(type, rows, cols);
+    const auto xs = random_floats(static_cast<std::size_t>(n * cols));
+    Held x(backend, n, cols, xs), out(backend, n, rows);
+    backend.matmul(x.tensor, w.weight, out.tensor);
+    std::vector<double> want(static_cast<std::size_t>(n * rows)), scale(want.size());
+    for (int t = 0; t < n; ++t)
+      for (int r = 0; r < rows; ++r) {
+        double sum = 0.0, magnitude = 0.0;
+        for (int k = 0; k < cols; ++k) {
+          const double p = static_cast<double>(xs[t * cols + k]) * w.dequantized[r * cols + k];
+          sum += p;
+          magnitude += std::fabs(p);
+        }
+        want[t * rows + r] = sum;
+        scale[t * rows + r] = magnitude + 1e-6;
+      }
+    check_close(out.values(), want, 1e-5, scale);
   }
 }
 

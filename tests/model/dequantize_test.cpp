@@ -77,6 +77,43 @@ TEST_CASE("Q4_K and Q6_K blocks decode by ggml's layout", "[quant]") {
     REQUIRE(dequantize_row(TensorType::q6_k, block.data(), 256, out.data()).has_value());
     CHECK(out[0] == 0.5f * 2 * -32);
   }
+  SECTION("Q5_K: the fifth bit comes from qh") {
+    std::vector<std::uint8_t> block(176, 0);
+    const std::uint16_t one = f32_to_f16(1.0f);
+    std::memcpy(block.data(), &one, 2);  // d; dmin stays 0
+    block[4] = 1;                        // sub-block 0 scale 1
+    block[16 + 3] = 1;                   // qh: element 3 of sub-block 0 gets +16
+    block[48 + 3] = 0x02;                // low nibble 2
+    std::vector<float> out(256);
+    REQUIRE(dequantize_row(TensorType::q5_k, block.data(), 256, out.data()).has_value());
+    CHECK(out[3] == 18.0f);
+    CHECK(out[2] == 0.0f);
+  }
+  SECTION("Q4_1, Q5_0 and Q5_1 follow ggml's block layouts") {
+    const std::uint16_t two = f32_to_f16(2.0f), half = f32_to_f16(0.5f);
+    std::vector<std::uint8_t> q41(20, 0);
+    std::memcpy(q41.data(), &two, 2);
+    std::memcpy(q41.data() + 2, &half, 2);
+    q41[4] = 0x73;  // element 0: 3, element 16: 7
+    std::vector<float> out(32);
+    REQUIRE(dequantize_row(TensorType::q4_1, q41.data(), 32, out.data()).has_value());
+    CHECK(out[0] == 6.5f);
+    CHECK(out[16] == 14.5f);
+    std::vector<std::uint8_t> q50(22, 0);
+    std::memcpy(q50.data(), &two, 2);
+    q50[2 + 2] = 0x01;  // qh bit 16: element 16 gets +16
+    q50[6] = 0x41;      // element 0: 1, element 16: 4
+    REQUIRE(dequantize_row(TensorType::q5_0, q50.data(), 32, out.data()).has_value());
+    CHECK(out[0] == 2.0f * (1 - 16));
+    CHECK(out[16] == 2.0f * (4 + 16 - 16));
+    std::vector<std::uint8_t> q51(24, 0);
+    std::memcpy(q51.data(), &two, 2);
+    std::memcpy(q51.data() + 2, &half, 2);
+    q51[4] = 0x01;  // qh bit 0: element 0 gets +16
+    q51[8] = 0x03;
+    REQUIRE(dequantize_row(TensorType::q5_1, q51.data(), 32, out.data()).has_value());
+    CHECK(out[0] == 2.0f * 19 + 0.5f);
+  }
   SECTION("an undecodable type is an error") {
     float out[32];
     CHECK_FALSE(dequantize_row(TensorType::q2_k, nullptr, 256, out).has_value());

@@ -1,0 +1,98 @@
+// The `troupe` binary as a user runs it: output, errors and exit codes.
+#include <sys/wait.h>
+#include <array>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "golden/golden_support.hpp"
+
+using namespace troupe;
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together, or stdout alone
+};
+
+// Runs troupe with `args`; stderr goes to `err_path` when given, else it joins stdout.
+Run run_troupe(const std::string& args, const std::string& err_path = "") {
+  const std::string redirect = err_path.empty() ? " 2>&1" : " 2>" + err_path;
+  const std::string cache = test::temp_path("cache");
+  const std::string command =
+      "XDG_CACHE_HOME=" + cache + " " + std::string(TROUPE_BINARY) + " " + args + redirect;
+  Run run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
+    run.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("troupe generate streams llama.cpp's greedy continuation of stories260K",
+          "[cli][shared]") {
+  const auto cases = test::golden_cases();
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  const std::string err = test::temp_path("generate.err");
+  for (const auto& c : cases.array) {
+    if (c["prompt"].string.empty()) continue;  // the shell quoting test below covers odd prompts
+    INFO(c["prompt"].string);
+    const Run run = run_troupe(
+        "generate -m " + model + " -p '" + c["prompt"].string + "' -n 64 --ignore-eos", err);
+    CHECK(run.exit_code == 0);
+    CHECK(run.out == c["output_text"].string + "\n");  // the continuation only, not the prompt
+    const std::string stats = test::read_text(err);
+    const auto num_prompt = std::to_string(c["prompt_ids"].array.size());
+    CHECK(stats.find("prompt: " + num_prompt + " tokens") != std::string::npos);
+    CHECK(stats.find("generation: 64 tokens") != std::string::npos);
+  }
+}
+
+TEST_CASE("troupe generate runs the built-in model when given none", "[cli]") {
+  const Run run = run_troupe("generate -p 'Hello world' -n 8 --ignore-eos");
+  CHECK(run.exit_code == 0);
+  CHECK(run.out.find("generation: 8 tokens") != std::string::npos);
+}
+
+TEST_CASE("bad input to troupe is a clear error and exit code 1, never a crash", "[cli]") {
+  SECTION("a missing model file") {
+    const Run run = run_troupe("generate -m /nonexistent.gguf -p hi");
+    CHECK(run.exit_code == 1);
+    CHECK(run.out.find("cannot open model file '/nonexistent.gguf'") != std::string::npos);
+  }
+  SECTION("a truncated model file") {
+    const std::string path = test::temp_path("truncated.gguf");
+    const Run made =
+        run_troupe("make-model --out " + path + " --dim 64 --layers 1 --heads 2 --ffn 64");
+    REQUIRE(made.exit_code == 0);
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+    const Run run = run_troupe("generate -m " + path + " -p hi");
+    CHECK(run.exit_code == 1);
+    CHECK(run.out.find("lies outside the file") != std::string::npos);
+  }
+  SECTION("a prompt longer than the context") {
+    const std::string path = test::temp_path("short-context.gguf");
+    REQUIRE(run_troupe("make-model --out " + path +
+                       " --dim 64 --layers 1 --heads 2 --ffn 64 --context-length 16")
+                .exit_code == 0);
+    const Run run =
+        run_troupe("generate -m " + path + " -p 'one two three four five six seven' -n 12");
+    CHECK(run.exit_code == 1);
+    CHECK(run.out.find("exceeds the context length of 16") != std::string::npos);
+  }
+  SECTION("bad sampling parameters") {
+    const Run run = run_troupe("generate -p hi --top-p 1.5");
+    CHECK(run.exit_code == 1);
+    CHECK(run.out.find("top_p must be in (0, 1]") != std::string::npos);
+  }
+  SECTION("an unknown subcommand") {
+    CHECK(run_troupe("fly").exit_code != 0);
+  }
+}
