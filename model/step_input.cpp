@@ -17,6 +17,9 @@ Result<void> validate_step(const StepInput& step, const KvCacheShape& cache,
                            std::int32_t vocab_size) {
   const std::int32_t num_tokens = step.num_tokens();
   const std::int32_t num_seqs = step.num_seqs();
+  if (num_seqs == 0 && num_tokens == 0 && step.query_start.size() <= 1 && step.logit_rows.empty()) {
+    return {};  // an empty step: nothing to run
+  }
   if (step.positions.size() != step.tokens.size()) {
     return tl::unexpected(bad_step("positions and tokens differ in length"));
   }

@@ -1,0 +1,284 @@
+#include "engine/scheduler.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <unordered_set>
+
+namespace troupe::engine {
+
+namespace {
+
+// Larger is less urgent: the order in which victims are chosen.
+bool less_urgent(const Sequence& a, const Sequence& b, SchedulingPolicy policy) {
+  if (policy == SchedulingPolicy::priority && a.priority != b.priority)
+    return a.priority > b.priority;
+  return a.arrival > b.arrival;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config), kv_(config.num_blocks, config.block_size, config.enable_prefix_caching) {
+  TROUPE_ASSERT(config.num_blocks > 0 && config.block_size > 0 && config.max_num_seqs > 0 &&
+                    config.max_num_batched_tokens > 0 && config.max_model_len > 1,
+                "scheduler limits must be positive");
+}
+
+Result<void> Scheduler::add(const SequenceRequest& request) {
+  const auto n = static_cast<std::int32_t>(request.prompt.size());
+  if (n == 0) return make_error(ErrorCode::invalid_argument, "the prompt is empty");
+  if (sequences_.contains(request.id)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "sequence " + std::to_string(request.id) + " is already queued");
+  }
+  if (request.max_tokens < 1) {
+    return make_error(ErrorCode::invalid_argument, "max_tokens must be at least 1");
+  }
+  if (n >= config_.max_model_len) {
+    return make_error(ErrorCode::out_of_range, "the prompt has " + std::to_string(n) +
+                                                   " tokens; the model's context is " +
+                                                   std::to_string(config_.max_model_len) +
+                                                   " tokens, which leaves no room to generate");
+  }
+  if (kv_.blocks_for(n + 1) > config_.num_blocks) {
+    return make_error(ErrorCode::out_of_range,
+                      "the prompt has " + std::to_string(n) +
+                          " tokens but the KV cache holds only " +
+                          std::to_string(config_.num_blocks * config_.block_size));
+  }
+  Sequence seq;
+  seq.id = request.id;
+  seq.tokens = request.prompt;
+  seq.num_prompt_tokens = n;
+  seq.max_tokens = request.max_tokens;
+  seq.priority = request.priority;
+  seq.arrival = next_arrival_++;
+  sequences_.emplace(seq.id, std::move(seq));
+  enqueue_waiting(request.id, false);
+  return {};
+}
+
+void Scheduler::enqueue_waiting(SeqId id, bool at_front) {
+  Sequence& seq = sequences_.at(id);
+  seq.status = seq.status == SequenceStatus::running ? SequenceStatus::preempted : seq.status;
+  if (config_.policy == SchedulingPolicy::priority) {
+    // Sorted by (priority, arrival): a preempted sequence goes back to its place.
+    const auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](SeqId other) {
+      return less_urgent(sequences_.at(other), seq, config_.policy);
+    });
+    waiting_.insert(it, id);
+  } else if (at_front) {
+    waiting_.push_front(id);
+  } else {
+    waiting_.push_back(id);
+  }
+}
+
+bool Scheduler::abort(SeqId id, FinishReason reason) {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return false;
+  finish(it->second, reason);
+  return true;
+}
+
+void Scheduler::finish(Sequence& seq, FinishReason reason) {
+  kv_.free(seq);
+  const SeqId id = seq.id;
+  std::erase(running_, id);
+  if (const auto w = std::find(waiting_.begin(), waiting_.end(), id); w != waiting_.end()) {
+    waiting_.erase(w);
+  }
+  sequences_.erase(id);
+  (void)reason;
+}
+
+bool Scheduler::admits_new_sequences() const {
+  return config_.mode == BatchingMode::continuous || running_.empty();
+}
+
+BatchPlan Scheduler::schedule() {
+  BatchPlan plan;
+  // Static batching prefills its whole batch at once, whatever the budget.
+  std::int32_t budget = config_.mode == BatchingMode::continuous
+                            ? config_.max_num_batched_tokens
+                            : std::numeric_limits<std::int32_t>::max();
+  schedule_running(plan, budget);
+  // After a preemption, nothing new is admitted this iteration: room is short.
+  if (plan.preempted.empty() && admits_new_sequences()) schedule_waiting(plan, budget);
+  return plan;
+}
+
+void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
+  // First the decodes (one token each: stall-free), then the unfinished prefills.
+  std::vector<SeqId> order;
+  order.reserve(running_.size());
+  for (SeqId id : running_) {
+    if (!sequences_.at(id).is_prefilling()) order.push_back(id);
+  }
+  for (SeqId id : running_) {
+    if (sequences_.at(id).is_prefilling()) order.push_back(id);
+  }
+  for (SeqId id : order) {
+    if (budget <= 0) break;
+    const auto it = sequences_.find(id);
+    if (it == sequences_.end() || it->second.status != SequenceStatus::running)
+      continue;  // preempted
+    Sequence& seq = it->second;
+    const std::int32_t num_new = std::min(seq.num_tokens() - seq.num_computed_tokens, budget);
+    if (!reserve(seq, num_new, plan, budget)) continue;
+    const bool samples = seq.num_computed_tokens + num_new == seq.num_tokens();
+    plan.chunks.push_back({id, num_new, samples});
+    plan.num_tokens += num_new;
+    if (num_new == 1 && samples) ++plan.num_decodes;
+    budget -= num_new;
+  }
+  // Decodes stay ahead of prefill chunks in the plan.
+  std::stable_partition(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
+    return c.num_new_tokens == 1 && c.samples;
+  });
+}
+
+bool Scheduler::reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& plan,
+                        std::int32_t& budget) {
+  while (!kv_.allocate_slots(seq, num_new_tokens)) {
+    Sequence* victim = pick_victim();
+    TROUPE_ASSERT(victim != nullptr, "a running sequence but no victim");
+    preempt(*victim, plan, budget);
+    if (victim == &seq) return false;
+  }
+  return true;
+}
+
+Sequence* Scheduler::pick_victim() {
+  Sequence* victim = nullptr;
+  for (SeqId id : running_) {
+    Sequence& s = sequences_.at(id);
+    if (victim == nullptr || less_urgent(s, *victim, config_.policy)) victim = &s;
+  }
+  return victim;
+}
+
+void Scheduler::preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget) {
+  // Preemption by recompute: the blocks go back to the pool; the sequence will
+  // prefill its prompt and what it had generated again (the prefix cache may help).
+  kv_.free(victim);
+  victim.num_computed_tokens = 0;
+  victim.num_cached_tokens = 0;
+  ++victim.num_preemptions;
+  ++num_preemptions_;
+  std::erase(running_, victim.id);
+  const auto chunk = std::find_if(plan.chunks.begin(), plan.chunks.end(),
+                                  [&](const ScheduledChunk& c) { return c.id == victim.id; });
+  if (chunk != plan.chunks.end()) {
+    budget += chunk->num_new_tokens;
+    plan.num_tokens -= chunk->num_new_tokens;
+    if (chunk->num_new_tokens == 1 && chunk->samples) --plan.num_decodes;
+    plan.chunks.erase(chunk);
+  }
+  plan.preempted.push_back(victim.id);
+  enqueue_waiting(victim.id, true);
+}
+
+void Scheduler::schedule_waiting(BatchPlan& plan, std::int32_t& budget) {
+  while (!waiting_.empty() && static_cast<std::int32_t>(running_.size()) < config_.max_num_seqs &&
+         budget > 0) {
+    const SeqId id = waiting_.front();
+    Sequence& seq = sequences_.at(id);
+    const std::vector<BlockId> prefix = kv_.find_cached_prefix(seq);
+    const auto computed = static_cast<std::int32_t>(prefix.size()) * config_.block_size;
+    const std::int32_t num_new = std::min(seq.num_tokens() - computed, budget);
+    if (!kv_.allocate_slots(seq, num_new, prefix)) break;  // no preemption for newcomers
+    waiting_.pop_front();
+    seq.status = SequenceStatus::running;
+    running_.push_back(id);
+    const bool samples = seq.num_computed_tokens + num_new == seq.num_tokens();
+    plan.chunks.push_back({id, num_new, samples});
+    plan.num_tokens += num_new;
+    if (num_new == 1 && samples) ++plan.num_decodes;
+    budget -= num_new;
+  }
+}
+
+std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
+                                                std::span<const SampledResult> sampled) {
+  std::vector<FinishedSequence> finished;
+  std::size_t next = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    const SampledResult* result = chunk.samples ? &sampled[next++] : nullptr;
+    const auto it = sequences_.find(chunk.id);
+    if (it == sequences_.end()) continue;  // aborted while its step ran
+    Sequence& seq = it->second;
+    seq.num_computed_tokens += chunk.num_new_tokens;
+    kv_.cache_full_blocks(seq);
+    if (result == nullptr) continue;
+    seq.tokens.push_back(result->token);
+    FinishReason reason = result->finish_reason;
+    if (reason == FinishReason::none &&
+        (seq.num_generated() >= seq.max_tokens || seq.num_tokens() >= config_.max_model_len)) {
+      reason = FinishReason::length;
+    }
+    if (reason != FinishReason::none) {
+      finished.push_back({seq.id, reason});
+      finish(seq, reason);
+    }
+  }
+  TROUPE_ASSERT(next == sampled.size(), "one sampled token per sampling chunk");
+  return finished;
+}
+
+const Sequence* Scheduler::find(SeqId id) const {
+  const auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : &it->second;
+}
+
+Result<void> Scheduler::check_invariants() const {
+  auto broken = [](const std::string& what) { return make_error(ErrorCode::internal, what); };
+  if (static_cast<std::int32_t>(running_.size()) > config_.max_num_seqs) {
+    return broken("more running sequences than max_num_seqs");
+  }
+  std::vector<std::int32_t> refs(kv_.num_blocks(), 0);
+  for (const auto& [id, seq] : sequences_) {
+    const bool is_running = seq.status == SequenceStatus::running;
+    if (!is_running && !seq.block_table.empty()) {
+      return broken("waiting sequence " + std::to_string(id) + " holds blocks");
+    }
+    if (is_running && kv_.blocks_for(seq.num_computed_tokens) >
+                          static_cast<std::int32_t>(seq.block_table.size())) {
+      return broken("sequence " + std::to_string(id) + " has computed tokens without blocks");
+    }
+    std::unordered_set<BlockId> own(seq.block_table.begin(), seq.block_table.end());
+    if (own.size() != seq.block_table.size()) {
+      return broken("sequence " + std::to_string(id) + " holds a block twice");
+    }
+    for (BlockId b : seq.block_table) ++refs[b];
+    // Blocks it registered or reused from the cache are the tree's nodes for its prefix.
+    for (std::int32_t i = 0; i < seq.num_registered_blocks; ++i) {
+      if (!kv_.prefix_cache().contains(seq.block_table[i])) {
+        return broken("sequence " + std::to_string(id) + " lost a cached prefix block");
+      }
+    }
+  }
+  std::int32_t num_unreferenced = 0;
+  for (BlockId b = 0; b < kv_.num_blocks(); ++b) {
+    if (refs[b] != kv_.pool().ref_count(b)) {
+      return broken("block " + std::to_string(b) + " has " +
+                    std::to_string(kv_.pool().ref_count(b)) + " references but " +
+                    std::to_string(refs[b]) + " holders");
+    }
+    num_unreferenced += refs[b] == 0 ? 1 : 0;
+    if (kv_.pool().is_cached(b) != kv_.prefix_cache().contains(b)) {
+      return broken("block " + std::to_string(b) + " is cached in the pool but not the tree");
+    }
+  }
+  if (num_unreferenced != kv_.num_free_blocks()) {
+    return broken(std::to_string(num_unreferenced) + " blocks are unreferenced but " +
+                  std::to_string(kv_.num_free_blocks()) + " are free");
+  }
+  if (running_.size() + waiting_.size() != sequences_.size()) {
+    return broken("a sequence is in neither queue");
+  }
+  return {};
+}
+
+}  // namespace troupe::engine

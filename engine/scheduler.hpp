@@ -1,0 +1,121 @@
+// The scheduler: one call plans one model iteration. Continuous batching with
+// chunked prefill (Orca, Sarathi-Serve): within a token budget, running decodes
+// first (one token each), then unfinished prefills, then waiting sequences in
+// policy order, their prompts cut to fit. When blocks run out, the
+// lowest-priority, latest-arrived running sequence is preempted by recompute.
+// A `static` mode runs the traditional batch instead, for comparison.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/kv_cache_manager.hpp"
+#include "engine/sequence.hpp"
+#include "troupe/result.hpp"
+
+namespace troupe::engine {
+
+enum class SchedulingPolicy { fcfs, priority };
+
+enum class BatchingMode {
+  continuous,    // the batch is re-formed every iteration
+  static_batch,  // admit up to max_num_seqs when the batch is empty; run them all to the end
+};
+
+struct SchedulerConfig {
+  std::int32_t max_num_batched_tokens = 2048;  // token budget of one iteration
+  std::int32_t max_num_seqs = 256;             // most sequences running at once
+  std::int32_t max_model_len = 2048;           // prompt + output
+  std::int32_t num_blocks = 0;
+  std::int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+  SchedulingPolicy policy = SchedulingPolicy::fcfs;
+  BatchingMode mode = BatchingMode::continuous;
+};
+
+struct SequenceRequest {
+  SeqId id = 0;
+  std::vector<TokenId> prompt;
+  std::int32_t max_tokens = 16;
+  std::int32_t priority = 0;
+};
+
+// One sequence's share of an iteration: its next num_new_tokens tokens.
+struct ScheduledChunk {
+  SeqId id = 0;
+  std::int32_t num_new_tokens = 0;
+  bool samples = false;  // reaches the sequence's last token: a token is sampled
+};
+
+struct BatchPlan {
+  std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
+  std::int32_t num_tokens = 0;
+  std::int32_t num_decodes = 0;
+  std::vector<SeqId> preempted;  // in this iteration
+};
+
+// What the model produced for one sampling chunk of a plan.
+struct SampledResult {
+  TokenId token = kNoToken;
+  FinishReason finish_reason = FinishReason::none;  // the sampler's own verdict (stop ids, EOS)
+};
+
+struct FinishedSequence {
+  SeqId id = 0;
+  FinishReason reason = FinishReason::none;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  const SchedulerConfig& config() const { return config_; }
+  const KvCacheManager& kv_cache() const { return kv_; }
+
+  // Queues a new sequence. Errors: an empty prompt, a duplicate id, or a prompt that
+  // leaves no room for a token within max_model_len (the message says the lengths).
+  Result<void> add(const SequenceRequest& request);
+  // Ends a sequence now (cancelled or stopped by a stop string); its blocks are
+  // free before this returns. False if it is unknown or already finished.
+  bool abort(SeqId id, FinishReason reason = FinishReason::abort);
+
+  // Plans the next iteration.
+  BatchPlan schedule();
+  // Applies an iteration's results: `sampled` has one entry per chunk that samples,
+  // in plan order. Returns the sequences that finished.
+  std::vector<FinishedSequence> update(const BatchPlan& plan,
+                                       std::span<const SampledResult> sampled);
+
+  const Sequence* find(SeqId id) const;
+  std::size_t num_waiting() const { return waiting_.size(); }
+  std::size_t num_running() const { return running_.size(); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  std::int64_t num_preemptions() const { return num_preemptions_; }
+
+  // Checks every invariant (reference counts match block tables, no block both
+  // free and held, limits respected); the message names the first one broken.
+  Result<void> check_invariants() const;
+
+ private:
+  void schedule_running(BatchPlan& plan, std::int32_t& budget);
+  void schedule_waiting(BatchPlan& plan, std::int32_t& budget);
+  bool reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& plan, std::int32_t& budget);
+  void preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget);
+  Sequence* pick_victim();
+  void enqueue_waiting(SeqId id, bool at_front);
+  void finish(Sequence& seq, FinishReason reason);
+  bool admits_new_sequences() const;
+
+  SchedulerConfig config_;
+  KvCacheManager kv_;
+  std::unordered_map<SeqId, Sequence> sequences_;  // waiting, preempted and running ones
+  std::deque<SeqId> waiting_;                      // in policy order
+  std::vector<SeqId> running_;                     // in admission order
+  std::uint64_t next_arrival_ = 0;
+  std::int64_t num_preemptions_ = 0;
+};
+
+}  // namespace troupe::engine
