@@ -97,3 +97,17 @@ void KvCacheManager::free(Sequence& seq) {
 }
 
 }  // namespace troupe::engine
+
+namespace troupe::engine {
+
+void KvCacheManager::clear_prefix_cache() {
+  TROUPE_ASSERT(pool_.num_free() == pool_.num_blocks(), "clearing the cache while blocks are held");
+  for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
+    if (!cache_.contains(b)) continue;
+    removed_.clear();
+    cache_.erase(b, removed_);
+    for (BlockId r : removed_) pool_.set_cached(r, false);
+  }
+}
+
+}  // namespace troupe::engine

@@ -51,6 +51,9 @@ class KvCacheManager {
   // Returns every block of `seq` (last first, so a prefix outlives its tails).
   void free(Sequence& seq);
 
+  // Forgets every cached prefix (their KV memory is gone). Only when no block is held.
+  void clear_prefix_cache();
+
  private:
   std::int32_t block_size_;
   bool enable_prefix_caching_;

@@ -227,6 +227,14 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
   return finished;
 }
 
+void Scheduler::reset_kv_cache() {
+  BatchPlan unused;
+  std::int32_t budget = 0;
+  // Latest first, so that enqueueing at the front restores arrival order.
+  while (!running_.empty()) preempt(sequences_.at(running_.back()), unused, budget);
+  kv_.clear_prefix_cache();
+}
+
 const Sequence* Scheduler::find(SeqId id) const {
   const auto it = sequences_.find(id);
   return it == sequences_.end() ? nullptr : &it->second;

@@ -89,6 +89,10 @@ class Scheduler {
   std::vector<FinishedSequence> update(const BatchPlan& plan,
                                        std::span<const SampledResult> sampled);
 
+  // The KV memory behind the blocks was lost (a worker restarted): every running
+  // sequence is preempted to recompute, and the prefix cache forgets everything.
+  void reset_kv_cache();
+
   const Sequence* find(SeqId id) const;
   std::size_t num_waiting() const { return waiting_.size(); }
   std::size_t num_running() const { return running_.size(); }

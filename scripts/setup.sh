@@ -9,6 +9,7 @@ packages=(
   libhwy-dev                             # CPU SIMD kernels
   libexpected-dev                        # troupe::Result
   libcli11-dev                           # command line
+  libcaf-dev                             # actors (CAF 0.17)
   clang-format                           # style check
 )
 

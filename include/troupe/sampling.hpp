@@ -27,10 +27,11 @@ struct SamplingParams {
 };
 
 enum class FinishReason {
-  none,    // still running
-  stop,    // an end-of-generation token, a stop token id or a stop string
-  length,  // max_tokens or the context length
-  abort,   // cancelled by the client
+  none,     // still running
+  stop,     // an end-of-generation token, a stop token id or a stop string
+  length,   // max_tokens or the context length
+  abort,    // cancelled by the client
+  timeout,  // the request's deadline passed
   error,
 };
 
@@ -44,6 +45,8 @@ inline std::string_view finish_reason_name(FinishReason reason) {
       return "length";
     case FinishReason::abort:
       return "abort";
+    case FinishReason::timeout:
+      return "timeout";
     case FinishReason::error:
       return "error";
   }

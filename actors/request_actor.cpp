@@ -1,0 +1,95 @@
+#include "actors/request_actor.hpp"
+
+#include <cstdio>
+
+namespace troupe::actors {
+
+namespace {
+
+using Self = request_actor::stateful_pointer<RequestState>;
+
+// The caller's callback must not let an exception escape into the actor.
+void deliver(RequestState& state, const TokenEvent& event) {
+  try {
+    state.on_event(event);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe: request %llu: the event callback threw: %s\n",
+                 static_cast<unsigned long long>(state.id), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "troupe: request %llu: the event callback threw\n",
+                 static_cast<unsigned long long>(state.id));
+  }
+}
+
+// The last event: whatever text was held, the reason and the counts.
+void finish(Self self, TokenEvent event, FinishReason reason, const std::string& error = {}) {
+  auto& state = self->state;
+  if (!state.stop->stopped()) {
+    event.text += state.stop->push(state.detokenizer->flush());
+    if (!state.stop->stopped()) event.text += state.stop->flush();
+  }
+  event.finished = true;
+  event.finish_reason = state.stop->stopped() ? FinishReason::stop : reason;
+  event.error = error;
+  event.num_prompt_tokens = state.num_prompt_tokens;
+  event.num_cached_tokens = state.num_cached_tokens;
+  event.num_generated_tokens = state.num_generated;
+  state.done = true;
+  deliver(state, event);
+  state.keep_alive = nullptr;
+  self->quit();
+}
+
+void on_token(Self self, TokenUpdate& update) {
+  auto& state = self->state;
+  if (state.done) return;
+  state.num_cached_tokens = std::max(state.num_cached_tokens, update.num_cached_tokens);
+  TokenEvent event;
+  event.request_id = state.id;
+  if (update.token != kNoToken) {
+    ++state.num_generated;
+    event.token = update.token;
+    event.logprob = update.logprob;
+    event.top_logprobs = std::move(update.top_logprobs);
+    event.text = state.stop->push(state.detokenizer->push(update.token));
+    if (state.stop->stopped()) {
+      // A stop string: the sequence ends here, whatever the scheduler planned.
+      self->send(state.scheduler, abort_atom::value, state.id, FinishReason::stop);
+      finish(self, std::move(event), FinishReason::stop);
+      return;
+    }
+  }
+  if (update.finish_reason != FinishReason::none) {
+    finish(self, std::move(event), update.finish_reason, update.error);
+    return;
+  }
+  deliver(state, event);
+}
+
+}  // namespace
+
+request_actor::behavior_type request(request_actor::stateful_pointer<RequestState> self,
+                                     std::shared_ptr<RequestSetup> setup) {
+  auto& state = self->state;
+  state.id = setup->id;
+  state.on_event = std::move(setup->on_event);
+  state.tokenizer = setup->tokenizer;
+  state.detokenizer = std::make_unique<model::IncrementalDetokenizer>(*state.tokenizer);
+  state.stop = std::make_unique<model::StopStringFilter>(setup->stop);
+  state.scheduler = setup->scheduler;
+  state.num_prompt_tokens = setup->num_prompt_tokens;
+  state.keep_alive = caf::actor_cast<request_actor>(self);
+  if (setup->timeout.count() > 0) self->delayed_send(self, setup->timeout, timeout_atom::value);
+  return {
+      [self](token_atom, TokenUpdate& update) { on_token(self, update); },
+      [self](timeout_atom) {
+        if (self->state.done) return;
+        self->send(self->state.scheduler, abort_atom::value, self->state.id, FinishReason::timeout);
+        TokenEvent event;
+        event.request_id = self->state.id;
+        finish(self, std::move(event), FinishReason::timeout);
+      },
+  };
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,42 @@
+// The request actor: one per request. Turns token ids into text (UTF-8 safe),
+// applies stop strings and the deadline, and hands events to the caller.
+#pragma once
+
+#include <memory>
+
+#include "actors/messages.hpp"
+#include "model/incremental_detokenizer.hpp"
+#include "model/stop_strings.hpp"
+#include "model/tokenizer.hpp"
+
+namespace troupe::actors {
+
+struct RequestState {
+  RequestId id = 0;
+  TokenCallback on_event;
+  std::shared_ptr<const model::Tokenizer> tokenizer;
+  std::unique_ptr<model::IncrementalDetokenizer> detokenizer;
+  std::unique_ptr<model::StopStringFilter> stop;
+  scheduler_actor scheduler;
+  request_actor keep_alive;  // itself, until it ends: nobody else must hold it
+  std::int32_t num_prompt_tokens = 0;
+  std::int32_t num_generated = 0;
+  std::int32_t num_cached_tokens = 0;
+  bool done = false;
+  static inline const char* name = "troupe.request";
+};
+
+struct RequestSetup {
+  RequestId id = 0;
+  TokenCallback on_event;
+  std::shared_ptr<const model::Tokenizer> tokenizer;
+  std::vector<std::string> stop;
+  std::int32_t num_prompt_tokens = 0;
+  std::chrono::milliseconds timeout{0};
+  scheduler_actor scheduler;
+};
+
+request_actor::behavior_type request(request_actor::stateful_pointer<RequestState> self,
+                                     std::shared_ptr<RequestSetup> setup);
+
+}  // namespace troupe::actors

@@ -1,0 +1,122 @@
+// The engine's C++ API: submit a prompt, receive its tokens as a stream of
+// events, cancel it. Behind it run the actors (actors/); this header names
+// none of them, so callers (the server, the CLI, tests) need no CAF.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/result.hpp"
+#include "troupe/sampling.hpp"
+#include "troupe/types.hpp"
+
+namespace troupe {
+
+namespace model {
+class Tokenizer;
+struct LlamaConfig;
+}  // namespace model
+
+using RequestId = std::uint64_t;
+
+enum class BatchingPolicy { fcfs, priority };
+enum class BatchingMode { continuous, static_batch };
+
+struct EngineConfig {
+  std::string model_path;  // empty: the built-in random model
+  int num_threads = 0;     // compute threads (0: all cores)
+  std::int32_t block_size = 16;
+  std::int32_t num_kv_blocks = 0;  // 0: derived from kv_cache_bytes
+  std::int64_t kv_cache_bytes = std::int64_t{1} << 30;
+  std::int32_t max_num_seqs = 256;
+  std::int32_t max_num_batched_tokens = 2048;
+  std::int32_t max_model_len = 0;  // 0: the model's context length
+  bool enable_prefix_caching = true;
+  BatchingPolicy policy = BatchingPolicy::fcfs;
+  BatchingMode mode = BatchingMode::continuous;
+  // Called by the worker before every step; a test makes it throw to check that a
+  // failing step ends its requests with an error and the engine keeps serving.
+  std::function<void()> before_step;
+};
+
+struct GenerateRequest {
+  std::vector<TokenId> prompt;
+  SamplingParams params;
+  std::vector<std::string> stop;  // stop strings (cut from the output)
+  std::int32_t priority = 0;      // lower is more urgent (policy priority)
+  std::chrono::milliseconds timeout{
+      0};  // 0: none; else the request ends with FinishReason::timeout
+};
+
+struct TokenLogprobEntry {
+  TokenId id = kNoToken;
+  float logprob = 0.0f;
+};
+
+// One event of a request's stream: a token (and the text it completed), or the end.
+struct TokenEvent {
+  RequestId request_id = 0;
+  TokenId token = kNoToken;  // kNoToken on an end event that carries no token
+  std::string text;          // new text, whole UTF-8 characters (may be empty)
+  float logprob = 0.0f;
+  std::vector<TokenLogprobEntry> top_logprobs;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::none;
+  std::string error;  // when finish_reason is error
+  // Set on the end event.
+  std::int32_t num_prompt_tokens = 0;
+  std::int32_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache
+  std::int32_t num_generated_tokens = 0;
+};
+
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct EngineStats {
+  std::int32_t num_running = 0;
+  std::int32_t num_waiting = 0;
+  double kv_usage = 0.0;       // fraction of KV blocks held by sequences
+  double peak_kv_usage = 0.0;  // since start
+  std::int64_t num_preemptions = 0;
+  std::int64_t prefix_queried_tokens = 0;
+  std::int64_t prefix_hit_tokens = 0;
+  std::int64_t num_steps = 0;
+  std::int64_t num_step_tokens = 0;     // tokens run through the model
+  std::int64_t num_step_sequences = 0;  // sum over steps of sequences in the step
+  double step_seconds = 0.0;            // in the worker (forward and sampling)
+  double schedule_seconds = 0.0;        // in the scheduler's own logic
+  std::int64_t num_worker_restarts = 0;
+  std::int32_t num_kv_blocks = 0;
+  std::int32_t block_size = 0;
+};
+
+class Engine {
+ public:
+  // Loads the model and starts the actors.
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Events go to `on_event` on an engine thread (it must not
+  // block), ending with one whose `finished` is set. Bad parameters are refused here.
+  Result<RequestId> submit(GenerateRequest request, TokenCallback on_event);
+  // Ends a request now; its KV blocks are freed in the scheduler's next turn.
+  void cancel(RequestId id);
+  EngineStats stats() const;
+
+  const model::Tokenizer& tokenizer() const;
+  const model::LlamaConfig& model_config() const;
+  std::int32_t max_model_len() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe

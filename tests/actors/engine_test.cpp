@@ -1,0 +1,264 @@
+// The engine through its C++ API: the actors, end to end, on a small random model.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "model/random_model.hpp"
+#include "model/tokenizer.hpp"
+#include "support/test_support.hpp"
+#include "troupe/engine.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Collects the events of many requests; waits for their ends.
+class Collector {
+ public:
+  TokenCallback callback() {
+    return [this](const TokenEvent& e) {
+      std::lock_guard lock(mutex_);
+      auto& r = results_[e.request_id];
+      if (e.token != kNoToken) r.tokens.push_back(e.token);
+      r.text += e.text;
+      if (e.finished) {
+        r.end = e;
+        ++num_finished_;
+        done_.notify_all();
+      }
+    };
+  }
+  struct Result {
+    std::vector<TokenId> tokens;
+    std::string text;
+    std::optional<TokenEvent> end;
+  };
+  bool wait(std::size_t n, std::chrono::milliseconds timeout = 20s) {
+    std::unique_lock lock(mutex_);
+    return done_.wait_for(lock, timeout, [&] { return num_finished_ >= n; });
+  }
+  Result get(RequestId id) {
+    std::lock_guard lock(mutex_);
+    return results_[id];
+  }
+  std::size_t num_tokens(RequestId id) {
+    std::lock_guard lock(mutex_);
+    return results_[id].tokens.size();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::map<RequestId, Result> results_;
+  std::size_t num_finished_ = 0;
+};
+
+std::string small_model() {
+  static const std::string path = [] {
+    model::RandomModelSpec spec;
+    spec.dim = 64;
+    spec.num_layers = 2;
+    spec.num_heads = 4;
+    spec.num_kv_heads = 2;
+    spec.ffn_dim = 128;
+    spec.vocab_size = 512;
+    spec.context_length = 512;
+    spec.stddev = 0.1f;
+    const std::string p = test::temp_path("engine-model.gguf");
+    REQUIRE(model::write_random_model(spec, p).has_value());
+    return p;
+  }();
+  return path;
+}
+
+EngineConfig small_config() {
+  EngineConfig c;
+  c.model_path = small_model();
+  c.num_threads = 2;
+  c.block_size = 4;
+  c.num_kv_blocks = 256;
+  c.max_num_batched_tokens = 64;
+  return c;
+}
+
+GenerateRequest greedy(std::vector<TokenId> prompt, int max_tokens) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+// Polls until the engine's KV usage is back to zero (the scheduler works asynchronously).
+bool kv_drains(Engine& engine) {
+  for (int i = 0; i < 200; ++i) {
+    const auto s = engine.stats();
+    if (s.kv_usage == 0.0 && s.num_running == 0 && s.num_waiting == 0) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a request streams its tokens and ends with usage", "[actors]") {
+  auto engine = Engine::create(small_config());
+  REQUIRE(engine.has_value());
+  Collector c;
+  auto id = (*engine)->submit(greedy({1, 10, 20, 30}, 12), c.callback());
+  REQUIRE(id.has_value());
+  REQUIRE(c.wait(1));
+  const auto r = c.get(*id);
+  CHECK(r.tokens.size() == 12);
+  REQUIRE(r.end.has_value());
+  CHECK(r.end->finish_reason == FinishReason::length);
+  CHECK(r.end->num_prompt_tokens == 4);
+  CHECK(r.end->num_generated_tokens == 12);
+  CHECK(r.text == (*engine)->tokenizer().decode(r.tokens));
+  CHECK(kv_drains(**engine));
+}
+
+TEST_CASE("outputs through the actors do not depend on what else runs", "[actors][determinism]") {
+  auto config = small_config();
+  config.num_kv_blocks = 48;  // small: preemptions happen
+  config.max_model_len = 128;
+  config.max_num_batched_tokens = 16;
+  auto engine = Engine::create(config);
+  REQUIRE(engine.has_value());
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<TokenId> prompt;
+    for (int k = 0; k < 3 + (i * 7) % 30; ++k) prompt.push_back(3 + (i * 31 + k * 17) % 500);
+    requests.push_back(greedy(prompt, 4 + (i * 5) % 20));
+    if (i % 2 == 1) {
+      requests.back().params.temperature = 0.8f;
+      requests.back().params.seed = 77 + i;
+    }
+  }
+  std::vector<std::vector<TokenId>> alone;
+  for (const auto& r : requests) {
+    Collector c;
+    auto id = (*engine)->submit(r, c.callback());
+    REQUIRE(id.has_value());
+    REQUIRE(c.wait(1));
+    alone.push_back(c.get(*id).tokens);
+  }
+  Collector c;
+  std::vector<RequestId> ids;
+  for (const auto& r : requests) ids.push_back(*(*engine)->submit(r, c.callback()));
+  REQUIRE(c.wait(requests.size()));
+  for (std::size_t i = 0; i < requests.size(); ++i) CHECK(c.get(ids[i]).tokens == alone[i]);
+  CHECK((*engine)->stats().num_preemptions > 0);
+  CHECK(kv_drains(**engine));
+}
+
+TEST_CASE("cancelling a request frees its KV blocks at once", "[actors]") {
+  auto engine = Engine::create(small_config());
+  REQUIRE(engine.has_value());
+  Collector c;
+  auto id = (*engine)->submit(greedy({1, 2, 3}, 400), c.callback());
+  REQUIRE(id.has_value());
+  for (int i = 0; i < 1000 && c.num_tokens(*id) < 3; ++i) std::this_thread::sleep_for(1ms);
+  (*engine)->cancel(*id);
+  REQUIRE(c.wait(1));
+  CHECK(c.get(*id).end->finish_reason == FinishReason::abort);
+  CHECK(c.get(*id).tokens.size() < 400);
+  CHECK(kv_drains(**engine));
+}
+
+TEST_CASE("a failing step ends its requests with an error and the engine keeps serving",
+          "[actors]") {
+  auto config = small_config();
+  auto fail_next = std::make_shared<std::atomic<bool>>(false);
+  config.before_step = [fail_next] {
+    if (fail_next->exchange(false)) throw std::runtime_error("injected fault");
+  };
+  auto engine = Engine::create(config);
+  REQUIRE(engine.has_value());
+  Collector c;
+  fail_next->store(true);
+  auto failed = (*engine)->submit(greedy({1, 2, 3}, 8), c.callback());
+  REQUIRE(c.wait(1));
+  const auto r = c.get(*failed);
+  CHECK(r.end->finish_reason == FinishReason::error);
+  CHECK(r.end->error.find("injected fault") != std::string::npos);
+  auto served = (*engine)->submit(greedy({1, 2, 3}, 8), c.callback());
+  REQUIRE(c.wait(2));
+  CHECK(c.get(*served).end->finish_reason == FinishReason::length);
+  CHECK(c.get(*served).tokens.size() == 8);
+  CHECK((*engine)->stats().num_worker_restarts == 1);
+  CHECK(kv_drains(**engine));
+}
+
+TEST_CASE("a request's deadline ends it with timeout", "[actors]") {
+  auto config = small_config();
+  config.before_step = [] { std::this_thread::sleep_for(5ms); };  // a slow model
+  auto engine = Engine::create(config);
+  REQUIRE(engine.has_value());
+  Collector c;
+  auto request = greedy({1, 2, 3}, 400);
+  request.timeout = 60ms;
+  auto id = (*engine)->submit(request, c.callback());
+  REQUIRE(c.wait(1));
+  CHECK(c.get(*id).end->finish_reason == FinishReason::timeout);
+  CHECK(c.get(*id).tokens.size() < 400);
+  CHECK(kv_drains(**engine));
+}
+
+TEST_CASE("a stop string ends the output just before it", "[actors]") {
+  auto engine = Engine::create(small_config());
+  REQUIRE(engine.has_value());
+  Collector c;
+  auto first = (*engine)->submit(greedy({1, 5, 6}, 40), c.callback());
+  REQUIRE(c.wait(1));
+  const std::string full = c.get(*first).text;
+  REQUIRE(full.size() > 8);
+  // Stop on a piece of the middle of the text it will produce again.
+  const std::string stop = full.substr(full.size() / 2, 3);
+  const std::string expected = full.substr(0, full.find(stop));
+  auto request = greedy({1, 5, 6}, 40);
+  request.stop = {stop};
+  auto second = (*engine)->submit(request, c.callback());
+  REQUIRE(c.wait(2));
+  CHECK(c.get(*second).text == expected);
+  CHECK(c.get(*second).end->finish_reason == FinishReason::stop);
+  CHECK(kv_drains(**engine));
+}
+
+TEST_CASE("bad requests are refused at submit", "[actors]") {
+  auto engine = Engine::create(small_config());
+  REQUIRE(engine.has_value());
+  Collector c;
+  CHECK((*engine)->submit(greedy({}, 4), c.callback()).error().message == "the prompt is empty");
+  CHECK((*engine)
+            ->submit(greedy({1, 99999}, 4), c.callback())
+            .error()
+            .message.find("outside the vocabulary") != std::string::npos);
+  CHECK((*engine)
+            ->submit(greedy({1, 2}, 600), c.callback())
+            .error()
+            .message.find("maximum context length is 512") != std::string::npos);
+  auto bad = greedy({1, 2}, 4);
+  bad.params.top_p = 2.0f;
+  CHECK((*engine)->submit(bad, c.callback()).error().message.find("top_p") != std::string::npos);
+}
+
+TEST_CASE("destroying the engine ends every open request", "[actors]") {
+  Collector c;
+  {
+    auto config = small_config();
+    config.before_step = [] { std::this_thread::sleep_for(2ms); };
+    auto engine = Engine::create(config);
+    REQUIRE(engine.has_value());
+    for (int i = 0; i < 4; ++i)
+      REQUIRE((*engine)->submit(greedy({1, 2, 3}, 400), c.callback()).has_value());
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(c.wait(4, 1s));
+}
