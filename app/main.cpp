@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   troupe::app::add_bench_forward_command(*bench);
+  troupe::app::add_bench_throughput_command(*bench);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

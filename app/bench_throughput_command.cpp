@@ -1,0 +1,73 @@
+// `troupe bench throughput`: the offline throughput benchmark (bench/throughput).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "app/commands.hpp"
+#include "bench/throughput.hpp"
+
+namespace troupe::app {
+
+void add_bench_throughput_command(CLI::App& bench) {
+  struct Options {
+    bench::ThroughputOptions run;
+    std::string batching = "continuous", policy = "fcfs", output_json;
+    bool no_prefix_caching = false;
+    double kv_cache_gb = 1.0;
+  };
+  auto opts = std::make_shared<Options>();
+  auto& r = opts->run;
+  auto* cmd = bench.add_subcommand("throughput",
+                                   "offline throughput of the engine (like vllm bench throughput)");
+  cmd->add_option("--model,-m", r.engine.model_path,
+                  "GGUF model (default: the built-in random model)");
+  cmd->add_option("--dataset-name", r.dataset, "random, anyscale or shared-prefix");
+  cmd->add_option("--num-prompts", r.num_prompts, "requests, all submitted at once");
+  cmd->add_option("--input-len", r.input_len, "prompt tokens (own tokens for shared-prefix)");
+  cmd->add_option("--output-len", r.output_len, "output tokens (the mean for anyscale)");
+  cmd->add_option("--prefix-len", r.prefix_len, "shared-prefix: the system prompt's tokens");
+  cmd->add_option("--range-ratio", r.range_ratio, "random lengths within L*(1-R)..L*(1+R)");
+  cmd->add_option("--seed", r.seed, "dataset and sampling seed");
+  cmd->add_option("--temperature", r.temperature, "sampling temperature (0: greedy)");
+  cmd->add_option("--batching", opts->batching, "continuous or static");
+  cmd->add_option("--scheduling-policy", opts->policy, "fcfs or priority");
+  cmd->add_option("--max-num-seqs", r.engine.max_num_seqs, "most sequences per iteration");
+  cmd->add_option("--max-num-batched-tokens", r.engine.max_num_batched_tokens,
+                  "token budget per iteration");
+  cmd->add_option("--max-model-len", r.engine.max_model_len, "context length (0: the model's)");
+  cmd->add_option("--block-size", r.engine.block_size, "KV block size in tokens");
+  cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
+  cmd->add_flag("--no-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
+  cmd->add_option("--threads,-t", r.engine.num_threads, "compute threads (0: all cores)");
+  cmd->add_option("--output-json", opts->output_json, "also write the results here");
+  cmd->callback([opts] {
+    auto& run = opts->run;
+    if (run.engine.model_path.empty()) run.engine.model_path = builtin_model_path();
+    if (opts->batching != "continuous" && opts->batching != "static") {
+      throw CLI::ValidationError("--batching", "continuous or static");
+    }
+    run.engine.mode =
+        opts->batching == "static" ? BatchingMode::static_batch : BatchingMode::continuous;
+    run.engine.policy =
+        opts->policy == "priority" ? BatchingPolicy::priority : BatchingPolicy::fcfs;
+    run.engine.enable_prefix_caching = !opts->no_prefix_caching;
+    run.engine.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
+    auto result = bench::run_throughput(run);
+    if (!result) {
+      std::fprintf(stderr, "troupe bench throughput: %s\n", result.error().message.c_str());
+      throw CLI::RuntimeError(1);
+    }
+    bench::print(run, *result);
+    if (!opts->output_json.empty()) {
+      std::ofstream out(opts->output_json);
+      out << bench::to_json(run, *result);
+      if (!out) {
+        std::fprintf(stderr, "troupe bench throughput: cannot write %s\n",
+                     opts->output_json.c_str());
+        throw CLI::RuntimeError(1);
+      }
+    }
+  });
+}
+
+}  // namespace troupe::app
