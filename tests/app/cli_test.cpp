@@ -85,7 +85,7 @@ TEST_CASE("bad input to troupe is a clear error and exit code 1, never a crash",
     const Run run =
         run_troupe("generate -m " + path + " -p 'one two three four five six seven' -n 12");
     CHECK(run.exit_code == 1);
-    CHECK(run.out.find("exceeds the context length of 16") != std::string::npos);
+    CHECK(run.out.find("maximum context length is 16 tokens") != std::string::npos);
   }
   SECTION("bad sampling parameters") {
     const Run run = run_troupe("generate -p hi --top-p 1.5");
@@ -95,4 +95,27 @@ TEST_CASE("bad input to troupe is a clear error and exit code 1, never a crash",
   SECTION("an unknown subcommand") {
     CHECK(run_troupe("fly").exit_code != 0);
   }
+}
+
+TEST_CASE("troupe bench throughput reports vLLM's metrics as JSON", "[cli]") {
+  const std::string json = test::temp_path("throughput.json");
+  const Run run = run_troupe(
+      "bench throughput --dataset-name shared-prefix --num-prompts 8 --prefix-len 32 "
+      "--input-len 8 --output-len 4 --max-num-seqs 4 --kv-cache-gb 0.05 --output-json " +
+      json);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.out.find("Completed / failed requests:         8 / 0") != std::string::npos);
+  const auto result = test::JsonParser(test::read_text(json)).parse();
+  CHECK(result["completed"].number == 8);
+  CHECK(result["total_output_tokens"].number == 32);
+  for (const char* key :
+       {"request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+        "median_itl_ms", "p99_e2el_ms", "mean_batch_size"}) {
+    INFO(key);
+    CHECK(result[key].number > 0);
+  }
+  CHECK(result["peak_kv_usage"].number > 0);
+  CHECK(result["peak_kv_usage"].number <= 1);
+  CHECK(result["prefix_cache_hit_rate"].number > 0.5);  // 7 of 8 find the system prompt cached
+  CHECK(run_troupe("bench throughput --dataset-name bogus").exit_code == 1);
 }
