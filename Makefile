@@ -42,6 +42,7 @@ format-check: setup
 
 bench: build
 	scripts/bench-forward.sh
+	scripts/bench-throughput.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)

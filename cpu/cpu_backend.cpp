@@ -85,14 +85,12 @@ Result<void> CpuBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
   return {};
 }
 
-float* CpuBackend::kv_slot(std::vector<float>& cache, std::int32_t layer, std::int32_t block,
-                           std::int32_t kv_head, std::int32_t slot) {
+float* CpuBackend::kv_block(std::vector<float>& cache, std::int32_t layer, std::int32_t block,
+                            std::int32_t kv_head) {
   const auto& s = kv_shape_;
   const std::size_t index =
-      ((((static_cast<std::size_t>(layer) * s.num_blocks + block) * s.num_kv_heads + kv_head) *
-            s.block_size +
-        slot) *
-       s.head_dim);
+      ((static_cast<std::size_t>(layer) * s.num_blocks + block) * s.num_kv_heads + kv_head) *
+      s.block_size * s.head_dim;
   return cache.data() + index;
 }
 
@@ -216,10 +214,12 @@ void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
     const std::int32_t block = step_->block_table(seq)[pos / s.block_size];
     const std::int32_t slot = pos % s.block_size;
     for (std::int32_t h = 0; h < s.num_kv_heads; ++h) {
-      std::memcpy(kv_slot(k_cache_, layer, block, h, slot), row(k, t) + h * s.head_dim,
-                  s.head_dim * sizeof(float));
-      std::memcpy(kv_slot(v_cache_, layer, block, h, slot), row(v, t) + h * s.head_dim,
-                  s.head_dim * sizeof(float));
+      // Keys transposed within the block ([head_dim][block_size]); values as rows.
+      float* keys = kv_block(k_cache_, layer, block, h);
+      const float* key = row(k, t) + h * s.head_dim;
+      for (std::int32_t d = 0; d < s.head_dim; ++d) keys[d * s.block_size + slot] = key[d];
+      std::memcpy(kv_block(v_cache_, layer, block, h) + slot * s.head_dim,
+                  row(v, t) + h * s.head_dim, s.head_dim * sizeof(float));
     }
   });
 }
@@ -228,36 +228,41 @@ void CpuBackend::attention(std::int32_t layer, Tensor q, const model::AttentionP
                            Tensor out) {
   const auto& s = kv_shape_;
   const std::int32_t group = params.num_heads / params.num_kv_heads;
-  const std::int64_t num_tasks = q.rows * params.num_heads;
+  const std::int32_t hd = params.head_dim;
+  // One task per (token, KV head): the group's query heads share each key and value load.
+  const std::int64_t num_tasks = q.rows * params.num_kv_heads;
   pool_.parallel_for(num_tasks, [&](std::int64_t task) {
     thread_local std::vector<float> scores;
-    const std::int64_t t = task / params.num_heads;
-    const std::int32_t h = static_cast<std::int32_t>(task % params.num_heads);
-    const std::int32_t kv_head = h / group;
+    const std::int64_t t = task / params.num_kv_heads;
+    const std::int32_t kv_head = static_cast<std::int32_t>(task % params.num_kv_heads);
     const std::int32_t seq = token_seq_[t];
     const std::int32_t num_keys = step_->positions[t] + 1;  // causal: up to and including itself
+    const std::int32_t num_blocks = (num_keys + s.block_size - 1) / s.block_size;
+    const std::int64_t stride = static_cast<std::int64_t>(num_blocks) * s.block_size;
     const auto table = step_->block_table(seq);
-    const float* qv = row(q, t) + h * params.head_dim;
-    scores.resize(num_keys);
-    float max_score = -std::numeric_limits<float>::infinity();
-    for (std::int32_t j = 0; j < num_keys; ++j) {
-      const float* kv =
-          kv_slot(k_cache_, layer, table[j / s.block_size], kv_head, j % s.block_size);
-      scores[j] = dot_f32(qv, kv, params.head_dim) * params.scale;
-      max_score = std::max(max_score, scores[j]);
+    const float* qs = row(q, t) + kv_head * group * hd;  // the group's heads are contiguous
+    scores.resize(static_cast<std::size_t>(group * stride));
+    for (std::int32_t b = 0; b < num_blocks; ++b) {
+      attention_block_scores(qs, group, kv_block(k_cache_, layer, table[b], kv_head), hd,
+                             s.block_size, params.scale, scores.data() + b * s.block_size, stride);
     }
-    float sum = 0.0f;
-    for (std::int32_t j = 0; j < num_keys; ++j) {
-      scores[j] = std::exp(scores[j] - max_score);
-      sum += scores[j];
+    for (std::int32_t h = 0; h < group; ++h) {  // softmax over the keys, in place
+      float* p = scores.data() + h * stride;
+      const float max_score = *std::max_element(p, p + num_keys);
+      float sum = 0.0f;
+      for (std::int32_t j = 0; j < num_keys; ++j) {
+        p[j] = std::exp(p[j] - max_score);
+        sum += p[j];
+      }
+      const float inverse = 1.0f / sum;
+      for (std::int32_t j = 0; j < num_keys; ++j) p[j] *= inverse;
     }
-    float* o = row(out, t) + h * params.head_dim;
-    std::fill(o, o + params.head_dim, 0.0f);
-    const float inverse = 1.0f / sum;
-    for (std::int32_t j = 0; j < num_keys; ++j) {
-      const float* vv =
-          kv_slot(v_cache_, layer, table[j / s.block_size], kv_head, j % s.block_size);
-      axpy_f32(scores[j] * inverse, vv, o, params.head_dim);
+    float* o = row(out, t) + kv_head * group * hd;
+    std::fill(o, o + group * hd, 0.0f);
+    for (std::int32_t b = 0; b < num_blocks; ++b) {
+      const std::int32_t slots = std::min(s.block_size, num_keys - b * s.block_size);
+      attention_block_values(scores.data() + b * s.block_size, stride, group,
+                             kv_block(v_cache_, layer, table[b], kv_head), hd, slots, o);
     }
   });
 }

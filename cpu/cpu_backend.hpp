@@ -40,13 +40,15 @@ class CpuBackend final : public model::Backend {
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
 
  private:
-  // K (or V) of one token of one KV head:          [head_dim] floats
-  float* kv_slot(std::vector<float>& cache, std::int32_t layer, std::int32_t block,
-                 std::int32_t kv_head, std::int32_t slot);
+  // One KV head's part of a block: keys [head_dim][block_size] (transposed),
+  // values [block_size][head_dim].
+  float* kv_block(std::vector<float>& cache, std::int32_t layer, std::int32_t block,
+                  std::int32_t kv_head);
 
   ThreadPool pool_;
   model::KvCacheShape kv_shape_;
-  // [num_layers, num_blocks, num_kv_heads, block_size, head_dim]
+  // [num_layers, num_blocks, num_kv_heads, head_dim, block_size] (keys) and
+  // [num_layers, num_blocks, num_kv_heads, block_size, head_dim] (values)
   std::vector<float> k_cache_, v_cache_;
   const model::StepInput* step_ = nullptr;
   std::vector<std::int32_t> token_seq_;  // [num_tokens] the sequence each flat row belongs to

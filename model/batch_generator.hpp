@@ -1,8 +1,8 @@
 // Runs a fixed set of sequences to completion together through the batched,
 // paged forward pass: all prompts prefill (in chunks), then every unfinished
 // sequence decodes one token per step. Each sequence owns a fixed run of KV
-// blocks. It is the model core's own driver (troupe generate, bench forward,
-// golden tests); the serving engine schedules with engine/ instead.
+// blocks. It is the model core's own driver (golden tests, without engine or
+// actors); the serving engine schedules with engine/ instead.
 #pragma once
 
 #include <cstdint>

@@ -56,7 +56,9 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
   if (!(params.frequency_penalty >= -2.0f && params.frequency_penalty <= 2.0f)) {
     return bad("frequency_penalty must be in [-2, 2]");
   }
-  if (params.logprobs < 0 || params.logprobs > 20) return bad("logprobs must be in [0, 20]");
+  if (params.logprobs && (*params.logprobs < 0 || *params.logprobs > 20)) {
+    return bad("logprobs must be in [0, 20]");
+  }
   if (params.max_tokens < 1) return bad("max_tokens must be at least 1");
   if (params.min_tokens < 0 || params.min_tokens > params.max_tokens) {
     return bad("min_tokens must be in [0, max_tokens]");
@@ -132,11 +134,13 @@ TokenId Sampler::choose(std::vector<float>& logits) {
   }
   float max_logit = kMinusInfinity;
   for (const auto& c : candidates_) max_logit = std::max(max_logit, c.first);
-  std::vector<double> probs(keep);
+  std::vector<double>& probs = probs_;
+  probs.resize(keep);
   double total = 0.0;
+  const float inverse_temperature = 1.0f / params_.temperature;
   for (std::size_t i = 0; i < keep; ++i) {
-    probs[i] =
-        std::exp((static_cast<double>(candidates_[i].first) - max_logit) / params_.temperature);
+    // exp in float (each term is in (0, 1]); the sums run in double.
+    probs[i] = std::exp((candidates_[i].first - max_logit) * inverse_temperature);
     total += probs[i];
   }
   if (params_.min_p > 0.0f) {
@@ -175,9 +179,12 @@ SampledToken Sampler::sample(std::span<const float> logits) {
   apply_penalties(scratch_);
   // temperature scaling is folded into choose(); greedy ignores it.
   result.id = choose(scratch_);
-  const double lse = log_sum_exp(logits);
-  result.logprob = static_cast<float>(logits[result.id] - lse);
-  if (params_.logprobs > 0) result.top_logprobs = top_logprobs(logits, params_.logprobs);
+  // Log-probabilities cost a pass over the vocabulary: only when asked.
+  if (params_.logprobs) {
+    const double lse = log_sum_exp(logits);
+    result.logprob = static_cast<float>(logits[result.id] - lse);
+    if (*params_.logprobs > 0) result.top_logprobs = top_logprobs(logits, *params_.logprobs);
+  }
 
   output_.push_back(result.id);
   ++output_counts_[result.id];

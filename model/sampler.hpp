@@ -56,6 +56,7 @@ class Sampler {
   FinishReason finish_ = FinishReason::none;
   std::vector<float> scratch_;
   std::vector<std::pair<float, TokenId>> candidates_;
+  std::vector<double> probs_;
 };
 
 // log-softmax of one row, and its n largest entries (ties: lowest id first).

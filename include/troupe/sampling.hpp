@@ -19,7 +19,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;    // on prompt and output tokens (1: off)
   float presence_penalty = 0.0f;      // on output tokens
   float frequency_penalty = 0.0f;     // on output tokens, per occurrence
-  std::int32_t logprobs = 0;          // top-n log-probabilities returned per token (0: none)
+  // As vLLM: none (no log-probabilities computed), 0 (the sampled token's), or
+  // n (the sampled token's and the n most likely).
+  std::optional<std::int32_t> logprobs;
   std::int32_t max_tokens = 16;
   std::int32_t min_tokens = 0;  // end-of-generation and stop ids are masked until then
   std::vector<TokenId> stop_token_ids;

@@ -7,9 +7,8 @@
 #include <mutex>
 #include <thread>
 
-#include "model/random_model.hpp"
 #include "model/tokenizer.hpp"
-#include "support/test_support.hpp"
+#include "support/small_model.hpp"
 #include "troupe/engine.hpp"
 
 using namespace troupe;
@@ -59,20 +58,8 @@ class Collector {
 };
 
 std::string small_model() {
-  static const std::string path = [] {
-    model::RandomModelSpec spec;
-    spec.dim = 64;
-    spec.num_layers = 2;
-    spec.num_heads = 4;
-    spec.num_kv_heads = 2;
-    spec.ffn_dim = 128;
-    spec.vocab_size = 512;
-    spec.context_length = 512;
-    spec.stddev = 0.1f;
-    const std::string p = test::temp_path("engine-model.gguf");
-    REQUIRE(model::write_random_model(spec, p).has_value());
-    return p;
-  }();
+  static const std::string path = test::write_small_model(
+      "engine-model", [](model::RandomModelSpec& spec) { spec.context_length = 512; });
   return path;
 }
 

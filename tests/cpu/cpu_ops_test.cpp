@@ -122,6 +122,27 @@ StepInput make_step(const std::vector<std::int32_t>& lengths, const std::vector<
   return step;
 }
 
+// x · wᵀ in double, and the sum of |products| each result's rounding scales with.
+std::pair<std::vector<double>, std::vector<double>> reference_matmul(const std::vector<float>& x,
+                                                                     const std::vector<float>& w,
+                                                                     std::int64_t n,
+                                                                     std::int64_t rows,
+                                                                     std::int64_t cols) {
+  std::vector<double> want(static_cast<std::size_t>(n * rows)), scale(want.size());
+  for (std::int64_t t = 0; t < n; ++t)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double sum = 0.0, magnitude = 0.0;
+      for (std::int64_t k = 0; k < cols; ++k) {
+        const double p = static_cast<double>(x[t * cols + k]) * w[r * cols + k];
+        sum += p;
+        magnitude += std::fabs(p);
+      }
+      want[t * rows + r] = sum;
+      scale[t * rows + r] = magnitude + 1e-6;
+    }
+  return {want, scale};
+}
+
 void check_close(const std::vector<float>& got, const std::vector<double>& want, double tolerance,
                  const std::vector<double>& scale = {}) {
   REQUIRE(got.size() == want.size());
@@ -168,18 +189,7 @@ TEST_CASE("matmul matches the reference for every weight type", "[cpu][ops]") {
           for (int k = 0; k < cols; ++k) xr[t * cols + k] = q[k] * d[k / 32];
         }
       }
-      std::vector<double> want(static_cast<std::size_t>(n * rows)), scale(want.size());
-      for (int t = 0; t < n; ++t)
-        for (int r = 0; r < rows; ++r) {
-          double sum = 0.0, magnitude = 0.0;
-          for (int k = 0; k < cols; ++k) {
-            const double p = static_cast<double>(xr[t * cols + k]) * w.dequantized[r * cols + k];
-            sum += p;
-            magnitude += std::fabs(p);
-          }
-          want[t * rows + r] = sum;
-          scale[t * rows + r] = magnitude + 1e-6;
-        }
+      const auto [want, scale] = reference_matmul(xr, w.dequantized, n, rows, cols);
       check_close(out.values(), want, 1e-5, scale);
     }
   }
@@ -196,18 +206,7 @@ TEST_CASE("matmul decodes the other GGUF types (Q4_1, Q5_0, Q5_1, K-quants) exac
     const auto xs = random_floats(static_cast<std::size_t>(n * cols));
     Held x(backend, n, cols, xs), out(backend, n, rows);
     backend.matmul(x.tensor, w.weight, out.tensor);
-    std::vector<double> want(static_cast<std::size_t>(n * rows)), scale(want.size());
-    for (int t = 0; t < n; ++t)
-      for (int r = 0; r < rows; ++r) {
-        double sum = 0.0, magnitude = 0.0;
-        for (int k = 0; k < cols; ++k) {
-          const double p = static_cast<double>(xs[t * cols + k]) * w.dequantized[r * cols + k];
-          sum += p;
-          magnitude += std::fabs(p);
-        }
-        want[t * rows + r] = sum;
-        scale[t * rows + r] = magnitude + 1e-6;
-      }
+    const auto [want, scale] = reference_matmul(xs, w.dequantized, n, rows, cols);
     check_close(out.values(), want, 1e-5, scale);
   }
 }
@@ -322,80 +321,91 @@ TEST_CASE("rope rotates by position in both layouts", "[cpu][ops]") {
 }
 
 TEST_CASE("paged attention over scattered blocks matches contiguous attention", "[cpu][ops]") {
-  const std::int32_t block_size = 4, num_blocks = 64, heads = 4, kv_heads = 2, head_dim = 8;
-  CpuBackend backend(2);
-  REQUIRE(backend.allocate_kv_cache(KvCacheShape{2, num_blocks, block_size, kv_heads, head_dim})
-              .has_value());
-  // Three sequences: a fresh prefill, a prefill chunk after 9 cached tokens, and a decode
-  // after 21. Their history is written first by earlier steps, as an engine would.
-  const std::vector<std::int32_t> done = {0, 9, 21}, lengths = {6, 5, 1};
-  const std::int32_t kv_dim = kv_heads * head_dim, q_dim = heads * head_dim, layer = 1;
-  StepInput full = make_step(lengths, done, block_size, num_blocks, 10);
-  // All keys/values of each sequence, position by position.
-  std::vector<std::vector<float>> keys(3), values(3);
-  for (int s = 0; s < 3; ++s) {
-    keys[s] = random_floats(static_cast<std::size_t>((done[s] + lengths[s]) * kv_dim));
-    values[s] = random_floats(static_cast<std::size_t>((done[s] + lengths[s]) * kv_dim));
-  }
-  // Step 1: write the history of each sequence through store_kv.
-  StepInput history;
-  for (int s = 0; s < 3; ++s) {
-    if (done[s] == 0) continue;
-    append_sequence(history, std::vector<TokenId>(done[s], 0), 0, full.block_table(s), false);
-  }
-  REQUIRE(backend.begin_step(history).has_value());
-  {
-    std::vector<float> hk, hv;
-    for (int s = 1; s < 3; ++s) {
-      hk.insert(hk.end(), keys[s].begin(), keys[s].begin() + done[s] * kv_dim);
-      hv.insert(hv.end(), values[s].begin(), values[s].begin() + done[s] * kv_dim);
+  // Small blocks and heads (the scalar edges of the kernels), and the vector paths.
+  struct Shape {
+    std::int32_t block_size, heads, kv_heads, head_dim;
+  };
+  for (const Shape shape : {Shape{4, 4, 2, 8}, Shape{16, 8, 2, 64}, Shape{32, 6, 6, 40}}) {
+    const std::int32_t block_size = shape.block_size, num_blocks = 64, heads = shape.heads,
+                       kv_heads = shape.kv_heads, head_dim = shape.head_dim;
+    INFO("block " << block_size << " heads " << heads << "/" << kv_heads << " head_dim "
+                  << head_dim);
+    CpuBackend backend(2);
+    REQUIRE(backend.allocate_kv_cache(KvCacheShape{2, num_blocks, block_size, kv_heads, head_dim})
+                .has_value());
+    // Three sequences: a fresh prefill, a prefill chunk after 9 cached tokens, and a decode
+    // after 21. Their history is written first by earlier steps, as an engine would.
+    const std::vector<std::int32_t> done = {0, 9, 21}, lengths = {6, 5, 1};
+    const std::int32_t kv_dim = kv_heads * head_dim, q_dim = heads * head_dim, layer = 1;
+    StepInput full = make_step(lengths, done, block_size, num_blocks, 10);
+    // All keys/values of each sequence, position by position.
+    std::vector<std::vector<float>> keys(3), values(3);
+    for (int s = 0; s < 3; ++s) {
+      keys[s] = random_floats(static_cast<std::size_t>((done[s] + lengths[s]) * kv_dim));
+      values[s] = random_floats(static_cast<std::size_t>((done[s] + lengths[s]) * kv_dim));
     }
-    Held k(backend, history.num_tokens(), kv_dim, hk), v(backend, history.num_tokens(), kv_dim, hv);
+    // Step 1: write the history of each sequence through store_kv.
+    StepInput history;
+    for (int s = 0; s < 3; ++s) {
+      if (done[s] == 0) continue;
+      append_sequence(history, std::vector<TokenId>(done[s], 0), 0, full.block_table(s), false);
+    }
+    REQUIRE(backend.begin_step(history).has_value());
+    {
+      std::vector<float> hk, hv;
+      for (int s = 1; s < 3; ++s) {
+        hk.insert(hk.end(), keys[s].begin(), keys[s].begin() + done[s] * kv_dim);
+        hv.insert(hv.end(), values[s].begin(), values[s].begin() + done[s] * kv_dim);
+      }
+      Held k(backend, history.num_tokens(), kv_dim, hk),
+          v(backend, history.num_tokens(), kv_dim, hv);
+      backend.store_kv(layer, k.tensor, v.tensor);
+    }
+    // Step 2: the new tokens: store, then attend.
+    REQUIRE(backend.begin_step(full).has_value());
+    std::vector<float> nk, nv;
+    for (int s = 0; s < 3; ++s) {
+      nk.insert(nk.end(), keys[s].begin() + done[s] * kv_dim, keys[s].end());
+      nv.insert(nv.end(), values[s].begin() + done[s] * kv_dim, values[s].end());
+    }
+    const auto qs = random_floats(static_cast<std::size_t>(full.num_tokens() * q_dim));
+    Held k(backend, full.num_tokens(), kv_dim, nk), v(backend, full.num_tokens(), kv_dim, nv);
+    Held q(backend, full.num_tokens(), q_dim, qs), out(backend, full.num_tokens(), q_dim);
     backend.store_kv(layer, k.tensor, v.tensor);
-  }
-  // Step 2: the new tokens: store, then attend.
-  REQUIRE(backend.begin_step(full).has_value());
-  std::vector<float> nk, nv;
-  for (int s = 0; s < 3; ++s) {
-    nk.insert(nk.end(), keys[s].begin() + done[s] * kv_dim, keys[s].end());
-    nv.insert(nv.end(), values[s].begin() + done[s] * kv_dim, values[s].end());
-  }
-  const auto qs = random_floats(static_cast<std::size_t>(full.num_tokens() * q_dim));
-  Held k(backend, full.num_tokens(), kv_dim, nk), v(backend, full.num_tokens(), kv_dim, nv);
-  Held q(backend, full.num_tokens(), q_dim, qs), out(backend, full.num_tokens(), q_dim);
-  backend.store_kv(layer, k.tensor, v.tensor);
-  const AttentionParams params{heads, kv_heads, head_dim, 1.0f / std::sqrt(8.0f)};
-  backend.attention(layer, q.tensor, params, out.tensor);
+    const AttentionParams params{heads, kv_heads, head_dim,
+                                 1.0f / std::sqrt(static_cast<float>(head_dim))};
+    backend.attention(layer, q.tensor, params, out.tensor);
 
-  std::vector<double> want;
-  for (int s = 0; s < 3; ++s) {
-    for (int i = 0; i < lengths[s]; ++i) {
-      const int pos = done[s] + i;
-      const int row = full.query_start[s] + i;
-      for (int h = 0; h < heads; ++h) {
-        const int kvh = h / (heads / kv_heads);
-        std::vector<double> p(pos + 1);
-        double max = -1e300, sum = 0.0;
-        for (int j = 0; j <= pos; ++j) {
-          double dot = 0.0;
-          for (int d = 0; d < head_dim; ++d) {
-            dot += static_cast<double>(qs[row * q_dim + h * head_dim + d]) *
-                   keys[s][j * kv_dim + kvh * head_dim + d];
+    std::vector<double> want;
+    for (int s = 0; s < 3; ++s) {
+      for (int i = 0; i < lengths[s]; ++i) {
+        const int pos = done[s] + i;
+        const int row = full.query_start[s] + i;
+        for (int h = 0; h < heads; ++h) {
+          const int kvh = h / (heads / kv_heads);
+          std::vector<double> p(pos + 1);
+          double max = -1e300, sum = 0.0;
+          for (int j = 0; j <= pos; ++j) {
+            double dot = 0.0;
+            for (int d = 0; d < head_dim; ++d) {
+              dot += static_cast<double>(qs[row * q_dim + h * head_dim + d]) *
+                     keys[s][j * kv_dim + kvh * head_dim + d];
+            }
+            p[j] = dot * params.scale;
+            max = std::max(max, p[j]);
           }
-          p[j] = dot * params.scale;
-          max = std::max(max, p[j]);
-        }
-        for (auto& x : p) sum += (x = std::exp(x - max));
-        for (int d = 0; d < head_dim; ++d) {
-          double o = 0.0;
-          for (int j = 0; j <= pos; ++j)
-            o += p[j] / sum * values[s][j * kv_dim + kvh * head_dim + d];
-          want.push_back(o);
+          for (auto& x : p) sum += (x = std::exp(x - max));
+          for (int d = 0; d < head_dim; ++d) {
+            double o = 0.0;
+            for (int j = 0; j <= pos; ++j)
+              o += p[j] / sum * values[s][j * kv_dim + kvh * head_dim + d];
+            want.push_back(o);
+          }
         }
       }
     }
+    check_close(out.values(), want, 1e-5);
   }
-  check_close(out.values(), want, 1e-5);
 }
 
 TEST_CASE("gather_logit_rows picks the asked rows", "[cpu][ops]") {

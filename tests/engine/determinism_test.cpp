@@ -12,8 +12,7 @@
 #include "engine/step_builder.hpp"
 #include "model/gguf_file.hpp"
 #include "model/model_runner.hpp"
-#include "model/random_model.hpp"
-#include "support/test_support.hpp"
+#include "support/small_model.hpp"
 
 using namespace troupe;
 
@@ -57,16 +56,7 @@ std::map<engine::SeqId, std::vector<TokenId>> serve(model::ModelRunner& runner,
 
 TEST_CASE("64 concurrent requests give exactly the outputs each gives alone",
           "[engine][determinism]") {
-  model::RandomModelSpec spec;
-  spec.dim = 64;
-  spec.num_layers = 2;
-  spec.num_heads = 4;
-  spec.num_kv_heads = 2;
-  spec.ffn_dim = 128;
-  spec.vocab_size = 512;
-  spec.stddev = 0.1f;
-  const std::string path = test::temp_path("determinism.gguf");
-  REQUIRE(model::write_random_model(spec, path).has_value());
+  const std::string path = test::write_small_model("determinism");
   auto file = model::GgufFile::open(path);
   REQUIRE(file.has_value());
   cpu::CpuBackend backend(2);

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "golden/golden_support.hpp"
-#include "model/random_model.hpp"
+#include "support/small_model.hpp"
 
 using namespace troupe;
 using namespace troupe::model;
@@ -13,19 +13,14 @@ using namespace troupe::model;
 namespace {
 
 std::string tiny_random_model(TensorType type) {
-  RandomModelSpec spec;
-  spec.dim = 128;
-  spec.num_layers = 2;
-  spec.num_heads = 4;
-  spec.num_kv_heads = 2;
-  spec.ffn_dim = 256;
-  spec.vocab_size = 1024;
-  spec.type = type;
-  spec.stddev = 0.08f;  // large enough that logits spread out
-  const std::string path =
-      test::temp_path(std::string("batch-") + std::string(tensor_type_name(type)) + ".gguf");
-  REQUIRE(write_random_model(spec, path).has_value());
-  return path;
+  return test::write_small_model("batch-" + std::string(tensor_type_name(type)),
+                                 [type](RandomModelSpec& spec) {
+                                   spec.dim = 128;
+                                   spec.ffn_dim = 256;
+                                   spec.vocab_size = 1024;
+                                   spec.type = type;
+                                   spec.stddev = 0.08f;
+                                 });
 }
 
 std::vector<float> logits_of(LlamaModel& model, const StepInput& step) {

@@ -149,6 +149,19 @@ TEST_CASE("stop rules: end of generation, stop ids, max and min tokens", "[sampl
   }
 }
 
+TEST_CASE("log-probabilities are computed only when asked", "[sampler]") {
+  auto s = make(greedy(), {}, {}, 4);
+  const auto token = s.sample(std::vector<float>{0.0f, 1.0f, 0.0f, 0.0f});
+  CHECK(token.logprob == 0.0f);
+  CHECK(token.top_logprobs.empty());
+  auto p = greedy();
+  p.logprobs = 0;  // the sampled token's only
+  auto with = make(p, {}, {}, 4);
+  const auto t2 = with.sample(std::vector<float>{0.0f, 1.0f, 0.0f, 0.0f});
+  CHECK(t2.logprob < 0.0f);
+  CHECK(t2.top_logprobs.empty());
+}
+
 TEST_CASE("log-probabilities come from the model's own distribution", "[sampler]") {
   auto p = greedy();
   p.logprobs = 2;

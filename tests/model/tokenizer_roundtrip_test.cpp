@@ -8,7 +8,7 @@
 #include "model/incremental_detokenizer.hpp"
 #include "model/random_model.hpp"
 #include "model/tokenizer.hpp"
-#include "support/test_support.hpp"
+#include "support/small_model.hpp"
 
 using namespace troupe;
 using namespace troupe::model;
@@ -69,15 +69,8 @@ void roundtrip(const Tokenizer& tokenizer, int iterations, bool exact_for_invali
 }  // namespace
 
 TEST_CASE("the built-in vocabulary round-trips random text", "[tokenizer][fuzz]") {
-  RandomModelSpec spec;
-  spec.dim = 32;
-  spec.num_layers = 1;
-  spec.num_heads = 2;
-  spec.num_kv_heads = 2;
-  spec.ffn_dim = 32;
-  spec.vocab_size = 4096;
-  const std::string path = test::temp_path("roundtrip-vocab.gguf");
-  REQUIRE(write_random_model(spec, path).has_value());
+  const std::string path = test::write_small_model(
+      "roundtrip-vocab", [](RandomModelSpec& spec) { spec.vocab_size = 4096; });
   auto file = GgufFile::open(path);
   REQUIRE(file.has_value());
   auto tokenizer = Tokenizer::from_gguf(*file);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/unicode.hpp"
+
 namespace troupe::test {
 
 struct Json {
@@ -57,23 +59,6 @@ class JsonParser {
     }
     return false;
   }
-  void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80)
-      out += static_cast<char>(cp);
-    else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
   unsigned hex4() {
     if (i_ + 4 > s_.size()) fail("short \\u escape");
     const unsigned v = static_cast<unsigned>(std::stoul(s_.substr(i_, 4), nullptr, 16));
@@ -112,7 +97,7 @@ class JsonParser {
             i_ += 2;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4() - 0xDC00);
           }
-          append_utf8(out, cp);
+          model::append_utf8(out, cp);
           break;
         }
         default:
