@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 troupe=${TROUPE:-build/app/troupe}
 threads=${THREADS:-2}
 out=${OUT:-build/bench}
-runs=${RUNS:-"anyscale-continuous anyscale-static shared-prefix shared-prefix-off many-seqs"}
+runs=${RUNS:-"anyscale-continuous anyscale-static anyscale-short-continuous anyscale-short-static shared-prefix shared-prefix-off many-seqs"}
 mkdir -p "$out"
 model="$out/rand-110m-f16.gguf"
 vocab=()
@@ -20,6 +20,10 @@ for run in $runs; do
     anyscale-continuous) args=(--dataset-name anyscale --num-prompts 256 --input-len 512 --output-len 128
                                --batching continuous --max-num-seqs 32 --max-num-batched-tokens 512) ;;
     anyscale-static)     args=(--dataset-name anyscale --num-prompts 256 --input-len 512 --output-len 128
+                               --batching static --max-num-seqs 32) ;;
+    anyscale-short-continuous) args=(--dataset-name anyscale --num-prompts 256 --input-len 32 --output-len 128
+                               --batching continuous --max-num-seqs 32 --max-num-batched-tokens 512) ;;
+    anyscale-short-static) args=(--dataset-name anyscale --num-prompts 256 --input-len 32 --output-len 128
                                --batching static --max-num-seqs 32) ;;
     shared-prefix)       args=(--dataset-name shared-prefix --num-prompts 256 --prefix-len 512 --input-len 32
                                --output-len 64 --max-num-seqs 32 --max-num-batched-tokens 512) ;;
