@@ -50,7 +50,7 @@ void replace_worker(Self self) {
     std::vector<RequestId> ids;
     for (const auto& [id, request] : state.requests) ids.push_back(id);
     for (RequestId id : ids) {
-      state.scheduler->abort(id, FinishReason::error);
+      state.scheduler->abort(id);
       end_request(self, id, FinishReason::error, spawned.error().message);
     }
   }
@@ -66,7 +66,7 @@ void on_step_done(Self self, const engine::BatchPlan& plan, const std::vector<st
   if (!out->error.empty()) {
     // The step's sequences end with the error; the others carry on.
     for (const auto& chunk : plan.chunks) {
-      if (state.scheduler->abort(chunk.id, FinishReason::error)) {
+      if (state.scheduler->abort(chunk.id)) {
         end_request(self, chunk.id, FinishReason::error, out->error);
       }
     }
@@ -183,7 +183,7 @@ scheduler_actor::behavior_type scheduler(
       },
       [self](abort_atom, RequestId id, FinishReason reason) {
         // Blocks are free before the next step is planned.
-        if (self->state.scheduler->abort(id, reason)) end_request(self, id, reason);
+        if (self->state.scheduler->abort(id)) end_request(self, id, reason);
       },
       [self](stats_atom) -> EngineStats {
         auto& state = self->state;

@@ -75,14 +75,14 @@ void Scheduler::enqueue_waiting(SeqId id, bool at_front) {
   }
 }
 
-bool Scheduler::abort(SeqId id, FinishReason reason) {
+bool Scheduler::abort(SeqId id) {
   const auto it = sequences_.find(id);
   if (it == sequences_.end()) return false;
-  finish(it->second, reason);
+  finish(it->second);
   return true;
 }
 
-void Scheduler::finish(Sequence& seq, FinishReason reason) {
+void Scheduler::finish(Sequence& seq) {
   kv_.free(seq);
   const SeqId id = seq.id;
   std::erase(running_, id);
@@ -90,7 +90,6 @@ void Scheduler::finish(Sequence& seq, FinishReason reason) {
     waiting_.erase(w);
   }
   sequences_.erase(id);
-  (void)reason;
 }
 
 bool Scheduler::admits_new_sequences() const {
@@ -220,7 +219,7 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
     }
     if (reason != FinishReason::none) {
       finished.push_back({seq.id, reason});
-      finish(seq, reason);
+      finish(seq);
     }
   }
   TROUPE_ASSERT(next == sampled.size(), "one sampled token per sampling chunk");

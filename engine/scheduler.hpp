@@ -78,9 +78,9 @@ class Scheduler {
   // Queues a new sequence. Errors: an empty prompt, a duplicate id, or a prompt that
   // leaves no room for a token within max_model_len (the message says the lengths).
   Result<void> add(const SequenceRequest& request);
-  // Ends a sequence now (cancelled or stopped by a stop string); its blocks are
-  // free before this returns. False if it is unknown or already finished.
-  bool abort(SeqId id, FinishReason reason = FinishReason::abort);
+  // Ends a sequence now (cancelled, a stop string, a deadline, an error); its
+  // blocks are free before this returns. False if it is unknown or finished.
+  bool abort(SeqId id);
 
   // Plans the next iteration.
   BatchPlan schedule();
@@ -110,7 +110,7 @@ class Scheduler {
   void preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget);
   Sequence* pick_victim();
   void enqueue_waiting(SeqId id, bool at_front);
-  void finish(Sequence& seq, FinishReason reason);
+  void finish(Sequence& seq);
   bool admits_new_sequences() const;
 
   SchedulerConfig config_;
