@@ -4,7 +4,6 @@ BUILD       ?= build
 BUILD_ASAN  ?= build-asan
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
-PROMPT      ?= Once upon a time
 
 .PHONY: all setup configure build run test test-unit test-sanitize format format-check bench clean
 
@@ -19,9 +18,11 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Until the server lands, the main job generates text with the built-in model.
+# Serves the OpenAI-compatible API on the built-in model (MODEL=path for another).
+MODEL ?=
+PORT  ?= 8000
 run: build
-	$(BUILD)/app/troupe generate --prompt "$(PROMPT)" -n 64
+	$(BUILD)/app/troupe serve --port $(PORT) $(if $(MODEL),--model $(MODEL))
 
 test: build format-check test-unit test-sanitize
 

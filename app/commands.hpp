@@ -10,6 +10,7 @@ class App;
 namespace troupe::app {
 
 void add_generate_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_bench_forward_command(CLI::App& bench);
 void add_bench_throughput_command(CLI::App& bench);

@@ -7,6 +7,7 @@ int main(int argc, char** argv) {
   CLI::App app{"troupe: an LLM serving runtime on the actor model"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "troupe 0.1.0");
+  troupe::app::add_serve_command(app);
   troupe::app::add_generate_command(app);
   troupe::app::add_make_model_command(app);
   auto* bench = app.add_subcommand("bench", "benchmarks");

@@ -10,6 +10,8 @@ packages=(
   libexpected-dev                        # troupe::Result
   libcli11-dev                           # command line
   libcaf-dev                             # actors (CAF 0.17)
+  libboost1.81-dev libboost-json1.81-dev # HTTP (Asio, Beast) and JSON
+  curl                                   # the HTTP client of the server tests
   clang-format                           # style check
 )
 

@@ -1,0 +1,76 @@
+// `troupe serve`: the OpenAI-compatible server (vLLM's flag names).
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "app/commands.hpp"
+#include "net/http_server.hpp"
+
+namespace troupe::app {
+
+namespace {
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) {
+  g_stop = 1;
+}
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  struct Options {
+    EngineConfig engine;
+    net::ServerConfig server;
+    bool no_prefix_caching = false;
+    bool prefix_caching = true;  // vLLM's flag, accepted; on by default
+    double kv_cache_gb = 1.0;
+  };
+  auto opts = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
+  cmd->add_option("--model,-m", opts->engine.model_path,
+                  "GGUF model (default: the built-in random model)");
+  cmd->add_option("--host", opts->server.host, "address to bind");
+  cmd->add_option("--port", opts->server.port, "port (0: any free one)");
+  cmd->add_option("--served-model-name", opts->server.served_model_name,
+                  "the model's name in the API");
+  cmd->add_option("--api-key", opts->server.api_key, "require this key on /v1 routes");
+  cmd->add_option("--max-model-len", opts->engine.max_model_len, "context length (0: the model's)");
+  cmd->add_option("--max-num-seqs", opts->engine.max_num_seqs, "most sequences per iteration");
+  cmd->add_option("--max-num-batched-tokens", opts->engine.max_num_batched_tokens,
+                  "token budget per iteration");
+  cmd->add_option("--block-size", opts->engine.block_size, "KV block size in tokens");
+  cmd->add_flag("--no-enable-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
+  cmd->add_flag("--enable-prefix-caching", opts->prefix_caching,
+                "the prefix cache (on by default)");
+  cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
+  cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)");
+  cmd->callback([opts] {
+    auto fail = [](const std::string& message) {
+      std::fprintf(stderr, "troupe serve: %s\n", message.c_str());
+      throw CLI::RuntimeError(1);
+    };
+    EngineConfig config = opts->engine;
+    if (config.model_path.empty()) config.model_path = builtin_model_path();
+    if (config.model_path.empty()) fail("the built-in model could not be written");
+    config.enable_prefix_caching = !opts->no_prefix_caching;
+    config.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
+    std::fprintf(stderr, "troupe: loading %s\n", config.model_path.c_str());
+    auto engine = Engine::create(config);
+    if (!engine) fail(engine.error().message);
+    const auto stats = (*engine)->stats();
+    std::fprintf(
+        stderr, "troupe: KV cache: %d blocks of %d tokens = %lld tokens; max model length %d\n",
+        stats.num_kv_blocks, stats.block_size,
+        static_cast<long long>(stats.num_kv_blocks) * stats.block_size, (*engine)->max_model_len());
+    net::HttpServer server(**engine, opts->server);
+    if (auto started = server.start(); !started) fail(started.error().message);
+    std::fprintf(stderr, "troupe: serving '%s' at http://%s:%u (Ctrl-C stops)\n",
+                 opts->server.served_model_name.c_str(), opts->server.host.c_str(), server.port());
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::fprintf(stderr, "troupe: stopping\n");
+    server.stop();
+  });
+}
+
+}  // namespace troupe::app

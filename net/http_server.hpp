@@ -1,0 +1,47 @@
+// The HTTP front: Boost.Beast on C++20 coroutines, one coroutine per
+// connection. OpenAI-compatible routes over the Engine API, SSE streaming,
+// OpenAI error objects, timeouts and limits.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "troupe/engine.hpp"
+
+namespace troupe::net {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8000;  // 0: any free port (see HttpServer::port)
+  std::string served_model_name = "troupe";
+  std::string api_key;  // non-empty: /v1 routes need "Authorization: Bearer <key>"
+  std::size_t max_body_bytes = std::size_t{4} << 20;
+  std::chrono::seconds read_timeout{30};   // for a whole request (headers and body)
+  std::chrono::seconds write_timeout{60};  // for each write to the client
+  int max_connections = 1024;
+  int num_threads = 1;
+};
+
+class HttpServer {
+ public:
+  HttpServer(Engine& engine, ServerConfig config);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and starts serving on background threads.
+  Result<void> start();
+  // Closes the listener and every connection; waits for the threads.
+  void stop();
+  std::uint16_t port() const;
+  int num_connections() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::net

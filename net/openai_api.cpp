@@ -1,0 +1,308 @@
+#include "net/openai_api.hpp"
+
+#include <boost/json.hpp>
+#include <cmath>
+
+#include "model/llama_config.hpp"
+#include "model/tokenizer.hpp"
+
+namespace troupe::net {
+
+namespace json = boost::json;
+
+namespace {
+
+ApiError bad(std::string message, std::string param = {}) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param)};
+}
+
+// Reads an optional number field; a wrong type is the client's error.
+tl::expected<std::optional<double>, ApiError> number(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::optional<double>{};
+  if (v->is_double()) return std::optional<double>{v->get_double()};
+  if (v->is_int64()) return std::optional<double>{static_cast<double>(v->get_int64())};
+  if (v->is_uint64()) return std::optional<double>{static_cast<double>(v->get_uint64())};
+  return tl::unexpected(bad("'" + std::string(key) + "' must be a number", std::string(key)));
+}
+
+tl::expected<std::optional<bool>, ApiError> boolean(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::optional<bool>{};
+  if (v->is_bool()) return std::optional<bool>{v->get_bool()};
+  return tl::unexpected(bad("'" + std::string(key) + "' must be a boolean", std::string(key)));
+}
+
+tl::expected<std::vector<TokenId>, ApiError> token_array(const json::value& v, std::string_view key,
+                                                         std::size_t vocab_size) {
+  std::vector<TokenId> ids;
+  for (const auto& e : v.as_array()) {
+    if (!e.is_int64() && !e.is_uint64()) {
+      return tl::unexpected(
+          bad("'" + std::string(key) + "' must hold token ids", std::string(key)));
+    }
+    const auto id = e.is_int64() ? e.get_int64() : static_cast<std::int64_t>(e.get_uint64());
+    if (id < 0 || static_cast<std::uint64_t>(id) >= vocab_size) {
+      return tl::unexpected(bad("token id " + std::to_string(id) +
+                                    " is outside the vocabulary of " + std::to_string(vocab_size),
+                                std::string(key)));
+    }
+    ids.push_back(static_cast<TokenId>(id));
+  }
+  return ids;
+}
+
+tl::expected<json::object, ApiError> parse_object(std::string_view body) {
+  json::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec) return tl::unexpected(bad("the body is not valid JSON: " + ec.message()));
+  if (!v.is_object()) return tl::unexpected(bad("the body must be a JSON object"));
+  return std::move(v.as_object());
+}
+
+#define TROUPE_API_TRY(lhs, expr)                                             \
+  auto TROUPE_TRY_CAT(api_, __LINE__) = (expr);                               \
+  if (!TROUPE_TRY_CAT(api_, __LINE__))                                        \
+    return tl::unexpected(std::move(TROUPE_TRY_CAT(api_, __LINE__)).error()); \
+  lhs = std::move(*TROUPE_TRY_CAT(api_, __LINE__))
+
+json::object logprobs_json(const Engine& engine, const std::vector<TokenEvent>& events) {
+  json::array tokens, token_logprobs, top;
+  for (const auto& e : events) {
+    tokens.emplace_back(std::string(engine.tokenizer().piece(e.token)));
+    token_logprobs.emplace_back(e.logprob);
+    json::object entries;
+    for (const auto& t : e.top_logprobs)
+      entries[std::string(engine.tokenizer().piece(t.id))] = t.logprob;
+    top.emplace_back(std::move(entries));
+  }
+  return json::object{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_logprobs)},
+                      {"top_logprobs", std::move(top)}};
+}
+
+json::object usage_json(const TokenEvent& end) {
+  return json::object{
+      {"prompt_tokens", end.num_prompt_tokens},
+      {"completion_tokens", end.num_generated_tokens},
+      {"total_tokens", end.num_prompt_tokens + end.num_generated_tokens},
+      {"prompt_tokens_details", json::object{{"cached_tokens", end.num_cached_tokens}}}};
+}
+
+}  // namespace
+
+std::string_view openai_finish_reason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::abort:
+      return "abort";
+    case FinishReason::timeout:
+      return "length";  // no OpenAI name: the output was cut short
+    case FinishReason::error:
+      return "error";
+    case FinishReason::none:
+      return "";
+  }
+  return "";
+}
+
+std::string error_json(const ApiError& error) {
+  json::object inner{{"message", error.message}, {"type", error.type}, {"code", error.status}};
+  inner["param"] = error.param.empty() ? json::value(nullptr) : json::value(error.param);
+  return json::serialize(json::object{{"error", std::move(inner)}});
+}
+
+tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
+                                                                   const ApiContext& context) {
+  TROUPE_API_TRY(const json::object o, parse_object(body));
+  CompletionRequest r;
+  const auto& tokenizer = context.engine->tokenizer();
+  if (const auto* m = o.if_contains("model"); m != nullptr && !m->is_null()) {
+    if (!m->is_string()) return tl::unexpected(bad("'model' must be a string", "model"));
+    r.model = std::string(m->get_string());
+    if (r.model != context.served_model_name) {
+      return tl::unexpected(
+          ApiError{404, "The model '" + r.model + "' does not exist.", "NotFoundError", "model"});
+    }
+  }
+  const auto* prompt = o.if_contains("prompt");
+  if (prompt == nullptr) return tl::unexpected(bad("'prompt' is required", "prompt"));
+  if (prompt->is_string()) {
+    r.generate.prompt = tokenizer.encode(std::string(prompt->get_string()), /*add_special=*/true);
+  } else if (prompt->is_array() && !prompt->as_array().empty() &&
+             (prompt->as_array()[0].is_int64() || prompt->as_array()[0].is_uint64())) {
+    TROUPE_API_TRY(r.generate.prompt, token_array(*prompt, "prompt", tokenizer.size()));
+  } else if (prompt->is_array() && prompt->as_array().size() == 1 &&
+             prompt->as_array()[0].is_string()) {
+    r.generate.prompt = tokenizer.encode(std::string(prompt->as_array()[0].get_string()), true);
+  } else {
+    return tl::unexpected(
+        bad("'prompt' must be a string or an array of token ids (batches of "
+            "prompts are not supported yet)",
+            "prompt"));
+  }
+  auto& p = r.generate.params;
+  p.temperature = 1.0f;
+  p.max_tokens = 16;
+  TROUPE_API_TRY(const auto max_tokens, number(o, "max_tokens"));
+  TROUPE_API_TRY(const auto temperature, number(o, "temperature"));
+  TROUPE_API_TRY(const auto top_p, number(o, "top_p"));
+  TROUPE_API_TRY(const auto top_k, number(o, "top_k"));
+  TROUPE_API_TRY(const auto min_p, number(o, "min_p"));
+  TROUPE_API_TRY(const auto seed, number(o, "seed"));
+  TROUPE_API_TRY(const auto presence, number(o, "presence_penalty"));
+  TROUPE_API_TRY(const auto frequency, number(o, "frequency_penalty"));
+  TROUPE_API_TRY(const auto repetition, number(o, "repetition_penalty"));
+  TROUPE_API_TRY(const auto logprobs, number(o, "logprobs"));
+  TROUPE_API_TRY(const auto min_tokens, number(o, "min_tokens"));
+  TROUPE_API_TRY(const auto n, number(o, "n"));
+  TROUPE_API_TRY(const auto stream, boolean(o, "stream"));
+  TROUPE_API_TRY(const auto ignore_eos, boolean(o, "ignore_eos"));
+  auto integral = [](const std::optional<double>& v) { return !v || std::floor(*v) == *v; };
+  if (!integral(max_tokens) || !integral(top_k) || !integral(seed) || !integral(logprobs) ||
+      !integral(min_tokens) || !integral(n)) {
+    return tl::unexpected(bad("max_tokens, top_k, seed, logprobs, min_tokens and n are integers"));
+  }
+  if (n && *n != 1) return tl::unexpected(bad("only n = 1 is supported yet", "n"));
+  const std::int32_t room =
+      context.engine->max_model_len() - static_cast<std::int32_t>(r.generate.prompt.size());
+  if (max_tokens) {
+    if (*max_tokens < 1) return tl::unexpected(bad("max_tokens must be at least 1", "max_tokens"));
+    p.max_tokens = static_cast<std::int32_t>(std::min(*max_tokens, 1e9));
+  }
+  if (static_cast<std::int32_t>(r.generate.prompt.size()) + p.max_tokens >
+      context.engine->max_model_len()) {
+    return tl::unexpected(bad("This model's maximum context length is " +
+                                  std::to_string(context.engine->max_model_len()) +
+                                  " tokens. However, you requested " +
+                                  std::to_string(r.generate.prompt.size() + p.max_tokens) +
+                                  " tokens (" + std::to_string(r.generate.prompt.size()) +
+                                  " in the prompt, " + std::to_string(p.max_tokens) +
+                                  " in the completion). Please reduce the prompt or max_tokens.",
+                              room > 0 ? "max_tokens" : "prompt"));
+  }
+  if (temperature) p.temperature = static_cast<float>(*temperature);
+  if (top_p) p.top_p = static_cast<float>(*top_p);
+  if (top_k) p.top_k = static_cast<std::int32_t>(*top_k);
+  if (min_p) p.min_p = static_cast<float>(*min_p);
+  if (seed) p.seed = static_cast<std::uint64_t>(static_cast<std::int64_t>(*seed));
+  if (presence) p.presence_penalty = static_cast<float>(*presence);
+  if (frequency) p.frequency_penalty = static_cast<float>(*frequency);
+  if (repetition) p.repetition_penalty = static_cast<float>(*repetition);
+  if (min_tokens) p.min_tokens = static_cast<std::int32_t>(*min_tokens);
+  if (logprobs) {
+    p.logprobs = static_cast<std::int32_t>(*logprobs);
+    r.want_logprobs = true;
+  }
+  if (ignore_eos) p.ignore_eos = *ignore_eos;
+  r.stream = stream.value_or(false);
+  if (const auto* stop = o.if_contains("stop"); stop != nullptr && !stop->is_null()) {
+    if (stop->is_string()) {
+      r.generate.stop.emplace_back(stop->get_string());
+    } else if (stop->is_array()) {
+      for (const auto& s : stop->as_array()) {
+        if (!s.is_string()) return tl::unexpected(bad("'stop' must hold strings", "stop"));
+        r.generate.stop.emplace_back(s.get_string());
+      }
+    } else {
+      return tl::unexpected(bad("'stop' must be a string or an array of strings", "stop"));
+    }
+  }
+  if (const auto* ids = o.if_contains("stop_token_ids"); ids != nullptr && !ids->is_null()) {
+    if (!ids->is_array())
+      return tl::unexpected(bad("'stop_token_ids' must be an array", "stop_token_ids"));
+    TROUPE_API_TRY(p.stop_token_ids, token_array(*ids, "stop_token_ids", tokenizer.size()));
+  }
+  if (const auto* so = o.if_contains("stream_options"); so != nullptr && so->is_object()) {
+    TROUPE_API_TRY(const auto usage, boolean(so->as_object(), "include_usage"));
+    r.include_usage = usage.value_or(false);
+  }
+  if (r.generate.prompt.empty()) return tl::unexpected(bad("the prompt is empty", "prompt"));
+  return r;
+}
+
+std::string completion_response(const ApiContext& context, const std::string& id,
+                                std::int64_t created, const CompletionRequest& request,
+                                const CompletionOutput& output) {
+  json::object choice{{"index", 0}, {"text", output.text}};
+  choice["logprobs"] = request.want_logprobs
+                           ? json::value(logprobs_json(*context.engine, output.tokens))
+                           : json::value(nullptr);
+  choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason));
+  return json::serialize(json::object{{"id", id},
+                                      {"object", "text_completion"},
+                                      {"created", created},
+                                      {"model", context.served_model_name},
+                                      {"choices", json::array{std::move(choice)}},
+                                      {"usage", usage_json(output.end)}});
+}
+
+std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                             const CompletionRequest& request, const TokenEvent& event) {
+  json::object choice{{"index", 0}, {"text", event.text}};
+  choice["logprobs"] = request.want_logprobs && event.token != kNoToken
+                           ? json::value(logprobs_json(*context.engine, {event}))
+                           : json::value(nullptr);
+  choice["finish_reason"] =
+      event.finished ? json::value(std::string(openai_finish_reason(event.finish_reason)))
+                     : json::value(nullptr);
+  return json::serialize(json::object{{"id", id},
+                                      {"object", "text_completion"},
+                                      {"created", created},
+                                      {"model", context.served_model_name},
+                                      {"choices", json::array{std::move(choice)}}});
+}
+
+std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                        const TokenEvent& end) {
+  return json::serialize(json::object{{"id", id},
+                                      {"object", "text_completion"},
+                                      {"created", created},
+                                      {"model", context.served_model_name},
+                                      {"choices", json::array{}},
+                                      {"usage", usage_json(end)}});
+}
+
+std::string models_response(const ApiContext& context) {
+  json::object model{{"id", context.served_model_name},
+                     {"object", "model"},
+                     {"created", 0},
+                     {"owned_by", "troupe"},
+                     {"root", context.served_model_name},
+                     {"max_model_len", context.engine->max_model_len()}};
+  return json::serialize(json::object{{"object", "list"}, {"data", json::array{std::move(model)}}});
+}
+
+tl::expected<std::string, ApiError> tokenize_response(std::string_view body,
+                                                      const ApiContext& context) {
+  TROUPE_API_TRY(const json::object o, parse_object(body));
+  const auto* prompt = o.if_contains("prompt");
+  if (prompt == nullptr || !prompt->is_string()) {
+    return tl::unexpected(bad("'prompt' must be a string", "prompt"));
+  }
+  TROUPE_API_TRY(const auto add_special, boolean(o, "add_special_tokens"));
+  const auto ids = context.engine->tokenizer().encode(std::string(prompt->get_string()),
+                                                      add_special.value_or(true));
+  json::array tokens;
+  for (TokenId id : ids) tokens.emplace_back(id);
+  return json::serialize(json::object{{"tokens", std::move(tokens)},
+                                      {"count", ids.size()},
+                                      {"max_model_len", context.engine->max_model_len()}});
+}
+
+tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
+                                                        const ApiContext& context) {
+  TROUPE_API_TRY(const json::object o, parse_object(body));
+  const auto* tokens = o.if_contains("tokens");
+  if (tokens == nullptr || !tokens->is_array()) {
+    return tl::unexpected(bad("'tokens' must be an array of token ids", "tokens"));
+  }
+  TROUPE_API_TRY(const auto ids,
+                 token_array(*tokens, "tokens", context.engine->tokenizer().size()));
+  return json::serialize(json::object{{"prompt", context.engine->tokenizer().decode(ids)}});
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,68 @@
+// The OpenAI-compatible API's JSON: requests parsed and checked into engine
+// requests, engine events turned into response objects and SSE chunks, and
+// OpenAI error objects. No sockets here (http_server.cpp has them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "troupe/engine.hpp"
+
+namespace troupe::net {
+
+// An error for the client: its HTTP status and an OpenAI error object.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;
+};
+
+std::string error_json(const ApiError& error);
+
+struct CompletionRequest {
+  GenerateRequest generate;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool want_logprobs = false;
+};
+
+struct ApiContext {
+  const Engine* engine = nullptr;
+  std::string served_model_name;
+};
+
+// Parses a /v1/completions body: the prompt (text or token ids) is tokenized here.
+tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
+                                                                   const ApiContext& context);
+
+// What one finished request produced, for the non-streaming response.
+struct CompletionOutput {
+  std::string text;
+  std::vector<TokenEvent> tokens;  // with logprobs when asked
+  TokenEvent end;
+};
+
+std::string completion_response(const ApiContext& context, const std::string& id,
+                                std::int64_t created, const CompletionRequest& request,
+                                const CompletionOutput& output);
+// One SSE `data:` payload for a streamed event (text and, on the last one, the finish reason).
+std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                             const CompletionRequest& request, const TokenEvent& event);
+// The last chunk when stream_options.include_usage asks for it.
+std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                        const TokenEvent& end);
+
+std::string models_response(const ApiContext& context);
+tl::expected<std::string, ApiError> tokenize_response(std::string_view body,
+                                                      const ApiContext& context);
+tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
+                                                        const ApiContext& context);
+
+// OpenAI's finish_reason names ("stop", "length", ...).
+std::string_view openai_finish_reason(FinishReason reason);
+
+}  // namespace troupe::net

@@ -1,0 +1,205 @@
+// The HTTP server on an ephemeral port, through a real client (curl).
+#include <sys/wait.h>
+#include <array>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "net/http_server.hpp"
+#include "support/mini_json.hpp"
+#include "support/small_model.hpp"
+#include "troupe/engine.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Reply {
+  int status = 0;
+  std::string body;
+};
+
+class Server {
+ public:
+  explicit Server(net::ServerConfig config = {}, std::function<void()> before_step = {}) {
+    EngineConfig e;
+    e.model_path = model_path();
+    e.num_threads = 2;
+    e.block_size = 4;
+    e.num_kv_blocks = 512;
+    e.before_step = std::move(before_step);
+    auto created = Engine::create(e);
+    REQUIRE(created.has_value());
+    engine = std::move(*created);
+    config.port = 0;
+    server = std::make_unique<net::HttpServer>(*engine, config);
+    REQUIRE(server->start().has_value());
+  }
+  ~Server() {
+    server->stop();
+    server.reset();
+  }
+
+  static std::string model_path() {
+    static const std::string path = test::write_small_model(
+        "server-model", [](model::RandomModelSpec& spec) { spec.context_length = 256; });
+    return path;
+  }
+
+  // curl with `args`; the body goes in through a file (no shell quoting trouble).
+  Reply curl(const std::string& args, const std::string& body = {}, const std::string& path = "") {
+    std::string command = "curl -s -N -o - -w '\\n%{http_code}' " + args;
+    if (!body.empty()) {
+      const std::string file = test::temp_path("body.json");
+      std::FILE* f = std::fopen(file.c_str(), "wb");
+      std::fwrite(body.data(), 1, body.size(), f);
+      std::fclose(f);
+      command += " -H 'Content-Type: application/json' --data-binary @" + file;
+    }
+    command += " http://127.0.0.1:" + std::to_string(server->port()) + path + " 2>/dev/null";
+    std::string out;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::array<char, 4096> buffer{};
+    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
+      out.append(buffer.data(), n);
+    ::pclose(pipe);
+    Reply r;
+    const auto nl = out.rfind('\n');
+    r.status = std::atoi(out.c_str() + nl + 1);
+    r.body = out.substr(0, nl);
+    return r;
+  }
+  Reply get(const std::string& path, const std::string& args = "") { return curl(args, {}, path); }
+  Reply post(const std::string& path, const std::string& body, const std::string& args = "") {
+    return curl(args, body, path);
+  }
+
+  bool kv_drains() {
+    for (int i = 0; i < 400; ++i) {
+      const auto s = engine->stats();
+      if (s.kv_usage == 0.0 && s.num_running == 0 && s.num_waiting == 0) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<net::HttpServer> server;
+};
+
+test::Json parse(const std::string& s) {
+  return test::JsonParser(s).parse();
+}
+
+}  // namespace
+
+TEST_CASE("health, version and models answer", "[net][integration]") {
+  Server s;
+  CHECK(s.get("/health").status == 200);
+  CHECK(parse(s.get("/version").body)["version"].string == "0.1.0");
+  const auto models = parse(s.get("/v1/models").body);
+  CHECK(models["data"].array[0]["id"].string == "troupe");
+  CHECK(models["data"].array[0]["max_model_len"].number == 256);
+}
+
+TEST_CASE("a completion returns OpenAI's object, the same text each time when greedy",
+          "[net][integration]") {
+  Server s;
+  const std::string body =
+      R"({"model":"troupe","prompt":"Hello world","max_tokens":7,"temperature":0})";
+  const auto first = s.post("/v1/completions", body);
+  REQUIRE(first.status == 200);
+  const auto r = parse(first.body);
+  CHECK(r["object"].string == "text_completion");
+  CHECK(r["choices"].array[0]["finish_reason"].string == "length");
+  CHECK(r["usage"]["completion_tokens"].number == 7);
+  CHECK(r["usage"]["prompt_tokens"].number > 0);
+  CHECK(parse(s.post("/v1/completions", body).body)["choices"].array[0]["text"].string ==
+        r["choices"].array[0]["text"].string);
+  SECTION("token ids as the prompt, and logprobs") {
+    const auto ids = s.post("/v1/completions",
+                            R"({"prompt":[1,5,9],"max_tokens":3,"temperature":0,"logprobs":2})");
+    REQUIRE(ids.status == 200);
+    const auto lp = parse(ids.body)["choices"].array[0]["logprobs"];
+    CHECK(lp["token_logprobs"].array.size() == 3);
+    CHECK(lp["top_logprobs"].array[0].object.size() == 2);
+  }
+}
+
+TEST_CASE("streaming sends SSE chunks, usage and [DONE]", "[net][integration]") {
+  Server s;
+  const auto r = s.post(
+      "/v1/completions",
+      R"({"prompt":"Hi","max_tokens":5,"temperature":0,"stream":true,"stream_options":{"include_usage":true}})");
+  REQUIRE(r.status == 200);
+  std::vector<std::string> events;
+  for (std::size_t pos = 0; (pos = r.body.find("data: ", pos)) != std::string::npos;) {
+    const auto end = r.body.find("\n\n", pos);
+    events.push_back(r.body.substr(pos + 6, end - pos - 6));
+    pos = end;
+  }
+  REQUIRE(events.size() == 7);  // 5 tokens, usage, [DONE]
+  CHECK(events.back() == "[DONE]");
+  CHECK(parse(events[4])["choices"].array[0]["finish_reason"].string == "length");
+  CHECK(parse(events[5])["usage"]["completion_tokens"].number == 5);
+  std::string streamed;
+  for (int i = 0; i < 5; ++i) streamed += parse(events[i])["choices"].array[0]["text"].string;
+  const auto whole =
+      parse(s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":5,"temperature":0})").body);
+  CHECK(streamed == whole["choices"].array[0]["text"].string);
+}
+
+TEST_CASE("every failure is an OpenAI error object with the right status", "[net][integration]") {
+  net::ServerConfig config;
+  config.api_key = "sekrit";
+  config.max_body_bytes = 4096;
+  Server s(config);
+  const std::string auth = "-H 'Authorization: Bearer sekrit'";
+  auto error_of = [](const Reply& r) { return parse(r.body)["error"]["message"].string; };
+  CHECK(s.post("/v1/completions", R"({"prompt":"x"})").status == 401);
+  CHECK(s.post("/v1/completions", R"({"prompt":"x"})", "-H 'Authorization: Bearer wrong'").status ==
+        401);
+  CHECK(s.get("/v1/models", auth).status == 200);
+  const auto malformed = s.post("/v1/completions", "{nope", auth);
+  CHECK(malformed.status == 400);
+  CHECK(error_of(malformed).find("not valid JSON") != std::string::npos);
+  const auto bad_param = s.post("/v1/completions", R"({"prompt":"x","top_p":2})", auth);
+  CHECK(bad_param.status == 400);
+  CHECK(error_of(bad_param).find("top_p") != std::string::npos);
+  const auto wrong_type = s.post("/v1/completions", R"({"prompt":"x","max_tokens":"many"})", auth);
+  CHECK(wrong_type.status == 400);
+  const auto too_long = s.post("/v1/completions", R"({"prompt":"x","max_tokens":1000})", auth);
+  CHECK(too_long.status == 400);
+  CHECK(error_of(too_long).find("maximum context length is 256 tokens") != std::string::npos);
+  CHECK(s.post("/v1/completions", R"({"prompt":"x","model":"other"})", auth).status == 404);
+  CHECK(s.get("/nowhere", auth).status == 404);
+  CHECK(s.get("/v1/completions", auth).status == 405);
+  CHECK(s.post("/v1/completions", std::string(8000, ' '), auth).status == 413);
+  CHECK(s.get("/health").status == 200);  // outside /v1: no key needed
+}
+
+TEST_CASE("a client that disconnects mid-stream frees its KV blocks", "[net][integration]") {
+  Server s({}, [] { std::this_thread::sleep_for(3ms); });
+  // curl gives up after 0.3 s of a stream that would take far longer.
+  const auto r = s.post("/v1/completions",
+                        R"({"prompt":"Hi","max_tokens":200,"stream":true,"ignore_eos":true})",
+                        "--max-time 0.3");
+  CHECK(r.body.find("data: ") != std::string::npos);
+  CHECK(r.body.find("[DONE]") == std::string::npos);
+  CHECK(s.kv_drains());
+  CHECK(s.get("/health").status == 200);  // and the server carries on
+}
+
+TEST_CASE("tokenize and detokenize round-trip", "[net][integration]") {
+  Server s;
+  const auto t = parse(s.post("/tokenize", R"({"prompt":"Hello world"})").body);
+  CHECK(t["count"].number == t["tokens"].array.size());
+  std::string ids;
+  for (const auto& id : t["tokens"].array)
+    ids += (ids.empty() ? "" : ",") + std::to_string(static_cast<int>(id.number));
+  const auto d = parse(s.post("/detokenize", "{\"tokens\":[" + ids + "]}").body);
+  CHECK(d["prompt"].string == " Hello world");
+  CHECK(s.post("/detokenize", R"({"tokens":[999999]})").status == 400);
+}
