@@ -21,6 +21,7 @@ struct Engine::Impl {
   model::LlamaConfig model_config;
   std::int32_t max_model_len = 0;
   std::int32_t num_kv_blocks = 0;
+  std::string chat_template;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   actors::scheduler_actor scheduler;
@@ -76,6 +77,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   TROUPE_TRY(auto tokenizer, model::Tokenizer::from_gguf(*impl->file));
   impl->tokenizer = std::make_shared<const model::Tokenizer>(std::move(tokenizer));
   TROUPE_TRY(impl->model_config, model::LlamaConfig::from_gguf(*impl->file));
+  if (impl->file->find("tokenizer.chat_template") != nullptr) {
+    TROUPE_TRY(const auto chat_template, impl->file->get_string("tokenizer.chat_template"));
+    impl->chat_template = std::string(chat_template);
+  }
   const auto& mc = impl->model_config;
   impl->max_model_len = config.max_model_len > 0 ? config.max_model_len : mc.context_length;
   if (impl->max_model_len > mc.context_length) {
@@ -189,6 +194,14 @@ const model::LlamaConfig& Engine::model_config() const {
 }
 std::int32_t Engine::max_model_len() const {
   return impl_->max_model_len;
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+const std::string& Engine::chat_template() const {
+  return impl_->chat_template;
 }
 
 }  // namespace troupe

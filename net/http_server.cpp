@@ -45,6 +45,7 @@ struct HttpServer::Impl {
   Impl(Engine& e, ServerConfig c) : engine(e), config(std::move(c)) {
     context.engine = &engine;
     context.served_model_name = config.served_model_name;
+    context.chat_family = model::detect_chat_family(engine.chat_template());
   }
 
   asio::awaitable<void> listen();
@@ -165,7 +166,8 @@ http::response<http::string_body> HttpServer::Impl::route(const Request& request
     return body ? ok(std::move(*body)) : fail(body.error());
   }
   const bool known = path == "/health" || path == "/version" || path == "/v1/models" ||
-                     path == "/tokenize" || path == "/detokenize" || path == "/v1/completions";
+                     path == "/tokenize" || path == "/detokenize" || path == "/v1/completions" ||
+                     path == "/v1/chat/completions";
   if (known) {
     return fail(ApiError{
         405, "method " + std::string(request.method_string()) + " is not allowed on " + path,
@@ -175,9 +177,9 @@ http::response<http::string_body> HttpServer::Impl::route(const Request& request
 }
 
 asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Request& request) {
-  const bool completion =
-      request.method() == http::verb::post &&
-      request.target().substr(0, request.target().find('?')) == "/v1/completions";
+  const auto path = request.target().substr(0, request.target().find('?'));
+  const bool completion = request.method() == http::verb::post &&
+                          (path == "/v1/completions" || path == "/v1/chat/completions");
   const bool authorized =
       config.api_key.empty() || request[http::field::authorization] == "Bearer " + config.api_key;
   if (completion && authorized) {
@@ -190,14 +192,17 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
 }
 
 asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, Request& request) {
-  auto parsed = parse_completion_request(request.body(), context);
+  const bool chat = request.target().starts_with("/v1/chat/completions");
+  auto parsed = chat ? parse_chat_request(request.body(), context)
+                     : parse_completion_request(request.body(), context);
   if (!parsed) {
     auto response = error_response(request, parsed.error());
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
   }
   const CompletionRequest& completion = *parsed;
-  const std::string id = "cmpl-" + std::to_string(next_completion.fetch_add(1));
+  const std::string id =
+      (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion.fetch_add(1));
   const std::int64_t created = unix_time();
 
   // Engine events cross into this coroutine through a channel; it never blocks the engine.
@@ -253,13 +258,19 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   auto [head_ec, head_n] = co_await http::async_write_header(stream, serializer, kUseTuple);
   bool alive = !head_ec;
   std::string data;
+  if (alive && completion.chat) {  // a chat stream opens with the assistant's role
+    data = "data: " + chat_role_chunk(context, id, created) + "\n\n";
+    const auto chunk = http::make_chunk(asio::buffer(data));
+    auto [rec, rn] = co_await asio::async_write(stream, chunk, kUseTuple);
+    alive = !rec;
+  }
   while (alive) {
     auto [ec, event] = co_await channel->async_receive(kUseTuple);
     if (ec) break;
     const bool finished = event.finished;
     data = "data: " + completion_chunk(context, id, created, completion, event) + "\n\n";
     if (finished && completion.include_usage)
-      data += "data: " + usage_chunk(context, id, created, event) + "\n\n";
+      data += "data: " + usage_chunk(context, id, created, completion, event) + "\n\n";
     if (finished) data += "data: [DONE]\n\n";
     stream.expires_after(config.write_timeout);
     const auto chunk = http::make_chunk(asio::buffer(data));

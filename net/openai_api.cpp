@@ -81,6 +81,26 @@ json::object logprobs_json(const Engine& engine, const std::vector<TokenEvent>& 
                       {"top_logprobs", std::move(top)}};
 }
 
+// Chat's shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+json::object chat_logprobs_json(const Engine& engine, const std::vector<TokenEvent>& events) {
+  auto entry = [&](TokenId id, float logprob) {
+    const std::string_view piece = engine.tokenizer().piece(id);
+    json::array bytes;
+    for (unsigned char c : piece) bytes.emplace_back(c);
+    return json::object{
+        {"token", std::string(piece)}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+  };
+  json::array content;
+  for (const auto& e : events) {
+    json::object item = entry(e.token, e.logprob);
+    json::array top;
+    for (const auto& t : e.top_logprobs) top.emplace_back(entry(t.id, t.logprob));
+    item["top_logprobs"] = std::move(top);
+    content.emplace_back(std::move(item));
+  }
+  return json::object{{"content", std::move(content)}};
+}
+
 json::object usage_json(const TokenEvent& end) {
   return json::object{
       {"prompt_tokens", end.num_prompt_tokens},
@@ -115,11 +135,10 @@ std::string error_json(const ApiError& error) {
   return json::serialize(json::object{{"error", std::move(inner)}});
 }
 
-tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
-                                                                   const ApiContext& context) {
-  TROUPE_API_TRY(const json::object o, parse_object(body));
-  CompletionRequest r;
-  const auto& tokenizer = context.engine->tokenizer();
+namespace {
+
+tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext& context,
+                                         CompletionRequest& r) {
   if (const auto* m = o.if_contains("model"); m != nullptr && !m->is_null()) {
     if (!m->is_string()) return tl::unexpected(bad("'model' must be a string", "model"));
     r.model = std::string(m->get_string());
@@ -128,26 +147,19 @@ tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_v
           ApiError{404, "The model '" + r.model + "' does not exist.", "NotFoundError", "model"});
     }
   }
-  const auto* prompt = o.if_contains("prompt");
-  if (prompt == nullptr) return tl::unexpected(bad("'prompt' is required", "prompt"));
-  if (prompt->is_string()) {
-    r.generate.prompt = tokenizer.encode(std::string(prompt->get_string()), /*add_special=*/true);
-  } else if (prompt->is_array() && !prompt->as_array().empty() &&
-             (prompt->as_array()[0].is_int64() || prompt->as_array()[0].is_uint64())) {
-    TROUPE_API_TRY(r.generate.prompt, token_array(*prompt, "prompt", tokenizer.size()));
-  } else if (prompt->is_array() && prompt->as_array().size() == 1 &&
-             prompt->as_array()[0].is_string()) {
-    r.generate.prompt = tokenizer.encode(std::string(prompt->as_array()[0].get_string()), true);
-  } else {
-    return tl::unexpected(
-        bad("'prompt' must be a string or an array of token ids (batches of "
-            "prompts are not supported yet)",
-            "prompt"));
-  }
+  return {};
+}
+
+// The sampling, stop and streaming fields both endpoints share; r.generate.prompt is set.
+tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContext& context,
+                                          CompletionRequest& r) {
+  const auto& tokenizer = context.engine->tokenizer();
   auto& p = r.generate.params;
   p.temperature = 1.0f;
-  p.max_tokens = 16;
-  TROUPE_API_TRY(const auto max_tokens, number(o, "max_tokens"));
+  TROUPE_API_TRY(auto max_tokens, number(o, "max_tokens"));
+  if (r.chat && !max_tokens) {
+    TROUPE_API_TRY(max_tokens, number(o, "max_completion_tokens"));
+  }
   TROUPE_API_TRY(const auto temperature, number(o, "temperature"));
   TROUPE_API_TRY(const auto top_p, number(o, "top_p"));
   TROUPE_API_TRY(const auto top_k, number(o, "top_k"));
@@ -156,33 +168,38 @@ tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_v
   TROUPE_API_TRY(const auto presence, number(o, "presence_penalty"));
   TROUPE_API_TRY(const auto frequency, number(o, "frequency_penalty"));
   TROUPE_API_TRY(const auto repetition, number(o, "repetition_penalty"));
-  TROUPE_API_TRY(const auto logprobs, number(o, "logprobs"));
   TROUPE_API_TRY(const auto min_tokens, number(o, "min_tokens"));
   TROUPE_API_TRY(const auto n, number(o, "n"));
   TROUPE_API_TRY(const auto stream, boolean(o, "stream"));
   TROUPE_API_TRY(const auto ignore_eos, boolean(o, "ignore_eos"));
+  std::optional<double> logprobs;
+  if (r.chat) {  // chat: "logprobs": true and "top_logprobs": n
+    TROUPE_API_TRY(const auto want, boolean(o, "logprobs"));
+    TROUPE_API_TRY(const auto top, number(o, "top_logprobs"));
+    if (want.value_or(false)) logprobs = top.value_or(0.0);
+  } else {
+    TROUPE_API_TRY(logprobs, number(o, "logprobs"));
+  }
   auto integral = [](const std::optional<double>& v) { return !v || std::floor(*v) == *v; };
   if (!integral(max_tokens) || !integral(top_k) || !integral(seed) || !integral(logprobs) ||
       !integral(min_tokens) || !integral(n)) {
     return tl::unexpected(bad("max_tokens, top_k, seed, logprobs, min_tokens and n are integers"));
   }
   if (n && *n != 1) return tl::unexpected(bad("only n = 1 is supported yet", "n"));
-  const std::int32_t room =
-      context.engine->max_model_len() - static_cast<std::int32_t>(r.generate.prompt.size());
+  const auto num_prompt = static_cast<std::int32_t>(r.generate.prompt.size());
+  const std::int32_t limit = context.engine->max_model_len();
   if (max_tokens) {
     if (*max_tokens < 1) return tl::unexpected(bad("max_tokens must be at least 1", "max_tokens"));
     p.max_tokens = static_cast<std::int32_t>(std::min(*max_tokens, 1e9));
   }
-  if (static_cast<std::int32_t>(r.generate.prompt.size()) + p.max_tokens >
-      context.engine->max_model_len()) {
-    return tl::unexpected(bad("This model's maximum context length is " +
-                                  std::to_string(context.engine->max_model_len()) +
+  if (num_prompt + p.max_tokens > limit) {
+    return tl::unexpected(bad("This model's maximum context length is " + std::to_string(limit) +
                                   " tokens. However, you requested " +
-                                  std::to_string(r.generate.prompt.size() + p.max_tokens) +
-                                  " tokens (" + std::to_string(r.generate.prompt.size()) +
-                                  " in the prompt, " + std::to_string(p.max_tokens) +
+                                  std::to_string(num_prompt + p.max_tokens) + " tokens (" +
+                                  std::to_string(num_prompt) + " in the prompt, " +
+                                  std::to_string(p.max_tokens) +
                                   " in the completion). Please reduce the prompt or max_tokens.",
-                              room > 0 ? "max_tokens" : "prompt"));
+                              num_prompt < limit ? "max_tokens" : "prompt"));
   }
   if (temperature) p.temperature = static_cast<float>(*temperature);
   if (top_p) p.top_p = static_cast<float>(*top_p);
@@ -212,58 +229,172 @@ tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_v
     }
   }
   if (const auto* ids = o.if_contains("stop_token_ids"); ids != nullptr && !ids->is_null()) {
-    if (!ids->is_array())
+    if (!ids->is_array()) {
       return tl::unexpected(bad("'stop_token_ids' must be an array", "stop_token_ids"));
+    }
     TROUPE_API_TRY(p.stop_token_ids, token_array(*ids, "stop_token_ids", tokenizer.size()));
   }
   if (const auto* so = o.if_contains("stream_options"); so != nullptr && so->is_object()) {
     TROUPE_API_TRY(const auto usage, boolean(so->as_object(), "include_usage"));
     r.include_usage = usage.value_or(false);
   }
+  return {};
+}
+
+}  // namespace
+
+tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
+                                                                   const ApiContext& context) {
+  TROUPE_API_TRY(const json::object o, parse_object(body));
+  CompletionRequest r;
+  if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
+  const auto& tokenizer = context.engine->tokenizer();
+  const auto* prompt = o.if_contains("prompt");
+  if (prompt == nullptr) return tl::unexpected(bad("'prompt' is required", "prompt"));
+  if (prompt->is_string()) {
+    r.generate.prompt = tokenizer.encode(std::string(prompt->get_string()), /*add_special=*/true);
+  } else if (prompt->is_array() && !prompt->as_array().empty() &&
+             (prompt->as_array()[0].is_int64() || prompt->as_array()[0].is_uint64())) {
+    TROUPE_API_TRY(r.generate.prompt, token_array(*prompt, "prompt", tokenizer.size()));
+  } else if (prompt->is_array() && prompt->as_array().size() == 1 &&
+             prompt->as_array()[0].is_string()) {
+    r.generate.prompt = tokenizer.encode(std::string(prompt->as_array()[0].get_string()), true);
+  } else {
+    return tl::unexpected(
+        bad("'prompt' must be a string or an array of token ids (batches of "
+            "prompts are not supported yet)",
+            "prompt"));
+  }
   if (r.generate.prompt.empty()) return tl::unexpected(bad("the prompt is empty", "prompt"));
+  r.generate.params.max_tokens = 16;  // OpenAI's default for completions
+  if (auto common = parse_common(o, context, r); !common) return tl::unexpected(common.error());
+  return r;
+}
+
+tl::expected<CompletionRequest, ApiError> parse_chat_request(std::string_view body,
+                                                             const ApiContext& context) {
+  TROUPE_API_TRY(const json::object o, parse_object(body));
+  CompletionRequest r;
+  r.chat = true;
+  if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
+  const auto* messages = o.if_contains("messages");
+  if (messages == nullptr || !messages->is_array() || messages->as_array().empty()) {
+    return tl::unexpected(bad("'messages' must be a non-empty array", "messages"));
+  }
+  std::vector<model::ChatMessage> chat;
+  for (const auto& m : messages->as_array()) {
+    if (!m.is_object()) return tl::unexpected(bad("each message must be an object", "messages"));
+    const auto& mo = m.as_object();
+    const auto* role = mo.if_contains("role");
+    if (role == nullptr || !role->is_string() ||
+        (role->get_string() != "system" && role->get_string() != "user" &&
+         role->get_string() != "assistant")) {
+      return tl::unexpected(bad("a message's role must be system, user or assistant", "messages"));
+    }
+    std::string content;
+    const auto* c = mo.if_contains("content");
+    if (c != nullptr && c->is_string()) {
+      content = std::string(c->get_string());
+    } else if (c != nullptr && c->is_array()) {  // [{"type": "text", "text": ...}]
+      for (const auto& part : c->as_array()) {
+        const auto* text = part.is_object() ? part.as_object().if_contains("text") : nullptr;
+        if (text == nullptr || !text->is_string()) {
+          return tl::unexpected(bad("only text content parts are supported", "messages"));
+        }
+        content += std::string(text->get_string());
+      }
+    } else if (c != nullptr && !c->is_null()) {
+      return tl::unexpected(bad("a message's content must be a string or text parts", "messages"));
+    }
+    chat.push_back({std::string(role->get_string()), std::move(content)});
+  }
+  const std::string prompt = model::render_chat(context.chat_family, chat, true);
+  r.generate.prompt =
+      context.engine->tokenizer().encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+  // Chat's default: whatever room the context leaves.
+  r.generate.params.max_tokens = std::max<std::int32_t>(
+      1, context.engine->max_model_len() - static_cast<std::int32_t>(r.generate.prompt.size()));
+  if (auto common = parse_common(o, context, r); !common) return tl::unexpected(common.error());
   return r;
 }
 
 std::string completion_response(const ApiContext& context, const std::string& id,
                                 std::int64_t created, const CompletionRequest& request,
                                 const CompletionOutput& output) {
-  json::object choice{{"index", 0}, {"text", output.text}};
-  choice["logprobs"] = request.want_logprobs
-                           ? json::value(logprobs_json(*context.engine, output.tokens))
-                           : json::value(nullptr);
+  json::object choice{{"index", 0}};
+  if (request.chat) {
+    choice["message"] = json::object{{"role", "assistant"}, {"content", output.text}};
+    choice["logprobs"] = request.want_logprobs
+                             ? json::value(chat_logprobs_json(*context.engine, output.tokens))
+                             : json::value(nullptr);
+  } else {
+    choice["text"] = output.text;
+    choice["logprobs"] = request.want_logprobs
+                             ? json::value(logprobs_json(*context.engine, output.tokens))
+                             : json::value(nullptr);
+  }
   choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason));
-  return json::serialize(json::object{{"id", id},
-                                      {"object", "text_completion"},
-                                      {"created", created},
-                                      {"model", context.served_model_name},
-                                      {"choices", json::array{std::move(choice)}},
-                                      {"usage", usage_json(output.end)}});
+  return json::serialize(
+      json::object{{"id", id},
+                   {"object", request.chat ? "chat.completion" : "text_completion"},
+                   {"created", created},
+                   {"model", context.served_model_name},
+                   {"choices", json::array{std::move(choice)}},
+                   {"usage", usage_json(output.end)}});
 }
 
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                              const CompletionRequest& request, const TokenEvent& event) {
-  json::object choice{{"index", 0}, {"text", event.text}};
-  choice["logprobs"] = request.want_logprobs && event.token != kNoToken
-                           ? json::value(logprobs_json(*context.engine, {event}))
-                           : json::value(nullptr);
+  json::object choice{{"index", 0}};
+  const bool with_logprobs = request.want_logprobs && event.token != kNoToken;
+  if (request.chat) {
+    json::object delta;
+    if (event.finished && event.text.empty()) {
+      // The last chunk of a chat stream carries only the finish reason.
+    } else {
+      delta["content"] = event.text;
+    }
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = with_logprobs ? json::value(chat_logprobs_json(*context.engine, {event}))
+                                       : json::value(nullptr);
+  } else {
+    choice["text"] = event.text;
+    choice["logprobs"] =
+        with_logprobs ? json::value(logprobs_json(*context.engine, {event})) : json::value(nullptr);
+  }
   choice["finish_reason"] =
       event.finished ? json::value(std::string(openai_finish_reason(event.finish_reason)))
                      : json::value(nullptr);
+  return json::serialize(
+      json::object{{"id", id},
+                   {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
+                   {"created", created},
+                   {"model", context.served_model_name},
+                   {"choices", json::array{std::move(choice)}}});
+}
+
+std::string chat_role_chunk(const ApiContext& context, const std::string& id,
+                            std::int64_t created) {
+  json::object choice{{"index", 0},
+                      {"delta", json::object{{"role", "assistant"}, {"content", ""}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}};
   return json::serialize(json::object{{"id", id},
-                                      {"object", "text_completion"},
+                                      {"object", "chat.completion.chunk"},
                                       {"created", created},
                                       {"model", context.served_model_name},
                                       {"choices", json::array{std::move(choice)}}});
 }
 
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                        const TokenEvent& end) {
-  return json::serialize(json::object{{"id", id},
-                                      {"object", "text_completion"},
-                                      {"created", created},
-                                      {"model", context.served_model_name},
-                                      {"choices", json::array{}},
-                                      {"usage", usage_json(end)}});
+                        const CompletionRequest& request, const TokenEvent& end) {
+  return json::serialize(
+      json::object{{"id", id},
+                   {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
+                   {"created", created},
+                   {"model", context.served_model_name},
+                   {"choices", json::array{}},
+                   {"usage", usage_json(end)}});
 }
 
 std::string models_response(const ApiContext& context) {

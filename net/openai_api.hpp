@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/chat_template.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::net {
@@ -25,6 +26,7 @@ std::string error_json(const ApiError& error);
 struct CompletionRequest {
   GenerateRequest generate;
   std::string model;
+  bool chat = false;  // /v1/chat/completions: chat objects, deltas, chat logprobs
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool want_logprobs = false;
@@ -33,11 +35,15 @@ struct CompletionRequest {
 struct ApiContext {
   const Engine* engine = nullptr;
   std::string served_model_name;
+  model::ChatFamily chat_family = model::ChatFamily::chatml;
 };
 
 // Parses a /v1/completions body: the prompt (text or token ids) is tokenized here.
 tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
                                                                    const ApiContext& context);
+// Parses a /v1/chat/completions body: the messages go through the chat template.
+tl::expected<CompletionRequest, ApiError> parse_chat_request(std::string_view body,
+                                                             const ApiContext& context);
 
 // What one finished request produced, for the non-streaming response.
 struct CompletionOutput {
@@ -52,9 +58,11 @@ std::string completion_response(const ApiContext& context, const std::string& id
 // One SSE `data:` payload for a streamed event (text and, on the last one, the finish reason).
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                              const CompletionRequest& request, const TokenEvent& event);
+// A chat stream's first chunk: the assistant's role.
+std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created);
 // The last chunk when stream_options.include_usage asks for it.
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                        const TokenEvent& end);
+                        const CompletionRequest& request, const TokenEvent& end);
 
 std::string models_response(const ApiContext& context);
 tl::expected<std::string, ApiError> tokenize_response(std::string_view body,

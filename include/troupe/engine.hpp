@@ -111,6 +111,8 @@ class Engine {
   const model::Tokenizer& tokenizer() const;
   const model::LlamaConfig& model_config() const;
   std::int32_t max_model_len() const;
+  // The model's tokenizer.chat_template (empty when it has none).
+  const std::string& chat_template() const;
 
   struct Impl;
 

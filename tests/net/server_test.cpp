@@ -203,3 +203,42 @@ TEST_CASE("tokenize and detokenize round-trip", "[net][integration]") {
   CHECK(d["prompt"].string == " Hello world");
   CHECK(s.post("/detokenize", R"({"tokens":[999999]})").status == 400);
 }
+
+TEST_CASE("chat completions render the template and answer in chat objects", "[net][integration]") {
+  Server s;
+  const std::string body =
+      R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_tokens":6,"temperature":0})";
+  const auto r = s.post("/v1/chat/completions", body);
+  REQUIRE(r.status == 200);
+  const auto j = parse(r.body);
+  CHECK(j["object"].string == "chat.completion");
+  CHECK(j["choices"].array[0]["message"]["role"].string == "assistant");
+  CHECK(j["usage"]["completion_tokens"].number == 6);
+  // The prompt is the ChatML rendering (this model has no template of its own).
+  const auto t = parse(
+      s.post(
+           "/tokenize",
+           R"({"prompt":"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"})")
+          .body);
+  CHECK(j["usage"]["prompt_tokens"].number == t["count"].number);
+
+  const std::string stream_body =
+      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0,"stream":true,"logprobs":true,"top_logprobs":1})";
+  const auto st = s.post("/v1/chat/completions", stream_body);
+  REQUIRE(st.status == 200);
+  std::vector<std::string> events;
+  for (std::size_t pos = 0; (pos = st.body.find("data: ", pos)) != std::string::npos;) {
+    const auto end = st.body.find("\n\n", pos);
+    events.push_back(st.body.substr(pos + 6, end - pos - 6));
+    pos = end;
+  }
+  REQUIRE(events.size() == 6);  // role, 4 tokens, [DONE]
+  CHECK(parse(events[0])["choices"].array[0]["delta"]["role"].string == "assistant");
+  CHECK(parse(events[1])["object"].string == "chat.completion.chunk");
+  CHECK(parse(events[1])["choices"].array[0]["logprobs"]["content"].array.size() == 1);
+  CHECK(parse(events[4])["choices"].array[0]["finish_reason"].string == "length");
+  CHECK(events[5] == "[DONE]");
+  CHECK(s.post("/v1/chat/completions", R"({"messages":[]})").status == 400);
+  CHECK(s.post("/v1/chat/completions", R"({"messages":[{"role":"robot","content":"x"}]})").status ==
+        400);
+}
