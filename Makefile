@@ -5,7 +5,7 @@ BUILD_ASAN  ?= build-asan
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build run test test-unit test-sanitize format format-check bench clean
+.PHONY: all setup configure build run clients test test-unit test-sanitize format format-check bench clean
 
 all: build
 
@@ -26,7 +26,11 @@ run: build
 
 test: build format-check test-unit test-sanitize
 
-test-unit: build
+# The real OpenAI client the integration tests drive (npm registry, pinned by the lock file).
+clients: setup
+	@[ -d tests/clients/node_modules/openai ] || npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
+
+test-unit: build clients
 	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)
 
 # The reader and tokenizer fuzz tests under AddressSanitizer + UndefinedBehaviorSanitizer.

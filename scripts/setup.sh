@@ -15,6 +15,9 @@ packages=(
   clang-format                           # style check
 )
 
+# Node.js runs the official openai client in the tests; any recent one will do.
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

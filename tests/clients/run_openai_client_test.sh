@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Starts `troupe serve` on a free port with a small random model and runs the
+# official openai npm client against it. Exit 77 (skipped) without node or the
+# client package (make test installs it with npm ci).
+set -euo pipefail
+troupe=$1
+dir=$(cd "$(dirname "$0")" && pwd)
+command -v node >/dev/null || { echo "skipped: node is not installed"; exit 77; }
+[ -d "$dir/node_modules/openai" ] || { echo "skipped: tests/clients/node_modules is absent (npm ci --prefix tests/clients)"; exit 77; }
+work=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+"$troupe" make-model --out "$work/model.gguf" --dim 64 --layers 1 --heads 2 --ffn 64 --vocab-size 1024 \
+  --context-length 256 >/dev/null 2>&1
+"$troupe" serve --model "$work/model.gguf" --port 0 --api-key sk-test --kv-cache-gb 0.05 --threads 2 \
+  2>"$work/server.log" &
+pid=$!
+for _ in $(seq 1 200); do grep -q "serving" "$work/server.log" && break; sleep 0.05; done
+url=$(grep -o 'http://[0-9.]*:[0-9]*' "$work/server.log" | head -1)
+[ -n "$url" ] || { echo "the server did not start:"; cat "$work/server.log"; exit 1; }
+node "$dir/openai_client_test.mjs" "$url"
