@@ -86,4 +86,20 @@ void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
+std::string to_valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const Utf8Char& c : decode_utf8(text)) {
+    // decode_utf8 turns each invalid byte into U+FFFD of length 1; a real U+FFFD is 3 bytes.
+    const bool replaced = c.cp == 0xFFFD && c.length == 1;
+    const bool surrogate = c.cp >= 0xD800 && c.cp <= 0xDFFF;
+    if (replaced || surrogate) {
+      out += "\xef\xbf\xbd";
+    } else {
+      out.append(text.substr(c.offset, c.length));
+    }
+  }
+  return out;
+}
+
 }  // namespace troupe::model

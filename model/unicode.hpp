@@ -37,6 +37,10 @@ std::vector<Utf8Char> decode_utf8(std::string_view text);
 
 void append_utf8(std::string& out, char32_t cp);
 
+// `text` with every byte that is not part of valid UTF-8 replaced by U+FFFD
+// (what JSON, SSE and WebSocket text frames need; Python's errors="replace").
+std::string to_valid_utf8(std::string_view text);
+
 namespace detail {
 struct CategoryRange {
   char32_t first;  // the range runs to the next entry's first

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "net/openai_api.hpp"
@@ -21,6 +22,24 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using Request = http::request<http::string_body>;
 using EventChannel = asio::experimental::concurrent_channel<void(error_code, TokenEvent)>;
+namespace websocket = beast::websocket;
+
+// A frame for a WebSocket client, and whether it ends its request.
+struct WsFrame {
+  std::string id;
+  std::string text;
+  bool final = false;
+};
+using FrameChannel = asio::experimental::concurrent_channel<void(error_code, WsFrame)>;
+
+// One WebSocket connection: the reader submits and cancels, the writer sends
+// frames in order; both hold it.
+struct WsConnection {
+  explicit WsConnection(beast::tcp_stream stream) : ws(std::move(stream)) {}
+  websocket::stream<beast::tcp_stream> ws;
+  std::shared_ptr<FrameChannel> frames;
+  std::unordered_map<std::string, RequestId> in_flight;  // the io thread's alone
+};
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 
@@ -51,6 +70,9 @@ struct HttpServer::Impl {
   asio::awaitable<void> listen();
   asio::awaitable<void> session(tcp::socket socket);
   asio::awaitable<bool> handle(beast::tcp_stream& stream, Request& request);
+  asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request);
+  asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
+  void websocket_command(WsConnection& connection, const std::string& text);
   http::response<http::string_body> route(const Request& request);
   asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request);
 };
@@ -132,6 +154,18 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     }
     if (ec) break;  // closed, timed out or malformed HTTP
     Request request = parser.release();
+    if (websocket::is_upgrade(request) &&
+        request.target().substr(0, request.target().find('?')) == "/v1/ws") {
+      if (!config.api_key.empty() &&
+          request[http::field::authorization] != "Bearer " + config.api_key) {
+        auto response = error_response(
+            request, ApiError{401, "invalid or missing API key", "authentication_error", ""});
+        co_await send(stream, std::move(response), config.write_timeout);
+        break;
+      }
+      co_await websocket_session(std::move(stream), std::move(request));
+      co_return;
+    }
     if (!co_await handle(stream, request)) break;
   }
   error_code ignored;
@@ -288,6 +322,100 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   const auto last = http::make_chunk_last();
   auto [lec, ln] = co_await asio::async_write(stream, last, kUseTuple);
   co_return !lec && request.keep_alive();
+}
+
+asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stream,
+                                                          Request request) {
+  stream.expires_never();  // the websocket's own timeouts take over
+  auto connection = std::make_shared<WsConnection>(std::move(stream));
+  auto& ws = connection->ws;
+  ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+  ws.read_message_max(config.max_body_bytes);
+  auto [accept_ec] = co_await ws.async_accept(request, kUseTuple);
+  if (accept_ec) co_return;
+  connection->frames = std::make_shared<FrameChannel>(co_await asio::this_coro::executor, 4096);
+  asio::co_spawn(io, websocket_writer(connection), asio::detached);
+  beast::flat_buffer buffer;
+  while (true) {
+    auto [ec, n] = co_await ws.async_read(buffer, kUseTuple);
+    if (ec) break;  // closed by the client, or broken
+    const std::string text = beast::buffers_to_string(buffer.data());
+    buffer.consume(buffer.size());
+    websocket_command(*connection, text);
+  }
+  // Closing the socket cancels every request still running on it.
+  for (const auto& [id, request_id] : connection->in_flight) engine.cancel(request_id);
+  connection->in_flight.clear();
+  connection->frames->close();
+}
+
+asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConnection> connection) {
+  auto& ws = connection->ws;
+  ws.text(true);
+  while (true) {
+    auto [ec, frame] = co_await connection->frames->async_receive(kUseTuple);
+    if (ec) co_return;  // closed: the reader has finished
+    if (frame.final) connection->in_flight.erase(frame.id);
+    auto [wec, wn] = co_await ws.async_write(asio::buffer(frame.text), kUseTuple);
+    if (wec) {
+      // The client is gone: cancel what it had asked for.
+      for (const auto& [id, request_id] : connection->in_flight) engine.cancel(request_id);
+      connection->in_flight.clear();
+      co_return;
+    }
+  }
+}
+
+void HttpServer::Impl::websocket_command(WsConnection& connection, const std::string& text) {
+  auto push = [&](WsFrame frame) {
+    if (!connection.frames->try_send(error_code{}, frame)) {
+      connection.frames->async_send(error_code{}, std::move(frame), [](error_code) {});
+    }
+  };
+  auto command = parse_websocket_command(text);
+  if (!command) {
+    push({"", websocket_error("", command.error()), false});
+    return;
+  }
+  const std::string& id = command->id;
+  if (command->type == "cancel") {
+    if (const auto it = connection.in_flight.find(id); it != connection.in_flight.end()) {
+      engine.cancel(it->second);  // its "done" frame, finish_reason "abort", follows
+    }
+    return;
+  }
+  if (connection.in_flight.contains(id)) {
+    push({id,
+          websocket_error(id, ApiError{400, "a request with this id is already running",
+                                       "invalid_request_error", "id"}),
+          false});
+    return;
+  }
+  const bool chat = text.find("\"messages\"") != std::string::npos;
+  auto parsed = chat ? parse_chat_request(text, context) : parse_completion_request(text, context);
+  if (!parsed) {
+    push({id, websocket_error(id, parsed.error()), false});
+    return;
+  }
+  const bool want_logprobs = parsed->want_logprobs;
+  TokenCallback on_event = [frames = connection.frames, gate = gate, ctx = &context, id,
+                            want_logprobs](const TokenEvent& e) {
+    std::lock_guard lock(gate->mutex);
+    if (!gate->open) return;
+    WsFrame frame{id, websocket_event(*ctx, id, e, want_logprobs), e.finished};
+    if (!frames->try_send(error_code{}, frame)) {
+      frames->async_send(error_code{}, std::move(frame), [](error_code) {});
+    }
+  };
+  auto submitted = engine.submit(parsed->generate, std::move(on_event));
+  if (!submitted) {
+    push(
+        {id,
+         websocket_error(id, ApiError{400, submitted.error().message, "invalid_request_error", ""}),
+         false});
+    return;
+  }
+  connection.in_flight.emplace(id, *submitted);
 }
 
 HttpServer::HttpServer(Engine& engine, ServerConfig config)

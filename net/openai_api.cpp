@@ -5,6 +5,7 @@
 
 #include "model/llama_config.hpp"
 #include "model/tokenizer.hpp"
+#include "model/unicode.hpp"
 
 namespace troupe::net {
 
@@ -69,11 +70,11 @@ tl::expected<json::object, ApiError> parse_object(std::string_view body) {
 json::object logprobs_json(const Engine& engine, const std::vector<TokenEvent>& events) {
   json::array tokens, token_logprobs, top;
   for (const auto& e : events) {
-    tokens.emplace_back(std::string(engine.tokenizer().piece(e.token)));
+    tokens.emplace_back(model::to_valid_utf8(engine.tokenizer().piece(e.token)));
     token_logprobs.emplace_back(e.logprob);
     json::object entries;
     for (const auto& t : e.top_logprobs)
-      entries[std::string(engine.tokenizer().piece(t.id))] = t.logprob;
+      entries[model::to_valid_utf8(engine.tokenizer().piece(t.id))] = t.logprob;
     top.emplace_back(std::move(entries));
   }
   return json::object{{"tokens", std::move(tokens)},
@@ -323,12 +324,13 @@ std::string completion_response(const ApiContext& context, const std::string& id
                                 const CompletionOutput& output) {
   json::object choice{{"index", 0}};
   if (request.chat) {
-    choice["message"] = json::object{{"role", "assistant"}, {"content", output.text}};
+    choice["message"] =
+        json::object{{"role", "assistant"}, {"content", model::to_valid_utf8(output.text)}};
     choice["logprobs"] = request.want_logprobs
                              ? json::value(chat_logprobs_json(*context.engine, output.tokens))
                              : json::value(nullptr);
   } else {
-    choice["text"] = output.text;
+    choice["text"] = model::to_valid_utf8(output.text);
     choice["logprobs"] = request.want_logprobs
                              ? json::value(logprobs_json(*context.engine, output.tokens))
                              : json::value(nullptr);
@@ -352,13 +354,13 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
     if (event.finished && event.text.empty()) {
       // The last chunk of a chat stream carries only the finish reason.
     } else {
-      delta["content"] = event.text;
+      delta["content"] = model::to_valid_utf8(event.text);
     }
     choice["delta"] = std::move(delta);
     choice["logprobs"] = with_logprobs ? json::value(chat_logprobs_json(*context.engine, {event}))
                                        : json::value(nullptr);
   } else {
-    choice["text"] = event.text;
+    choice["text"] = model::to_valid_utf8(event.text);
     choice["logprobs"] =
         with_logprobs ? json::value(logprobs_json(*context.engine, {event})) : json::value(nullptr);
   }
@@ -397,6 +399,55 @@ std::string usage_chunk(const ApiContext& context, const std::string& id, std::i
                    {"usage", usage_json(end)}});
 }
 
+tl::expected<WebSocketCommand, ApiError> parse_websocket_command(std::string_view text) {
+  TROUPE_API_TRY(const json::object o, parse_object(text));
+  WebSocketCommand c;
+  const auto* type = o.if_contains("type");
+  const auto* id = o.if_contains("id");
+  if (type == nullptr || !type->is_string() ||
+      (type->get_string() != "generate" && type->get_string() != "cancel")) {
+    return tl::unexpected(bad("'type' must be \"generate\" or \"cancel\"", "type"));
+  }
+  if (id == nullptr || !id->is_string() || id->get_string().empty()) {
+    return tl::unexpected(bad("'id' must be a non-empty string", "id"));
+  }
+  c.type = std::string(type->get_string());
+  c.id = std::string(id->get_string());
+  return c;
+}
+
+std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
+                            bool want_logprobs) {
+  if (event.finished && event.finish_reason == FinishReason::error) {
+    return websocket_error(id, ApiError{500, event.error, "internal_error", ""});
+  }
+  json::object o{{"type", event.finished ? "done" : "token"},
+                 {"id", id},
+                 {"text", model::to_valid_utf8(event.text)}};
+  if (event.token != kNoToken) o["token"] = event.token;
+  if (want_logprobs && event.token != kNoToken) {
+    o["logprob"] = event.logprob;
+    json::array top;
+    for (const auto& t : event.top_logprobs) {
+      top.emplace_back(
+          json::object{{"token", t.id},
+                       {"text", model::to_valid_utf8(context.engine->tokenizer().piece(t.id))},
+                       {"logprob", t.logprob}});
+    }
+    o["top_logprobs"] = std::move(top);
+  }
+  if (event.finished) {
+    o["finish_reason"] = std::string(openai_finish_reason(event.finish_reason));
+    o["usage"] = usage_json(event);
+  }
+  return json::serialize(o);
+}
+
+std::string websocket_error(std::string_view id, const ApiError& error) {
+  json::object inner{{"message", error.message}, {"type", error.type}, {"code", error.status}};
+  return json::serialize(json::object{{"type", "error"}, {"id", id}, {"error", std::move(inner)}});
+}
+
 std::string models_response(const ApiContext& context) {
   json::object model{{"id", context.served_model_name},
                      {"object", "model"},
@@ -433,7 +484,8 @@ tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
   }
   TROUPE_API_TRY(const auto ids,
                  token_array(*tokens, "tokens", context.engine->tokenizer().size()));
-  return json::serialize(json::object{{"prompt", context.engine->tokenizer().decode(ids)}});
+  return json::serialize(
+      json::object{{"prompt", model::to_valid_utf8(context.engine->tokenizer().decode(ids))}});
 }
 
 }  // namespace troupe::net

@@ -70,6 +70,19 @@ tl::expected<std::string, ApiError> tokenize_response(std::string_view body,
 tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
                                                         const ApiContext& context);
 
+// --- WebSocket streaming (/v1/ws; the protocol is in docs/websocket.md) ---
+
+struct WebSocketCommand {
+  std::string type;  // "generate" or "cancel"
+  std::string id;    // the client's own id for the request
+};
+
+tl::expected<WebSocketCommand, ApiError> parse_websocket_command(std::string_view text);
+// A "token" frame, or the "done" frame (finish reason, usage) when event.finished.
+std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
+                            bool want_logprobs);
+std::string websocket_error(std::string_view id, const ApiError& error);
+
 // OpenAI's finish_reason names ("stop", "length", ...).
 std::string_view openai_finish_reason(FinishReason reason);
 

@@ -99,3 +99,14 @@ TEST_CASE("pre-tokenizer names follow llama.cpp; unknown ones are errors", "[pre
   CHECK(unknown.error().message ==
         "tokenizer.ggml.pre 'klingon' is not a pre-tokenizer troupe knows");
 }
+
+TEST_CASE("to_valid_utf8 replaces only the invalid bytes", "[unicode]") {
+  CHECK(to_valid_utf8("caf\xc3\xa9") == "caf\xc3\xa9");
+  CHECK(to_valid_utf8("a\xff"
+                      "b") ==
+        "a\xef\xbf\xbd"
+        "b");
+  CHECK(to_valid_utf8("\xe2\x82") == "\xef\xbf\xbd\xef\xbf\xbd");
+  CHECK(to_valid_utf8("\xed\xa0\x80") == "\xef\xbf\xbd");  // a surrogate is not UTF-8
+  CHECK(to_valid_utf8("\xef\xbf\xbd") == "\xef\xbf\xbd");  // a real U+FFFD stays
+}
