@@ -129,8 +129,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   impl->actor_config.set("scheduler.policy", caf::atom("sharing"));
   impl->system = std::make_unique<caf::actor_system>(impl->actor_config);
   auto holder = std::make_shared<std::unique_ptr<actors::WorkerResources>>(std::move(first));
-  impl->scheduler =
-      impl->system->spawn(actors::scheduler, sc, holder, make_worker, config.before_step);
+  impl->scheduler = impl->system->spawn(actors::scheduler, sc, holder, make_worker,
+                                        config.before_step, config.metrics);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -167,10 +167,12 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
   setup->num_prompt_tokens = n;
   setup->timeout = request.timeout;
   setup->scheduler = impl.scheduler;
+  setup->metrics = impl.config.metrics;
+  setup->submitted = std::chrono::steady_clock::now();
   auto requester = impl.system->spawn(actors::request, setup);
   caf::anon_send(impl.scheduler, actors::submit_atom::value,
                  actors::Submission{id, std::move(request.prompt), request.params, request.priority,
-                                    std::move(requester)});
+                                    std::move(requester), setup->submitted});
   return id;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <caf/all.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,7 @@ struct Submission {
   SamplingParams params;
   std::int32_t priority = 0;
   request_actor requester;
+  std::chrono::steady_clock::time_point submitted;
 };
 
 // Runs the iteration loop: plans each step, sends it to the worker, fans out tokens.

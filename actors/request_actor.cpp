@@ -35,6 +35,18 @@ void finish(Self self, TokenEvent event, FinishReason reason, const std::string&
   event.num_cached_tokens = state.num_cached_tokens;
   event.num_generated_tokens = state.num_generated;
   state.done = true;
+  if (state.metrics) {
+    using seconds = std::chrono::duration<double>;
+    const auto now = std::chrono::steady_clock::now();
+    const bool has_tokens = state.num_generated > 0;
+    const double ttft = has_tokens ? seconds(state.first_token - state.submitted).count() : 0.0;
+    const double tpot =
+        state.num_generated > 1
+            ? seconds(state.last_token - state.first_token).count() / (state.num_generated - 1)
+            : 0.0;
+    state.metrics->observe_request(finish_reason_name(event.finish_reason),
+                                   seconds(now - state.submitted).count(), ttft, tpot, has_tokens);
+  }
   deliver(state, event);
   state.keep_alive = nullptr;
   self->quit();
@@ -47,6 +59,14 @@ void on_token(Self self, TokenUpdate& update) {
   TokenEvent event;
   event.request_id = state.id;
   if (update.token != kNoToken) {
+    const auto now = std::chrono::steady_clock::now();
+    if (state.num_generated == 0) {
+      state.first_token = now;
+    } else if (state.metrics) {
+      state.metrics->observe_inter_token(
+          std::chrono::duration<double>(now - state.last_token).count());
+    }
+    state.last_token = now;
     ++state.num_generated;
     event.token = update.token;
     event.logprob = update.logprob;
@@ -78,6 +98,8 @@ request_actor::behavior_type request(request_actor::stateful_pointer<RequestStat
   state.stop = std::make_unique<model::StopStringFilter>(setup->stop);
   state.scheduler = setup->scheduler;
   state.num_prompt_tokens = setup->num_prompt_tokens;
+  state.metrics = setup->metrics;
+  state.submitted = setup->submitted;
   state.keep_alive = caf::actor_cast<request_actor>(self);
   if (setup->timeout.count() > 0) self->delayed_send(self, setup->timeout, timeout_atom::value);
   return {

@@ -8,6 +8,7 @@
 #include "model/incremental_detokenizer.hpp"
 #include "model/stop_strings.hpp"
 #include "model/tokenizer.hpp"
+#include "monitoring/metrics.hpp"
 
 namespace troupe::actors {
 
@@ -23,6 +24,8 @@ struct RequestState {
   std::int32_t num_generated = 0;
   std::int32_t num_cached_tokens = 0;
   bool done = false;
+  std::shared_ptr<monitoring::Metrics> metrics;
+  std::chrono::steady_clock::time_point submitted, first_token, last_token;
   static inline const char* name = "troupe.request";
 };
 
@@ -34,6 +37,8 @@ struct RequestSetup {
   std::int32_t num_prompt_tokens = 0;
   std::chrono::milliseconds timeout{0};
   scheduler_actor scheduler;
+  std::shared_ptr<monitoring::Metrics> metrics;
+  std::chrono::steady_clock::time_point submitted;
 };
 
 request_actor::behavior_type request(request_actor::stateful_pointer<RequestState> self,

@@ -58,6 +58,25 @@ void replace_worker(Self self) {
 
 void maybe_step(Self self);
 
+void record_metrics(Self self, const engine::BatchPlan& plan, double step_seconds,
+                    std::int64_t num_sampled) {
+  auto& state = self->state;
+  if (!state.metrics) return;
+  auto& m = *state.metrics;
+  const auto& kv = state.scheduler->kv_cache();
+  m.observe_iteration(step_seconds, plan.num_tokens);
+  m.add_tokens(plan.num_tokens - plan.num_decodes, num_sampled);
+  m.set_queue(static_cast<std::int64_t>(state.scheduler->num_running()),
+              static_cast<std::int64_t>(state.scheduler->num_waiting()), kv.usage());
+  m.add_preemptions(state.scheduler->num_preemptions() - state.reported_preemptions);
+  state.reported_preemptions = state.scheduler->num_preemptions();
+  const auto& prefix = kv.prefix_stats();
+  m.add_prefix_cache(prefix.num_queried_tokens - state.reported_queried,
+                     prefix.num_hit_tokens - state.reported_hits);
+  state.reported_queried = prefix.num_queried_tokens;
+  state.reported_hits = prefix.num_hit_tokens;
+}
+
 void on_step_done(Self self, const engine::BatchPlan& plan, const std::vector<std::uint64_t>& ids,
                   const StepOutputPtr& out) {
   auto& state = self->state;
@@ -104,6 +123,7 @@ void on_step_done(Self self, const engine::BatchPlan& plan, const std::vector<st
       state.requests.erase(it);
     }
   }
+  record_metrics(self, plan, out->seconds, static_cast<std::int64_t>(ids.size()));
   state.stats.schedule_seconds += seconds_since(start);
   maybe_step(self);
 }
@@ -122,6 +142,10 @@ void maybe_step(Self self) {
     auto& request = state.requests.at(chunk.id);
     if (!request.known_to_worker) {
       work->new_sequences.push_back({chunk.id, request.params, request.prompt});
+      if (state.metrics && request.submitted.time_since_epoch().count() != 0) {
+        state.metrics->observe_queue_time(seconds_since(request.submitted));
+        request.submitted = {};  // once: a restarted worker re-learns it, the queue does not
+      }
       request.known_to_worker = true;
     }
   }
@@ -149,8 +173,9 @@ void maybe_step(Self self) {
 scheduler_actor::behavior_type scheduler(
     scheduler_actor::stateful_pointer<SchedulerState> self, engine::SchedulerConfig config,
     std::shared_ptr<std::unique_ptr<WorkerResources>> first_worker, WorkerFactory make_worker,
-    std::function<void()> before_step) {
+    std::function<void()> before_step, std::shared_ptr<monitoring::Metrics> metrics) {
   auto& state = self->state;
+  state.metrics = std::move(metrics);
   state.scheduler = std::make_unique<engine::Scheduler>(config);
   state.make_worker = std::move(make_worker);
   state.before_step = std::move(before_step);
@@ -177,8 +202,8 @@ scheduler_actor::behavior_type scheduler(
           self->send(s.requester, token_atom::value, std::move(end));
           return;
         }
-        state.requests.emplace(
-            s.id, ActiveRequest{std::move(s.requester), s.params, std::move(s.prompt)});
+        state.requests.emplace(s.id, ActiveRequest{std::move(s.requester), s.params,
+                                                   std::move(s.prompt), false, s.submitted});
         maybe_step(self);
       },
       [self](abort_atom, RequestId id, FinishReason reason) {

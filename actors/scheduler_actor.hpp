@@ -10,6 +10,7 @@
 #include "actors/messages.hpp"
 #include "actors/worker_actor.hpp"
 #include "engine/scheduler.hpp"
+#include "monitoring/metrics.hpp"
 
 namespace troupe::actors {
 
@@ -18,6 +19,7 @@ struct ActiveRequest {
   SamplingParams params;
   std::vector<TokenId> prompt;
   bool known_to_worker = false;
+  std::chrono::steady_clock::time_point submitted;
 };
 
 struct SchedulerState {
@@ -29,6 +31,9 @@ struct SchedulerState {
   std::vector<std::uint64_t> removed;  // to tell the worker with the next step
   bool step_in_flight = false;
   EngineStats stats;
+  std::shared_ptr<monitoring::Metrics> metrics;
+  std::int64_t reported_preemptions = 0;  // what the metrics have seen already
+  std::int64_t reported_queried = 0, reported_hits = 0;
   static inline const char* name = "troupe.scheduler";
 };
 
@@ -37,6 +42,6 @@ struct SchedulerState {
 scheduler_actor::behavior_type scheduler(
     scheduler_actor::stateful_pointer<SchedulerState> self, engine::SchedulerConfig config,
     std::shared_ptr<std::unique_ptr<WorkerResources>> first_worker, WorkerFactory make_worker,
-    std::function<void()> before_step);
+    std::function<void()> before_step, std::shared_ptr<monitoring::Metrics> metrics);
 
 }  // namespace troupe::actors

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "app/commands.hpp"
+#include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
 
 namespace troupe::app {
@@ -52,6 +53,9 @@ void add_serve_command(CLI::App& app) {
     if (config.model_path.empty()) config.model_path = builtin_model_path();
     if (config.model_path.empty()) fail("the built-in model could not be written");
     config.enable_prefix_caching = !opts->no_prefix_caching;
+    auto metrics = std::make_shared<monitoring::Metrics>();
+    config.metrics = metrics;
+    opts->server.metrics = metrics;
     config.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
     std::fprintf(stderr, "troupe: loading %s\n", config.model_path.c_str());
     auto engine = Engine::create(config);

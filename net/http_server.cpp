@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "monitoring/metrics.hpp"
 #include "net/openai_api.hpp"
 
 namespace troupe::net {
@@ -74,6 +75,20 @@ struct HttpServer::Impl {
   asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
   void websocket_command(WsConnection& connection, const std::string& text);
   http::response<http::string_body> route(const Request& request);
+  // Counts a response in troupe_http_requests_total (known routes by name, others as "other").
+  void count(const Request& request, int status) {
+    if (!config.metrics) return;
+    const auto path = std::string(request.target().substr(0, request.target().find('?')));
+    static const char* const kRoutes[] = {
+        "/health",   "/version",    "/metrics",        "/v1/models",
+        "/tokenize", "/detokenize", "/v1/completions", "/v1/chat/completions",
+        "/v1/ws"};
+    std::string route = "other";
+    for (const char* r : kRoutes) {
+      if (path == r) route = r;
+    }
+    config.metrics->count_http(route, status);
+  }
   asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request);
 };
 
@@ -189,6 +204,10 @@ http::response<http::string_body> HttpServer::Impl::route(const Request& request
                          "authentication_error", ""});
   }
   if (path == "/health" && get) return ok("");
+  if (path == "/metrics" && get && config.metrics) {
+    return make_response(request, http::status::ok, config.metrics->serialize(),
+                         "text/plain; version=0.0.4");
+  }
   if (path == "/version" && get) return ok(R"({"version":"0.1.0"})");
   if (path == "/v1/models" && get) return ok(models_response(context));
   if (path == "/tokenize" && post) {
@@ -221,6 +240,7 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
     co_return alive;
   }
   auto response = route(request);
+  count(request, static_cast<int>(response.result_int()));
   const bool alive = co_await send(stream, std::move(response), config.write_timeout);
   co_return alive;
 }
@@ -230,6 +250,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   auto parsed = chat ? parse_chat_request(request.body(), context)
                      : parse_completion_request(request.body(), context);
   if (!parsed) {
+    count(request, parsed.error().status);
     auto response = error_response(request, parsed.error());
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
@@ -253,6 +274,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     const int status = e.code == ErrorCode::internal ? 500 : 400;
     const ApiError error{status, e.message,
                          status == 500 ? "internal_error" : "invalid_request_error", ""};
+    count(request, status);
     auto response = error_response(request, error);
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
@@ -276,6 +298,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
             ? error_response(request, ApiError{500, output.end.error, "internal_error", ""})
             : make_response(request, http::status::ok,
                             completion_response(context, id, created, completion, output));
+    count(request, static_cast<int>(response.result_int()));
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
   }
@@ -288,6 +311,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   head.chunked(true);
   head.keep_alive(request.keep_alive());
   http::response_serializer<http::empty_body> serializer{head};
+  count(request, 200);
   stream.expires_after(config.write_timeout);
   auto [head_ec, head_n] = co_await http::async_write_header(stream, serializer, kUseTuple);
   bool alive = !head_ec;

@@ -10,6 +10,10 @@
 
 #include "troupe/engine.hpp"
 
+namespace troupe::monitoring {
+class Metrics;
+}
+
 namespace troupe::net {
 
 struct ServerConfig {
@@ -22,6 +26,8 @@ struct ServerConfig {
   std::chrono::seconds write_timeout{60};  // for each write to the client
   int max_connections = 1024;
   int num_threads = 1;
+  // Served at GET /metrics (with the HTTP counts added); 404 there when null.
+  std::shared_ptr<monitoring::Metrics> metrics;
 };
 
 class HttpServer {

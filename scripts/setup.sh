@@ -11,7 +11,8 @@ packages=(
   libcli11-dev                           # command line
   libcaf-dev                             # actors (CAF 0.17)
   libboost1.81-dev libboost-json1.81-dev # HTTP (Asio, Beast) and JSON
-  curl                                   # the HTTP client of the server tests
+  prometheus-cpp-dev                     # metrics registry and text format
+  curl prometheus                        # the server tests' HTTP client; promtool
   clang-format                           # style check
 )
 

@@ -20,6 +20,9 @@ namespace model {
 class Tokenizer;
 struct LlamaConfig;
 }  // namespace model
+namespace monitoring {
+class Metrics;
+}  // namespace monitoring
 
 using RequestId = std::uint64_t;
 
@@ -41,6 +44,8 @@ struct EngineConfig {
   // Called by the worker before every step; a test makes it throw to check that a
   // failing step ends its requests with an error and the engine keeps serving.
   std::function<void()> before_step;
+  // Where the engine records its Prometheus metrics (none when null).
+  std::shared_ptr<monitoring::Metrics> metrics;
 };
 
 struct GenerateRequest {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
 #include "support/mini_json.hpp"
 #include "support/small_model.hpp"
@@ -29,6 +30,9 @@ class Server {
     e.block_size = 4;
     e.num_kv_blocks = 512;
     e.before_step = std::move(before_step);
+    metrics = std::make_shared<monitoring::Metrics>();
+    e.metrics = metrics;
+    config.metrics = metrics;
     auto created = Engine::create(e);
     REQUIRE(created.has_value());
     engine = std::move(*created);
@@ -85,6 +89,7 @@ class Server {
     return false;
   }
 
+  std::shared_ptr<monitoring::Metrics> metrics;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<net::HttpServer> server;
 };
@@ -241,4 +246,41 @@ TEST_CASE("chat completions render the template and answer in chat objects", "[n
   CHECK(s.post("/v1/chat/completions", R"({"messages":[]})").status == 400);
   CHECK(s.post("/v1/chat/completions", R"({"messages":[{"role":"robot","content":"x"}]})").status ==
         400);
+}
+
+TEST_CASE("/metrics exposes the engine's metrics and passes promtool",
+          "[net][integration][metrics]") {
+  Server s;
+  REQUIRE(
+      s.post("/v1/completions", R"({"prompt":"Hello","max_tokens":5,"temperature":0})").status ==
+      200);
+  REQUIRE(s.post("/v1/completions", R"({"prompt":"Hello","max_tokens":5,"stream":true})").status ==
+          200);
+  s.get("/nowhere");
+  const auto r = s.get("/metrics");
+  REQUIRE(r.status == 200);
+  for (const char* name :
+       {"troupe_num_requests_running", "troupe_num_requests_waiting", "troupe_kv_cache_usage_ratio",
+        "troupe_prompt_tokens_total", "troupe_generation_tokens_total",
+        "troupe_num_preemptions_total", "troupe_prefix_cache_queries_total",
+        "troupe_prefix_cache_hits_total",
+        "troupe_request_success_total{finish_reason=\"length\"} 2",
+        "troupe_time_to_first_token_seconds_bucket", "troupe_inter_token_latency_seconds_count",
+        "troupe_time_per_output_token_seconds_sum", "troupe_e2e_request_latency_seconds_count 2",
+        "troupe_request_queue_time_seconds_count 2", "troupe_iteration_duration_seconds_count",
+        "troupe_iteration_tokens_bucket", "troupe_generation_tokens_total 10",
+        "troupe_http_requests_total{route=\"/v1/completions\",status=\"200\"} 2",
+        "troupe_http_requests_total{route=\"other\",status=\"404\"} 1"}) {
+    INFO(name);
+    CHECK(r.body.find(name) != std::string::npos);
+  }
+  // promtool (Debian's prometheus package) lints the exposition.
+  const std::string file = test::temp_path("metrics.txt");
+  std::FILE* f = std::fopen(file.c_str(), "wb");
+  std::fwrite(r.body.data(), 1, r.body.size(), f);
+  std::fclose(f);
+  const int status =
+      std::system(("promtool check metrics < " + file + " > " + file + ".out 2>&1").c_str());
+  INFO(test::read_text(file + ".out"));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -1,0 +1,138 @@
+#include "monitoring/metrics.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <sstream>
+
+namespace troupe::monitoring {
+
+namespace p = prometheus;
+
+namespace {
+
+// Latency buckets from 1 ms to 2 minutes.
+p::Histogram::BucketBoundaries latency_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60, 120};
+}
+
+p::Counter& counter(p::Registry& r, const char* name, const char* help) {
+  return p::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+p::Gauge& gauge(p::Registry& r, const char* name, const char* help) {
+  return p::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+p::Histogram& histogram(p::Registry& r, const char* name, const char* help,
+                        p::Histogram::BucketBoundaries buckets) {
+  return p::BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(buckets));
+}
+
+}  // namespace
+
+struct Metrics::Impl {
+  std::shared_ptr<p::Registry> registry = std::make_shared<p::Registry>();
+  p::Gauge& running =
+      gauge(*registry, "troupe_num_requests_running", "Requests running (holding KV blocks)");
+  p::Gauge& waiting =
+      gauge(*registry, "troupe_num_requests_waiting", "Requests waiting to be scheduled");
+  p::Gauge& kv_usage = gauge(*registry, "troupe_kv_cache_usage_ratio",
+                             "Fraction of KV-cache blocks held by requests");
+  p::Counter& prompt_tokens =
+      counter(*registry, "troupe_prompt_tokens_total", "Prompt tokens computed");
+  p::Counter& generation_tokens =
+      counter(*registry, "troupe_generation_tokens_total", "Tokens generated");
+  p::Counter& preemptions =
+      counter(*registry, "troupe_num_preemptions_total", "Sequences preempted");
+  p::Counter& prefix_queries = counter(*registry, "troupe_prefix_cache_queries_total",
+                                       "Prompt tokens looked up in the prefix cache");
+  p::Counter& prefix_hits = counter(*registry, "troupe_prefix_cache_hits_total",
+                                    "Prompt tokens found in the prefix cache");
+  p::Family<p::Counter>& outcomes = p::BuildCounter()
+                                        .Name("troupe_request_success_total")
+                                        .Help("Requests ended, by finish reason")
+                                        .Register(*registry);
+  p::Histogram& ttft = histogram(*registry, "troupe_time_to_first_token_seconds",
+                                 "Time from submission to the first token", latency_buckets());
+  p::Histogram& itl = histogram(*registry, "troupe_inter_token_latency_seconds",
+                                "Time between two tokens of a request", latency_buckets());
+  p::Histogram& tpot =
+      histogram(*registry, "troupe_time_per_output_token_seconds",
+                "Mean time per output token after the first, per request", latency_buckets());
+  p::Histogram& e2e = histogram(*registry, "troupe_e2e_request_latency_seconds",
+                                "Time from submission to the last token", latency_buckets());
+  p::Histogram& queue =
+      histogram(*registry, "troupe_request_queue_time_seconds",
+                "Time from submission to the first scheduled step", latency_buckets());
+  p::Histogram& iteration = histogram(*registry, "troupe_iteration_duration_seconds",
+                                      "Model step time (forward and sampling)", latency_buckets());
+  p::Histogram& iteration_tokens =
+      histogram(*registry, "troupe_iteration_tokens", "Tokens run through the model per iteration",
+                {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+  p::Family<p::Counter>& http = p::BuildCounter()
+                                    .Name("troupe_http_requests_total")
+                                    .Help("HTTP requests answered, by route and status")
+                                    .Register(*registry);
+};
+
+Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}
+Metrics::~Metrics() = default;
+
+std::string Metrics::serialize() const {
+  std::ostringstream out;
+  p::TextSerializer().Serialize(out, impl_->registry->Collect());
+  return out.str();
+}
+
+void Metrics::observe_iteration(double seconds, std::int64_t num_tokens) {
+  impl_->iteration.Observe(seconds);
+  impl_->iteration_tokens.Observe(static_cast<double>(num_tokens));
+}
+
+void Metrics::set_queue(std::int64_t num_running, std::int64_t num_waiting, double kv_usage) {
+  impl_->running.Set(static_cast<double>(num_running));
+  impl_->waiting.Set(static_cast<double>(num_waiting));
+  impl_->kv_usage.Set(kv_usage);
+}
+
+void Metrics::add_tokens(std::int64_t num_prompt, std::int64_t num_generated) {
+  if (num_prompt > 0) impl_->prompt_tokens.Increment(static_cast<double>(num_prompt));
+  if (num_generated > 0) impl_->generation_tokens.Increment(static_cast<double>(num_generated));
+}
+
+void Metrics::add_preemptions(std::int64_t n) {
+  if (n > 0) impl_->preemptions.Increment(static_cast<double>(n));
+}
+
+void Metrics::add_prefix_cache(std::int64_t queried_tokens, std::int64_t hit_tokens) {
+  if (queried_tokens > 0) impl_->prefix_queries.Increment(static_cast<double>(queried_tokens));
+  if (hit_tokens > 0) impl_->prefix_hits.Increment(static_cast<double>(hit_tokens));
+}
+
+void Metrics::observe_queue_time(double seconds) {
+  impl_->queue.Observe(seconds);
+}
+
+void Metrics::observe_request(std::string_view finish_reason, double e2e_seconds,
+                              double ttft_seconds, double tpot_seconds, bool has_tokens) {
+  impl_->outcomes.Add({{"finish_reason", std::string(finish_reason)}}).Increment();
+  impl_->e2e.Observe(e2e_seconds);
+  if (has_tokens) {
+    impl_->ttft.Observe(ttft_seconds);
+    impl_->tpot.Observe(tpot_seconds);
+  }
+}
+
+void Metrics::observe_inter_token(double seconds) {
+  impl_->itl.Observe(seconds);
+}
+
+void Metrics::count_http(std::string_view route, int status) {
+  impl_->http.Add({{"route", std::string(route)}, {"status", std::to_string(status)}}).Increment();
+}
+
+}  // namespace troupe::monitoring

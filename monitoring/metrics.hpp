@@ -1,0 +1,44 @@
+// The server's Prometheus metrics (prometheus-cpp's registry and text format;
+// net/ serves them at GET /metrics). Actors and the HTTP front record into it;
+// it knows nothing of either. Every method is thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace troupe::monitoring {
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The Prometheus text exposition of every metric.
+  std::string serialize() const;
+
+  // --- one model iteration (the scheduler actor) ---
+  void observe_iteration(double seconds, std::int64_t num_tokens);
+  void set_queue(std::int64_t num_running, std::int64_t num_waiting, double kv_usage);
+  void add_tokens(std::int64_t num_prompt, std::int64_t num_generated);
+  void add_preemptions(std::int64_t n);
+  void add_prefix_cache(std::int64_t queried_tokens, std::int64_t hit_tokens);
+  void observe_queue_time(double seconds);
+
+  // --- one request (its actor, when it ends) ---
+  void observe_request(std::string_view finish_reason, double e2e_seconds, double ttft_seconds,
+                       double tpot_seconds, bool has_tokens);
+  void observe_inter_token(double seconds);
+
+  // --- the HTTP front ---
+  void count_http(std::string_view route, int status);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::monitoring
