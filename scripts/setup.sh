@@ -13,6 +13,7 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev # HTTP (Asio, Beast) and JSON
   prometheus-cpp-dev                     # metrics registry and text format
   curl prometheus                        # the server tests' HTTP client; promtool
+  python3-websockets                     # the WebSocket example (and its test)
   clang-format                           # style check
 )
 

@@ -20,3 +20,16 @@ for _ in $(seq 1 200); do grep -q "serving" "$work/server.log" && break; sleep 0
 url=$(grep -o 'http://[0-9.]*:[0-9]*' "$work/server.log" | head -1)
 [ -n "$url" ] || { echo "the server did not start:"; cat "$work/server.log"; exit 1; }
 node "$dir/openai_client_test.mjs" "$url"
+# The examples, as a user runs them (the server wants the key).
+examples="$dir/../../examples"
+if /usr/bin/python3 -c 'import websockets' 2>/dev/null; then
+  /usr/bin/python3 - "$examples/websocket_client.py" "${url/http/ws}/v1/ws" <<'PY'
+import runpy, sys, websockets
+connect = websockets.connect
+websockets.connect = lambda url, **kw: connect(url, extra_headers={"Authorization": "Bearer sk-test"}, **kw)
+path, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_path(path, run_name="__main__")
+PY
+else
+  echo "python3-websockets is absent: the WebSocket example was not run"
+fi
