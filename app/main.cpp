@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   troupe::app::add_bench_forward_command(*bench);
   troupe::app::add_bench_throughput_command(*bench);
+  troupe::app::add_bench_serve_command(*bench);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -17,6 +17,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   if (v.empty()) return p;
@@ -28,6 +30,8 @@ Percentiles percentiles(std::vector<double> v) {
   p.p99 = v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * v.size())) - 1)];
   return p;
 }
+
+namespace {
 
 struct Timing {
   Clock::time_point first, last;

@@ -36,6 +36,9 @@ struct Percentiles {
   double mean = 0.0, median = 0.0, p99 = 0.0;
 };
 
+// Mean, median and 99th percentile of a sample (zeros when empty).
+Percentiles percentiles(std::vector<double> values);
+
 struct ThroughputResult {
   std::int32_t completed = 0;
   std::int32_t failed = 0;

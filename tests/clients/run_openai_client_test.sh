@@ -20,6 +20,12 @@ for _ in $(seq 1 200); do grep -q "serving" "$work/server.log" && break; sleep 0
 url=$(grep -o 'http://[0-9.]*:[0-9]*' "$work/server.log" | head -1)
 [ -n "$url" ] || { echo "the server did not start:"; cat "$work/server.log"; exit 1; }
 node "$dir/openai_client_test.mjs" "$url"
+# The online benchmark client against the same server.
+port=${url##*:}
+"$troupe" bench serve --port "$port" --api-key sk-test --num-prompts 12 --input-len 16 --output-len 8 \
+  --max-concurrency 4 --vocab-size 1024 --output-json "$work/serve.json" | tee "$work/serve.out"
+grep -q 'Completed / failed requests:         12 / 0' "$work/serve.out"
+grep -q '"total_output_tokens": 96' "$work/serve.json"
 # The examples, as a user runs them (the server wants the key).
 examples="$dir/../../examples"
 if /usr/bin/python3 -c 'import websockets' 2>/dev/null; then

@@ -1,0 +1,60 @@
+// `troupe bench serve`: the online benchmark client (bench/serve_client).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "app/commands.hpp"
+#include "bench/serve_client.hpp"
+
+namespace troupe::app {
+
+void add_bench_serve_command(CLI::App& bench) {
+  struct Options {
+    bench::ServeOptions run;
+    std::string request_rate = "inf", output_json;
+  };
+  auto opts = std::make_shared<Options>();
+  auto& r = opts->run;
+  auto* cmd = bench.add_subcommand(
+      "serve", "benchmark a running OpenAI-compatible server (like vllm bench serve)");
+  cmd->add_option("--host", r.host, "server address");
+  cmd->add_option("--port", r.port, "server port");
+  cmd->add_option("--model", r.model, "model name to send");
+  cmd->add_option("--api-key", r.api_key, "bearer key");
+  cmd->add_option("--dataset-name", "random (the only dataset)")->check(CLI::IsMember({"random"}));
+  cmd->add_option("--num-prompts", r.num_prompts, "requests to send");
+  cmd->add_option("--random-input-len,--input-len", r.input_len, "prompt tokens");
+  cmd->add_option("--random-output-len,--output-len", r.output_len, "output tokens");
+  cmd->add_option("--random-range-ratio,--range-ratio", r.range_ratio,
+                  "lengths within L*(1-R)..L*(1+R)");
+  cmd->add_option("--request-rate", opts->request_rate,
+                  "requests/s (Poisson), or inf: all at once");
+  cmd->add_option("--max-concurrency", r.max_concurrency, "most requests in flight (0: no limit)");
+  cmd->add_option("--seed", r.seed, "dataset seed");
+  cmd->add_option("--vocab-size", r.vocab_size, "prompt token ids are drawn below this");
+  cmd->add_option("--output-json,--result-filename", opts->output_json,
+                  "also write the results here");
+  cmd->callback([opts] {
+    auto& run = opts->run;
+    if (opts->request_rate != "inf") {
+      try {
+        run.request_rate = std::stod(opts->request_rate);
+      } catch (const std::exception&) {
+        throw CLI::ValidationError("--request-rate", "a number or inf");
+      }
+    }
+    auto result = bench::run_serve_benchmark(run);
+    if (!result) {
+      std::fprintf(stderr, "troupe bench serve: %s\n", result.error().message.c_str());
+      throw CLI::RuntimeError(1);
+    }
+    bench::print(run, *result);
+    if (!opts->output_json.empty()) {
+      std::ofstream out(opts->output_json);
+      out << bench::to_json(run, *result);
+    }
+    if (result->completed == 0) throw CLI::RuntimeError(1);
+  });
+}
+
+}  // namespace troupe::app
