@@ -159,6 +159,9 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
   if (!on_event) return make_error(ErrorCode::invalid_argument, "no event callback");
 
   const RequestId id = impl.next_id.fetch_add(1);
+  if (!request.params.seed && impl.config.seed) {
+    request.params.seed = *impl.config.seed * 0x9e3779b97f4a7c15ULL + id;
+  }
   auto setup = std::make_shared<actors::RequestSetup>();
   setup->id = id;
   setup->on_event = std::move(on_event);

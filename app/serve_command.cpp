@@ -24,6 +24,7 @@ void add_serve_command(CLI::App& app) {
     bool no_prefix_caching = false;
     bool prefix_caching = true;  // vLLM's flag, accepted; on by default
     double kv_cache_gb = 1.0;
+    std::uint64_t seed = 0;
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
@@ -44,7 +45,11 @@ void add_serve_command(CLI::App& app) {
                 "the prefix cache (on by default)");
   cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
   cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)");
-  cmd->callback([opts] {
+  cmd->add_option("--seed", opts->seed, "seed for requests that bring none");
+  cmd->add_option("--max-concurrent-requests", opts->server.max_concurrent_requests,
+                  "generation requests in flight before 429");
+  cmd->add_option("--max-connections", opts->server.max_connections, "open connections before 503");
+  cmd->callback([opts, cmd] {
     auto fail = [](const std::string& message) {
       std::fprintf(stderr, "troupe serve: %s\n", message.c_str());
       throw CLI::RuntimeError(1);
@@ -53,6 +58,7 @@ void add_serve_command(CLI::App& app) {
     if (config.model_path.empty()) config.model_path = builtin_model_path();
     if (config.model_path.empty()) fail("the built-in model could not be written");
     config.enable_prefix_caching = !opts->no_prefix_caching;
+    if (cmd->count("--seed")) config.seed = opts->seed;
     auto metrics = std::make_shared<monitoring::Metrics>();
     config.metrics = metrics;
     opts->server.metrics = metrics;

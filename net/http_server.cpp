@@ -60,6 +60,7 @@ struct HttpServer::Impl {
   std::unique_ptr<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
   std::atomic<int> num_connections{0};
+  std::atomic<int> num_requests{0};  // generation requests not yet answered in full
   std::atomic<std::uint64_t> next_completion{1};
 
   Impl(Engine& e, ServerConfig c) : engine(e), config(std::move(c)) {
@@ -259,6 +260,23 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   const std::string id =
       (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion.fetch_add(1));
   const std::int64_t created = unix_time();
+
+  // Admission: past the limit, the client should come back later.
+  if (num_requests.fetch_add(1) >= config.max_concurrent_requests) {
+    --num_requests;
+    const ApiError busy{429,
+                        "the server has " + std::to_string(config.max_concurrent_requests) +
+                            " requests in flight: try again later",
+                        "rate_limit_error", ""};
+    count(request, 429);
+    auto response = error_response(request, busy);
+    const bool alive = co_await send(stream, std::move(response), config.write_timeout);
+    co_return alive;
+  }
+  struct Release {
+    std::atomic<int>& n;
+    ~Release() { --n; }
+  } release{num_requests};
 
   // Engine events cross into this coroutine through a channel; it never blocks the engine.
   auto channel = std::make_shared<EventChannel>(co_await asio::this_coro::executor, 1024);

@@ -25,6 +25,9 @@ struct ServerConfig {
   std::chrono::seconds read_timeout{30};   // for a whole request (headers and body)
   std::chrono::seconds write_timeout{60};  // for each write to the client
   int max_connections = 1024;
+  // Generation requests (HTTP and WebSocket) admitted at once, running or
+  // queued in the engine; past it a request gets 429.
+  int max_concurrent_requests = 1024;
   int num_threads = 1;
   // Served at GET /metrics (with the HTTP counts added); 404 there when null.
   std::shared_ptr<monitoring::Metrics> metrics;

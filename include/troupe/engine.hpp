@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct EngineConfig {
   // Called by the worker before every step; a test makes it throw to check that a
   // failing step ends its requests with an error and the engine keeps serving.
   std::function<void()> before_step;
+  // Requests without a seed of their own get one derived from this and their id,
+  // so that a whole run repeats (vLLM's --seed). Unset: unseeded requests are random.
+  std::optional<std::uint64_t> seed;
   // Where the engine records its Prometheus metrics (none when null).
   std::shared_ptr<monitoring::Metrics> metrics;
 };

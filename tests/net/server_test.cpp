@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <thread>
 
+#include <boost/asio.hpp>
+
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
 #include "support/mini_json.hpp"
@@ -13,6 +15,7 @@
 
 using namespace troupe;
 using namespace std::chrono_literals;
+namespace asio = boost::asio;
 
 namespace {
 
@@ -283,4 +286,40 @@ TEST_CASE("/metrics exposes the engine's metrics and passes promtool",
       std::system(("promtool check metrics < " + file + " > " + file + ".out 2>&1").c_str());
   INFO(test::read_text(file + ".out"));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("past its limits the server answers 429 and 503", "[net][integration]") {
+  SECTION("too many requests in flight: 429") {
+    net::ServerConfig config;
+    config.max_concurrent_requests = 1;
+    Server s(config, [] { std::this_thread::sleep_for(5ms); });
+    // One long stream holds the only slot while a second request arrives.
+    std::thread holder([&] {
+      s.post("/v1/completions",
+             R"({"prompt":"Hi","max_tokens":100,"ignore_eos":true,"stream":true})");
+    });
+    Reply busy;
+    for (int i = 0; i < 100 && busy.status != 429; ++i) {
+      std::this_thread::sleep_for(10ms);
+      busy = s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":2})");
+    }
+    holder.join();
+    CHECK(busy.status == 429);
+    CHECK(parse(busy.body)["error"]["type"].string == "rate_limit_error");
+    CHECK(s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":2})").status ==
+          200);  // free again
+  }
+  SECTION("too many connections: 503") {
+    net::ServerConfig config;
+    config.max_connections = 1;
+    Server s(config);
+    // An idle connection takes the only place.
+    asio::io_context io;
+    asio::ip::tcp::socket idle(io);
+    idle.connect({asio::ip::make_address("127.0.0.1"), s.server->port()});
+    std::this_thread::sleep_for(50ms);
+    const auto refused = s.get("/health");
+    CHECK(refused.status == 503);
+    idle.close();
+  }
 }
