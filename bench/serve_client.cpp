@@ -2,6 +2,8 @@
 // events of its stream as they arrive.
 #include "bench/serve_client.hpp"
 
+#include <cmath>
+
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <chrono>
@@ -166,7 +168,7 @@ Result<ServeResult> run_serve_benchmark(const ServeOptions& o) {
   asio::co_spawn(io, dispatch(shared, std::move(bodies)), asio::detached);
   io.run();
   result.duration_s = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<double> ttft, tpot, itl, e2el;
+  LatencySamples samples;
   for (const Sample& s : shared.samples) {
     if (!s.ok) {
       ++result.failed;
@@ -176,20 +178,11 @@ Result<ServeResult> run_serve_benchmark(const ServeOptions& o) {
     ++result.completed;
     result.total_input_tokens += s.num_input;
     result.total_output_tokens += s.num_output;
-    ttft.push_back(std::chrono::duration<double, std::milli>(s.first - s.start).count());
-    e2el.push_back(std::chrono::duration<double, std::milli>(s.last - s.start).count());
-    if (s.num_output > 1) {
-      tpot.push_back(std::chrono::duration<double, std::milli>(s.last - s.first).count() /
-                     (s.num_output - 1));
-    }
-    itl.insert(itl.end(), s.gaps_ms.begin(), s.gaps_ms.end());
+    samples.add(s.start, s.first, s.last, s.num_output, s.gaps_ms);
   }
   result.request_throughput = result.completed / result.duration_s;
   result.output_throughput = static_cast<double>(result.total_output_tokens) / result.duration_s;
-  result.ttft_ms = percentiles(ttft);
-  result.tpot_ms = percentiles(tpot);
-  result.itl_ms = percentiles(itl);
-  result.e2el_ms = percentiles(e2el);
+  result.latency = samples.summarize();
   return result;
 }
 
@@ -204,12 +197,7 @@ std::string to_json(const ServeOptions& o, const ServeResult& r) {
       << ",\n  \"total_output_tokens\": " << r.total_output_tokens
       << ",\n  \"request_throughput\": " << r.request_throughput
       << ",\n  \"output_throughput\": " << r.output_throughput;
-  const std::pair<const char*, const Percentiles*> metrics[] = {
-      {"ttft", &r.ttft_ms}, {"tpot", &r.tpot_ms}, {"itl", &r.itl_ms}, {"e2el", &r.e2el_ms}};
-  for (const auto& [name, p] : metrics) {
-    out << ",\n  \"mean_" << name << "_ms\": " << p->mean << ",\n  \"median_" << name
-        << "_ms\": " << p->median << ",\n  \"p99_" << name << "_ms\": " << p->p99;
-  }
+  write_latencies_json(out, r.latency);
   out << "\n}\n";
   return out.str();
 }
@@ -221,12 +209,7 @@ void print(const ServeOptions& o, const ServeResult& r) {
   std::printf("%-36s %.2f\n", "Duration (s):", r.duration_s);
   std::printf("%-36s %.3f\n", "Request throughput (req/s):", r.request_throughput);
   std::printf("%-36s %.1f\n", "Output token throughput (tok/s):", r.output_throughput);
-  const std::pair<const char*, const Percentiles*> metrics[] = {
-      {"TTFT", &r.ttft_ms}, {"TPOT", &r.tpot_ms}, {"ITL", &r.itl_ms}, {"E2E latency", &r.e2el_ms}};
-  for (const auto& [name, p] : metrics) {
-    std::printf("%-12s mean %10.1f   median %10.1f   p99 %10.1f  (ms)\n", name, p->mean, p->median,
-                p->p99);
-  }
+  print_latencies(r.latency);
 }
 
 }  // namespace troupe::bench

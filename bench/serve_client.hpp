@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "bench/throughput.hpp"
+#include "bench/latency.hpp"
 #include "troupe/result.hpp"
+#include "troupe/types.hpp"
 
 namespace troupe::bench {
 
@@ -35,7 +36,7 @@ struct ServeResult {
   std::int64_t total_output_tokens = 0;
   double request_throughput = 0.0;
   double output_throughput = 0.0;
-  Percentiles ttft_ms, tpot_ms, itl_ms, e2el_ms;
+  Latencies latency;
   std::string first_error;
 };
 

@@ -19,18 +19,6 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-Percentiles percentiles(std::vector<double> v) {
-  Percentiles p;
-  if (v.empty()) return p;
-  std::sort(v.begin(), v.end());
-  double sum = 0.0;
-  for (double x : v) sum += x;
-  p.mean = sum / static_cast<double>(v.size());
-  p.median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2.0;
-  p.p99 = v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * v.size())) - 1)];
-  return p;
-}
-
 namespace {
 
 struct Timing {
@@ -142,7 +130,7 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
   result.duration_s = std::chrono::duration<double>(Clock::now() - start).count();
   const EngineStats stats = engine->stats();
 
-  std::vector<double> ttft, tpot, itl, e2el;
+  LatencySamples samples;
   for (const Timing& t : timings) {
     if (t.failed || t.num_tokens == 0) {
       ++result.failed;
@@ -150,23 +138,14 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
     }
     ++result.completed;
     result.total_output_tokens += t.num_tokens;
-    ttft.push_back(std::chrono::duration<double, std::milli>(t.first - start).count());
-    e2el.push_back(std::chrono::duration<double, std::milli>(t.last - start).count());
-    if (t.num_tokens > 1) {
-      tpot.push_back(std::chrono::duration<double, std::milli>(t.last - t.first).count() /
-                     (t.num_tokens - 1));
-    }
-    itl.insert(itl.end(), t.gaps_ms.begin(), t.gaps_ms.end());
+    samples.add(start, t.first, t.last, t.num_tokens, t.gaps_ms);
   }
   result.request_throughput = result.completed / result.duration_s;
   result.output_throughput = static_cast<double>(result.total_output_tokens) / result.duration_s;
   result.total_token_throughput =
       static_cast<double>(result.total_input_tokens + result.total_output_tokens) /
       result.duration_s;
-  result.ttft_ms = percentiles(ttft);
-  result.tpot_ms = percentiles(tpot);
-  result.itl_ms = percentiles(itl);
-  result.e2el_ms = percentiles(e2el);
+  result.latency = samples.summarize();
   result.num_steps = stats.num_steps;
   result.mean_batch_size =
       stats.num_steps ? static_cast<double>(stats.num_step_sequences) / stats.num_steps : 0.0;
@@ -203,14 +182,9 @@ std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
   field("total_output_tokens", r.total_output_tokens);
   field("request_throughput", r.request_throughput);
   field("output_throughput", r.output_throughput);
-  field("total_token_throughput", r.total_token_throughput);
-  const std::pair<const char*, const Percentiles*> metrics[] = {
-      {"ttft", &r.ttft_ms}, {"tpot", &r.tpot_ms}, {"itl", &r.itl_ms}, {"e2el", &r.e2el_ms}};
-  for (const auto& [name, p] : metrics) {
-    field(("mean_" + std::string(name) + "_ms").c_str(), p->mean);
-    field(("median_" + std::string(name) + "_ms").c_str(), p->median);
-    field(("p99_" + std::string(name) + "_ms").c_str(), p->p99);
-  }
+  field("total_token_throughput", r.total_token_throughput, true);
+  write_latencies_json(out, r.latency);
+  out << ",\n";
   field("mean_batch_size", r.mean_batch_size);
   field("peak_kv_usage", r.peak_kv_usage);
   field("num_preemptions", r.num_preemptions);
@@ -233,12 +207,7 @@ void print(const ThroughputOptions& o, const ThroughputResult& r) {
   std::printf("%-36s %.3f\n", "Request throughput (req/s):", r.request_throughput);
   std::printf("%-36s %.1f\n", "Output token throughput (tok/s):", r.output_throughput);
   std::printf("%-36s %.1f\n", "Total token throughput (tok/s):", r.total_token_throughput);
-  const std::pair<const char*, const Percentiles*> metrics[] = {
-      {"TTFT", &r.ttft_ms}, {"TPOT", &r.tpot_ms}, {"ITL", &r.itl_ms}, {"E2E latency", &r.e2el_ms}};
-  for (const auto& [name, p] : metrics) {
-    std::printf("%-12s mean %10.1f   median %10.1f   p99 %10.1f  (ms)\n", name, p->mean, p->median,
-                p->p99);
-  }
+  print_latencies(r.latency);
   std::printf("%-36s %.2f\n", "Mean batch size (seqs/iteration):", r.mean_batch_size);
   std::printf("%-36s %.3f\n", "Peak KV-cache usage:", r.peak_kv_usage);
   std::printf("%-36s %lld\n", "Preemptions:", static_cast<long long>(r.num_preemptions));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/latency.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::bench {
@@ -32,13 +33,6 @@ struct BenchRequest {
 std::vector<BenchRequest> make_dataset(const ThroughputOptions& options,
                                        const model::Tokenizer& tokenizer);
 
-struct Percentiles {
-  double mean = 0.0, median = 0.0, p99 = 0.0;
-};
-
-// Mean, median and 99th percentile of a sample (zeros when empty).
-Percentiles percentiles(std::vector<double> values);
-
 struct ThroughputResult {
   std::int32_t completed = 0;
   std::int32_t failed = 0;
@@ -48,7 +42,7 @@ struct ThroughputResult {
   double request_throughput = 0.0;      // requests/s
   double output_throughput = 0.0;       // output tokens/s
   double total_token_throughput = 0.0;  // (input + output) tokens/s
-  Percentiles ttft_ms, tpot_ms, itl_ms, e2el_ms;
+  Latencies latency;
   double mean_batch_size = 0.0;  // sequences per iteration
   double peak_kv_usage = 0.0;
   std::int64_t num_preemptions = 0;

