@@ -54,6 +54,7 @@ struct TokenUpdate {
   FinishReason finish_reason = FinishReason::none;
   std::string error;
   std::int32_t num_cached_tokens = 0;
+  std::chrono::steady_clock::time_point first_scheduled;  // the sequence's first step
 };
 
 // The worker owns the backend, the model and the KV cache.

@@ -46,6 +46,10 @@ void finish(Self self, TokenEvent event, FinishReason reason, const std::string&
             : 0.0;
     state.metrics->observe_request(finish_reason_name(event.finish_reason),
                                    seconds(now - state.submitted).count(), ttft, tpot, has_tokens);
+    if (has_tokens && state.first_scheduled.time_since_epoch().count() != 0) {
+      state.metrics->observe_phases(seconds(state.first_token - state.first_scheduled).count(),
+                                    seconds(state.last_token - state.first_token).count());
+    }
   }
   deliver(state, event);
   state.keep_alive = nullptr;
@@ -56,6 +60,9 @@ void on_token(Self self, TokenUpdate& update) {
   auto& state = self->state;
   if (state.done) return;
   state.num_cached_tokens = std::max(state.num_cached_tokens, update.num_cached_tokens);
+  if (update.first_scheduled.time_since_epoch().count() != 0) {
+    state.first_scheduled = update.first_scheduled;
+  }
   TokenEvent event;
   event.request_id = state.id;
   if (update.token != kNoToken) {

@@ -25,7 +25,7 @@ struct RequestState {
   std::int32_t num_cached_tokens = 0;
   bool done = false;
   std::shared_ptr<monitoring::Metrics> metrics;
-  std::chrono::steady_clock::time_point submitted, first_token, last_token;
+  std::chrono::steady_clock::time_point submitted, first_token, last_token, first_scheduled;
   static inline const char* name = "troupe.request";
 };
 

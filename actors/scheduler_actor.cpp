@@ -114,6 +114,7 @@ void on_step_done(Self self, const engine::BatchPlan& plan, const std::vector<st
     update.logprob = r.sampled.logprob;
     for (const auto& t : r.sampled.top_logprobs) update.top_logprobs.push_back({t.id, t.logprob});
     update.num_cached_tokens = cached[i];
+    update.first_scheduled = it->second.first_scheduled;
     for (const auto& f : finished) {
       if (f.id == ids[i]) update.finish_reason = f.reason;
     }
@@ -142,6 +143,9 @@ void maybe_step(Self self) {
     auto& request = state.requests.at(chunk.id);
     if (!request.known_to_worker) {
       work->new_sequences.push_back({chunk.id, request.params, request.prompt});
+      if (request.first_scheduled.time_since_epoch().count() == 0) {
+        request.first_scheduled = Clock::now();
+      }
       if (state.metrics && request.submitted.time_since_epoch().count() != 0) {
         state.metrics->observe_queue_time(seconds_since(request.submitted));
         request.submitted = {};  // once: a restarted worker re-learns it, the queue does not
@@ -202,8 +206,10 @@ scheduler_actor::behavior_type scheduler(
           self->send(s.requester, token_atom::value, std::move(end));
           return;
         }
-        state.requests.emplace(s.id, ActiveRequest{std::move(s.requester), s.params,
-                                                   std::move(s.prompt), false, s.submitted});
+        state.requests.emplace(
+            s.id,
+            ActiveRequest{
+                std::move(s.requester), s.params, std::move(s.prompt), false, s.submitted, {}});
         maybe_step(self);
       },
       [self](abort_atom, RequestId id, FinishReason reason) {

@@ -20,6 +20,7 @@ struct ActiveRequest {
   std::vector<TokenId> prompt;
   bool known_to_worker = false;
   std::chrono::steady_clock::time_point submitted;
+  std::chrono::steady_clock::time_point first_scheduled;
 };
 
 struct SchedulerState {

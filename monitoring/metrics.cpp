@@ -68,6 +68,12 @@ struct Metrics::Impl {
   p::Histogram& queue =
       histogram(*registry, "troupe_request_queue_time_seconds",
                 "Time from submission to the first scheduled step", latency_buckets());
+  p::Histogram& prefill =
+      histogram(*registry, "troupe_request_prefill_time_seconds",
+                "Time from a request's first scheduled step to its first token", latency_buckets());
+  p::Histogram& decode =
+      histogram(*registry, "troupe_request_decode_time_seconds",
+                "Time from a request's first token to its last", latency_buckets());
   p::Histogram& iteration = histogram(*registry, "troupe_iteration_duration_seconds",
                                       "Model step time (forward and sampling)", latency_buckets());
   p::Histogram& iteration_tokens =
@@ -129,6 +135,11 @@ void Metrics::observe_request(std::string_view finish_reason, double e2e_seconds
 
 void Metrics::observe_inter_token(double seconds) {
   impl_->itl.Observe(seconds);
+}
+
+void Metrics::observe_phases(double prefill_seconds, double decode_seconds) {
+  impl_->prefill.Observe(prefill_seconds);
+  impl_->decode.Observe(decode_seconds);
 }
 
 void Metrics::count_http(std::string_view route, int status) {

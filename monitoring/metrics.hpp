@@ -31,6 +31,8 @@ class Metrics {
   void observe_request(std::string_view finish_reason, double e2e_seconds, double ttft_seconds,
                        double tpot_seconds, bool has_tokens);
   void observe_inter_token(double seconds);
+  // From the first scheduled step to the first token, and from there to the last.
+  void observe_phases(double prefill_seconds, double decode_seconds);
 
   // --- the HTTP front ---
   void count_http(std::string_view route, int status);

@@ -1,6 +1,7 @@
 // Beast sessions as coroutines. Kept to this one file: Beast is slow to compile.
 #include "net/http_server.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
@@ -286,42 +287,56 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     if (!channel->try_send(error_code{}, e))
       channel->async_send(error_code{}, e, [](error_code) {});
   };
-  auto submitted = engine.submit(completion.generate, std::move(on_event));
-  if (!submitted) {
-    const Error& e = submitted.error();
-    const int status = e.code == ErrorCode::internal ? 500 : 400;
-    const ApiError error{status, e.message,
-                         status == 500 ? "internal_error" : "invalid_request_error", ""};
-    count(request, status);
-    auto response = error_response(request, error);
-    const bool alive = co_await send(stream, std::move(response), config.write_timeout);
-    co_return alive;
+  // n choices are n engine requests of one prompt; their events share the channel.
+  std::vector<RequestId> ids;
+  for (std::int32_t i = 0; i < completion.n; ++i) {
+    GenerateRequest generate = completion.generate;
+    if (generate.params.seed && i > 0) *generate.params.seed += static_cast<std::uint64_t>(i);
+    auto submitted = engine.submit(std::move(generate), on_event);
+    if (!submitted) {
+      for (RequestId started : ids) engine.cancel(started);
+      const Error& e = submitted.error();
+      const int status = e.code == ErrorCode::internal ? 500 : 400;
+      const ApiError error{status, e.message,
+                           status == 500 ? "internal_error" : "invalid_request_error", ""};
+      count(request, status);
+      auto response = error_response(request, error);
+      const bool alive = co_await send(stream, std::move(response), config.write_timeout);
+      co_return alive;
+    }
+    ids.push_back(*submitted);
   }
-  const RequestId request_id = *submitted;
+  auto index_of = [&ids](RequestId id) {
+    return static_cast<int>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+  };
+  int num_open = completion.n;
 
   if (!completion.stream) {
-    CompletionOutput output;
-    while (true) {
+    std::vector<CompletionOutput> outputs(static_cast<std::size_t>(completion.n));
+    std::string failure;
+    while (num_open > 0) {
       auto [ec, event] = co_await channel->async_receive(kUseTuple);
       if (ec) break;
+      CompletionOutput& output = outputs[index_of(event.request_id)];
       output.text += event.text;
       if (event.token != kNoToken && completion.want_logprobs) output.tokens.push_back(event);
       if (event.finished) {
+        if (event.finish_reason == FinishReason::error) failure = event.error;
         output.end = std::move(event);
-        break;
+        --num_open;
       }
     }
     auto response =
-        output.end.finish_reason == FinishReason::error
-            ? error_response(request, ApiError{500, output.end.error, "internal_error", ""})
+        !failure.empty()
+            ? error_response(request, ApiError{500, failure, "internal_error", ""})
             : make_response(request, http::status::ok,
-                            completion_response(context, id, created, completion, output));
+                            completion_response(context, id, created, completion, outputs));
     count(request, static_cast<int>(response.result_int()));
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
   }
 
-  // Server-sent events: one chunk per event, then [DONE].
+  // Server-sent events: one chunk per event, then usage and [DONE] after the last choice.
   http::response<http::empty_body> head{http::status::ok, request.version()};
   head.set(http::field::server, "troupe");
   head.set(http::field::content_type, "text/event-stream");
@@ -334,29 +349,39 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   auto [head_ec, head_n] = co_await http::async_write_header(stream, serializer, kUseTuple);
   bool alive = !head_ec;
   std::string data;
-  if (alive && completion.chat) {  // a chat stream opens with the assistant's role
-    data = "data: " + chat_role_chunk(context, id, created) + "\n\n";
+  if (alive && completion.chat) {  // a chat stream opens each choice with the assistant's role
+    data.clear();
+    for (int i = 0; i < completion.n; ++i) {
+      data += "data: " + chat_role_chunk(context, id, created, i) + "\n\n";
+    }
     const auto chunk = http::make_chunk(asio::buffer(data));
     auto [rec, rn] = co_await asio::async_write(stream, chunk, kUseTuple);
     alive = !rec;
   }
-  while (alive) {
+  std::int32_t completion_tokens = 0;
+  while (alive && num_open > 0) {
     auto [ec, event] = co_await channel->async_receive(kUseTuple);
     if (ec) break;
-    const bool finished = event.finished;
-    data = "data: " + completion_chunk(context, id, created, completion, event) + "\n\n";
-    if (finished && completion.include_usage)
-      data += "data: " + usage_chunk(context, id, created, completion, event) + "\n\n";
-    if (finished) data += "data: [DONE]\n\n";
+    data = "data: " +
+           completion_chunk(context, id, created, completion, event, index_of(event.request_id)) +
+           "\n\n";
+    if (event.finished) {
+      --num_open;
+      completion_tokens += event.num_generated_tokens;
+      if (num_open == 0 && completion.include_usage) {
+        data += "data: " + usage_chunk(context, id, created, completion, event, completion_tokens) +
+                "\n\n";
+      }
+      if (num_open == 0) data += "data: [DONE]\n\n";
+    }
     stream.expires_after(config.write_timeout);
     const auto chunk = http::make_chunk(asio::buffer(data));
     auto [wec, wn] = co_await asio::async_write(stream, chunk, kUseTuple);
-    // A client that went away is only seen when a write fails: cancel its request then.
+    // A client that went away is only seen when a write fails: cancel its requests then.
     if (wec) alive = false;
-    if (finished) break;
   }
   if (!alive) {
-    engine.cancel(request_id);
+    for (RequestId started : ids) engine.cancel(started);
     channel->close();
     co_return false;
   }
@@ -437,6 +462,14 @@ void HttpServer::Impl::websocket_command(WsConnection& connection, const std::st
   auto parsed = chat ? parse_chat_request(text, context) : parse_completion_request(text, context);
   if (!parsed) {
     push({id, websocket_error(id, parsed.error()), false});
+    return;
+  }
+  if (parsed->n != 1) {
+    push({id,
+          websocket_error(id,
+                          ApiError{400, "n must be 1 on the socket: send one generate per choice",
+                                   "invalid_request_error", "n"}),
+          false});
     return;
   }
   const bool want_logprobs = parsed->want_logprobs;

@@ -102,11 +102,11 @@ json::object chat_logprobs_json(const Engine& engine, const std::vector<TokenEve
   return json::object{{"content", std::move(content)}};
 }
 
-json::object usage_json(const TokenEvent& end) {
+json::object usage_json(const TokenEvent& end, std::int32_t completion_tokens) {
   return json::object{
       {"prompt_tokens", end.num_prompt_tokens},
-      {"completion_tokens", end.num_generated_tokens},
-      {"total_tokens", end.num_prompt_tokens + end.num_generated_tokens},
+      {"completion_tokens", completion_tokens},
+      {"total_tokens", end.num_prompt_tokens + completion_tokens},
       {"prompt_tokens_details", json::object{{"cached_tokens", end.num_cached_tokens}}}};
 }
 
@@ -186,7 +186,8 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
       !integral(min_tokens) || !integral(n)) {
     return tl::unexpected(bad("max_tokens, top_k, seed, logprobs, min_tokens and n are integers"));
   }
-  if (n && *n != 1) return tl::unexpected(bad("only n = 1 is supported yet", "n"));
+  if (n && (*n < 1 || *n > 16)) return tl::unexpected(bad("n must be in [1, 16]", "n"));
+  if (n) r.n = static_cast<std::int32_t>(*n);
   const auto num_prompt = static_cast<std::int32_t>(r.generate.prompt.size());
   const std::int32_t limit = context.engine->max_model_len();
   if (max_tokens) {
@@ -321,33 +322,40 @@ tl::expected<CompletionRequest, ApiError> parse_chat_request(std::string_view bo
 
 std::string completion_response(const ApiContext& context, const std::string& id,
                                 std::int64_t created, const CompletionRequest& request,
-                                const CompletionOutput& output) {
-  json::object choice{{"index", 0}};
-  if (request.chat) {
-    choice["message"] =
-        json::object{{"role", "assistant"}, {"content", model::to_valid_utf8(output.text)}};
-    choice["logprobs"] = request.want_logprobs
-                             ? json::value(chat_logprobs_json(*context.engine, output.tokens))
-                             : json::value(nullptr);
-  } else {
-    choice["text"] = model::to_valid_utf8(output.text);
-    choice["logprobs"] = request.want_logprobs
-                             ? json::value(logprobs_json(*context.engine, output.tokens))
-                             : json::value(nullptr);
+                                const std::vector<CompletionOutput>& outputs) {
+  json::array choices;
+  std::int32_t completion_tokens = 0;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const CompletionOutput& output = outputs[i];
+    completion_tokens += output.end.num_generated_tokens;
+    json::object choice{{"index", i}};
+    if (request.chat) {
+      choice["message"] =
+          json::object{{"role", "assistant"}, {"content", model::to_valid_utf8(output.text)}};
+      choice["logprobs"] = request.want_logprobs
+                               ? json::value(chat_logprobs_json(*context.engine, output.tokens))
+                               : json::value(nullptr);
+    } else {
+      choice["text"] = model::to_valid_utf8(output.text);
+      choice["logprobs"] = request.want_logprobs
+                               ? json::value(logprobs_json(*context.engine, output.tokens))
+                               : json::value(nullptr);
+    }
+    choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason));
+    choices.emplace_back(std::move(choice));
   }
-  choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason));
   return json::serialize(
       json::object{{"id", id},
                    {"object", request.chat ? "chat.completion" : "text_completion"},
                    {"created", created},
                    {"model", context.served_model_name},
-                   {"choices", json::array{std::move(choice)}},
-                   {"usage", usage_json(output.end)}});
+                   {"choices", std::move(choices)},
+                   {"usage", usage_json(outputs.front().end, completion_tokens)}});
 }
 
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                             const CompletionRequest& request, const TokenEvent& event) {
-  json::object choice{{"index", 0}};
+                             const CompletionRequest& request, const TokenEvent& event, int index) {
+  json::object choice{{"index", index}};
   const bool with_logprobs = request.want_logprobs && event.token != kNoToken;
   if (request.chat) {
     json::object delta;
@@ -375,9 +383,9 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
                    {"choices", json::array{std::move(choice)}}});
 }
 
-std::string chat_role_chunk(const ApiContext& context, const std::string& id,
-                            std::int64_t created) {
-  json::object choice{{"index", 0},
+std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                            int index) {
+  json::object choice{{"index", index},
                       {"delta", json::object{{"role", "assistant"}, {"content", ""}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}};
@@ -389,14 +397,15 @@ std::string chat_role_chunk(const ApiContext& context, const std::string& id,
 }
 
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                        const CompletionRequest& request, const TokenEvent& end) {
+                        const CompletionRequest& request, const TokenEvent& end,
+                        std::int32_t completion_tokens) {
   return json::serialize(
       json::object{{"id", id},
                    {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
                    {"created", created},
                    {"model", context.served_model_name},
                    {"choices", json::array{}},
-                   {"usage", usage_json(end)}});
+                   {"usage", usage_json(end, completion_tokens)}});
 }
 
 tl::expected<WebSocketCommand, ApiError> parse_websocket_command(std::string_view text) {
@@ -438,7 +447,7 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
   }
   if (event.finished) {
     o["finish_reason"] = std::string(openai_finish_reason(event.finish_reason));
-    o["usage"] = usage_json(event);
+    o["usage"] = usage_json(event, event.num_generated_tokens);
   }
   return json::serialize(o);
 }

@@ -26,7 +26,8 @@ std::string error_json(const ApiError& error);
 struct CompletionRequest {
   GenerateRequest generate;
   std::string model;
-  bool chat = false;  // /v1/chat/completions: chat objects, deltas, chat logprobs
+  bool chat = false;   // /v1/chat/completions: chat objects, deltas, chat logprobs
+  std::int32_t n = 1;  // choices: n sequences of the same prompt
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool want_logprobs = false;
@@ -52,17 +53,22 @@ struct CompletionOutput {
   TokenEvent end;
 };
 
+// One choice per output, in order (choice i is outputs[i]).
 std::string completion_response(const ApiContext& context, const std::string& id,
                                 std::int64_t created, const CompletionRequest& request,
-                                const CompletionOutput& output);
-// One SSE `data:` payload for a streamed event (text and, on the last one, the finish reason).
+                                const std::vector<CompletionOutput>& outputs);
+// One SSE `data:` payload for a streamed event of choice `index` (text and, on
+// its last one, the finish reason).
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                             const CompletionRequest& request, const TokenEvent& event);
-// A chat stream's first chunk: the assistant's role.
-std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created);
+                             const CompletionRequest& request, const TokenEvent& event, int index);
+// A chat stream's first chunk for a choice: the assistant's role.
+std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                            int index);
 // The last chunk when stream_options.include_usage asks for it.
+// `completion_tokens` sums over the choices; the prompt counts once.
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                        const CompletionRequest& request, const TokenEvent& end);
+                        const CompletionRequest& request, const TokenEvent& end,
+                        std::int32_t completion_tokens);
 
 std::string models_response(const ApiContext& context);
 tl::expected<std::string, ApiError> tokenize_response(std::string_view body,

@@ -261,18 +261,27 @@ TEST_CASE("/metrics exposes the engine's metrics and passes promtool",
   s.get("/nowhere");
   const auto r = s.get("/metrics");
   REQUIRE(r.status == 200);
-  for (const char* name :
-       {"troupe_num_requests_running", "troupe_num_requests_waiting", "troupe_kv_cache_usage_ratio",
-        "troupe_prompt_tokens_total", "troupe_generation_tokens_total",
-        "troupe_num_preemptions_total", "troupe_prefix_cache_queries_total",
-        "troupe_prefix_cache_hits_total",
-        "troupe_request_success_total{finish_reason=\"length\"} 2",
-        "troupe_time_to_first_token_seconds_bucket", "troupe_inter_token_latency_seconds_count",
-        "troupe_time_per_output_token_seconds_sum", "troupe_e2e_request_latency_seconds_count 2",
-        "troupe_request_queue_time_seconds_count 2", "troupe_iteration_duration_seconds_count",
-        "troupe_iteration_tokens_bucket", "troupe_generation_tokens_total 10",
-        "troupe_http_requests_total{route=\"/v1/completions\",status=\"200\"} 2",
-        "troupe_http_requests_total{route=\"other\",status=\"404\"} 1"}) {
+  for (const char* name : {"troupe_num_requests_running",
+                           "troupe_num_requests_waiting",
+                           "troupe_kv_cache_usage_ratio",
+                           "troupe_prompt_tokens_total",
+                           "troupe_generation_tokens_total",
+                           "troupe_num_preemptions_total",
+                           "troupe_prefix_cache_queries_total",
+                           "troupe_prefix_cache_hits_total",
+                           "troupe_request_success_total{finish_reason=\"length\"} 2",
+                           "troupe_time_to_first_token_seconds_bucket",
+                           "troupe_inter_token_latency_seconds_count",
+                           "troupe_time_per_output_token_seconds_sum",
+                           "troupe_e2e_request_latency_seconds_count 2",
+                           "troupe_request_queue_time_seconds_count 2",
+                           "troupe_iteration_duration_seconds_count",
+                           "troupe_request_prefill_time_seconds_count 2",
+                           "troupe_request_decode_time_seconds_count 2",
+                           "troupe_iteration_tokens_bucket",
+                           "troupe_generation_tokens_total 10",
+                           "troupe_http_requests_total{route=\"/v1/completions\",status=\"200\"} 2",
+                           "troupe_http_requests_total{route=\"other\",status=\"404\"} 1"}) {
     INFO(name);
     CHECK(r.body.find(name) != std::string::npos);
   }
@@ -320,4 +329,32 @@ TEST_CASE("past its limits the server answers 429 and 503", "[net][integration]"
     CHECK(refused.status == 503);
     idle.close();
   }
+}
+
+TEST_CASE("n choices come back as n indexed choices, streamed or not", "[net][integration]") {
+  Server s;
+  const auto r = s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":4,"n":3,"seed":5})");
+  REQUIRE(r.status == 200);
+  const auto j = parse(r.body);
+  REQUIRE(j["choices"].array.size() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(j["choices"].array[i]["index"].number == i);
+  CHECK(j["usage"]["completion_tokens"].number == 12);
+  const auto st =
+      s.post("/v1/chat/completions",
+             R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"n":2,"stream":true})");
+  REQUIRE(st.status == 200);
+  int roles = 0, finishes = 0;
+  for (std::size_t pos = 0; (pos = st.body.find("data: ", pos)) != std::string::npos;) {
+    const auto end = st.body.find("\n\n", pos);
+    const std::string event = st.body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (event == "[DONE]") continue;
+    const auto choice = parse(event)["choices"].array[0];
+    if (choice["delta"].object.count("role")) ++roles;
+    if (choice["finish_reason"].kind == test::Json::Kind::string) ++finishes;
+  }
+  CHECK(roles == 2);
+  CHECK(finishes == 2);
+  CHECK(st.body.find("data: [DONE]") != std::string::npos);
+  CHECK(s.post("/v1/completions", R"({"prompt":"Hi","n":17})").status == 400);
 }
