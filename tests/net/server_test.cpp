@@ -1,6 +1,7 @@
 // The HTTP server on an ephemeral port, through a real client (curl).
 #include <sys/wait.h>
 #include <array>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <thread>
@@ -357,4 +358,18 @@ TEST_CASE("n choices come back as n indexed choices, streamed or not", "[net][in
   CHECK(finishes == 2);
   CHECK(st.body.find("data: [DONE]") != std::string::npos);
   CHECK(s.post("/v1/completions", R"({"prompt":"Hi","n":17})").status == 400);
+}
+
+TEST_CASE("a failure inside the engine is a 500 error object, and serving goes on",
+          "[net][integration]") {
+  auto fail_next = std::make_shared<std::atomic<bool>>(false);
+  Server s({}, [fail_next] {
+    if (fail_next->exchange(false)) throw std::runtime_error("injected fault");
+  });
+  fail_next->store(true);
+  const auto r = s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})");
+  CHECK(r.status == 500);
+  CHECK(parse(r.body)["error"]["message"].string.find("injected fault") != std::string::npos);
+  CHECK(parse(r.body)["error"]["type"].string == "internal_error");
+  CHECK(s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})").status == 200);
 }
