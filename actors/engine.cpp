@@ -188,6 +188,7 @@ EngineStats Engine::stats() const {
   caf::scoped_actor self{*impl_->system};
   self->request(impl_->scheduler, caf::infinite, actors::stats_atom::value)
       .receive([&](const EngineStats& s) { result = s; }, [](const caf::error&) {});
+  result.num_live_actors = static_cast<std::int64_t>(impl_->system->registry().running());
   return result;
 }
 

@@ -98,6 +98,7 @@ struct EngineStats {
   double step_seconds = 0.0;            // in the worker (forward and sampling)
   double schedule_seconds = 0.0;        // in the scheduler's own logic
   std::int64_t num_worker_restarts = 0;
+  std::int64_t num_live_actors = 0;  // in the engine's actor system (request actors included)
   std::int32_t num_kv_blocks = 0;
   std::int32_t block_size = 0;
 };

@@ -110,6 +110,7 @@ TEST_CASE("200 concurrent streams, a third dropping out, leave nothing behind",
     REQUIRE(s.completed);
     alone[p] = s.text;
   }
+  const std::int64_t baseline_actors = engine->stats().num_live_actors;
   std::mt19937 rng(3);
   std::vector<Stream> streams(200);
   for (std::size_t i = 0; i < streams.size(); ++i) {
@@ -134,7 +135,7 @@ TEST_CASE("200 concurrent streams, a third dropping out, leave nothing behind",
   for (int i = 0; i < 400 && !drained; ++i) {
     const auto stats = engine->stats();
     drained = stats.kv_usage == 0.0 && stats.num_running == 0 && stats.num_waiting == 0 &&
-              server.num_connections() == 0;
+              server.num_connections() == 0 && stats.num_live_actors == baseline_actors;
     if (!drained) std::this_thread::sleep_for(10ms);
   }
   CHECK(drained);
