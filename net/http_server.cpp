@@ -411,7 +411,10 @@ asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stre
     websocket_command(*connection, text);
   }
   // Closing the socket cancels every request still running on it.
-  for (const auto& [id, request_id] : connection->in_flight) engine.cancel(request_id);
+  for (const auto& [id, request_id] : connection->in_flight) {
+    engine.cancel(request_id);
+    --num_requests;
+  }
   connection->in_flight.clear();
   connection->frames->close();
 }
@@ -422,11 +425,14 @@ asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConne
   while (true) {
     auto [ec, frame] = co_await connection->frames->async_receive(kUseTuple);
     if (ec) co_return;  // closed: the reader has finished
-    if (frame.final) connection->in_flight.erase(frame.id);
+    if (frame.final && connection->in_flight.erase(frame.id) == 1) --num_requests;
     auto [wec, wn] = co_await ws.async_write(asio::buffer(frame.text), kUseTuple);
     if (wec) {
       // The client is gone: cancel what it had asked for.
-      for (const auto& [id, request_id] : connection->in_flight) engine.cancel(request_id);
+      for (const auto& [id, request_id] : connection->in_flight) {
+        engine.cancel(request_id);
+        --num_requests;
+      }
       connection->in_flight.clear();
       co_return;
     }
@@ -482,8 +488,18 @@ void HttpServer::Impl::websocket_command(WsConnection& connection, const std::st
       frames->async_send(error_code{}, std::move(frame), [](error_code) {});
     }
   };
+  // The same admission limit as HTTP requests.
+  if (num_requests.fetch_add(1) >= config.max_concurrent_requests) {
+    --num_requests;
+    push({id,
+          websocket_error(id, ApiError{429, "too many requests in flight: try again later",
+                                       "rate_limit_error", ""}),
+          false});
+    return;
+  }
   auto submitted = engine.submit(parsed->generate, std::move(on_event));
   if (!submitted) {
+    --num_requests;
     push(
         {id,
          websocket_error(id, ApiError{400, submitted.error().message, "invalid_request_error", ""}),

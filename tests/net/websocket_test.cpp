@@ -19,7 +19,7 @@ using tcp = asio::ip::tcp;
 namespace {
 
 struct Fixture {
-  Fixture() {
+  explicit Fixture(int max_concurrent_requests = 1024) {
     EngineConfig e;
     e.model_path = test::write_small_model(
         "ws-model", [](model::RandomModelSpec& s) { s.context_length = 512; });
@@ -30,6 +30,7 @@ struct Fixture {
     engine = std::move(*Engine::create(e));
     net::ServerConfig config;
     config.port = 0;
+    config.max_concurrent_requests = max_concurrent_requests;
     server = std::make_unique<net::HttpServer>(*engine, config);
     REQUIRE(server->start().has_value());
   }
@@ -128,4 +129,30 @@ TEST_CASE("closing the socket cancels its requests and frees their blocks",
     c.close();
   }
   CHECK(f.kv_drains());
+}
+
+TEST_CASE("socket requests count against the server's request limit",
+          "[net][websocket][integration]") {
+  Fixture f(1);
+  Client c(f.server->port());
+  c.send(R"({"type":"generate","id":"a","prompt":"Once","max_tokens":300,"ignore_eos":true})");
+  c.send(R"({"type":"generate","id":"b","prompt":"Twice","max_tokens":3})");
+  test::Json refused;
+  while (true) {  // a's tokens stream meanwhile
+    refused = c.receive();
+    if (refused["type"].string == "error") break;
+  }
+  CHECK(refused["id"].string == "b");
+  CHECK(refused["error"]["code"].number == 429);
+  c.send(R"({"type":"cancel","id":"a"})");
+  while (c.receive()["type"].string != "done") {
+  }
+  c.send(
+      R"({"type":"generate","id":"c","prompt":"Again","max_tokens":3})");  // the slot is free again
+  test::Json last;
+  do last = c.receive();
+  while (last["type"].string == "token");
+  CHECK(last["type"].string == "done");
+  CHECK(last["id"].string == "c");
+  c.close();
 }
