@@ -32,7 +32,9 @@ async def main(url: str) -> None:
                     await ws.send(json.dumps({"type": "cancel", "id": "story"}))
         for request_id, text in texts.items():
             print(f"[{request_id}] {text!r}")
-        assert done == {"chat": "length", "story": "abort"}, done
+        # The story stops with "abort" when the cancel arrives first; a very fast model may
+        # have finished it ("length") before this client read the chat's end.
+        assert done["chat"] == "length" and done["story"] in ("abort", "length"), done
 
 
 if __name__ == "__main__":
