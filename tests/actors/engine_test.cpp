@@ -146,7 +146,9 @@ TEST_CASE("outputs through the actors do not depend on what else runs", "[actors
 }
 
 TEST_CASE("cancelling a request frees its KV blocks at once", "[actors]") {
-  auto engine = Engine::create(small_config());
+  auto config = small_config();
+  config.before_step = [] { std::this_thread::sleep_for(1ms); };  // 400 steps outlast the cancel
+  auto engine = Engine::create(config);
   REQUIRE(engine.has_value());
   Collector c;
   auto id = (*engine)->submit(greedy({1, 2, 3}, 400), c.callback());
