@@ -59,17 +59,22 @@ struct HostWeight {
   Weight weight;
 };
 
-HostWeight make_weight(TensorType type, std::int64_t rows, std::int64_t cols) {
-  HostWeight w;
-  const auto values = random_floats(static_cast<std::size_t>(rows * cols), 0.5f);
-  w.bytes = *quantize(type, values, cols);
-  w.dequantized.resize(values.size());
+// The reference copy of w.bytes, decoded by the scalar dequantizer, and the view the ops take.
+void finish_weight(HostWeight& w, TensorType type, std::int64_t rows, std::int64_t cols) {
+  w.dequantized.resize(static_cast<std::size_t>(rows * cols));
   const std::size_t stride = row_bytes(type, cols);
   for (std::int64_t r = 0; r < rows; ++r) {
     REQUIRE(dequantize_row(type, w.bytes.data() + r * stride, cols, w.dequantized.data() + r * cols)
                 .has_value());
   }
   w.weight = Weight{w.bytes.data(), type, rows, cols};
+}
+
+HostWeight make_weight(TensorType type, std::int64_t rows, std::int64_t cols) {
+  HostWeight w;
+  const auto values = random_floats(static_cast<std::size_t>(rows * cols), 0.5f);
+  w.bytes = *quantize(type, values, cols);
+  finish_weight(w, type, rows, cols);
   return w;
 }
 
@@ -92,13 +97,7 @@ HostWeight make_random_blocks(TensorType type, std::int64_t rows, std::int64_t c
       std::memcpy(w.bytes.data() + block + off, &h, 2);
     }
   }
-  w.dequantized.resize(static_cast<std::size_t>(rows * cols));
-  const std::size_t stride = row_bytes(type, cols);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    REQUIRE(dequantize_row(type, w.bytes.data() + r * stride, cols, w.dequantized.data() + r * cols)
-                .has_value());
-  }
-  w.weight = Weight{w.bytes.data(), type, rows, cols};
+  finish_weight(w, type, rows, cols);
   return w;
 }
 
