@@ -94,14 +94,15 @@ float* CpuBackend::kv_block(std::vector<float>& cache, std::int32_t layer, std::
   return cache.data() + index;
 }
 
-Result<void> CpuBackend::begin_step(const model::StepInput& step) {
+Result<model::StepPlan> CpuBackend::begin_step(const model::StepInput& step) {
   if (k_cache_.empty()) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
   step_ = &step;
   token_seq_.resize(step.tokens.size());
   for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
     for (std::int32_t i = step.query_start[s]; i < step.query_start[s + 1]; ++i) token_seq_[i] = s;
   }
-  return {};
+  return model::StepPlan{step.num_tokens(), static_cast<std::int64_t>(step.logit_rows.size()),
+                         false};
 }
 
 void CpuBackend::embed(const Weight& table, Tensor out) {

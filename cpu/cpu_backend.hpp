@@ -25,7 +25,7 @@ class CpuBackend final : public model::Backend {
   Result<void> allocate_kv_cache(const model::KvCacheShape& shape) override;
   const model::KvCacheShape& kv_cache_shape() const override { return kv_shape_; }
 
-  Result<void> begin_step(const model::StepInput& step) override;
+  Result<model::StepPlan> begin_step(const model::StepInput& step) override;
   void embed(const model::Weight& table, model::Tensor out) override;
   void rms_norm(model::Tensor x, const model::Weight& weight, float eps,
                 model::Tensor out) override;

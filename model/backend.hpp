@@ -7,6 +7,7 @@
 #include <span>
 
 #include "model/gguf_file.hpp"
+#include "model/sampler.hpp"
 #include "model/step_input.hpp"
 #include "model/tensor_type.hpp"
 #include "troupe/result.hpp"
@@ -49,6 +50,14 @@ struct AttentionParams {
   float scale = 1.0f;  // applied to q.k
 };
 
+// How the recipe runs a step its backend has begun.
+struct StepPlan {
+  std::int64_t rows = 0;        // rows every op runs on: num_tokens, or more where a GPU pads a
+                                // decode step to the batch size of a recorded CUDA graph
+  std::int64_t logit_rows = 0;  // rows of logits computed (>= the step's logit_rows)
+  bool replay = false;          // the backend replays a recorded step: the recipe skips the ops
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -62,8 +71,14 @@ class Backend {
   virtual const KvCacheShape& kv_cache_shape() const = 0;
 
   // --- one step ---
+  // The rows a step will run on, before it begins (the recipe sizes its buffers by it).
+  virtual StepPlan step_shape(const StepInput& step) const {
+    return StepPlan{step.num_tokens(), static_cast<std::int64_t>(step.logit_rows.size()), false};
+  }
   // Takes the step's tokens, positions and block tables (a GPU uploads them once).
-  virtual Result<void> begin_step(const StepInput& step) = 0;
+  virtual Result<StepPlan> begin_step(const StepInput& step) = 0;
+  // Ends the step's ops (a GPU launches the step's graph here); reports a failed op.
+  virtual Result<void> end_step() { return {}; }
   // out[t] = table row of the step's token t.          out: [num_tokens, table.cols]
   virtual void embed(const Weight& table, Tensor out) = 0;
   // out = x / rms(x) * weight, row by row.               x, out: [n, cols]
@@ -83,10 +98,25 @@ class Backend {
   virtual void swiglu(Tensor gate, Tensor up, Tensor out) = 0;
   // x += y.
   virtual void add(Tensor x, Tensor y) = 0;
+  // x += y, then out = rms_norm(x): one pass where the backend fuses them.
+  virtual void add_rms_norm(Tensor x, Tensor y, const Weight& weight, float eps, Tensor out) {
+    add(x, y);
+    rms_norm(x, weight, eps, out);
+  }
   // out[i] = x[step.logit_rows[i]].                      out: [num_logits, x.cols]
   virtual void gather_logit_rows(Tensor x, Tensor out) = 0;
   // Copies a tensor to host memory.                      host: [rows * cols]
   virtual Result<void> read(Tensor tensor, std::span<float> host) = 0;
+
+  // --- sampling on the device (optional) ---
+  // Whether sample() works; if not, the runner reads logits back and samples on the host.
+  virtual bool can_sample() const { return false; }
+  // One token per row of `logits`; only the ids cross to the host.   ids: [logits.rows]
+  virtual Result<void> sample(Tensor logits, std::span<const DeviceSamplingRow> rows,
+                              std::span<TokenId> ids) {
+    (void)logits, (void)rows, (void)ids;
+    return make_error(ErrorCode::unsupported, "this backend does not sample on its device");
+  }
 };
 
 }  // namespace troupe::model

@@ -2,6 +2,7 @@
 
 #include "model/dequantize.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -91,35 +92,48 @@ LlamaModel::~LlamaModel() {
 
 Result<LlamaModel> LlamaModel::load(const GgufFile& file, Backend& backend) {
   TROUPE_TRY(const auto config, LlamaConfig::from_gguf(file));
+  WeightLoader loader(file, backend);
+  WeightSource source;
+  source.matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    return loader.matrix(name, rows, cols);
+  };
+  source.vector = [&](const std::string& name, std::int64_t size) {
+    return loader.vector(name, size);
+  };
+  source.has = [&](const std::string& name) { return file.find_tensor(name) != nullptr; };
+  return assemble(config, backend, source);
+}
+
+Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& backend,
+                                        const WeightSource& source) {
   LlamaModel model(config, backend);
-  WeightLoader load(file, backend);
   const auto& c = model.config_;
   const std::int64_t q_dim = static_cast<std::int64_t>(c.num_heads) * c.head_dim;
   const std::int64_t kv_dim = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
-  TROUPE_TRY(model.token_embedding_, load.matrix("token_embd.weight", c.vocab_size, c.dim));
-  TROUPE_TRY(model.output_norm_, load.vector("output_norm.weight", c.dim));
-  if (file.find_tensor("output.weight") != nullptr) {
-    TROUPE_TRY(model.output_, load.matrix("output.weight", c.vocab_size, c.dim));
+  TROUPE_TRY(model.token_embedding_, source.matrix("token_embd.weight", c.vocab_size, c.dim));
+  TROUPE_TRY(model.output_norm_, source.vector("output_norm.weight", c.dim));
+  if (source.has("output.weight")) {
+    TROUPE_TRY(model.output_, source.matrix("output.weight", c.vocab_size, c.dim));
   } else {
     model.output_ = model.token_embedding_;  // tied embeddings
   }
-  if (file.find_tensor("rope_freqs.weight") != nullptr) {
-    TROUPE_TRY(model.rope_freqs_, load.vector("rope_freqs.weight", c.rope_dims / 2));
+  if (source.has("rope_freqs.weight")) {
+    TROUPE_TRY(model.rope_freqs_, source.vector("rope_freqs.weight", c.rope_dims / 2));
     model.has_rope_freqs_ = true;
   }
   model.layers_.reserve(c.num_layers);
   for (std::int32_t i = 0; i < c.num_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     LayerWeights l;
-    TROUPE_TRY(l.attn_norm, load.vector(b + "attn_norm.weight", c.dim));
-    TROUPE_TRY(l.wq, load.matrix(b + "attn_q.weight", q_dim, c.dim));
-    TROUPE_TRY(l.wk, load.matrix(b + "attn_k.weight", kv_dim, c.dim));
-    TROUPE_TRY(l.wv, load.matrix(b + "attn_v.weight", kv_dim, c.dim));
-    TROUPE_TRY(l.wo, load.matrix(b + "attn_output.weight", c.dim, q_dim));
-    TROUPE_TRY(l.ffn_norm, load.vector(b + "ffn_norm.weight", c.dim));
-    TROUPE_TRY(l.w_gate, load.matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim));
-    TROUPE_TRY(l.w_up, load.matrix(b + "ffn_up.weight", c.ffn_dim, c.dim));
-    TROUPE_TRY(l.w_down, load.matrix(b + "ffn_down.weight", c.dim, c.ffn_dim));
+    TROUPE_TRY(l.attn_norm, source.vector(b + "attn_norm.weight", c.dim));
+    TROUPE_TRY(l.wq, source.matrix(b + "attn_q.weight", q_dim, c.dim));
+    TROUPE_TRY(l.wk, source.matrix(b + "attn_k.weight", kv_dim, c.dim));
+    TROUPE_TRY(l.wv, source.matrix(b + "attn_v.weight", kv_dim, c.dim));
+    TROUPE_TRY(l.wo, source.matrix(b + "attn_output.weight", c.dim, q_dim));
+    TROUPE_TRY(l.ffn_norm, source.vector(b + "ffn_norm.weight", c.dim));
+    TROUPE_TRY(l.w_gate, source.matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim));
+    TROUPE_TRY(l.w_up, source.matrix(b + "ffn_up.weight", c.ffn_dim, c.dim));
+    TROUPE_TRY(l.w_down, source.matrix(b + "ffn_down.weight", c.dim, c.ffn_dim));
     model.layers_.push_back(l);
   }
   return model;
@@ -159,54 +173,85 @@ Result<void> LlamaModel::reserve(std::int64_t num_tokens, std::int64_t num_logit
   return {};
 }
 
-Result<void> LlamaModel::forward(const StepInput& step, std::vector<float>& logits) {
+Result<Tensor> LlamaModel::run(const StepInput& step) {
   const auto& c = config_;
   TROUPE_TRY_VOID(validate_step(step, backend_->kv_cache_shape(), c.vocab_size));
-  const std::int64_t n = step.num_tokens();
-  const auto num_logits = static_cast<std::int64_t>(step.logit_rows.size());
-  logits.assign(static_cast<std::size_t>(num_logits) * c.vocab_size, 0.0f);
-  if (n == 0) return {};
-  TROUPE_TRY_VOID(reserve(n, num_logits));
-  TROUPE_TRY_VOID(backend_->begin_step(step));
-
+  if (step.num_tokens() == 0) return Tensor{};
   Backend& b = *backend_;
+  // Buffers first: a backend that records steps must see them settled before it begins.
+  const StepPlan shape = b.step_shape(step);
+  const std::int64_t n = shape.rows;
+  const std::int64_t num_logits =
+      step.logit_rows.empty() ? 0 : std::max<std::int64_t>(shape.logit_rows, 1);
+  TROUPE_TRY_VOID(reserve(n, num_logits));
+  TROUPE_TRY(const StepPlan plan, b.begin_step(step));
+  TROUPE_ASSERT(plan.rows == shape.rows && plan.logit_rows == shape.logit_rows,
+                "a backend began a step of another shape than it announced");
   const Tensor x = view(ws_.x, n), h = view(ws_.h, n), q = view(ws_.q, n), k = view(ws_.k, n),
                v = view(ws_.v, n), attn = view(ws_.attn, n), gate = view(ws_.gate, n),
                up = view(ws_.up, n);
-  const RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
-                        has_rope_freqs_ ? &rope_freqs_ : nullptr};
-  const AttentionParams attention{c.num_heads, c.num_kv_heads, c.head_dim,
-                                  1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-
-  b.embed(token_embedding_, x);
-  for (std::int32_t layer = 0; layer < c.num_layers; ++layer) {
-    const LayerWeights& w = layers_[layer];
-    // Attention block: every linear op runs on all n tokens at once.
-    b.rms_norm(x, w.attn_norm, c.norm_eps, h);
-    b.matmul(h, w.wq, q);
-    b.matmul(h, w.wk, k);
-    b.matmul(h, w.wv, v);
-    b.rope(q, c.head_dim, rope);
-    b.rope(k, c.head_dim, rope);
-    b.store_kv(layer, k, v);
-    b.attention(layer, q, attention, attn);  // per sequence, over its own blocks
-    b.matmul(attn, w.wo, h);
-    b.add(x, h);
-    // Feed-forward block (SwiGLU).
-    b.rms_norm(x, w.ffn_norm, c.norm_eps, h);
-    b.matmul(h, w.w_gate, gate);
-    b.matmul(h, w.w_up, up);
-    b.swiglu(gate, up, gate);
-    b.matmul(gate, w.w_down, h);
-    b.add(x, h);
-  }
-  if (num_logits == 0) return {};
   const Tensor logit_x = view(ws_.logit_x, num_logits);
   const Tensor out = view(ws_.logits, num_logits);
-  b.gather_logit_rows(x, logit_x);
-  b.rms_norm(logit_x, output_norm_, c.norm_eps, logit_x);
-  b.matmul(logit_x, output_, out);
-  return b.read(out, logits);
+  if (!plan.replay) {
+    const RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
+                          has_rope_freqs_ ? &rope_freqs_ : nullptr};
+    const AttentionParams attention{c.num_heads, c.num_kv_heads, c.head_dim,
+                                    1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    b.embed(token_embedding_, x);
+    b.rms_norm(x, layers_[0].attn_norm, c.norm_eps, h);
+    for (std::int32_t layer = 0; layer < c.num_layers; ++layer) {
+      const LayerWeights& w = layers_[layer];
+      // Attention block: every linear op runs on all n tokens at once. h holds the
+      // normalized input here.
+      b.matmul(h, w.wq, q);
+      b.matmul(h, w.wk, k);
+      b.matmul(h, w.wv, v);
+      b.rope(q, c.head_dim, rope);
+      b.rope(k, c.head_dim, rope);
+      b.store_kv(layer, k, v);
+      b.attention(layer, q, attention, attn);  // per sequence, over its own blocks
+      b.matmul(attn, w.wo, h);
+      b.add_rms_norm(x, h, w.ffn_norm, c.norm_eps, h);
+      // Feed-forward block (SwiGLU).
+      b.matmul(h, w.w_gate, gate);
+      b.matmul(h, w.w_up, up);
+      b.swiglu(gate, up, gate);
+      b.matmul(gate, w.w_down, h);
+      if (layer + 1 < c.num_layers) {
+        b.add_rms_norm(x, h, layers_[layer + 1].attn_norm, c.norm_eps, h);
+      } else {
+        b.add(x, h);
+      }
+    }
+    if (num_logits > 0) {
+      b.gather_logit_rows(x, logit_x);
+      b.rms_norm(logit_x, output_norm_, c.norm_eps, logit_x);
+      b.matmul(logit_x, output_, out);
+    }
+  }
+  TROUPE_TRY_VOID(b.end_step());
+  return out;
+}
+
+Result<void> LlamaModel::forward(const StepInput& step, std::vector<float>& logits) {
+  const auto vocab = static_cast<std::size_t>(config_.vocab_size);
+  TROUPE_TRY(const Tensor out, run(step));
+  logits.assign(step.logit_rows.size() * vocab, 0.0f);
+  if (out.rows == 0) return {};
+  // A padded step has more rows: the ones the step asked for come first.
+  return backend_->read(view(out, static_cast<std::int64_t>(step.logit_rows.size())), logits);
+}
+
+Result<void> LlamaModel::forward_sample(const StepInput& step,
+                                        std::span<const DeviceSamplingRow> rows,
+                                        std::vector<TokenId>& ids) {
+  if (rows.size() != step.logit_rows.size()) {
+    return make_error(ErrorCode::invalid_argument, "one sampling row per logit row is needed");
+  }
+  TROUPE_TRY(const Tensor out, run(step));
+  ids.assign(rows.size(), kNoToken);
+  if (rows.empty()) return {};
+  return backend_->sample(view(out, static_cast<std::int64_t>(rows.size())), rows, ids);
 }
 
 }  // namespace troupe::model

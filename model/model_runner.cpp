@@ -17,19 +17,43 @@ Result<std::vector<StepResult>> ModelRunner::execute(const StepInput& step,
   if (sampled_ids.size() != step.logit_rows.size()) {
     return make_error(ErrorCode::invalid_argument, "one sequence id per logit row is needed");
   }
-  TROUPE_TRY_VOID(model_.forward(step, logits_));
-  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
-  std::vector<StepResult> results;
-  results.reserve(sampled_ids.size());
-  for (std::size_t row = 0; row < sampled_ids.size(); ++row) {
-    const auto it = samplers_.find(sampled_ids[row]);
+  std::vector<Sampler*> samplers;
+  samplers.reserve(sampled_ids.size());
+  for (const std::uint64_t id : sampled_ids) {
+    const auto it = samplers_.find(id);
     if (it == samplers_.end()) {
       return make_error(ErrorCode::invalid_argument,
-                        "no sampler for sequence " + std::to_string(sampled_ids[row]));
+                        "no sampler for sequence " + std::to_string(id));
     }
+    samplers.push_back(&it->second);
+  }
+  std::vector<StepResult> results;
+  results.reserve(sampled_ids.size());
+  // On a device that samples, only token ids come back, unless a row needs the host.
+  if (model_.backend().can_sample() && !samplers.empty()) {
+    device_rows_.clear();
+    for (const Sampler* sampler : samplers) {
+      const auto row = sampler->device_row();
+      if (!row) break;
+      device_rows_.push_back(*row);
+    }
+    if (device_rows_.size() == samplers.size()) {
+      TROUPE_TRY_VOID(model_.forward_sample(step, device_rows_, ids_));
+      for (std::size_t row = 0; row < samplers.size(); ++row) {
+        StepResult r;
+        r.sampled = samplers[row]->accept(ids_[row]);
+        r.finish_reason = samplers[row]->finish_reason();
+        results.push_back(std::move(r));
+      }
+      return results;
+    }
+  }
+  TROUPE_TRY_VOID(model_.forward(step, logits_));
+  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+  for (std::size_t row = 0; row < samplers.size(); ++row) {
     StepResult r;
-    r.sampled = it->second.sample(std::span<const float>(logits_.data() + row * vocab, vocab));
-    r.finish_reason = it->second.finish_reason();
+    r.sampled = samplers[row]->sample(std::span<const float>(logits_.data() + row * vocab, vocab));
+    r.finish_reason = samplers[row]->finish_reason();
     results.push_back(std::move(r));
   }
   return results;

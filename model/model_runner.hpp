@@ -40,6 +40,8 @@ class ModelRunner {
   std::vector<TokenId> end_of_generation_;
   std::unordered_map<std::uint64_t, Sampler> samplers_;
   std::vector<float> logits_;
+  std::vector<DeviceSamplingRow> device_rows_;
+  std::vector<TokenId> ids_;
 };
 
 }  // namespace troupe::model

@@ -77,6 +77,8 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
     for (TokenId t : prompt) ++s.prompt_counts_[t];
   }
   s.rng_.seed(params.seed ? *params.seed : std::random_device{}());
+  // The device's draws come from their own counter-based stream, keyed by the seed.
+  s.device_seed_ = params.seed ? *params.seed * 0x9E3779B97F4A7C15ull + 1 : std::random_device{}();
   return s;
 }
 
@@ -186,13 +188,39 @@ SampledToken Sampler::sample(std::span<const float> logits) {
     if (*params_.logprobs > 0) result.top_logprobs = top_logprobs(logits, *params_.logprobs);
   }
 
-  output_.push_back(result.id);
-  ++output_counts_[result.id];
-  if (num_generated() >= params_.min_tokens && is_stop_token(result.id)) {
+  record(result.id);
+  return result;
+}
+
+void Sampler::record(TokenId id) {
+  output_.push_back(id);
+  ++output_counts_[id];
+  if (num_generated() >= params_.min_tokens && is_stop_token(id)) {
     finish_ = FinishReason::stop;
   } else if (num_generated() >= params_.max_tokens) {
     finish_ = FinishReason::length;
   }
+}
+
+std::optional<DeviceSamplingRow> Sampler::device_row() const {
+  const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                         params_.frequency_penalty != 0.0f;
+  if (penalties || params_.logprobs || num_generated() < params_.min_tokens) return std::nullopt;
+  DeviceSamplingRow row;
+  row.temperature = params_.temperature;
+  row.top_k = params_.top_k > 0 ? params_.top_k : 0;
+  row.top_p = params_.top_p;
+  row.min_p = params_.min_p;
+  row.seed = device_seed_;
+  row.counter = static_cast<std::uint64_t>(num_generated());
+  return row;
+}
+
+SampledToken Sampler::accept(TokenId id) {
+  TROUPE_ASSERT(id >= 0 && id < vocab_size_, "a device sampled a token outside the vocabulary");
+  SampledToken result;
+  result.id = id;
+  record(id);
   return result;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <unordered_map>
@@ -26,6 +27,16 @@ struct SampledToken {
   std::vector<TokenLogprob> top_logprobs;  // the n most likely, when asked
 };
 
+// One row's parameters for sampling on the device (no penalties, no log-probabilities).
+struct DeviceSamplingRow {
+  float temperature = 1.0f;  // 0: greedy
+  std::int32_t top_k = 0;    // <= 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  std::uint64_t seed = 0;     // with `counter`, the row's random draw
+  std::uint64_t counter = 0;  // tokens the sequence has drawn so far
+};
+
 class Sampler {
  public:
   // Checks the parameters; `end_of_generation` are the vocabulary's EOS-like ids.
@@ -34,6 +45,12 @@ class Sampler {
 
   // Picks the next token from one row of logits [vocab_size]; records it.
   SampledToken sample(std::span<const float> logits);
+
+  // The next draw as a device can make it, or nothing when it needs the host: penalties,
+  // log-probabilities, or stop tokens still masked by min_tokens.
+  std::optional<DeviceSamplingRow> device_row() const;
+  // Records a token chosen elsewhere (on the device) from device_row()'s parameters.
+  SampledToken accept(TokenId id);
 
   // Why the sequence ends after the tokens sampled so far, or none.
   FinishReason finish_reason() const { return finish_; }
@@ -45,6 +62,7 @@ class Sampler {
   void apply_penalties(std::vector<float>& logits) const;
   TokenId choose(std::vector<float>& logits);
   bool is_stop_token(TokenId id) const;
+  void record(TokenId id);
 
   SamplingParams params_;
   std::int32_t vocab_size_ = 0;
@@ -53,6 +71,7 @@ class Sampler {
   std::unordered_map<TokenId, std::int32_t> output_counts_;
   std::vector<TokenId> output_;
   std::mt19937_64 rng_;
+  std::uint64_t device_seed_ = 0;
   FinishReason finish_ = FinishReason::none;
   std::vector<float> scratch_;
   std::vector<std::pair<float, TokenId>> candidates_;
