@@ -40,10 +40,10 @@ test-sanitize: setup
 	ctest --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error -j $(JOBS) -L sanitize
 
 format:
-	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
+	@git ls-files '*.cpp' '*.hpp' '*.cu' | xargs clang-format -i
 
 format-check: setup
-	@git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run -Werror
+	@git ls-files '*.cpp' '*.hpp' '*.cu' | xargs clang-format --dry-run -Werror
 
 bench: build
 	scripts/bench-forward.sh

@@ -1,0 +1,339 @@
+// Paged attention: one kernel for decode (one query per sequence, split along the
+// context, then combined) and one for prefill chunks (query tiles against key tiles
+// in shared memory with an online softmax, as FlashAttention does). The KV cache
+// holds half-precision slots of [num_kv_heads * head_dim]; block tables map a
+// sequence's positions to slots.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "gpu/kernels.hpp"
+
+namespace troupe::gpu::kernels {
+
+namespace {
+
+constexpr int kDecodeThreads = 128;
+constexpr int kPrefillThreads = 128;
+constexpr int kKeyTile = 32;
+constexpr int kLanesPerRow = kPrefillThreads / kPrefillTile;  // 8
+constexpr int kDimsPerLane = kMaxHeadDim / kLanesPerRow;      // 32
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ std::int64_t slot_of(const std::int32_t* table, std::int32_t position,
+                                                std::int32_t block_size) {
+  return static_cast<std::int64_t>(table[position / block_size]) * block_size +
+         position % block_size;
+}
+
+// grid (num_kv_heads, num_decode_rows, num_splits). The block scores its partition's keys
+// for every query head of one KV head's group, then weighs the values.
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_kernel(AttentionArgs a, const std::int32_t* __restrict__ decode_rows,
+                  std::int32_t num_splits, float* __restrict__ partials) {
+  const int kv_head = blockIdx.x;
+  const int item = blockIdx.y;
+  const int split = blockIdx.z;
+  const int row = decode_rows[item];
+  const int seq = a.token_seq[row];
+  const int group = a.num_heads / a.num_kv_heads;
+  const int dim = a.head_dim;
+  const int kv_dim = a.num_kv_heads * dim;
+  const std::int64_t q_stride = static_cast<std::int64_t>(a.num_heads) * dim;
+  const int length = seq < 0 ? 0 : a.positions[row] + 1;
+  const int start = split * kDecodePartition;
+  const int end = min(length, start + kDecodePartition);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  constexpr int kWarps = kDecodeThreads / 32;
+
+  auto partial = [&](int g) {
+    const std::int64_t head = kv_head * group + g;
+    return partials +
+           ((item * static_cast<std::int64_t>(a.num_heads) + head) * num_splits + split) *
+               (dim + 2);
+  };
+  if (start >= end) {  // past the sequence's end (or a padding row): an empty partial
+    for (int idx = threadIdx.x; idx < group * dim; idx += kDecodeThreads) {
+      const int g = idx / dim, d = idx % dim;
+      if (num_splits == 1) {
+        a.out[row * q_stride + (kv_head * group + g) * dim + d] = 0.0f;
+      } else {
+        float* p = partial(g);
+        p[d] = 0.0f;
+        if (d == 0) {
+          p[dim] = -INFINITY;
+          p[dim + 1] = 0.0f;
+        }
+      }
+    }
+    return;
+  }
+
+  extern __shared__ float smem[];
+  float* q_s = smem;                               // [group][dim], scaled
+  float* p_s = q_s + group * dim;                  // [group][kDecodePartition]
+  auto* slot_s = reinterpret_cast<std::int64_t*>(  // [kDecodePartition], 8-byte aligned
+      smem + (group * dim + group * kDecodePartition + 1) / 2 * 2);
+  __shared__ float m_s[kMaxGroup], l_s[kMaxGroup];
+
+  for (int idx = threadIdx.x; idx < group * dim; idx += kDecodeThreads) {
+    q_s[idx] = a.q[row * q_stride + kv_head * group * dim + idx] * a.scale;
+  }
+  __syncthreads();
+
+  const std::int32_t* table = a.block_tables + static_cast<std::int64_t>(seq) * a.block_stride;
+  const auto* k_cache = static_cast<const __half*>(a.k_cache);
+  const auto* v_cache = static_cast<const __half*>(a.v_cache);
+  for (int j = start + warp; j < end; j += kWarps) {
+    const std::int64_t slot = slot_of(table, j, a.block_size);
+    if (lane == 0) slot_s[j - start] = slot;
+    const __half* key = k_cache + slot * kv_dim + kv_head * dim;
+    float acc[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.0f;
+    for (int d = lane; d < dim; d += 32) {
+      const float k = __half2float(key[d]);
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < group) acc[g] += q_s[g * dim + d] * k;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < group) {
+        const float s = warp_sum(acc[g]);
+        if (lane == 0) p_s[g * kDecodePartition + (j - start)] = s;
+      }
+    }
+  }
+  __syncthreads();
+
+  const int n = end - start;
+  for (int g = warp; g < group; g += kWarps) {
+    float* p = p_s + g * kDecodePartition;
+    float m = -INFINITY;
+    for (int j = lane; j < n; j += 32) m = fmaxf(m, p[j]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float e = __expf(p[j] - m);
+      p[j] = e;
+      l += e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      m_s[g] = m;
+      l_s[g] = l;
+    }
+  }
+  __syncthreads();
+
+  for (int idx = threadIdx.x; idx < group * dim; idx += kDecodeThreads) {
+    const int g = idx / dim, d = idx % dim;
+    const float* p = p_s + g * kDecodePartition;
+    const __half* values = v_cache + kv_head * dim + d;
+    float acc0 = 0.0f, acc1 = 0.0f;
+    int j = 0;
+    for (; j + 1 < n; j += 2) {  // two loads in flight
+      acc0 += p[j] * __half2float(values[slot_s[j] * kv_dim]);
+      acc1 += p[j + 1] * __half2float(values[slot_s[j + 1] * kv_dim]);
+    }
+    if (j < n) acc0 += p[j] * __half2float(values[slot_s[j] * kv_dim]);
+    const float acc = acc0 + acc1;
+    if (num_splits == 1) {
+      a.out[row * q_stride + (kv_head * group + g) * dim + d] = acc / l_s[g];
+    } else {
+      float* out = partial(g);
+      out[d] = acc;
+      if (d == 0) {
+        out[dim] = m_s[g];
+        out[dim + 1] = l_s[g];
+      }
+    }
+  }
+}
+
+// grid (num_decode_rows, num_heads): merges a head's partitions by their maxima and sums.
+__global__ void combine_kernel(AttentionArgs a, const std::int32_t* __restrict__ decode_rows,
+                               std::int32_t num_splits, const float* __restrict__ partials) {
+  const int item = blockIdx.x, head = blockIdx.y;
+  const int dim = a.head_dim;
+  const int row = decode_rows[item];
+  const float* base =
+      partials + (item * static_cast<std::int64_t>(a.num_heads) + head) * num_splits * (dim + 2);
+  float m = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, base[s * (dim + 2) + dim]);
+  float total = 0.0f;
+  if (m != -INFINITY) {
+    for (int s = 0; s < num_splits; ++s) {
+      const float* p = base + s * (dim + 2);
+      if (p[dim + 1] > 0.0f) total += __expf(p[dim] - m) * p[dim + 1];
+    }
+  }
+  float* out = a.out + row * static_cast<std::int64_t>(a.num_heads) * dim + head * dim;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    float acc = 0.0f;
+    if (total > 0.0f) {
+      for (int s = 0; s < num_splits; ++s) {
+        const float* p = base + s * (dim + 2);
+        if (p[dim + 1] > 0.0f) acc += __expf(p[dim] - m) * p[d];
+      }
+      acc /= total;
+    }
+    out[d] = acc;
+  }
+}
+
+std::size_t prefill_shared_bytes(int dim) {
+  return sizeof(float) * (kPrefillTile * dim + kKeyTile * (dim + 1) + kKeyTile * dim +
+                          kPrefillTile * (kKeyTile + 1));
+}
+
+// grid (num_heads, num_tiles). Thread (r, c) of the tile: query row r = tid / 8; it scores
+// keys c, c + 8, ... of each key tile and owns output dims c, c + 8, ...
+__global__ void __launch_bounds__(kPrefillThreads)
+    prefill_kernel(AttentionArgs a, const PrefillTile* __restrict__ tiles) {
+  const int head = blockIdx.x;
+  const PrefillTile tile = tiles[blockIdx.y];
+  const int group = a.num_heads / a.num_kv_heads;
+  const int kv_head = head / group;
+  const int dim = a.head_dim;
+  const int kv_dim = a.num_kv_heads * dim;
+  const std::int64_t q_stride = static_cast<std::int64_t>(a.num_heads) * dim;
+  const int r = threadIdx.x / kLanesPerRow, c = threadIdx.x % kLanesPerRow;
+  const bool valid = r < tile.num_rows;
+  const int row = tile.first_row + r;
+  const int seq = a.token_seq[tile.first_row];
+  const int position = valid ? a.positions[row] : -1;
+  const int num_keys = a.positions[tile.first_row + tile.num_rows - 1] + 1;
+
+  extern __shared__ float smem[];
+  float* q_s = smem;                        // [tile][dim]
+  float* k_s = q_s + kPrefillTile * dim;    // [key tile][dim + 1]
+  float* v_s = k_s + kKeyTile * (dim + 1);  // [key tile][dim]
+  float* p_s = v_s + kKeyTile * dim;        // [tile][key tile + 1]
+
+  for (int idx = threadIdx.x; idx < kPrefillTile * dim; idx += kPrefillThreads) {
+    const int rr = idx / dim, d = idx % dim;
+    q_s[idx] = rr < tile.num_rows ? a.q[(tile.first_row + rr) * q_stride + head * dim + d] * a.scale
+                                  : 0.0f;
+  }
+  const std::int32_t* table = a.block_tables + static_cast<std::int64_t>(seq) * a.block_stride;
+  const auto* k_cache = static_cast<const __half*>(a.k_cache);
+  const auto* v_cache = static_cast<const __half*>(a.v_cache);
+
+  float m = -INFINITY, l = 0.0f;
+  float acc[kDimsPerLane];
+#pragma unroll
+  for (int k = 0; k < kDimsPerLane; ++k) acc[k] = 0.0f;
+
+  for (int first_key = 0; first_key < num_keys; first_key += kKeyTile) {
+    __syncthreads();  // the previous tile's keys and values are consumed
+    for (int idx = threadIdx.x; idx < kKeyTile * dim; idx += kPrefillThreads) {
+      const int jj = idx / dim, d = idx % dim;
+      const int j = first_key + jj;
+      float k = 0.0f, v = 0.0f;
+      if (j < num_keys) {
+        const std::int64_t at = slot_of(table, j, a.block_size) * kv_dim + kv_head * dim + d;
+        k = __half2float(k_cache[at]);
+        v = __half2float(v_cache[at]);
+      }
+      k_s[jj * (dim + 1) + d] = k;
+      v_s[jj * dim + d] = v;
+    }
+    __syncthreads();
+
+    float s[kKeyTile / kLanesPerRow];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int cc = 0; cc < kKeyTile / kLanesPerRow; ++cc) {
+      const int jj = c + kLanesPerRow * cc;
+      float dot = 0.0f;
+      for (int d = 0; d < dim; ++d) dot += q_s[r * dim + d] * k_s[jj * (dim + 1) + d];
+      s[cc] = first_key + jj <= position ? dot : -INFINITY;
+      tile_max = fmaxf(tile_max, s[cc]);
+    }
+    for (int o = 1; o < kLanesPerRow; o <<= 1) {
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+    }
+    const float m_new = fmaxf(m, tile_max);
+    const float alpha = m == -INFINITY ? 0.0f : __expf(m - m_new);
+    float sum = 0.0f;
+#pragma unroll
+    for (int cc = 0; cc < kKeyTile / kLanesPerRow; ++cc) {
+      const float p = s[cc] == -INFINITY ? 0.0f : __expf(s[cc] - m_new);
+      p_s[r * (kKeyTile + 1) + c + kLanesPerRow * cc] = p;
+      sum += p;
+    }
+    for (int o = 1; o < kLanesPerRow; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    l = l * alpha + sum;
+    m = m_new;
+    __syncwarp();  // a row's probabilities are written and read by its own 8 lanes
+#pragma unroll
+    for (int k = 0; k < kDimsPerLane; ++k) {
+      const int d = c + kLanesPerRow * k;
+      if (d < dim) {
+        float o = acc[k] * alpha;
+        for (int jj = 0; jj < kKeyTile; ++jj) o += p_s[r * (kKeyTile + 1) + jj] * v_s[jj * dim + d];
+        acc[k] = o;
+      }
+    }
+  }
+  if (!valid) return;
+  const float inverse = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kDimsPerLane; ++k) {
+    const int d = c + kLanesPerRow * k;
+    if (d < dim) a.out[row * q_stride + head * dim + d] = acc[k] * inverse;
+  }
+}
+
+}  // namespace
+
+void paged_attention_decode(const AttentionArgs& args, const std::int32_t* decode_rows,
+                            std::int32_t num_decode_rows, std::int32_t num_splits, float* scratch,
+                            cudaStream_t stream) {
+  if (num_decode_rows == 0) return;
+  const int group = args.num_heads / args.num_kv_heads;
+  const std::size_t shared =
+      sizeof(float) * ((group * args.head_dim + group * kDecodePartition + 1) / 2 * 2) +
+      sizeof(std::int64_t) * kDecodePartition;
+  const dim3 grid(static_cast<unsigned>(args.num_kv_heads), static_cast<unsigned>(num_decode_rows),
+                  static_cast<unsigned>(num_splits));
+  decode_kernel<<<grid, kDecodeThreads, shared, stream>>>(args, decode_rows, num_splits, scratch);
+  if (num_splits > 1) {
+    const dim3 combine_grid(static_cast<unsigned>(num_decode_rows),
+                            static_cast<unsigned>(args.num_heads));
+    combine_kernel<<<combine_grid, 128, 0, stream>>>(args, decode_rows, num_splits, scratch);
+  }
+}
+
+void prefill_attention(const AttentionArgs& args, const PrefillTile* tiles, std::int32_t num_tiles,
+                       cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  const dim3 grid(static_cast<unsigned>(args.num_heads), static_cast<unsigned>(num_tiles));
+  prefill_kernel<<<grid, kPrefillThreads, prefill_shared_bytes(args.head_dim), stream>>>(args,
+                                                                                         tiles);
+}
+
+cudaError_t prepare_attention() {
+  const auto prefill =
+      cudaFuncSetAttribute(prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(prefill_shared_bytes(kMaxHeadDim)));
+  if (prefill != cudaSuccess) return prefill;
+  const std::size_t decode =
+      sizeof(float) * (kMaxGroup * kMaxHeadDim + kMaxGroup * kDecodePartition) +
+      sizeof(std::int64_t) * kDecodePartition;
+  return cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(decode));
+}
+
+}  // namespace troupe::gpu::kernels

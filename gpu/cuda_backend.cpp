@@ -1,0 +1,705 @@
+#include "gpu/cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "gpu/kernels.hpp"
+#include "model/dequantize.hpp"
+#include "model/half.hpp"
+
+namespace troupe::gpu {
+
+using model::Tensor;
+using model::TensorType;
+using model::Weight;
+
+namespace {
+
+constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
+
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+kernels::Half16 half_of(TensorType type) {
+  return type == TensorType::f16 ? kernels::Half16::f16 : kernels::Half16::bf16;
+}
+
+cudaDataType_t cuda_type_of(TensorType type) {
+  return type == TensorType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+const char* cublas_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "not supported";
+    default:
+      return "error";
+  }
+}
+
+// A device buffer that grows, never shrinks.
+struct Buffer {
+  void* data = nullptr;
+  std::int64_t bytes = 0;
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  cublasHandle_t cublas = nullptr;
+  void* cublas_workspace = nullptr;
+  // The step's arrays on the device (capacity-sized, so graphs keep their pointers).
+  Buffer tokens, positions, token_seq, slots, logit_rows, decode_rows, tiles, tables;
+  Buffer cast;      // 16-bit copy of a matmul's input
+  Buffer partials;  // decode attention's per-split results
+  Buffer sampling_params, sampled_ids;
+  void* pinned = nullptr;  // host staging for uploads and the sampled ids
+  std::int64_t pinned_bytes = 0;
+  std::vector<void*> allocations;  // weights and tensors, freed at the end
+};
+
+Result<DeviceInfo> probe_device(int ordinal) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    return make_error(ErrorCode::unsupported,
+                      std::string("no CUDA device: ") + cudaGetErrorString(e));
+  }
+  if (count <= ordinal) {
+    return make_error(ErrorCode::unsupported, "no CUDA device " + std::to_string(ordinal) + " (" +
+                                                  std::to_string(count) + " found)");
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess) {
+    return make_error(ErrorCode::unsupported, "cannot read CUDA device " + std::to_string(ordinal));
+  }
+  DeviceInfo info;
+  info.ordinal = ordinal;
+  info.name = prop.name;
+  info.compute_major = prop.major;
+  info.compute_minor = prop.minor;
+  info.multiprocessors = prop.multiProcessorCount;
+  if (cudaSetDevice(ordinal) == cudaSuccess) {
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      info.free_bytes = static_cast<std::int64_t>(free);
+      info.total_bytes = static_cast<std::int64_t>(total);
+    }
+  }
+  return info;
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options)
+    : options_(options), impl_(std::make_unique<Impl>()) {
+  graph_policy_.enabled = options.cuda_graphs;
+  graph_policy_.max_batch = options.max_graph_batch;
+  graph_policy_.max_model_len = options.max_model_len;
+}
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& options) {
+  TROUPE_TRY(auto device, probe_device(options.device));
+  if (device.compute_major < 8) {
+    return make_error(ErrorCode::unsupported, "CUDA device " + device.name +
+                                                  " has compute capability " +
+                                                  std::to_string(device.compute_major) + "." +
+                                                  std::to_string(device.compute_minor) +
+                                                  "; troupe needs 8.0 or newer (BF16)");
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(options));
+  backend->device_ = device;
+  TROUPE_TRY_VOID(backend->init());
+  return backend;
+}
+
+Result<void> CudaBackend::init() {
+  if (!check(cudaSetDevice(options_.device), "cudaSetDevice")) return status();
+  cudaStream_t stream = nullptr;
+  if (!check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")) {
+    return status();
+  }
+  stream_ = stream;
+  const cublasStatus_t created = cublasCreate(&impl_->cublas);
+  if (created != CUBLAS_STATUS_SUCCESS) {
+    return make_error(ErrorCode::internal,
+                      std::string("cuBLAS would not start: ") + cublas_name(created));
+  }
+  cublasSetStream(impl_->cublas, stream);
+  // A workspace of its own, so that cuBLAS allocates nothing while a graph records.
+  TROUPE_TRY(impl_->cublas_workspace, device_alloc(kCublasWorkspace));
+  cublasSetWorkspace(impl_->cublas, impl_->cublas_workspace, kCublasWorkspace);
+  if (!check(kernels::prepare_attention(), "attention kernel set-up")) return status();
+  return {};
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(as_stream(stream_));
+  invalidate_graphs();
+  for (Buffer* b : {&impl_->tokens, &impl_->positions, &impl_->token_seq, &impl_->slots,
+                    &impl_->logit_rows, &impl_->decode_rows, &impl_->tiles, &impl_->tables,
+                    &impl_->cast, &impl_->partials, &impl_->sampling_params, &impl_->sampled_ids}) {
+    if (b->data != nullptr) cudaFree(b->data);
+  }
+  for (void* p : impl_->allocations) cudaFree(p);
+  if (k_cache_ != nullptr) cudaFree(k_cache_);
+  if (v_cache_ != nullptr) cudaFree(v_cache_);
+  if (impl_->cublas_workspace != nullptr) cudaFree(impl_->cublas_workspace);
+  if (impl_->pinned != nullptr) cudaFreeHost(impl_->pinned);
+  if (impl_->cublas != nullptr) cublasDestroy(impl_->cublas);
+  if (stream_ != nullptr) cudaStreamDestroy(as_stream(stream_));
+}
+
+bool CudaBackend::check(int status_code, const char* what) {
+  const auto e = static_cast<cudaError_t>(status_code);
+  if (e == cudaSuccess) return true;
+  if (error_.empty()) error_ = std::string(what) + ": " + cudaGetErrorString(e);
+  return false;
+}
+
+Result<void> CudaBackend::status() const {
+  if (error_.empty()) return {};
+  return make_error(ErrorCode::internal, "CUDA backend: " + error_);
+}
+
+Result<void> CudaBackend::synchronize() {
+  check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize");
+  check(cudaGetLastError(), "kernel");
+  return status();
+}
+
+Result<void*> CudaBackend::device_alloc(std::int64_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(bytes, 1)));
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky: clear it
+    return make_error(ErrorCode::out_of_range, "out of GPU memory for " + std::to_string(bytes) +
+                                                   " bytes (" + cudaGetErrorString(e) + ")");
+  }
+  bytes_in_use_ += bytes;
+  return p;
+}
+
+void CudaBackend::device_free(void* p) {
+  if (p != nullptr) cudaFree(p);
+}
+
+Result<std::int64_t> CudaBackend::free_bytes() const {
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    return make_error(ErrorCode::internal, "cannot read the GPU's free memory");
+  }
+  return static_cast<std::int64_t>(free);
+}
+
+Result<std::int32_t> CudaBackend::kv_blocks_that_fit(const model::KvCacheShape& shape,
+                                                     double utilization) const {
+  if (!(utilization > 0.0 && utilization <= 1.0)) {
+    return make_error(ErrorCode::invalid_argument, "gpu_memory_utilization must be in (0, 1]");
+  }
+  TROUPE_TRY(const std::int64_t free, free_bytes());
+  const std::int64_t block_bytes = std::int64_t{2} * shape.num_layers * shape.block_size *
+                                   shape.num_kv_heads * shape.head_dim * 2;  // K and V, half
+  const std::int64_t blocks = kv_blocks_for_memory(free, utilization, block_bytes, 1 << 30);
+  if (blocks <= 0) {
+    return make_error(ErrorCode::out_of_range,
+                      "no GPU memory is left for the KV cache after the weights (" +
+                          std::to_string(free) + " bytes free)");
+  }
+  return static_cast<std::int32_t>(std::min<std::int64_t>(blocks, 1 << 30));
+}
+
+Result<Weight> CudaBackend::load_weight(const model::GgufTensorInfo& info) {
+  const std::int64_t cols = info.dims[0];
+  const std::int64_t rows = info.dims[1] * info.dims[2] * info.dims[3];
+  // Vectors (norm weights, RoPE factors) stay F32.
+  if (rows == 1 && info.type == TensorType::f32) {
+    TROUPE_TRY(void* p, device_alloc(cols * 4));
+    impl_->allocations.push_back(p);
+    weight_bytes_ += cols * 4;
+    if (!check(cudaMemcpy(p, info.data, cols * 4, cudaMemcpyHostToDevice), "weight upload")) {
+      return tl::make_unexpected(status().error());
+    }
+    return Weight{p, TensorType::f32, 1, cols};
+  }
+  TensorType target = TensorType::bf16;
+  if (options_.weight_dtype == WeightDtype::f16) target = TensorType::f16;
+  if (options_.weight_dtype == WeightDtype::automatic && info.type == TensorType::f16) {
+    target = TensorType::f16;
+  }
+  const std::int64_t bytes = rows * cols * 2;
+  TROUPE_TRY(void* p, device_alloc(bytes));
+  impl_->allocations.push_back(p);
+  weight_bytes_ += bytes;
+  std::vector<std::uint16_t> host;
+  const auto* src = reinterpret_cast<const std::uint8_t*>(info.data);
+  if (info.type == target) {
+    host.resize(static_cast<std::size_t>(rows * cols));
+    std::memcpy(host.data(), src, static_cast<std::size_t>(bytes));
+  } else {
+    host.resize(static_cast<std::size_t>(rows * cols));
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    const std::size_t row_bytes = model::row_bytes(info.type, cols);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      TROUPE_TRY_VOID(model::dequantize_row(info.type, src + r * row_bytes, cols, row.data()));
+      std::uint16_t* out = host.data() + r * cols;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        out[c] = target == TensorType::f16 ? model::f32_to_f16(row[c]) : model::f32_to_bf16(row[c]);
+      }
+    }
+  }
+  if (!check(cudaMemcpy(p, host.data(), static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice),
+             "weight upload")) {
+    return tl::make_unexpected(status().error());
+  }
+  return Weight{p, target, rows, cols};
+}
+
+Result<Weight> CudaBackend::random_weight(std::int64_t rows, std::int64_t cols, std::uint64_t seed,
+                                          float scale) {
+  const TensorType type =
+      options_.weight_dtype == WeightDtype::f16 ? TensorType::f16 : TensorType::bf16;
+  const std::int64_t bytes = rows * cols * 2;
+  TROUPE_TRY(void* p, device_alloc(bytes));
+  impl_->allocations.push_back(p);
+  weight_bytes_ += bytes;
+  kernels::fill_random_16(p, half_of(type), rows * cols, seed, scale, as_stream(stream_));
+  TROUPE_TRY_VOID(synchronize());
+  return Weight{p, type, rows, cols};
+}
+
+Result<Weight> CudaBackend::random_vector(std::int64_t size, std::uint64_t seed, float scale,
+                                          float offset) {
+  TROUPE_TRY(void* p, device_alloc(size * 4));
+  impl_->allocations.push_back(p);
+  weight_bytes_ += size * 4;
+  kernels::fill_random_f32(static_cast<float*>(p), size, seed, scale, offset, as_stream(stream_));
+  TROUPE_TRY_VOID(synchronize());
+  return Weight{p, TensorType::f32, 1, size};
+}
+
+Result<Tensor> CudaBackend::allocate(std::int64_t rows, std::int64_t cols) {
+  TROUPE_TRY(void* p, device_alloc(rows * cols * 4));
+  impl_->allocations.push_back(p);
+  largest_tensor_ = std::max(largest_tensor_, rows * cols);
+  invalidate_graphs();  // recorded steps point at the old buffers
+  return Tensor{static_cast<float*>(p), rows, cols};
+}
+
+void CudaBackend::release(Tensor tensor) {
+  auto& a = impl_->allocations;
+  const auto it = std::find(a.begin(), a.end(), static_cast<void*>(tensor.data));
+  if (it == a.end()) return;
+  cudaStreamSynchronize(as_stream(stream_));
+  invalidate_graphs();
+  cudaFree(*it);
+  bytes_in_use_ -= tensor.rows * tensor.cols * 4;
+  a.erase(it);
+}
+
+Result<void> CudaBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
+  if (shape.num_layers <= 0 || shape.num_blocks <= 0 || shape.block_size <= 0 ||
+      shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
+    return make_error(ErrorCode::invalid_argument, "KV cache dimensions must be positive");
+  }
+  if (shape.head_dim > kernels::kMaxHeadDim) {
+    return make_error(ErrorCode::unsupported, "head_dim " + std::to_string(shape.head_dim) +
+                                                  " is over the CUDA kernels' limit of " +
+                                                  std::to_string(kernels::kMaxHeadDim));
+  }
+  cudaStreamSynchronize(as_stream(stream_));
+  invalidate_graphs();
+  const std::int64_t n = std::int64_t{shape.num_layers} * shape.num_blocks * shape.block_size *
+                         shape.num_kv_heads * shape.head_dim;
+  if (k_cache_ != nullptr) {
+    device_free(k_cache_);
+    device_free(v_cache_);
+    bytes_in_use_ -= 2 * std::int64_t{kv_shape_.num_layers} * kv_shape_.num_blocks *
+                     kv_shape_.block_size * kv_shape_.num_kv_heads * kv_shape_.head_dim * 2;
+    k_cache_ = v_cache_ = nullptr;
+  }
+  TROUPE_TRY(k_cache_, device_alloc(n * 2));
+  auto v = device_alloc(n * 2);
+  if (!v) {
+    device_free(k_cache_);
+    bytes_in_use_ -= n * 2;
+    k_cache_ = nullptr;
+    return tl::make_unexpected(v.error());
+  }
+  v_cache_ = *v;
+  // Zeros: a slot read before it is written (never, by the engine's rules) stays finite.
+  check(cudaMemsetAsync(k_cache_, 0, static_cast<std::size_t>(n * 2), as_stream(stream_)),
+        "memset");
+  check(cudaMemsetAsync(v_cache_, 0, static_cast<std::size_t>(n * 2), as_stream(stream_)),
+        "memset");
+  kv_shape_ = shape;
+  return synchronize();
+}
+
+Result<void> CudaBackend::randomize_kv_cache(std::uint64_t seed) {
+  if (k_cache_ == nullptr) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
+  const auto& s = kv_shape_;
+  const std::int64_t n =
+      std::int64_t{s.num_layers} * s.num_blocks * s.block_size * s.num_kv_heads * s.head_dim;
+  kernels::fill_random_16(k_cache_, kernels::Half16::f16, n, seed, 1.0f, as_stream(stream_));
+  kernels::fill_random_16(v_cache_, kernels::Half16::f16, n, seed + 1, 1.0f, as_stream(stream_));
+  return synchronize();
+}
+
+void CudaBackend::invalidate_graphs() {
+  for (auto& [batch, exec] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+  graphs_.clear();
+  warmed_.clear();
+}
+
+// --- steps ---
+
+model::StepPlan CudaBackend::step_shape(const model::StepInput& step) const {
+  const std::int32_t rows = planned_rows(step, graph_policy_, kv_shape_.block_size);
+  const bool padded = rows != step.num_tokens();
+  return model::StepPlan{rows, padded ? rows : static_cast<std::int64_t>(step.logit_rows.size()),
+                         false};
+}
+
+namespace {
+
+// Grows `b` to hold `bytes` (doubling); reports whether it moved. The stream must be idle.
+Result<bool> grow(Buffer& b, std::int64_t bytes, std::int64_t& in_use,
+                  const std::function<Result<void*>(std::int64_t)>& alloc) {
+  if (b.bytes >= bytes) return false;
+  const std::int64_t size = std::max<std::int64_t>(bytes, b.bytes * 2);
+  TROUPE_TRY(void* p, alloc(size));
+  if (b.data != nullptr) cudaFree(b.data);
+  in_use -= b.bytes;
+  b.data = p;
+  b.bytes = size;
+  return true;
+}
+
+}  // namespace
+
+Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
+  auto alloc = [this](std::int64_t bytes) { return device_alloc(bytes); };
+  bool moved = false;
+  const auto ints = [](std::size_t n) {
+    return static_cast<std::int64_t>(std::max<std::size_t>(n, 1) * 4);
+  };
+  auto& m = *impl_;
+  for (auto [buffer, bytes] : std::initializer_list<std::pair<Buffer*, std::int64_t>>{
+           {&m.tokens, ints(l.tokens.size())},
+           {&m.positions, ints(l.positions.size())},
+           {&m.token_seq, ints(l.token_seq.size())},
+           {&m.slots, ints(l.slots.size())},
+           {&m.logit_rows, ints(l.logit_row_index.size())},
+           {&m.decode_rows, ints(l.decode_rows.size())},
+           {&m.tiles, ints(l.tiles.size() * 2)},
+           {&m.tables, ints(l.block_tables.size())}}) {
+    TROUPE_TRY(const bool grew, grow(*buffer, bytes, bytes_in_use_, alloc));
+    moved = moved || grew;
+  }
+  // The decode partials: rows x heads x splits x (head_dim + 2); heads are known after the
+  // first attention call, bounded before it.
+  const std::int64_t heads =
+      num_heads_ > 0 ? num_heads_ : std::int64_t{kv_shape_.num_kv_heads} * kernels::kMaxGroup;
+  const std::int64_t partial_floats =
+      l.num_splits > 1 ? std::int64_t{l.rows} * heads * l.num_splits * (kv_shape_.head_dim + 2) : 1;
+  TROUPE_TRY(const bool grew_partials, grow(m.partials, partial_floats * 4, bytes_in_use_, alloc));
+  TROUPE_TRY(const bool grew_cast,
+             grow(m.cast, std::max<std::int64_t>(largest_tensor_, 1) * 2, bytes_in_use_, alloc));
+  const std::int64_t staging =
+      4 * static_cast<std::int64_t>(l.tokens.size() * 4 + l.logit_row_index.size() +
+                                    l.decode_rows.size() + l.tiles.size() * 2 +
+                                    l.block_tables.size()) +
+      64 * 8;
+  if (m.pinned_bytes < staging) {
+    if (m.pinned != nullptr) cudaFreeHost(m.pinned);
+    m.pinned = nullptr;
+    const std::int64_t size = std::max<std::int64_t>(staging, m.pinned_bytes * 2);
+    if (!check(cudaMallocHost(&m.pinned, static_cast<std::size_t>(size)), "pinned staging")) {
+      m.pinned_bytes = 0;
+      return status();
+    }
+    m.pinned_bytes = size;
+  }
+  if (moved || grew_partials || grew_cast) invalidate_graphs();
+  return {};
+}
+
+Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
+  TROUPE_TRY_VOID(status());
+  if (k_cache_ == nullptr) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
+  if (step_open_) return make_error(ErrorCode::internal, "a step began before the last one ended");
+  // The staging buffer is reused: the previous step's uploads must have landed.
+  if (!check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize"))
+    return tl::make_unexpected(status().error());
+  layout_ = plan_step(step, kv_shape_.block_size, graph_policy_);
+  TROUPE_TRY_VOID(ensure_step_capacity(layout_));
+
+  // Pack every array into pinned memory, then one copy each.
+  auto& m = *impl_;
+  auto* staging = static_cast<std::uint8_t*>(m.pinned);
+  std::size_t offset = 0;
+  const auto upload = [&](Buffer& buffer, const void* data, std::size_t bytes) {
+    if (bytes == 0) return;
+    std::memcpy(staging + offset, data, bytes);
+    check(cudaMemcpyAsync(buffer.data, staging + offset, bytes, cudaMemcpyHostToDevice,
+                          as_stream(stream_)),
+          "step upload");
+    offset += (bytes + 15) / 16 * 16;
+  };
+  const auto& l = layout_;
+  upload(m.tokens, l.tokens.data(), l.tokens.size() * 4);
+  upload(m.positions, l.positions.data(), l.positions.size() * 4);
+  upload(m.token_seq, l.token_seq.data(), l.token_seq.size() * 4);
+  upload(m.slots, l.slots.data(), l.slots.size() * 4);
+  upload(m.logit_rows, l.logit_row_index.data(), l.logit_row_index.size() * 4);
+  upload(m.decode_rows, l.decode_rows.data(), l.decode_rows.size() * 4);
+  upload(m.tiles, l.tiles.data(), l.tiles.size() * sizeof(kernels::PrefillTile));
+  upload(m.tables, l.block_tables.data(), l.block_tables.size() * 4);
+  TROUPE_TRY_VOID(status());
+
+  model::StepPlan plan{l.rows, l.graph ? l.rows : static_cast<std::int64_t>(step.logit_rows.size()),
+                       false};
+  step_open_ = true;
+  capturing_ = replaying_ = false;
+  if (l.graph) {
+    graph_key_ = l.rows;
+    if (graphs_.contains(graph_key_)) {
+      replaying_ = true;
+      plan.replay = true;
+    } else if (!warmed_.contains(graph_key_)) {
+      // A batch size's first step runs eagerly: cuBLAS picks its kernels and lazily loaded
+      // modules load outside any capture. The next one is recorded.
+      warmed_.insert(graph_key_);
+    } else if (check(cudaStreamBeginCapture(as_stream(stream_), cudaStreamCaptureModeThreadLocal),
+                     "graph capture")) {
+      capturing_ = true;
+    } else {
+      step_open_ = false;
+      return tl::make_unexpected(status().error());
+    }
+  }
+  return plan;
+}
+
+Result<void> CudaBackend::end_step() {
+  if (!step_open_) return status();
+  step_open_ = false;
+  if (capturing_) {
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const bool captured = check(cudaStreamEndCapture(as_stream(stream_), &graph), "graph capture");
+    if (captured && error_.empty()) {
+      cudaGraphExec_t exec = nullptr;
+      if (check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate")) {
+        graphs_[graph_key_] = exec;
+        replaying_ = true;
+      }
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+  if (replaying_) {
+    replaying_ = false;
+    const auto it = graphs_.find(graph_key_);
+    if (it != graphs_.end() &&
+        check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), as_stream(stream_)),
+              "graph launch")) {
+      ++num_replays_;
+    }
+  }
+  check(cudaGetLastError(), "kernel launch");
+  return status();
+}
+
+// --- ops ---
+
+void CudaBackend::embed(const Weight& table, Tensor out) {
+  kernels::embed(static_cast<const std::int32_t*>(impl_->tokens.data), table.data,
+                 half_of(table.type), table.cols, out.data, out.rows, as_stream(stream_));
+}
+
+void CudaBackend::rms_norm(Tensor x, const Weight& weight, float eps, Tensor out) {
+  kernels::rms_norm(x.data, static_cast<const float*>(weight.data), eps, out.data, x.rows, x.cols,
+                    as_stream(stream_));
+}
+
+void CudaBackend::add_rms_norm(Tensor x, Tensor y, const Weight& weight, float eps, Tensor out) {
+  kernels::add_rms_norm(x.data, y.data, static_cast<const float*>(weight.data), eps, out.data,
+                        x.rows, x.cols, as_stream(stream_));
+}
+
+void CudaBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
+  TROUPE_ASSERT(x.cols == weight.cols && out.cols == weight.rows && out.rows == x.rows,
+                "matmul shapes disagree");
+  TROUPE_ASSERT(weight.type == TensorType::f16 || weight.type == TensorType::bf16,
+                "GPU matmul weights are F16 or BF16");
+  if (x.rows == 0) return;
+  TROUPE_ASSERT(impl_->cast.bytes >= x.rows * x.cols * 2, "matmul input larger than any tensor");
+  kernels::cast_to_16(x.data, impl_->cast.data, half_of(weight.type), x.rows * x.cols,
+                      as_stream(stream_));
+  // Column-major view: out^T [w.rows, n] = W [w.rows, cols] (stored as W^T) * x^T [cols, n].
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t s =
+      cublasGemmEx(impl_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(weight.rows),
+                   static_cast<int>(x.rows), static_cast<int>(x.cols), &alpha, weight.data,
+                   cuda_type_of(weight.type), static_cast<int>(weight.cols), impl_->cast.data,
+                   cuda_type_of(weight.type), static_cast<int>(x.cols), &beta, out.data, CUDA_R_32F,
+                   static_cast<int>(out.cols), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS && error_.empty()) {
+    error_ = std::string("cuBLAS matmul: ") + cublas_name(s);
+  }
+}
+
+void CudaBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& params) {
+  kernels::RopeArgs a;
+  a.head_dim = head_dim;
+  a.num_heads = static_cast<std::int32_t>(x.cols / head_dim);
+  a.rot_dims = params.rot_dims;
+  a.neox = params.layout == model::RopeLayout::neox;
+  a.theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(params.rot_dims));
+  a.freq_scale = params.freq_scale;
+  a.freq_factors = params.freq_factors != nullptr
+                       ? static_cast<const float*>(params.freq_factors->data)
+                       : nullptr;
+  kernels::rope(x.data, static_cast<const std::int32_t*>(impl_->positions.data), x.rows, a,
+                as_stream(stream_));
+}
+
+void CudaBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
+  const auto& s = kv_shape_;
+  const std::int32_t kv_dim = s.num_kv_heads * s.head_dim;
+  const std::int64_t layer_offset = std::int64_t{layer} * s.num_blocks * s.block_size * kv_dim;
+  kernels::store_kv(k.data, v.data, static_cast<const std::int32_t*>(impl_->slots.data), k.rows,
+                    kv_dim, static_cast<std::uint16_t*>(k_cache_) + layer_offset,
+                    static_cast<std::uint16_t*>(v_cache_) + layer_offset, as_stream(stream_));
+}
+
+void CudaBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
+                            Tensor out) {
+  const auto& s = kv_shape_;
+  if (params.num_heads % params.num_kv_heads != 0 ||
+      params.num_heads / params.num_kv_heads > kernels::kMaxGroup ||
+      params.head_dim != s.head_dim || params.num_kv_heads != s.num_kv_heads) {
+    if (error_.empty()) error_ = "attention: heads do not fit the CUDA kernels";
+    return;
+  }
+  num_heads_ = params.num_heads;
+  const std::int32_t kv_dim = s.num_kv_heads * s.head_dim;
+  const std::int64_t layer_offset = std::int64_t{layer} * s.num_blocks * s.block_size * kv_dim;
+  kernels::AttentionArgs a;
+  a.q = q.data;
+  a.out = out.data;
+  a.k_cache = static_cast<const std::uint16_t*>(k_cache_) + layer_offset;
+  a.v_cache = static_cast<const std::uint16_t*>(v_cache_) + layer_offset;
+  a.positions = static_cast<const std::int32_t*>(impl_->positions.data);
+  a.token_seq = static_cast<const std::int32_t*>(impl_->token_seq.data);
+  a.block_tables = static_cast<const std::int32_t*>(impl_->tables.data);
+  a.block_stride = layout_.block_stride;
+  a.block_size = s.block_size;
+  a.num_heads = params.num_heads;
+  a.num_kv_heads = params.num_kv_heads;
+  a.head_dim = params.head_dim;
+  a.scale = params.scale;
+  const auto num_decode = static_cast<std::int32_t>(layout_.decode_rows.size());
+  if (num_decode > 0) {
+    const std::int64_t needed =
+        std::int64_t{num_decode} * params.num_heads * layout_.num_splits * (s.head_dim + 2) * 4;
+    if (layout_.num_splits > 1 && impl_->partials.bytes < needed) {
+      if (error_.empty()) error_ = "attention: decode scratch too small";
+      return;
+    }
+    kernels::paged_attention_decode(a, static_cast<const std::int32_t*>(impl_->decode_rows.data),
+                                    num_decode, layout_.num_splits,
+                                    static_cast<float*>(impl_->partials.data), as_stream(stream_));
+  }
+  kernels::prefill_attention(a, static_cast<const kernels::PrefillTile*>(impl_->tiles.data),
+                             static_cast<std::int32_t>(layout_.tiles.size()), as_stream(stream_));
+}
+
+void CudaBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
+  kernels::swiglu(gate.data, up.data, out.data, gate.rows * gate.cols, as_stream(stream_));
+}
+
+void CudaBackend::add(Tensor x, Tensor y) {
+  kernels::add(x.data, y.data, x.rows * x.cols, as_stream(stream_));
+}
+
+void CudaBackend::gather_logit_rows(Tensor x, Tensor out) {
+  kernels::gather_rows(x.data, static_cast<const std::int32_t*>(impl_->logit_rows.data), out.data,
+                       out.rows, x.cols, as_stream(stream_));
+}
+
+Result<void> CudaBackend::read(Tensor tensor, std::span<float> host) {
+  const auto n = static_cast<std::size_t>(tensor.rows * tensor.cols);
+  if (host.size() < n) return make_error(ErrorCode::invalid_argument, "host buffer too small");
+  check(
+      cudaMemcpyAsync(host.data(), tensor.data, n * 4, cudaMemcpyDeviceToHost, as_stream(stream_)),
+      "read");
+  return synchronize();
+}
+
+Result<void> CudaBackend::write(Tensor tensor, std::span<const float> host) {
+  const auto n = static_cast<std::size_t>(tensor.rows * tensor.cols);
+  if (host.size() < n) return make_error(ErrorCode::invalid_argument, "host buffer too small");
+  check(
+      cudaMemcpyAsync(tensor.data, host.data(), n * 4, cudaMemcpyHostToDevice, as_stream(stream_)),
+      "write");
+  return synchronize();
+}
+
+void CudaBackend::poison(Tensor tensor) {
+  kernels::fill_nan(tensor.data, tensor.rows * tensor.cols, as_stream(stream_));
+}
+
+Result<void> CudaBackend::sample(Tensor logits, std::span<const model::DeviceSamplingRow> rows,
+                                 std::span<TokenId> ids) {
+  if (rows.size() != static_cast<std::size_t>(logits.rows) || ids.size() < rows.size()) {
+    return make_error(ErrorCode::invalid_argument, "one sampling row and id per logit row");
+  }
+  if (rows.empty()) return {};
+  auto alloc = [this](std::int64_t bytes) { return device_alloc(bytes); };
+  auto& m = *impl_;
+  const auto n = static_cast<std::int64_t>(rows.size());
+  TROUPE_TRY(
+      const bool grew_params,
+      grow(m.sampling_params, n * static_cast<std::int64_t>(sizeof(kernels::SamplingRowArgs)),
+           bytes_in_use_, alloc));
+  TROUPE_TRY(const bool grew_ids, grow(m.sampled_ids, n * 4, bytes_in_use_, alloc));
+  (void)grew_params, (void)grew_ids;  // not part of any graph
+  std::vector<kernels::SamplingRowArgs> args(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    args[i] = {r.temperature, r.top_k, r.top_p, r.min_p, r.seed, r.counter};
+  }
+  check(cudaMemcpyAsync(m.sampling_params.data, args.data(), args.size() * sizeof(args[0]),
+                        cudaMemcpyHostToDevice, as_stream(stream_)),
+        "sampling upload");
+  kernels::sample(logits.data, logits.rows, static_cast<std::int32_t>(logits.cols),
+                  static_cast<const kernels::SamplingRowArgs*>(m.sampling_params.data),
+                  static_cast<std::int32_t*>(m.sampled_ids.data), as_stream(stream_));
+  std::vector<std::int32_t> out(rows.size());
+  check(cudaMemcpyAsync(out.data(), m.sampled_ids.data, out.size() * 4, cudaMemcpyDeviceToHost,
+                        as_stream(stream_)),
+        "sampled ids");
+  TROUPE_TRY_VOID(synchronize());
+  for (std::size_t i = 0; i < rows.size(); ++i) ids[i] = out[i];
+  return {};
+}
+
+}  // namespace troupe::gpu

@@ -1,0 +1,152 @@
+// The CUDA backend: every Backend op on one GPU, on the worker's own stream.
+// Weights are uploaded once in F16 or BF16 (quantized types are decoded on
+// upload); linear layers run through cuBLAS with float32 accumulation; the KV
+// cache is a pool of half-precision blocks indexed by the engine's block ids;
+// decode-only steps are recorded as CUDA graphs, one per batch size, and
+// replayed; sampling runs on the device so that only token ids come back.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpu/step_layout.hpp"
+#include "model/backend.hpp"
+
+namespace troupe::gpu {
+
+enum class WeightDtype {
+  automatic,  // F16 and BF16 kept as they are; everything else to BF16
+  f16,
+  bf16,
+};
+
+struct CudaBackendOptions {
+  int device = 0;
+  WeightDtype weight_dtype = WeightDtype::automatic;
+  bool cuda_graphs = true;
+  std::int32_t max_graph_batch = 256;
+  // The longest sequence a recorded decode step serves; 0 turns graphs off.
+  std::int32_t max_model_len = 0;
+};
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
+  std::int64_t total_bytes = 0;
+  std::int64_t free_bytes = 0;
+};
+
+// The device, or why there is none usable ("no CUDA device": tests skip on it).
+Result<DeviceInfo> probe_device(int ordinal = 0);
+
+class CudaBackend final : public model::Backend {
+ public:
+  static Result<std::unique_ptr<CudaBackend>> create(const CudaBackendOptions& options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const DeviceInfo& device() const { return device_; }
+  const CudaBackendOptions& options() const { return options_; }
+  // Bytes of device memory the backend holds: weights, buffers, KV cache.
+  std::int64_t bytes_in_use() const { return bytes_in_use_; }
+  std::int64_t weight_bytes() const { return weight_bytes_; }
+  // Free device memory now.
+  Result<std::int64_t> free_bytes() const;
+  // Blocks of `shape` (its num_blocks ignored) that fit in `utilization` of the memory
+  // free now: call after the weights are loaded.
+  Result<std::int32_t> kv_blocks_that_fit(const model::KvCacheShape& shape,
+                                          double utilization) const;
+
+  // A random matrix made on the device in the backend's 16-bit type (benchmarks): values
+  // uniform in [-scale, scale], from a counter-based generator keyed by `seed`.
+  Result<model::Weight> random_weight(std::int64_t rows, std::int64_t cols, std::uint64_t seed,
+                                      float scale);
+  // A random F32 vector, uniform in [offset - scale, offset + scale].
+  Result<model::Weight> random_vector(std::int64_t size, std::uint64_t seed, float scale,
+                                      float offset);
+  // Fills the KV cache with random values (benchmarks never time zeros).
+  Result<void> randomize_kv_cache(std::uint64_t seed);
+
+  // Graph statistics: recorded batch sizes, replays so far.
+  std::size_t num_graphs() const { return graphs_.size(); }
+  std::int64_t num_replays() const { return num_replays_; }
+  // Waits for the stream; reports any failure so far.
+  Result<void> synchronize();
+  // The raw stream, for benchmarks that time with events.
+  void* stream() const { return stream_; }
+
+  Result<model::Weight> load_weight(const model::GgufTensorInfo& info) override;
+  Result<model::Tensor> allocate(std::int64_t rows, std::int64_t cols) override;
+  void release(model::Tensor tensor) override;
+  Result<void> allocate_kv_cache(const model::KvCacheShape& shape) override;
+  const model::KvCacheShape& kv_cache_shape() const override { return kv_shape_; }
+
+  model::StepPlan step_shape(const model::StepInput& step) const override;
+  Result<model::StepPlan> begin_step(const model::StepInput& step) override;
+  Result<void> end_step() override;
+  void embed(const model::Weight& table, model::Tensor out) override;
+  void rms_norm(model::Tensor x, const model::Weight& weight, float eps,
+                model::Tensor out) override;
+  void matmul(model::Tensor x, const model::Weight& weight, model::Tensor out) override;
+  void rope(model::Tensor x, std::int32_t head_dim, const model::RopeParams& params) override;
+  void store_kv(std::int32_t layer, model::Tensor k, model::Tensor v) override;
+  void attention(std::int32_t layer, model::Tensor q, const model::AttentionParams& params,
+                 model::Tensor out) override;
+  void swiglu(model::Tensor gate, model::Tensor up, model::Tensor out) override;
+  void add(model::Tensor x, model::Tensor y) override;
+  void add_rms_norm(model::Tensor x, model::Tensor y, const model::Weight& weight, float eps,
+                    model::Tensor out) override;
+  void gather_logit_rows(model::Tensor x, model::Tensor out) override;
+  Result<void> read(model::Tensor tensor, std::span<float> host) override;
+  bool can_sample() const override { return true; }
+  Result<void> sample(model::Tensor logits, std::span<const model::DeviceSamplingRow> rows,
+                      std::span<TokenId> ids) override;
+
+  // Test hooks: upload host floats to a tensor, and poison a tensor with NaN.
+  Result<void> write(model::Tensor tensor, std::span<const float> host);
+  void poison(model::Tensor tensor);
+
+ private:
+  struct Impl;
+  explicit CudaBackend(const CudaBackendOptions& options);
+  Result<void> init();
+  // Records the first CUDA failure; later calls keep it.
+  bool check(int status, const char* what);
+  Result<void> status() const;
+  Result<void*> device_alloc(std::int64_t bytes);
+  void device_free(void* p);
+  Result<void> ensure_step_capacity(const StepLayout& layout);
+  Result<void> ensure_scratch(std::int64_t floats);
+  void invalidate_graphs();
+
+  CudaBackendOptions options_;
+  DeviceInfo device_;
+  void* stream_ = nullptr;  // cudaStream_t
+  std::unique_ptr<Impl> impl_;
+  std::string error_;
+  std::int64_t bytes_in_use_ = 0;
+  std::int64_t weight_bytes_ = 0;
+  model::KvCacheShape kv_shape_;
+  void* k_cache_ = nullptr;
+  void* v_cache_ = nullptr;
+  GraphPolicy graph_policy_;
+  StepLayout layout_;
+  bool step_open_ = false;
+  bool capturing_ = false;
+  bool replaying_ = false;
+  std::int32_t graph_key_ = 0;
+  std::map<std::int32_t, void*> graphs_;  // batch size -> cudaGraphExec_t
+  std::set<std::int32_t> warmed_;         // batch sizes run once eagerly
+  std::int64_t num_replays_ = 0;
+  std::int32_t num_heads_ = 0;  // learnt from the first attention call
+  std::int64_t largest_tensor_ = 0;
+};
+
+}  // namespace troupe::gpu

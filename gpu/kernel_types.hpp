@@ -1,0 +1,20 @@
+// What the host and the kernels agree on, with no CUDA header in it.
+#pragma once
+
+#include <cstdint>
+
+namespace troupe::gpu::kernels {
+
+// Keys each decode split covers.
+inline constexpr std::int32_t kDecodePartition = 256;
+inline constexpr std::int32_t kMaxGroup = 16;  // query heads per KV head
+inline constexpr std::int32_t kMaxHeadDim = 256;
+
+// A prefill tile: up to kPrefillTile consecutive rows of one sequence.
+inline constexpr std::int32_t kPrefillTile = 16;
+struct PrefillTile {
+  std::int32_t first_row;
+  std::int32_t num_rows;
+};
+
+}  // namespace troupe::gpu::kernels

@@ -1,0 +1,286 @@
+// Elementwise and row kernels: casts, embedding, RMSNorm (with the residual add
+// fused), RoPE, KV stores, SwiGLU, row gathers.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "gpu/kernels.hpp"
+
+namespace troupe::gpu::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(std::int64_t n, int threads = kThreads) {
+  const std::int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 65535 * 32 ? blocks : 65535 * 32);
+}
+
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// splitmix64: a counter-based generator, the same on every run and device.
+__device__ __forceinline__ std::uint64_t mix64(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ float uniform_pm1(std::uint64_t seed, std::uint64_t i) {
+  const std::uint64_t r = mix64(seed ^ mix64(i));
+  return static_cast<float>(r >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+template <typename T>
+__global__ void cast_kernel(const float* __restrict__ x, T* __restrict__ y, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    y[i] = from_float<T>(x[i]);
+  }
+}
+
+template <typename T>
+__global__ void fill_random_kernel(T* y, std::int64_t n, std::uint64_t seed, float scale,
+                                   float offset) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    y[i] = from_float<T>(scale * uniform_pm1(seed, static_cast<std::uint64_t>(i)) + offset);
+  }
+}
+
+__global__ void fill_random_f32_kernel(float* y, std::int64_t n, std::uint64_t seed, float scale,
+                                       float offset) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    y[i] = scale * uniform_pm1(seed, static_cast<std::uint64_t>(i)) + offset;
+  }
+}
+
+template <typename T>
+__global__ void embed_kernel(const std::int32_t* __restrict__ tokens, const T* __restrict__ table,
+                             std::int64_t cols, float* __restrict__ out) {
+  const std::int64_t row = blockIdx.x;
+  const T* src = table + static_cast<std::int64_t>(tokens[row]) * cols;
+  float* dst = out + row * cols;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = to_float(src[c]);
+}
+
+// Sum over the block; every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int num_warps = (blockDim.x + 31) / 32;
+  float total = 0.0f;
+  for (int w = 0; w < num_warps; ++w) total += partial[w];
+  return total;
+}
+
+// One block per row. With `y`, x += y first (the residual add fused in).
+__global__ void rms_norm_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w,
+                                float eps, float* out, std::int64_t cols) {
+  float* xr = x + blockIdx.x * cols;
+  const float* yr = y != nullptr ? y + blockIdx.x * cols : nullptr;
+  float* outr = out + blockIdx.x * cols;
+  float sum = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = xr[c];
+    if (yr != nullptr) {
+      v += yr[c];
+      xr[c] = v;
+    }
+    sum += v * v;
+  }
+  const float scale = rsqrtf(block_sum(sum) / static_cast<float>(cols) + eps);
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) outr[c] = xr[c] * scale * w[c];
+}
+
+// One thread per (row, head, rotated pair).
+__global__ void rope_kernel(float* x, const std::int32_t* __restrict__ positions, std::int64_t rows,
+                            RopeArgs a) {
+  const std::int32_t half = a.rot_dims / 2;
+  const std::int64_t total = rows * a.num_heads * half;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int32_t pair = static_cast<std::int32_t>(i % half);
+    const std::int64_t head = (i / half) % a.num_heads;
+    const std::int64_t row = i / (static_cast<std::int64_t>(half) * a.num_heads);
+    // As ggml: theta = freq_scale * pos * theta_scale^pair / factor[pair].
+    float theta =
+        static_cast<float>(positions[row]) * powf(a.theta_scale, static_cast<float>(pair));
+    if (a.freq_factors != nullptr) theta /= a.freq_factors[pair];
+    theta *= a.freq_scale;
+    float s, c;
+    sincosf(theta, &s, &c);
+    float* v = x + row * a.num_heads * a.head_dim + head * a.head_dim;
+    const std::int32_t ia = a.neox ? pair : 2 * pair;
+    const std::int32_t ib = a.neox ? pair + half : 2 * pair + 1;
+    const float x0 = v[ia], x1 = v[ib];
+    v[ia] = x0 * c - x1 * s;
+    v[ib] = x0 * s + x1 * c;
+  }
+}
+
+__global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v,
+                                const std::int32_t* __restrict__ slots, std::int32_t kv_dim,
+                                __half* __restrict__ k_cache, __half* __restrict__ v_cache) {
+  const std::int64_t row = blockIdx.x;
+  const std::int32_t slot = slots[row];
+  if (slot < 0) return;
+  const std::int64_t base = static_cast<std::int64_t>(slot) * kv_dim;
+  for (std::int32_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
+    k_cache[base + c] = __float2half_rn(k[row * kv_dim + c]);
+    v_cache[base + c] = __float2half_rn(v[row * kv_dim + c]);
+  }
+}
+
+__global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
+                              float* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + __expf(-g)) * up[i];
+  }
+}
+
+__global__ void add_kernel(float* x, const float* __restrict__ y, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    x[i] += y[i];
+  }
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ x,
+                                   const std::int32_t* __restrict__ rows, float* __restrict__ out,
+                                   std::int64_t cols) {
+  const float* src = x + static_cast<std::int64_t>(rows[blockIdx.x]) * cols;
+  float* dst = out + blockIdx.x * cols;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+__global__ void fill_nan_kernel(float* x, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    x[i] = __int_as_float(0x7fc00000);
+  }
+}
+
+int row_threads(std::int64_t cols) {
+  if (cols >= 1024) return 1024;
+  if (cols >= 256) return 256;
+  return 64;
+}
+
+}  // namespace
+
+void cast_to_16(const float* x, void* y, Half16 type, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  if (type == Half16::f16) {
+    cast_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, static_cast<__half*>(y), n);
+  } else {
+    cast_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(y), n);
+  }
+}
+
+void fill_random_16(void* y, Half16 type, std::int64_t n, std::uint64_t seed, float scale,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  if (type == Half16::f16) {
+    fill_random_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<__half*>(y), n, seed,
+                                                             scale, 0.0f);
+  } else {
+    fill_random_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(y), n,
+                                                             seed, scale, 0.0f);
+  }
+}
+
+void fill_random_f32(float* y, std::int64_t n, std::uint64_t seed, float scale, float offset,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  fill_random_f32_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, n, seed, scale, offset);
+}
+
+void embed(const std::int32_t* tokens, const void* table, Half16 type, std::int64_t cols,
+           float* out, std::int64_t rows, cudaStream_t stream) {
+  if (rows == 0) return;
+  const auto grid = static_cast<unsigned>(rows);
+  if (type == Half16::f16) {
+    embed_kernel<<<grid, row_threads(cols), 0, stream>>>(tokens, static_cast<const __half*>(table),
+                                                         cols, out);
+  } else {
+    embed_kernel<<<grid, row_threads(cols), 0, stream>>>(
+        tokens, static_cast<const __nv_bfloat16*>(table), cols, out);
+  }
+}
+
+void rms_norm(const float* x, const float* w, float eps, float* out, std::int64_t rows,
+              std::int64_t cols, cudaStream_t stream) {
+  if (rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, stream>>>(
+      const_cast<float*>(x), nullptr, w, eps, out, cols);
+}
+
+void add_rms_norm(float* x, const float* y, const float* w, float eps, float* out,
+                  std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, stream>>>(x, y, w, eps, out,
+                                                                                 cols);
+}
+
+void rope(float* x, const std::int32_t* positions, std::int64_t rows, const RopeArgs& args,
+          cudaStream_t stream) {
+  const std::int64_t n = rows * args.num_heads * (args.rot_dims / 2);
+  if (n == 0) return;
+  rope_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, positions, rows, args);
+}
+
+void store_kv(const float* k, const float* v, const std::int32_t* slots, std::int64_t rows,
+              std::int32_t kv_dim, void* k_cache, void* v_cache, cudaStream_t stream) {
+  if (rows == 0) return;
+  store_kv_kernel<<<static_cast<unsigned>(rows), row_threads(kv_dim), 0, stream>>>(
+      k, v, slots, kv_dim, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
+}
+
+void swiglu(const float* gate, const float* up, float* out, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, out, n);
+}
+
+void add(float* x, const float* y, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+}
+
+void gather_rows(const float* x, const std::int32_t* rows, float* out, std::int64_t num_rows,
+                 std::int64_t cols, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  gather_rows_kernel<<<static_cast<unsigned>(num_rows), row_threads(cols), 0, stream>>>(x, rows,
+                                                                                        out, cols);
+}
+
+void fill_nan(float* x, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_nan_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n);
+}
+
+}  // namespace troupe::gpu::kernels

@@ -1,0 +1,100 @@
+// The CUDA kernels' launchers: plain functions over device pointers, so that
+// only the .cu files go through nvcc and the backend stays ordinary C++.
+// Every launcher enqueues on `stream` and returns without waiting.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/kernel_types.hpp"
+
+namespace troupe::gpu::kernels {
+
+// The 16-bit types weights live in on the device.
+enum class Half16 : std::int32_t { f16, bf16 };
+
+// --- elementwise and row ops (kernels.cu) ---
+// y[i] = (16-bit) x[i].
+void cast_to_16(const float* x, void* y, Half16 type, std::int64_t n, cudaStream_t stream);
+// y[i] = scale * uniform(-1, 1) (+ offset), from a counter-based hash of (seed, i): the
+// benchmark's weights and KV contents, made on the device.
+void fill_random_16(void* y, Half16 type, std::int64_t n, std::uint64_t seed, float scale,
+                    cudaStream_t stream);
+void fill_random_f32(float* y, std::int64_t n, std::uint64_t seed, float scale, float offset,
+                     cudaStream_t stream);
+// out[t] = table[tokens[t]] as float.                      table: [vocab, cols]
+void embed(const std::int32_t* tokens, const void* table, Half16 type, std::int64_t cols,
+           float* out, std::int64_t rows, cudaStream_t stream);
+// out = x / rms(x) * w, per row; x may be out.
+void rms_norm(const float* x, const float* w, float eps, float* out, std::int64_t rows,
+              std::int64_t cols, cudaStream_t stream);
+// x += y, then out = rms_norm(x).
+void add_rms_norm(float* x, const float* y, const float* w, float eps, float* out,
+                  std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+struct RopeArgs {
+  std::int32_t head_dim = 0;
+  std::int32_t num_heads = 0;
+  std::int32_t rot_dims = 0;
+  bool neox = false;
+  float theta_scale = 1.0f;  // freq_base^(-2 / rot_dims)
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;  // [rot_dims / 2] or null
+};
+void rope(float* x, const std::int32_t* positions, std::int64_t rows, const RopeArgs& args,
+          cudaStream_t stream);
+// Cache layout per layer: [num_blocks * block_size slots][kv_dim] in half; slot -1 skips.
+void store_kv(const float* k, const float* v, const std::int32_t* slots, std::int64_t rows,
+              std::int32_t kv_dim, void* k_cache, void* v_cache, cudaStream_t stream);
+void swiglu(const float* gate, const float* up, float* out, std::int64_t n, cudaStream_t stream);
+void add(float* x, const float* y, std::int64_t n, cudaStream_t stream);
+// out[i] = x[rows[i]].
+void gather_rows(const float* x, const std::int32_t* rows, float* out, std::int64_t num_rows,
+                 std::int64_t cols, cudaStream_t stream);
+// Poisons n floats with NaN (tests: unwritten outputs fail).
+void fill_nan(float* x, std::int64_t n, cudaStream_t stream);
+
+// --- attention (attention.cu) ---
+struct AttentionArgs {
+  const float* q = nullptr;       // [rows, num_heads * head_dim]
+  float* out = nullptr;           // [rows, num_heads * head_dim]
+  const void* k_cache = nullptr;  // one layer: [slots, num_kv_heads * head_dim] half
+  const void* v_cache = nullptr;
+  const std::int32_t* positions = nullptr;     // [rows]
+  const std::int32_t* token_seq = nullptr;     // [rows], -1: padding (output zero)
+  const std::int32_t* block_tables = nullptr;  // [seqs, block_stride]
+  std::int32_t block_stride = 0;
+  std::int32_t block_size = 0;
+  std::int32_t num_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_dim = 0;
+  float scale = 1.0f;
+};
+// One query per listed row, over its sequence's blocks, split along the context into
+// `num_splits` partitions (partials in `scratch`: rows * num_heads * num_splits * (head_dim + 2)
+// floats), then combined.
+void paged_attention_decode(const AttentionArgs& args, const std::int32_t* decode_rows,
+                            std::int32_t num_decode_rows, std::int32_t num_splits, float* scratch,
+                            cudaStream_t stream);
+// Causal attention of each tile's queries over their sequence's blocks, FlashAttention-style
+// (key tiles in shared memory, online softmax).
+void prefill_attention(const AttentionArgs& args, const PrefillTile* tiles, std::int32_t num_tiles,
+                       cudaStream_t stream);
+// Raises the prefill kernel's shared-memory limit for large heads; once per device.
+cudaError_t prepare_attention();
+
+// --- sampling (sampling.cu) ---
+struct SamplingRowArgs {
+  float temperature;
+  std::int32_t top_k;
+  float top_p;
+  float min_p;
+  std::uint64_t seed;
+  std::uint64_t counter;
+};
+// One token per row of logits [rows, vocab]: greedy, or temperature with top-k, top-p and
+// min-p, drawn from a counter-based generator keyed by (seed, counter).
+void sample(const float* logits, std::int64_t rows, std::int32_t vocab,
+            const SamplingRowArgs* params, std::int32_t* ids, cudaStream_t stream);
+
+}  // namespace troupe::gpu::kernels

@@ -1,0 +1,124 @@
+#include "gpu/step_layout.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace troupe::gpu {
+
+namespace {
+
+// Every sequence brings one token and wants its logits, in order.
+bool is_decode_only(const model::StepInput& step) {
+  if (step.num_seqs() == 0 || step.num_tokens() != step.num_seqs()) return false;
+  if (step.logit_rows.size() != static_cast<std::size_t>(step.num_tokens())) return false;
+  for (std::int32_t i = 0; i < step.num_tokens(); ++i) {
+    if (step.logit_rows[i] != i) return false;
+  }
+  return true;
+}
+
+std::int32_t blocks_for(std::int32_t tokens, std::int32_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
+// The graph batch a step would replay, or 0.
+std::int32_t graph_rows(const model::StepInput& step, const GraphPolicy& policy) {
+  if (!policy.enabled || policy.max_model_len <= 0 || !is_decode_only(step)) return 0;
+  for (const std::int32_t length : step.context_lens) {
+    if (length > policy.max_model_len) return 0;
+  }
+  return graph_batch_for(step.num_seqs(), policy.max_batch);
+}
+
+}  // namespace
+
+std::vector<std::int32_t> graph_batch_sizes(std::int32_t max_batch) {
+  std::vector<std::int32_t> sizes;
+  for (std::int32_t b : {1, 2, 4}) {
+    if (b <= max_batch) sizes.push_back(b);
+  }
+  for (std::int32_t b = 8; b <= max_batch; b += b < 64 ? 8 : (b < 128 ? 16 : 32)) {
+    sizes.push_back(b);
+  }
+  return sizes;
+}
+
+std::int32_t graph_batch_for(std::int32_t n, std::int32_t max_batch) {
+  if (n <= 0) return 0;
+  for (const std::int32_t b : graph_batch_sizes(max_batch)) {
+    if (b >= n) return b;
+  }
+  return 0;
+}
+
+std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& policy,
+                          std::int32_t block_size) {
+  (void)block_size;
+  const std::int32_t padded = graph_rows(step, policy);
+  return padded > 0 ? padded : step.num_tokens();
+}
+
+StepLayout plan_step(const model::StepInput& step, std::int32_t block_size,
+                     const GraphPolicy& policy) {
+  StepLayout l;
+  const std::int32_t n = step.num_tokens();
+  const std::int32_t padded = graph_rows(step, policy);
+  l.graph = padded > 0;
+  l.real_rows = n;
+  l.rows = l.graph ? padded : n;
+  l.logit_rows = l.graph ? padded : static_cast<std::int32_t>(step.logit_rows.size());
+
+  // A graph's block tables and split count are fixed by the longest sequence it serves;
+  // other steps size them by their own longest sequence.
+  std::int32_t longest = 0;
+  for (const std::int32_t length : step.context_lens) longest = std::max(longest, length);
+  const std::int32_t reach = l.graph ? policy.max_model_len : longest;
+  l.block_stride = std::max({1, step.max_blocks_per_seq, blocks_for(reach, block_size)});
+  l.num_splits = std::max(1, (reach + kernels::kDecodePartition - 1) / kernels::kDecodePartition);
+
+  l.tokens.assign(l.rows, 0);
+  l.positions.assign(l.rows, 0);
+  l.token_seq.assign(l.rows, -1);
+  l.slots.assign(l.rows, -1);
+  l.block_tables.assign(static_cast<std::size_t>(step.num_seqs()) * l.block_stride, 0);
+  for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
+    const auto table = step.block_table(s);
+    std::copy(table.begin(), table.end(),
+              l.block_tables.begin() + static_cast<std::ptrdiff_t>(s) * l.block_stride);
+    const std::int32_t first = step.query_start[s], last = step.query_start[s + 1];
+    for (std::int32_t t = first; t < last; ++t) {
+      const std::int32_t position = step.positions[t];
+      l.tokens[t] = step.tokens[t];
+      l.positions[t] = position;
+      l.token_seq[t] = s;
+      l.slots[t] = table[position / block_size] * block_size + position % block_size;
+    }
+    if (last - first == 1) {
+      l.decode_rows.push_back(first);
+    } else {
+      for (std::int32_t t = first; t < last; t += kernels::kPrefillTile) {
+        l.tiles.push_back({t, std::min(kernels::kPrefillTile, last - t)});
+      }
+    }
+  }
+  l.logit_row_index.assign(l.logit_rows, 0);
+  for (std::size_t i = 0; i < step.logit_rows.size(); ++i)
+    l.logit_row_index[i] = step.logit_rows[i];
+  // Padding rows: decoded (to zeros) like the rest, their logits computed and ignored.
+  for (std::int32_t t = n; t < l.rows; ++t) {
+    l.decode_rows.push_back(t);
+    l.logit_row_index[t] = t;
+  }
+  return l;
+}
+
+std::int64_t kv_blocks_for_memory(std::int64_t free_bytes, double utilization,
+                                  std::int64_t block_bytes, std::int64_t max_blocks) {
+  if (free_bytes <= 0 || block_bytes <= 0 || !(utilization > 0.0)) return 0;
+  const double budget = static_cast<double>(free_bytes) * std::min(utilization, 1.0);
+  const auto blocks =
+      static_cast<std::int64_t>(std::floor(budget / static_cast<double>(block_bytes)));
+  return max_blocks > 0 ? std::min(blocks, max_blocks) : blocks;
+}
+
+}  // namespace troupe::gpu

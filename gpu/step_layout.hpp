@@ -1,0 +1,55 @@
+// How a step lies in the GPU backend's device buffers: the host-side plan made at
+// begin_step, with no CUDA in it (so it is tested on any machine). Decode-only
+// steps are padded to a CUDA-graph batch size; padding rows have no sequence
+// (attention writes zeros) and no KV slot (nothing is stored).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gpu/kernel_types.hpp"
+#include "model/step_input.hpp"
+
+namespace troupe::gpu {
+
+struct GraphPolicy {
+  bool enabled = true;
+  std::int32_t max_batch = 256;    // largest decode batch replayed from a graph
+  std::int32_t max_model_len = 0;  // the longest sequence a graph serves (0: no graphs)
+};
+
+// The batch sizes graphs are recorded for: 1, 2, 4, 8, then steps of 8 up to 64, of 16
+// up to 128 and of 32 beyond, as vLLM does.
+std::vector<std::int32_t> graph_batch_sizes(std::int32_t max_batch);
+// The smallest graph batch size holding n sequences, or 0 when none does.
+std::int32_t graph_batch_for(std::int32_t n, std::int32_t max_batch);
+
+struct StepLayout {
+  std::int32_t rows = 0;          // >= num_tokens
+  std::int32_t logit_rows = 0;    // >= the step's logit rows
+  std::int32_t real_rows = 0;     // the step's own tokens
+  bool graph = false;             // a decode-only step padded to a graph batch size
+  std::int32_t block_stride = 0;  // ints per block-table row
+  std::int32_t num_splits = 1;    // decode attention partitions along the context
+  std::vector<std::int32_t> tokens, positions, token_seq, slots;  // [rows]
+  std::vector<std::int32_t> logit_row_index;                      // [logit_rows]
+  std::vector<std::int32_t> decode_rows;                          // single-query rows
+  std::vector<kernels::PrefillTile> tiles;                        // the other rows, in tiles
+  std::vector<std::int32_t> block_tables;                         // [num_seqs, block_stride]
+};
+
+// The rows a step runs on (what step_shape reports): padded for graph-eligible steps.
+std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& policy,
+                          std::int32_t block_size);
+
+// Lays the step out. `block_size` is the cache's; the step must have passed validate_step.
+StepLayout plan_step(const model::StepInput& step, std::int32_t block_size,
+                     const GraphPolicy& policy);
+
+// KV blocks that fit in `utilization` of `free_bytes` (what is free after weights and
+// buffers), each block taking `block_bytes`; at most `max_blocks`.
+std::int64_t kv_blocks_for_memory(std::int64_t free_bytes, double utilization,
+                                  std::int64_t block_bytes, std::int64_t max_blocks);
+
+}  // namespace troupe::gpu

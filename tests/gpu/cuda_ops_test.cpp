@@ -1,0 +1,329 @@
+// Every CUDA op against the CPU backend's, on fresh random inputs, with GPU outputs
+// poisoned (NaN) before each run so that an unwritten element fails. Weights are
+// rounded to the GPU's 16-bit type first, so both sides compute with the same ones.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/cpu_backend.hpp"
+#include "gpu/gpu_test_support.hpp"
+#include "gpu/steps.hpp"
+#include "model/half.hpp"
+
+using namespace troupe;
+using model::Tensor;
+using model::TensorType;
+using model::Weight;
+
+namespace {
+
+struct Both {
+  std::unique_ptr<gpu::CudaBackend> gpu = test::gpu_or_skip();
+  cpu::CpuBackend cpu{2};
+  std::vector<std::vector<std::uint16_t>> halves;
+  std::vector<std::vector<float>> floats;
+
+  static model::GgufTensorInfo info(TensorType type, std::int64_t rows, std::int64_t cols,
+                                    const void* data, std::size_t bytes) {
+    model::GgufTensorInfo i;
+    i.type = type;
+    i.num_dims = rows == 1 ? 1 : 2;
+    i.dims[0] = cols;
+    i.dims[1] = rows;
+    i.data = static_cast<const std::byte*>(data);
+    i.num_bytes = bytes;
+    return i;
+  }
+
+  // A matrix with the same values on both sides: 16-bit on the GPU, its exact floats on the CPU.
+  std::pair<Weight, Weight> matrix(std::int64_t rows, std::int64_t cols, TensorType type,
+                                   float scale = 0.1f) {
+    const auto values = test::random_floats(static_cast<std::size_t>(rows * cols), scale);
+    auto& h = halves.emplace_back(values.size());
+    auto& f = floats.emplace_back(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      h[i] = type == TensorType::f16 ? model::f32_to_f16(values[i]) : model::f32_to_bf16(values[i]);
+      f[i] = type == TensorType::f16 ? model::f16_to_f32(h[i]) : model::bf16_to_f32(h[i]);
+    }
+    auto g = gpu->load_weight(info(type, rows, cols, h.data(), h.size() * 2));
+    auto c = cpu.load_weight(info(TensorType::f32, rows, cols, f.data(), f.size() * 4));
+    REQUIRE(g.has_value());
+    REQUIRE(c.has_value());
+    REQUIRE(g->type == type);
+    return {*g, *c};
+  }
+
+  std::pair<Weight, Weight> vector(std::int64_t size, float scale, float offset) {
+    auto& f = floats.emplace_back(test::random_floats(static_cast<std::size_t>(size), scale));
+    for (float& x : f) x += offset;
+    auto g = gpu->load_weight(info(TensorType::f32, 1, size, f.data(), f.size() * 4));
+    auto c = cpu.load_weight(info(TensorType::f32, 1, size, f.data(), f.size() * 4));
+    REQUIRE(g.has_value());
+    REQUIRE(c.has_value());
+    return {*g, *c};
+  }
+
+  std::pair<Tensor, Tensor> tensor(std::int64_t rows, std::int64_t cols,
+                                   const std::vector<float>& values = {}) {
+    auto g = gpu->allocate(rows, cols);
+    auto c = cpu.allocate(rows, cols);
+    REQUIRE(g.has_value());
+    REQUIRE(c.has_value());
+    if (!values.empty()) {
+      REQUIRE(gpu->write(*g, values).has_value());
+      std::memcpy(c->data, values.data(), values.size() * 4);
+    } else {
+      gpu->poison(*g);
+      std::fill(c->data, c->data + rows * cols, 0.0f);
+    }
+    return {*g, *c};
+  }
+
+  std::pair<Tensor, Tensor> random_tensor(std::int64_t rows, std::int64_t cols, float scale = 1) {
+    return tensor(rows, cols, test::random_floats(static_cast<std::size_t>(rows * cols), scale));
+  }
+
+  double error(std::pair<Tensor, Tensor> t) {
+    std::vector<float> g(static_cast<std::size_t>(t.first.rows * t.first.cols));
+    REQUIRE(gpu->end_step().has_value());
+    REQUIRE(gpu->read(t.first, g).has_value());
+    const std::span<const float> c(t.second.data, g.size());
+    return test::relative_error(g, c);
+  }
+
+  void begin(const model::StepInput& step) {
+    REQUIRE(gpu->begin_step(step).has_value());
+    REQUIRE(cpu.begin_step(step).has_value());
+  }
+
+  void kv_cache(const model::KvCacheShape& shape) {
+    REQUIRE(gpu->allocate_kv_cache(shape).has_value());
+    REQUIRE(cpu.allocate_kv_cache(shape).has_value());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("matmul through cuBLAS equals the CPU backend's", "[gpu][ops]") {
+  Both b;
+  const auto type = GENERATE(TensorType::f16, TensorType::bf16);
+  const std::int64_t n = GENERATE(1, 7, 64);
+  const std::int64_t cols = GENERATE(256, 200);
+  const auto w = b.matrix(129, cols, type);
+  const auto x = b.random_tensor(n, cols);
+  const auto out = b.tensor(n, 129);
+  b.gpu->matmul(x.first, w.first, out.first);
+  b.cpu.matmul(x.second, w.second, out.second);
+  // The GPU casts activations to the weight's type: one rounding of each input.
+  CHECK(b.error(out) < (type == TensorType::f16 ? 2e-3 : 1.5e-2));
+}
+
+TEST_CASE("row ops equal the CPU backend's: norms, residual, SwiGLU, embedding, gather",
+          "[gpu][ops]") {
+  Both b;
+  b.kv_cache({1, 8, 4, 2, 16});
+  const auto step =
+      test::make_step({9, 3, 6}, {9, 1, 4}, 4, true, {5, 1, 7, 2, 9, 0, 3, 3, 8, 4, 6, 1, 2, 9});
+  b.begin(step);
+  const std::int64_t n = step.num_tokens(), cols = 96;
+
+  SECTION("rms_norm") {
+    const auto x = b.random_tensor(n, cols, 3.0f);
+    const auto w = b.vector(cols, 0.5f, 1.0f);
+    const auto out = b.tensor(n, cols);
+    b.gpu->rms_norm(x.first, w.first, 1e-5f, out.first);
+    b.cpu.rms_norm(x.second, w.second, 1e-5f, out.second);
+    CHECK(b.error(out) < 1e-5);
+  }
+  SECTION("add_rms_norm, output over the added input") {
+    const auto x = b.random_tensor(n, cols);
+    const auto y = b.random_tensor(n, cols);
+    const auto w = b.vector(cols, 0.5f, 1.0f);
+    b.gpu->add_rms_norm(x.first, y.first, w.first, 1e-6f, y.first);
+    b.cpu.add_rms_norm(x.second, y.second, w.second, 1e-6f, y.second);
+    CHECK(b.error(y) < 1e-5);
+    CHECK(b.error(x) < 1e-6);
+  }
+  SECTION("swiglu and add") {
+    const auto gate = b.random_tensor(n, cols, 2.0f);
+    const auto up = b.random_tensor(n, cols);
+    const auto out = b.tensor(n, cols);
+    b.gpu->swiglu(gate.first, up.first, out.first);
+    b.cpu.swiglu(gate.second, up.second, out.second);
+    b.gpu->add(out.first, gate.first);
+    b.cpu.add(out.second, gate.second);
+    CHECK(b.error(out) < 1e-5);
+  }
+  SECTION("embedding rows of a 16-bit table") {
+    const auto table = b.matrix(12, cols, TensorType::f16, 1.0f);
+    const auto out = b.tensor(n, cols);
+    b.gpu->embed(table.first, out.first);
+    b.cpu.embed(table.second, out.second);
+    CHECK(b.error(out) == 0.0);
+  }
+  SECTION("gathering the logit rows") {
+    const auto x = b.random_tensor(n, cols);
+    const auto out = b.tensor(static_cast<std::int64_t>(step.logit_rows.size()), cols);
+    b.gpu->gather_logit_rows(x.first, out.first);
+    b.cpu.gather_logit_rows(x.second, out.second);
+    CHECK(b.error(out) == 0.0);
+  }
+}
+
+TEST_CASE("RoPE equals the CPU backend's in both layouts, with and without factors", "[gpu][ops]") {
+  Both b;
+  b.kv_cache({1, 4096, 4, 2, 64});
+  // Positions reach into the thousands, where angle errors grow.
+  const auto step = test::make_step({5000, 40}, {30, 40}, 4);
+  b.begin(step);
+  const auto layout = GENERATE(model::RopeLayout::normal, model::RopeLayout::neox);
+  const bool factors = GENERATE(false, true);
+  const auto f = b.vector(24, 0.3f, 2.0f);
+  model::RopeParams gp{layout, 48, 500000.0f, 0.5f, factors ? &f.first : nullptr};
+  model::RopeParams cp{layout, 48, 500000.0f, 0.5f, factors ? &f.second : nullptr};
+  const auto x = b.random_tensor(step.num_tokens(), 4 * 64);
+  b.gpu->rope(x.first, 64, gp);
+  b.cpu.rope(x.second, 64, cp);
+  CHECK(b.error(x) < 1e-4);
+}
+
+TEST_CASE("paged attention equals the CPU backend's for prefill tiles and split decodes",
+          "[gpu][ops]") {
+  Both b;
+  const std::int32_t head_dim = GENERATE(64, 128, 8);
+  const std::int32_t kv_heads = 2;
+  const std::int32_t group = GENERATE(1, 4);
+  const std::int32_t heads = kv_heads * group;
+  const std::int32_t block_size = 16;
+  b.kv_cache({2, 256, block_size, kv_heads, head_dim});
+  const model::AttentionParams params{heads, kv_heads, head_dim,
+                                      1.0f / std::sqrt(static_cast<float>(head_dim))};
+  const std::int32_t layer = 1;
+  auto run = [&](const model::StepInput& step) {
+    b.begin(step);
+    const std::int64_t n = step.num_tokens();
+    const auto k = b.random_tensor(n, kv_heads * head_dim);
+    const auto v = b.random_tensor(n, kv_heads * head_dim);
+    const auto q = b.random_tensor(n, heads * head_dim);
+    const auto out = b.tensor(n, heads * head_dim);
+    b.gpu->store_kv(layer, k.first, v.first);
+    b.cpu.store_kv(layer, k.second, v.second);
+    b.gpu->attention(layer, q.first, params, out.first);
+    b.cpu.attention(layer, q.second, params, out.second);
+    // Keys and values are half precision on the GPU.
+    CHECK(b.error(out) < 3e-3);
+  };
+  // A long prompt (many tiles), a short one, a single token; then decodes over 600 keys (three
+  // partitions) beside a new prompt.
+  run(test::make_step({599, 20, 1}, {599, 20, 1}, block_size));
+  run(test::make_step({600, 21, 2, 45}, {1, 1, 1, 45}, block_size));
+}
+
+TEST_CASE("device sampling: greedy is the argmax, filters keep their sets, seeds repeat",
+          "[gpu][sampling]") {
+  Both b;
+  const std::int32_t vocab = 5000, rows = 64;
+  auto logits = test::random_floats(static_cast<std::size_t>(vocab * rows), 3.0f);
+  auto t = b.gpu->allocate(rows, vocab);
+  REQUIRE(t.has_value());
+  REQUIRE(b.gpu->write(*t, logits).has_value());
+  auto row = [&](int r) { return std::span<const float>(logits.data() + r * vocab, vocab); };
+  auto draw = [&](model::DeviceSamplingRow p, std::uint64_t first_counter) {
+    std::vector<model::DeviceSamplingRow> ps(rows, p);
+    for (int r = 0; r < rows; ++r) ps[r].counter = first_counter + r;
+    std::vector<TokenId> ids(rows, -1);
+    REQUIRE(b.gpu->sample(*t, ps, ids).has_value());
+    return ids;
+  };
+  // The tokens of a row whose relative weight (at temperature 1) reaches `cut`, by rank.
+  auto ranked = [&](int r) {
+    std::vector<std::pair<float, TokenId>> v;
+    for (TokenId i = 0; i < vocab; ++i) v.push_back({row(r)[i], i});
+    std::sort(v.begin(), v.end(), [](auto a, auto c) { return a.first > c.first; });
+    return v;
+  };
+
+  SECTION("greedy, and top_k = 1, give the argmax") {
+    model::DeviceSamplingRow greedy;
+    greedy.temperature = 0.0f;
+    model::DeviceSamplingRow top1;
+    top1.top_k = 1;
+    const auto a = draw(greedy, 0), c = draw(top1, 0);
+    for (int r = 0; r < rows; ++r) {
+      const auto best = std::max_element(row(r).begin(), row(r).end()) - row(r).begin();
+      CHECK(a[r] == best);
+      CHECK(c[r] == best);
+    }
+  }
+  SECTION("top_k keeps the k most likely") {
+    model::DeviceSamplingRow p;
+    p.top_k = 5;
+    for (std::uint64_t round = 0; round < 20; ++round) {
+      const auto ids = draw(p, round * rows);
+      for (int r = 0; r < rows; ++r) {
+        const auto order = ranked(r);
+        const bool in_top = std::any_of(order.begin(), order.begin() + 5,
+                                        [&](auto e) { return e.second == ids[r]; });
+        CHECK(in_top);
+      }
+    }
+  }
+  SECTION("top_p and min_p keep only their sets") {
+    model::DeviceSamplingRow p;
+    p.top_p = 0.5f;
+    p.min_p = 0.02f;
+    p.temperature = 0.7f;
+    const auto ids = draw(p, 77);
+    for (int r = 0; r < rows; ++r) {
+      const auto order = ranked(r);
+      std::vector<double> w;
+      for (auto [l, id] : order) w.push_back(std::exp((l - order[0].first) / 0.7));
+      double total = 0.0;
+      std::size_t keep = 0;
+      while (keep < w.size() && w[keep] >= 0.02) total += w[keep++];
+      double cumulative = 0.0;
+      std::size_t cut = 0;
+      while (cut < keep) {
+        cumulative += w[cut++];
+        if (cumulative >= 0.5 * total) break;
+      }
+      // Allow one rank of slack for float rounding at the boundary.
+      const std::size_t allowed = std::min(keep, cut + 1);
+      const bool inside = std::any_of(order.begin(), order.begin() + allowed,
+                                      [&](auto e) { return e.second == ids[r]; });
+      CHECK(inside);
+    }
+  }
+  SECTION("the same seed and counter give the same token; others differ") {
+    model::DeviceSamplingRow p;
+    p.seed = 1234;
+    const auto a = draw(p, 0), c = draw(p, 0);
+    CHECK(a == c);
+    p.seed = 99;
+    CHECK(draw(p, 0) != a);
+  }
+  SECTION("draws follow the softmax") {
+    // One row of 8 tokens, sampled 4096 times by counter.
+    const std::vector<float> small = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f, -1.0f, 0.25f, 1.5f};
+    auto s = b.gpu->allocate(4096, 8);
+    REQUIRE(s.has_value());
+    std::vector<float> tiled;
+    for (int i = 0; i < 4096; ++i) tiled.insert(tiled.end(), small.begin(), small.end());
+    REQUIRE(b.gpu->write(*s, tiled).has_value());
+    std::vector<model::DeviceSamplingRow> ps(4096);
+    for (int i = 0; i < 4096; ++i) {
+      ps[i].seed = 5;
+      ps[i].counter = static_cast<std::uint64_t>(i);
+    }
+    std::vector<TokenId> ids(4096);
+    REQUIRE(b.gpu->sample(*s, ps, ids).has_value());
+    double z = 0.0;
+    for (float l : small) z += std::exp(l);
+    for (int tok = 0; tok < 8; ++tok) {
+      const double expected = std::exp(small[tok]) / z;
+      const double seen = static_cast<double>(std::count(ids.begin(), ids.end(), tok)) / ids.size();
+      CHECK(std::abs(seen - expected) < 0.03);
+    }
+  }
+}
