@@ -198,3 +198,51 @@ TEST_CASE("bad sampling parameters are errors that say which", "[sampler]") {
   p.temperature = std::nanf("");
   CHECK(error(p).find("temperature") != std::string::npos);
 }
+
+TEST_CASE("a device may draw a row only when the host has nothing to add", "[sampler][device]") {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  p.seed = 7;
+  p.max_tokens = 3;
+  auto s = make(p, {1, 2}, {6});
+  const auto row = s.device_row();
+  REQUIRE(row.has_value());
+  CHECK(row->temperature == 0.8f);
+  CHECK(row->top_k == 40);
+  CHECK(row->top_p == 0.9f);
+  CHECK(row->min_p == 0.05f);
+  CHECK(row->counter == 0u);
+  // The same seed gives the same device stream; the counter moves with each token.
+  CHECK(make(p).device_row()->seed == row->seed);
+  CHECK(s.accept(3).id == 3);
+  CHECK(s.device_row()->counter == 1u);
+  CHECK(s.finish_reason() == FinishReason::none);
+  s.accept(6);  // the end-of-generation token ends it, as if the host had drawn it
+  CHECK(s.finish_reason() == FinishReason::stop);
+  CHECK(s.output() == std::vector<TokenId>{3, 6});
+
+  auto needs_host = [](auto change) {
+    SamplingParams q;
+    change(q);
+    return !make(q).device_row().has_value();
+  };
+  CHECK(needs_host([](SamplingParams& q) { q.repetition_penalty = 1.1f; }));
+  CHECK(needs_host([](SamplingParams& q) { q.presence_penalty = 0.5f; }));
+  CHECK(needs_host([](SamplingParams& q) { q.frequency_penalty = 0.5f; }));
+  CHECK(needs_host([](SamplingParams& q) { q.logprobs = 0; }));
+  // min_tokens masks stop tokens on the host until it is reached.
+  SamplingParams m;
+  m.min_tokens = 1;
+  m.max_tokens = 4;
+  auto masked = make(m);
+  CHECK_FALSE(masked.device_row().has_value());
+  masked.accept(2);
+  CHECK(masked.device_row().has_value());
+  // top_k -1 means off, as 0 does.
+  SamplingParams off;
+  off.top_k = -1;
+  CHECK(make(off).device_row()->top_k == 0);
+}
