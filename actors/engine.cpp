@@ -8,9 +8,13 @@
 #include "actors/request_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_actor.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "model/llama_config.hpp"
 #include "model/sampler.hpp"
 #include "model/tokenizer.hpp"
+#ifdef TROUPE_HAVE_CUDA
+#include "gpu/cuda_backend.hpp"
+#endif
 
 namespace troupe {
 
@@ -48,6 +52,44 @@ Result<std::int32_t> kv_blocks_for(const EngineConfig& config, const model::Llam
                           " tokens: give it more memory or lower max_model_len");
   }
   return static_cast<std::int32_t>(std::min<std::int64_t>(blocks, 1 << 30));
+}
+
+// The worker's backend for the configured device.
+Result<std::unique_ptr<model::Backend>> make_backend(const EngineConfig& config,
+                                                     std::int32_t max_model_len) {
+  if (config.device == Device::cpu) return std::make_unique<cpu::CpuBackend>(config.num_threads);
+#ifdef TROUPE_HAVE_CUDA
+  gpu::CudaBackendOptions options;
+  options.cuda_graphs = config.cuda_graphs;
+  options.max_graph_batch = std::min(config.max_num_seqs, 256);
+  options.max_model_len = max_model_len;
+  TROUPE_TRY(auto backend, gpu::CudaBackend::create(options));
+  return std::unique_ptr<model::Backend>(std::move(backend));
+#else
+  (void)max_model_len;
+  return make_error(ErrorCode::unsupported,
+                    "this troupe was built without CUDA (no nvcc when it was configured)");
+#endif
+}
+
+// Blocks for the KV pool on a GPU: its share of the memory the weights and buffers left.
+Result<std::int32_t> gpu_kv_blocks(const EngineConfig& config, model::Backend& backend,
+                                   const model::KvCacheShape& shape, std::int32_t max_model_len) {
+#ifdef TROUPE_HAVE_CUDA
+  auto& gpu = static_cast<gpu::CudaBackend&>(backend);
+  TROUPE_TRY(const std::int32_t blocks,
+             gpu.kv_blocks_that_fit(shape, config.gpu_memory_utilization));
+  EngineConfig sized = config;
+  sized.num_kv_blocks = blocks;
+  model::LlamaConfig c;
+  c.num_layers = shape.num_layers;
+  c.num_kv_heads = shape.num_kv_heads;
+  c.head_dim = shape.head_dim;
+  return kv_blocks_for(sized, c, max_model_len);
+#else
+  (void)config, (void)backend, (void)shape, (void)max_model_len;
+  return make_error(ErrorCode::unsupported, "this troupe was built without CUDA");
+#endif
 }
 
 }  // namespace
@@ -89,25 +131,42 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                                        " exceeds the model's context length of " +
                                                        std::to_string(mc.context_length));
   }
-  TROUPE_TRY(impl->num_kv_blocks, kv_blocks_for(config, mc, impl->max_model_len));
+  // A CPU cache is sized from kv_cache_bytes now; a GPU's by the first worker, from the
+  // memory its weights leave (the workers after it reuse that size).
+  const bool sized_by_worker = config.device == Device::cuda && config.num_kv_blocks <= 0;
+  if (!sized_by_worker) {
+    TROUPE_TRY(impl->num_kv_blocks, kv_blocks_for(config, mc, impl->max_model_len));
+  }
 
   auto file_ref = impl->file;
   auto eog = impl->tokenizer->vocabulary().end_of_generation;
-  const std::int32_t num_blocks = impl->num_kv_blocks;
+  auto num_blocks = std::make_shared<std::int32_t>(impl->num_kv_blocks);
+  const std::int32_t max_model_len = impl->max_model_len;
   actors::WorkerFactory make_worker =
-      [file_ref, eog, config, num_blocks]() -> Result<std::unique_ptr<actors::WorkerResources>> {
+      [file_ref, eog, config, num_blocks,
+       max_model_len]() -> Result<std::unique_ptr<actors::WorkerResources>> {
     auto r = std::make_unique<actors::WorkerResources>();
     r->file = file_ref;
-    r->backend = std::make_unique<cpu::CpuBackend>(config.num_threads);
+    TROUPE_TRY(r->backend, make_backend(config, max_model_len));
     TROUPE_TRY(auto llama, model::LlamaModel::load(*r->file, *r->backend));
     r->model = std::make_unique<model::LlamaModel>(std::move(llama));
     const auto& c = r->model->config();
-    TROUPE_TRY_VOID(r->backend->allocate_kv_cache(model::KvCacheShape{
-        c.num_layers, num_blocks, config.block_size, c.num_kv_heads, c.head_dim}));
+    // Activations first (a step never holds more than max_num_batched_tokens tokens, or a
+    // decode batch padded to its graph's size), then the KV pool from what is left.
+    TROUPE_TRY_VOID(r->model->prepare(std::max(config.max_num_batched_tokens, 256),
+                                      std::max(config.max_num_seqs, 256)));
+    model::KvCacheShape shape{c.num_layers, *num_blocks, config.block_size, c.num_kv_heads,
+                              c.head_dim};
+    if (*num_blocks <= 0) {
+      TROUPE_TRY(*num_blocks, gpu_kv_blocks(config, *r->backend, shape, max_model_len));
+      shape.num_blocks = *num_blocks;
+    }
+    TROUPE_TRY_VOID(r->backend->allocate_kv_cache(shape));
     r->runner = std::make_unique<model::ModelRunner>(*r->model, eog);
     return r;
   };
   TROUPE_TRY(auto first, make_worker());
+  impl->num_kv_blocks = *num_blocks;
   if (first->model->config().vocab_size != static_cast<std::int32_t>(impl->tokenizer->size())) {
     return make_error(ErrorCode::invalid_file,
                       "the tokenizer and the embedding disagree on the vocabulary size");
@@ -117,7 +176,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   sc.max_num_batched_tokens = config.max_num_batched_tokens;
   sc.max_num_seqs = config.max_num_seqs;
   sc.max_model_len = impl->max_model_len;
-  sc.num_blocks = num_blocks;
+  sc.num_blocks = impl->num_kv_blocks;
   sc.block_size = config.block_size;
   sc.enable_prefix_caching = config.enable_prefix_caching;
   sc.policy = config.policy == BatchingPolicy::priority ? engine::SchedulingPolicy::priority

@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "actors/messages.hpp"
-#include "cpu/cpu_backend.hpp"
 #include "model/gguf_file.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_runner.hpp"
@@ -15,7 +14,7 @@ namespace troupe::actors {
 
 struct WorkerResources {
   std::shared_ptr<const model::GgufFile> file;  // the mapping the weights live in
-  std::unique_ptr<cpu::CpuBackend> backend;
+  std::unique_ptr<model::Backend> backend;      // CPU or CUDA
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<model::ModelRunner> runner;
 };

@@ -39,6 +39,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
   cmd->add_flag("--no-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
   cmd->add_option("--threads,-t", r.engine.num_threads, "compute threads (0: all cores)");
+  add_device_options(cmd, r.engine);
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {
     auto& run = opts->run;

@@ -7,7 +7,14 @@ namespace CLI {
 class App;
 }
 
+namespace troupe {
+struct EngineConfig;
+}
+
 namespace troupe::app {
+
+// --device, --gpu-memory-utilization and --enforce-eager, on any command that runs an engine.
+void add_device_options(CLI::App* cmd, EngineConfig& engine);
 
 void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);

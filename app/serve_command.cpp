@@ -45,6 +45,7 @@ void add_serve_command(CLI::App& app) {
                 "the prefix cache (on by default)");
   cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
   cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)");
+  add_device_options(cmd, opts->engine);
   cmd->add_option("--seed", opts->seed, "seed for requests that bring none");
   cmd->add_option("--max-concurrent-requests", opts->server.max_concurrent_requests,
                   "generation requests in flight before 429");

@@ -29,10 +29,16 @@ using RequestId = std::uint64_t;
 
 enum class BatchingPolicy { fcfs, priority };
 enum class BatchingMode { continuous, static_batch };
+enum class Device { cpu, cuda };
 
 struct EngineConfig {
   std::string model_path;  // empty: the built-in random model
   int num_threads = 0;     // compute threads (0: all cores)
+  Device device = Device::cpu;
+  // CUDA: the share of the GPU memory left free by the weights and buffers that the KV pool
+  // takes (vLLM's --gpu-memory-utilization); num_kv_blocks, when set, wins.
+  double gpu_memory_utilization = 0.9;
+  bool cuda_graphs = true;  // CUDA: replay decode steps from graphs (vLLM's --enforce-eager off)
   std::int32_t block_size = 16;
   std::int32_t num_kv_blocks = 0;  // 0: derived from kv_cache_bytes
   std::int64_t kv_cache_bytes = std::int64_t{1} << 30;

@@ -92,6 +92,16 @@ TEST_CASE("bad input to troupe is a clear error and exit code 1, never a crash",
     CHECK(run.exit_code == 1);
     CHECK(run.out.find("top_p must be in (0, 1]") != std::string::npos);
   }
+  SECTION("the GPU asked for where there is none (or no CUDA in the build)") {
+    const Run run = run_troupe("generate -p hi -n 4 --device cuda");
+    if (run.exit_code == 0) {
+      CHECK(run.out.find("generation: 4 tokens") != std::string::npos);  // a GPU is here
+    } else {
+      CHECK(run.exit_code == 1);
+      CHECK(run.out.find("CUDA") != std::string::npos);
+    }
+    CHECK(run_troupe("generate -p hi --device tpu").exit_code != 0);
+  }
   SECTION("an unknown subcommand") {
     CHECK(run_troupe("fly").exit_code != 0);
   }
