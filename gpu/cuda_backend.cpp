@@ -61,6 +61,19 @@ struct Buffer {
   std::int64_t bytes = 0;
 };
 
+// Grows `b` to hold `bytes` (doubling); reports whether it moved. The stream must be idle.
+Result<bool> grow(Buffer& b, std::int64_t bytes, std::int64_t& in_use,
+                  const std::function<Result<void*>(std::int64_t)>& alloc) {
+  if (b.bytes >= bytes) return false;
+  const std::int64_t size = std::max<std::int64_t>(bytes, b.bytes * 2);
+  TROUPE_TRY(void* p, alloc(size));
+  if (b.data != nullptr) cudaFree(b.data);
+  in_use -= b.bytes;
+  b.data = p;
+  b.bytes = size;
+  return true;
+}
+
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -297,8 +310,13 @@ Result<Weight> CudaBackend::random_vector(std::int64_t size, std::uint64_t seed,
 Result<Tensor> CudaBackend::allocate(std::int64_t rows, std::int64_t cols) {
   TROUPE_TRY(void* p, device_alloc(rows * cols * 4));
   impl_->allocations.push_back(p);
-  largest_tensor_ = std::max(largest_tensor_, rows * cols);
   invalidate_graphs();  // recorded steps point at the old buffers
+  // Any tensor may feed a matmul, whose input is cast to 16 bits first.
+  auto alloc = [this](std::int64_t bytes) { return device_alloc(bytes); };
+  cudaStreamSynchronize(as_stream(stream_));
+  if (auto grown = grow(impl_->cast, rows * cols * 2, bytes_in_use_, alloc); !grown) {
+    return tl::make_unexpected(grown.error());
+  }
   return Tensor{static_cast<float*>(p), rows, cols};
 }
 
@@ -377,23 +395,6 @@ model::StepPlan CudaBackend::step_shape(const model::StepInput& step) const {
                          false};
 }
 
-namespace {
-
-// Grows `b` to hold `bytes` (doubling); reports whether it moved. The stream must be idle.
-Result<bool> grow(Buffer& b, std::int64_t bytes, std::int64_t& in_use,
-                  const std::function<Result<void*>(std::int64_t)>& alloc) {
-  if (b.bytes >= bytes) return false;
-  const std::int64_t size = std::max<std::int64_t>(bytes, b.bytes * 2);
-  TROUPE_TRY(void* p, alloc(size));
-  if (b.data != nullptr) cudaFree(b.data);
-  in_use -= b.bytes;
-  b.data = p;
-  b.bytes = size;
-  return true;
-}
-
-}  // namespace
-
 Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
   auto alloc = [this](std::int64_t bytes) { return device_alloc(bytes); };
   bool moved = false;
@@ -409,7 +410,10 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
            {&m.logit_rows, ints(l.logit_row_index.size())},
            {&m.decode_rows, ints(l.decode_rows.size())},
            {&m.tiles, ints(l.tiles.size() * 2)},
-           {&m.tables, ints(l.block_tables.size())}}) {
+           // A graph's tables have room for its whole batch, whatever the step fills.
+           {&m.tables,
+            ints(std::max(l.block_tables.size(), static_cast<std::size_t>(l.rows) *
+                                                     static_cast<std::size_t>(l.block_stride)))}}) {
     TROUPE_TRY(const bool grew, grow(*buffer, bytes, bytes_in_use_, alloc));
     moved = moved || grew;
   }
@@ -420,8 +424,6 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
   const std::int64_t partial_floats =
       l.num_splits > 1 ? std::int64_t{l.rows} * heads * l.num_splits * (kv_shape_.head_dim + 2) : 1;
   TROUPE_TRY(const bool grew_partials, grow(m.partials, partial_floats * 4, bytes_in_use_, alloc));
-  TROUPE_TRY(const bool grew_cast,
-             grow(m.cast, std::max<std::int64_t>(largest_tensor_, 1) * 2, bytes_in_use_, alloc));
   const std::int64_t staging =
       4 * static_cast<std::int64_t>(l.tokens.size() * 4 + l.logit_row_index.size() +
                                     l.decode_rows.size() + l.tiles.size() * 2 +
@@ -437,7 +439,7 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
     }
     m.pinned_bytes = size;
   }
-  if (moved || grew_partials || grew_cast) invalidate_graphs();
+  if (moved || grew_partials) invalidate_graphs();
   return {};
 }
 

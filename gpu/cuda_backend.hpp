@@ -146,7 +146,6 @@ class CudaBackend final : public model::Backend {
   std::set<std::int32_t> warmed_;         // batch sizes run once eagerly
   std::int64_t num_replays_ = 0;
   std::int32_t num_heads_ = 0;  // learnt from the first attention call
-  std::int64_t largest_tensor_ = 0;
 };
 
 }  // namespace troupe::gpu

@@ -125,11 +125,11 @@ __global__ void rope_kernel(float* x, const std::int32_t* __restrict__ positions
     const std::int32_t pair = static_cast<std::int32_t>(i % half);
     const std::int64_t head = (i / half) % a.num_heads;
     const std::int64_t row = i / (static_cast<std::int64_t>(half) * a.num_heads);
-    // As ggml: theta = freq_scale * pos * theta_scale^pair / factor[pair].
-    float theta =
-        static_cast<float>(positions[row]) * powf(a.theta_scale, static_cast<float>(pair));
-    if (a.freq_factors != nullptr) theta /= a.freq_factors[pair];
-    theta *= a.freq_scale;
+    // As ggml and the CPU backend: theta = freq_scale * (pos * theta_scale^pair / factor), the
+    // power built by repeated multiplication, so that both compute the same angle.
+    float theta = static_cast<float>(positions[row]);
+    for (std::int32_t i = 0; i < pair; ++i) theta *= a.theta_scale;
+    theta = a.freq_scale * (theta / (a.freq_factors != nullptr ? a.freq_factors[pair] : 1.0f));
     float s, c;
     sincosf(theta, &s, &c);
     float* v = x + row * a.num_heads * a.head_dim + head * a.head_dim;

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU machine's one call: build the CUDA backend, its tests and the GPU benchmark
+# from the repository (TROUPE_GPU_ONLY, dependencies from the carried .gpu-deps/ that
+# scripts/gpu-deps.sh makes here), run the tests, the benchmark and the Hugging Face
+# static-batching baseline, and print a short table last. Logs and JSON go to $OUT.
+#
+#   here:   scripts/gpu-deps.sh
+#   device: run(command="bash scripts/gpu-check.sh", carry=[".gpu-deps"], timeout_s=600)
+#
+# Knobs (environment): NUM_PROMPTS (troupe's workload, 256), HF_PROMPTS (the baseline
+# runs the workload's first N, 128), HF_BATCH (64), SHAPE (llama3-8b), SKIP_HF=1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/troupe-gpu-check}
+mkdir -p "$OUT"
+deps=$PWD/.gpu-deps
+NUM_PROMPTS=${NUM_PROMPTS:-256}
+HF_PROMPTS=${HF_PROMPTS:-128}
+HF_BATCH=${HF_BATCH:-64}
+SHAPE=${SHAPE:-llama3-8b}
+stage() { echo; echo "=== $* ($(date +%T))"; }
+
+stage "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+nvcc --version | tail -1
+
+stage "build (TROUPE_GPU_ONLY)"
+[ -d "$deps" ] || { echo "no .gpu-deps: run scripts/gpu-deps.sh first and carry it"; exit 2; }
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_GPU_ONLY=ON \
+  -DTROUPE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
+  -Dhwy_DIR="$deps/usr/lib/x86_64-linux-gnu/cmake/hwy" -DCatch2_DIR="$deps/usr/lib/cmake/Catch2" \
+  -DTL_EXPECTED_INCLUDE_DIR="$deps/usr/include" >"$OUT/configure.log" 2>&1 \
+  || { tail -30 "$OUT/configure.log"; exit 1; }
+timeout 300 cmake --build build-gpu -j "$(nproc)" >"$OUT/build.log" 2>&1 \
+  || { grep -E "error|FAILED" -A3 "$OUT/build.log" | head -60; exit 1; }
+echo "built"
+
+stage "tests"
+export TROUPE_SHARED_DIR=$deps/shared
+timeout 240 ctest --test-dir build-gpu --output-on-failure -j 4 >"$OUT/tests.log" 2>&1
+tests_rc=$?
+grep -E "tests passed|Failed|\*\*\*|Skipped" "$OUT/tests.log" | tail -25
+
+stage "troupe-gpu-bench ($SHAPE)"
+timeout 300 build-gpu/bench/troupe-gpu-bench --shape "$SHAPE" --num-prompts "$NUM_PROMPTS" \
+  --json "$OUT/troupe.json" --workload "$OUT/workload.json" 2>&1 | tee "$OUT/bench.log"
+
+if [ "${SKIP_HF:-0}" != 1 ] && [ -f "$OUT/workload.json" ]; then
+  stage "Hugging Face static batching ($HF_PROMPTS requests, batch $HF_BATCH)"
+  PYTHONUNBUFFERED=1 timeout 240 python3 bench/hf_static_baseline.py --shape "$SHAPE" \
+    --workload "$OUT/workload.json" --num-prompts "$HF_PROMPTS" --batch-size "$HF_BATCH" \
+    --json "$OUT/hf.json" 2>&1 | grep -v Warning | tail -5
+fi
+
+stage "summary"
+python3 - "$OUT" "$tests_rc" <<'PY'
+import json, os, sys
+out, tests_rc = sys.argv[1], int(sys.argv[2])
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+t, hf = load("troupe.json"), load("hf.json")
+print(f"tests: {'passed' if tests_rc == 0 else 'FAILED (rc %d)' % tests_rc}")
+if not t:
+    print("benchmark: no result"); sys.exit(0)
+print(f"{t['device']}, {t['shape']} {t['dtype']}, weights {t['weight_gb']:.2f} GB, "
+      f"copy {t['copy_bandwidth_gbs']:.0f} GB/s")
+print(f"{'decode batch':>12} {'ms/step':>9} {'GB read':>8} {'of copy':>8} {'tok/s':>9}")
+for d in t["decode"]:
+    print(f"{d['batch']:>12} {d['step_ms']:>9.3f} {d['gb_read']:>8.2f} "
+          f"{100 * d['copy_fraction']:>7.1f}% {d['tokens_per_s']:>9.0f}")
+print(f"prefill tok/s {t['prefill_tokens_per_s']:.0f}; paged attention decode "
+      f"{t['attention_decode_gbs']:.0f} GB/s")
+tp = t["throughput"]
+print(f"offline throughput (troupe): {tp['output_tokens_per_s']:.0f} output tok/s "
+      f"({tp['requests']} requests, {tp['seconds']:.1f} s)")
+if hf:
+    print(f"HF static batching: {hf['output_tokens_per_s']:.0f} output tok/s "
+          f"({hf['requests']} requests, batch {hf['batch_size']}, {hf['seconds']:.1f} s)")
+    print(f"ratio troupe / HF: {tp['output_tokens_per_s'] / hf['output_tokens_per_s']:.1f}x "
+          f"(target > 23x)")
+PY
