@@ -281,6 +281,7 @@ Result<Weight> CudaBackend::load_weight(const model::GgufTensorInfo& info) {
              "weight upload")) {
     return tl::make_unexpected(status().error());
   }
+  matmul_type_ = target;
   return Weight{p, target, rows, cols};
 }
 
@@ -293,6 +294,7 @@ Result<Weight> CudaBackend::random_weight(std::int64_t rows, std::int64_t cols, 
   impl_->allocations.push_back(p);
   weight_bytes_ += bytes;
   kernels::fill_random_16(p, half_of(type), rows * cols, seed, scale, as_stream(stream_));
+  matmul_type_ = type;
   TROUPE_TRY_VOID(synchronize());
   return Weight{p, type, rows, cols};
 }
@@ -451,6 +453,7 @@ Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
   if (!check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize"))
     return tl::make_unexpected(status().error());
   layout_ = plan_step(step, kv_shape_.block_size, graph_policy_);
+  cast_ = CastCopy{};  // a replayed step leaves the buffer holding what its graph wrote last
   TROUPE_TRY_VOID(ensure_step_capacity(layout_));
 
   // Pack every array into pinned memory, then one copy each.
@@ -503,6 +506,7 @@ Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
 Result<void> CudaBackend::end_step() {
   if (!step_open_) return status();
   step_open_ = false;
+  cast_ = CastCopy{};
   if (capturing_) {
     capturing_ = false;
     cudaGraph_t graph = nullptr;
@@ -532,18 +536,33 @@ Result<void> CudaBackend::end_step() {
 // --- ops ---
 
 void CudaBackend::embed(const Weight& table, Tensor out) {
+  wrote(out);
   kernels::embed(static_cast<const std::int32_t*>(impl_->tokens.data), table.data,
                  half_of(table.type), table.cols, out.data, out.rows, as_stream(stream_));
 }
 
+CudaBackend::Copy16Target CudaBackend::copy_for(Tensor out) {
+  if (impl_->cast.bytes < out.rows * out.cols * 2) {
+    cast_ = CastCopy{};
+    return {};
+  }
+  cast_ = CastCopy{out.data, out.rows, out.cols, matmul_type_};
+  return {impl_->cast.data, matmul_type_};
+}
+
 void CudaBackend::rms_norm(Tensor x, const Weight& weight, float eps, Tensor out) {
+  wrote(out);
+  const auto copy = copy_for(out);
   kernels::rms_norm(x.data, static_cast<const float*>(weight.data), eps, out.data, x.rows, x.cols,
-                    as_stream(stream_));
+                    {copy.data, half_of(copy.type)}, as_stream(stream_));
 }
 
 void CudaBackend::add_rms_norm(Tensor x, Tensor y, const Weight& weight, float eps, Tensor out) {
+  wrote(x);
+  wrote(out);
+  const auto copy = copy_for(out);
   kernels::add_rms_norm(x.data, y.data, static_cast<const float*>(weight.data), eps, out.data,
-                        x.rows, x.cols, as_stream(stream_));
+                        x.rows, x.cols, {copy.data, half_of(copy.type)}, as_stream(stream_));
 }
 
 void CudaBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
@@ -553,8 +572,16 @@ void CudaBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
                 "GPU matmul weights are F16 or BF16");
   if (x.rows == 0) return;
   TROUPE_ASSERT(impl_->cast.bytes >= x.rows * x.cols * 2, "matmul input larger than any tensor");
-  kernels::cast_to_16(x.data, impl_->cast.data, half_of(weight.type), x.rows * x.cols,
-                      as_stream(stream_));
+  matmul_type_ = weight.type;
+  // Q, K and V (gate and up) read one normalized input: it is cast once, or written in 16 bits
+  // by the norm that made it.
+  if (cast_.source != x.data || cast_.rows != x.rows || cast_.cols != x.cols ||
+      cast_.type != weight.type) {
+    kernels::cast_to_16(x.data, impl_->cast.data, half_of(weight.type), x.rows * x.cols,
+                        as_stream(stream_));
+    cast_ = CastCopy{x.data, x.rows, x.cols, weight.type};
+  }
+  wrote(out);
   // Column-major view: out^T [w.rows, n] = W [w.rows, cols] (stored as W^T) * x^T [cols, n].
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t s =
@@ -569,6 +596,7 @@ void CudaBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
 }
 
 void CudaBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& params) {
+  wrote(x);
   kernels::RopeArgs a;
   a.head_dim = head_dim;
   a.num_heads = static_cast<std::int32_t>(x.cols / head_dim);
@@ -594,6 +622,7 @@ void CudaBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
 
 void CudaBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
                             Tensor out) {
+  wrote(out);
   const auto& s = kv_shape_;
   if (params.num_heads % params.num_kv_heads != 0 ||
       params.num_heads / params.num_kv_heads > kernels::kMaxGroup ||
@@ -635,14 +664,19 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
 }
 
 void CudaBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
-  kernels::swiglu(gate.data, up.data, out.data, gate.rows * gate.cols, as_stream(stream_));
+  wrote(out);
+  const auto copy = copy_for(out);
+  kernels::swiglu(gate.data, up.data, out.data, gate.rows * gate.cols,
+                  {copy.data, half_of(copy.type)}, as_stream(stream_));
 }
 
 void CudaBackend::add(Tensor x, Tensor y) {
+  wrote(x);
   kernels::add(x.data, y.data, x.rows * x.cols, as_stream(stream_));
 }
 
 void CudaBackend::gather_logit_rows(Tensor x, Tensor out) {
+  wrote(out);
   kernels::gather_rows(x.data, static_cast<const std::int32_t*>(impl_->logit_rows.data), out.data,
                        out.rows, x.cols, as_stream(stream_));
 }
@@ -657,6 +691,7 @@ Result<void> CudaBackend::read(Tensor tensor, std::span<float> host) {
 }
 
 Result<void> CudaBackend::write(Tensor tensor, std::span<const float> host) {
+  wrote(tensor);
   const auto n = static_cast<std::size_t>(tensor.rows * tensor.cols);
   if (host.size() < n) return make_error(ErrorCode::invalid_argument, "host buffer too small");
   check(
@@ -666,6 +701,7 @@ Result<void> CudaBackend::write(Tensor tensor, std::span<const float> host) {
 }
 
 void CudaBackend::poison(Tensor tensor) {
+  wrote(tensor);
   kernels::fill_nan(tensor.data, tensor.rows * tensor.cols, as_stream(stream_));
 }
 

@@ -125,6 +125,22 @@ class CudaBackend final : public model::Backend {
   Result<void> ensure_step_capacity(const StepLayout& layout);
   Result<void> ensure_scratch(std::int64_t floats);
   void invalidate_graphs();
+  // The cast buffer holds a 16-bit copy of one tensor: matmuls reading it skip their cast,
+  // and norms and SwiGLU write it as they write their output.
+  struct CastCopy {
+    const float* source = nullptr;
+    std::int64_t rows = 0, cols = 0;
+    model::TensorType type = model::TensorType::bf16;
+  };
+  // The copy an op writing `out` should also make (none if the buffer is too small).
+  struct Copy16Target {
+    void* data = nullptr;
+    model::TensorType type = model::TensorType::bf16;
+  };
+  Copy16Target copy_for(model::Tensor out);
+  void wrote(model::Tensor t) {
+    if (cast_.source == t.data) cast_ = CastCopy{};
+  }
 
   CudaBackendOptions options_;
   DeviceInfo device_;
@@ -146,6 +162,8 @@ class CudaBackend final : public model::Backend {
   std::set<std::int32_t> warmed_;         // batch sizes run once eagerly
   std::int64_t num_replays_ = 0;
   std::int32_t num_heads_ = 0;  // learnt from the first attention call
+  CastCopy cast_;
+  model::TensorType matmul_type_ = model::TensorType::bf16;  // of the weights matmuls read
 };
 
 }  // namespace troupe::gpu

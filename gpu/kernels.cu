@@ -96,9 +96,18 @@ __device__ float block_sum(float v) {
   return total;
 }
 
-// One block per row. With `y`, x += y first (the residual add fused in).
+__device__ __forceinline__ void store16(Copy16 copy, std::int64_t i, float v) {
+  if (copy.type == Half16::f16) {
+    static_cast<__half*>(copy.data)[i] = __float2half_rn(v);
+  } else {
+    static_cast<__nv_bfloat16*>(copy.data)[i] = __float2bfloat16_rn(v);
+  }
+}
+
+// One block per row. With `y`, x += y first (the residual add fused in); with a copy, the
+// output is also written in 16 bits for the matmul that reads it next.
 __global__ void rms_norm_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w,
-                                float eps, float* out, std::int64_t cols) {
+                                float eps, float* out, std::int64_t cols, Copy16 copy) {
   float* xr = x + blockIdx.x * cols;
   const float* yr = y != nullptr ? y + blockIdx.x * cols : nullptr;
   float* outr = out + blockIdx.x * cols;
@@ -112,7 +121,11 @@ __global__ void rms_norm_kernel(float* x, const float* __restrict__ y, const flo
     sum += v * v;
   }
   const float scale = rsqrtf(block_sum(sum) / static_cast<float>(cols) + eps);
-  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) outr[c] = xr[c] * scale * w[c];
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = xr[c] * scale * w[c];
+    outr[c] = v;
+    if (copy.data != nullptr) store16(copy, blockIdx.x * cols + c, v);
+  }
 }
 
 // One thread per (row, head, rotated pair).
@@ -155,11 +168,13 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
 }
 
 __global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
-                              float* out, std::int64_t n) {
+                              float* out, std::int64_t n, Copy16 copy) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
-    out[i] = g / (1.0f + __expf(-g)) * up[i];
+    const float v = g / (1.0f + __expf(-g)) * up[i];
+    out[i] = v;
+    if (copy.data != nullptr) store16(copy, i, v);
   }
 }
 
@@ -234,17 +249,17 @@ void embed(const std::int32_t* tokens, const void* table, Half16 type, std::int6
 }
 
 void rms_norm(const float* x, const float* w, float eps, float* out, std::int64_t rows,
-              std::int64_t cols, cudaStream_t stream) {
+              std::int64_t cols, Copy16 copy, cudaStream_t stream) {
   if (rows == 0) return;
   rms_norm_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, stream>>>(
-      const_cast<float*>(x), nullptr, w, eps, out, cols);
+      const_cast<float*>(x), nullptr, w, eps, out, cols, copy);
 }
 
 void add_rms_norm(float* x, const float* y, const float* w, float eps, float* out,
-                  std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+                  std::int64_t rows, std::int64_t cols, Copy16 copy, cudaStream_t stream) {
   if (rows == 0) return;
   rms_norm_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, stream>>>(x, y, w, eps, out,
-                                                                                 cols);
+                                                                                 cols, copy);
 }
 
 void rope(float* x, const std::int32_t* positions, std::int64_t rows, const RopeArgs& args,
@@ -261,9 +276,10 @@ void store_kv(const float* k, const float* v, const std::int32_t* slots, std::in
       k, v, slots, kv_dim, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
 }
 
-void swiglu(const float* gate, const float* up, float* out, std::int64_t n, cudaStream_t stream) {
+void swiglu(const float* gate, const float* up, float* out, std::int64_t n, Copy16 copy,
+            cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, out, n);
+  swiglu_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, out, n, copy);
 }
 
 void add(float* x, const float* y, std::int64_t n, cudaStream_t stream) {

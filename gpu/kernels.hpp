@@ -26,12 +26,17 @@ void fill_random_f32(float* y, std::int64_t n, std::uint64_t seed, float scale, 
 // out[t] = table[tokens[t]] as float.                      table: [vocab, cols]
 void embed(const std::int32_t* tokens, const void* table, Half16 type, std::int64_t cols,
            float* out, std::int64_t rows, cudaStream_t stream);
+// A second, 16-bit copy of an op's output: the next matmul's input, cast for free.
+struct Copy16 {
+  void* data = nullptr;  // none when null
+  Half16 type = Half16::bf16;
+};
 // out = x / rms(x) * w, per row; x may be out.
 void rms_norm(const float* x, const float* w, float eps, float* out, std::int64_t rows,
-              std::int64_t cols, cudaStream_t stream);
+              std::int64_t cols, Copy16 copy, cudaStream_t stream);
 // x += y, then out = rms_norm(x).
 void add_rms_norm(float* x, const float* y, const float* w, float eps, float* out,
-                  std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+                  std::int64_t rows, std::int64_t cols, Copy16 copy, cudaStream_t stream);
 struct RopeArgs {
   std::int32_t head_dim = 0;
   std::int32_t num_heads = 0;
@@ -46,7 +51,8 @@ void rope(float* x, const std::int32_t* positions, std::int64_t rows, const Rope
 // Cache layout per layer: [num_blocks * block_size slots][kv_dim] in half; slot -1 skips.
 void store_kv(const float* k, const float* v, const std::int32_t* slots, std::int64_t rows,
               std::int32_t kv_dim, void* k_cache, void* v_cache, cudaStream_t stream);
-void swiglu(const float* gate, const float* up, float* out, std::int64_t n, cudaStream_t stream);
+void swiglu(const float* gate, const float* up, float* out, std::int64_t n, Copy16 copy,
+            cudaStream_t stream);
 void add(float* x, const float* y, std::int64_t n, cudaStream_t stream);
 // out[i] = x[rows[i]].
 void gather_rows(const float* x, const std::int32_t* rows, float* out, std::int64_t num_rows,

@@ -42,6 +42,12 @@ class LlamaModel {
   const LlamaConfig& config() const { return config_; }
   Backend& backend() const { return *backend_; }
 
+  // Sizes the activation buffers for steps of up to `max_tokens` tokens and `max_logits`
+  // logit rows now, so that a GPU can size its KV pool from what is left.
+  Result<void> prepare(std::int64_t max_tokens, std::int64_t max_logits) {
+    return reserve(max_tokens, max_logits);
+  }
+
   // Runs one step; `logits` receives [step.logit_rows.size(), vocab_size] floats.
   Result<void> forward(const StepInput& step, std::vector<float>& logits);
   // Runs one step and samples on the device (Backend::can_sample): one id per logit row,
