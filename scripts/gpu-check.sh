@@ -27,13 +27,13 @@ nvcc --version | tail -1
 stage "build (TROUPE_GPU_ONLY)"
 [ -d "$deps" ] || { echo "no .gpu-deps: run scripts/gpu-deps.sh first and carry it"; exit 2; }
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_GPU_ONLY=ON \
-  -DTROUPE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
+  -DTROUPE_CUDA=ON -DTROUPE_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
   -Dhwy_DIR="$deps/usr/lib/x86_64-linux-gnu/cmake/hwy" -DCatch2_DIR="$deps/usr/lib/cmake/Catch2" \
   -DTL_EXPECTED_INCLUDE_DIR="$deps/usr/include" >"$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 timeout 300 cmake --build build-gpu -j "$(nproc)" >"$OUT/build.log" 2>&1 \
   || { grep -E "error|FAILED" -A3 "$OUT/build.log" | head -60; exit 1; }
-echo "built"
+echo "built ($(grep -c 'warning' "$OUT/build.log") warning lines in build.log)"
 
 stage "tests"
 export TROUPE_SHARED_DIR=$deps/shared

@@ -251,3 +251,60 @@ TEST_CASE("destroying the engine ends every open request", "[actors]") {
   }
   CHECK(c.wait(4, 1s));
 }
+
+TEST_CASE("a GPU worker serves through the actors and is replaced when a step fails",
+          "[actors][gpu]") {
+  auto config = small_config();
+  config.device = Device::cuda;
+  auto fail_next = std::make_shared<std::atomic<bool>>(false);
+  config.before_step = [fail_next] {
+    if (fail_next->exchange(false)) throw std::runtime_error("injected fault");
+  };
+  auto engine = Engine::create(config);
+  if (!engine) {
+    const auto& why = engine.error().message;
+    if (why.find("no CUDA device") != std::string::npos ||
+        why.find("without CUDA") != std::string::npos) {
+      std::printf("skipped: %s\n", why.c_str());
+      std::exit(test::kSkipExitCode);
+    }
+    FAIL(why);
+  }
+  Collector c;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 12; ++i) {
+    auto r = greedy({1, 10 + i, 20, 30 + 2 * i}, 6 + i);
+    if (i % 3 == 1) {  // sampled on the device, seeded
+      r.params.temperature = 0.9f;
+      r.params.top_k = 20;
+      r.params.top_p = 0.9f;
+      r.params.seed = 5 + i;
+    }
+    if (i % 3 == 2) r.params.logprobs = 2;  // needs the host: logits come back
+    ids.push_back(*(*engine)->submit(r, c.callback()));
+  }
+  REQUIRE(c.wait(ids.size()));
+  for (int i = 0; i < 12; ++i) {
+    const auto r = c.get(ids[i]);
+    CHECK(r.end->finish_reason == FinishReason::length);
+    CHECK(r.tokens.size() == static_cast<std::size_t>(6 + i));
+  }
+  // Alone, the same greedy request gives the same tokens twice (the same step shapes).
+  Collector again;
+  const auto first = *(*engine)->submit(greedy({1, 2, 3}, 10), again.callback());
+  REQUIRE(again.wait(1));
+  const auto second = *(*engine)->submit(greedy({1, 2, 3}, 10), again.callback());
+  REQUIRE(again.wait(2));
+  CHECK(again.get(first).tokens == again.get(second).tokens);
+
+  fail_next->store(true);
+  Collector after;
+  auto failed = (*engine)->submit(greedy({1, 2, 3}, 8), after.callback());
+  REQUIRE(after.wait(1));
+  CHECK(after.get(*failed).end->finish_reason == FinishReason::error);
+  auto served = (*engine)->submit(greedy({1, 2, 3}, 8), after.callback());
+  REQUIRE(after.wait(2));
+  CHECK(after.get(*served).tokens.size() == 8);
+  CHECK((*engine)->stats().num_worker_restarts == 1);
+  CHECK(kv_drains(**engine));
+}
