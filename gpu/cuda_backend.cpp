@@ -449,6 +449,10 @@ Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
   TROUPE_TRY_VOID(status());
   if (k_cache_ == nullptr) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
   if (step_open_) return make_error(ErrorCode::internal, "a step began before the last one ended");
+  // The worker's thread may not be the one that made the backend: the device is per thread.
+  if (!check(cudaSetDevice(options_.device), "cudaSetDevice")) {
+    return tl::make_unexpected(status().error());
+  }
   // The staging buffer is reused: the previous step's uploads must have landed.
   if (!check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize"))
     return tl::make_unexpected(status().error());

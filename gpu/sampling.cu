@@ -14,7 +14,7 @@ namespace troupe::gpu::kernels {
 
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 512;  // 1024 would cap registers at 32 and spill
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
 
