@@ -151,6 +151,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     TROUPE_TRY(auto llama, model::LlamaModel::load(*r->file, *r->backend));
     r->model = std::make_unique<model::LlamaModel>(std::move(llama));
     const auto& c = r->model->config();
+#ifdef TROUPE_HAVE_CUDA
+    if (config.device == Device::cuda) {
+      TROUPE_TRY_VOID(gpu::CudaBackend::check_heads(c.num_heads, c.num_kv_heads, c.head_dim));
+    }
+#endif
     // Activations first (a step never holds more than max_num_batched_tokens tokens, or a
     // decode batch padded to its graph's size), then the KV pool from what is left.
     TROUPE_TRY_VOID(r->model->prepare(std::max(config.max_num_batched_tokens, 256),

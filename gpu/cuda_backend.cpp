@@ -93,8 +93,9 @@ Result<DeviceInfo> probe_device(int ordinal) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    return make_error(ErrorCode::unsupported,
-                      std::string("no CUDA device: ") + cudaGetErrorString(e));
+    // Without a GPU and its driver the runtime says "driver version is insufficient".
+    return make_error(ErrorCode::unsupported, std::string("no CUDA device (cudaGetDeviceCount: ") +
+                                                  cudaGetErrorString(e) + ")");
   }
   if (count <= ordinal) {
     return make_error(ErrorCode::unsupported, "no CUDA device " + std::to_string(ordinal) + " (" +
@@ -211,6 +212,25 @@ Result<void*> CudaBackend::device_alloc(std::int64_t bytes) {
 
 void CudaBackend::device_free(void* p) {
   if (p != nullptr) cudaFree(p);
+}
+
+Result<void> CudaBackend::check_heads(std::int32_t num_heads, std::int32_t num_kv_heads,
+                                      std::int32_t head_dim) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
+    return make_error(ErrorCode::unsupported,
+                      "the CUDA kernels need num_heads to be a multiple of "
+                      "num_kv_heads");
+  }
+  if (num_heads / num_kv_heads > kernels::kMaxGroup || head_dim > kernels::kMaxHeadDim ||
+      head_dim <= 0) {
+    return make_error(ErrorCode::unsupported,
+                      "the CUDA kernels take up to " + std::to_string(kernels::kMaxGroup) +
+                          " query heads per KV head and head_dim up to " +
+                          std::to_string(kernels::kMaxHeadDim) + "; this model has " +
+                          std::to_string(num_heads / num_kv_heads) + " and " +
+                          std::to_string(head_dim));
+  }
+  return {};
 }
 
 Result<std::int64_t> CudaBackend::free_bytes() const {

@@ -57,6 +57,10 @@ class CudaBackend final : public model::Backend {
   // Bytes of device memory the backend holds: weights, buffers, KV cache.
   std::int64_t bytes_in_use() const { return bytes_in_use_; }
   std::int64_t weight_bytes() const { return weight_bytes_; }
+  // Whether the attention kernels take these heads (a model is refused at load, not at its
+  // first step).
+  static Result<void> check_heads(std::int32_t num_heads, std::int32_t num_kv_heads,
+                                  std::int32_t head_dim);
   // Free device memory now.
   Result<std::int64_t> free_bytes() const;
   // Blocks of `shape` (its num_blocks ignored) that fit in `utilization` of the memory
