@@ -327,3 +327,15 @@ TEST_CASE("device sampling: greedy is the argmax, filters keep their sets, seeds
     }
   }
 }
+
+TEST_CASE("the kernels' limits refuse a model before it runs (no device needed)", "[gpu][limits]") {
+  CHECK(gpu::CudaBackend::check_heads(32, 8, 128).has_value());
+  CHECK(gpu::CudaBackend::check_heads(8, 8, 8).has_value());
+  CHECK(gpu::CudaBackend::check_heads(64, 4, 256).has_value());
+  const auto group = gpu::CudaBackend::check_heads(32, 1, 128);
+  REQUIRE_FALSE(group.has_value());
+  CHECK(group.error().message.find("up to 16 query heads per KV head") != std::string::npos);
+  CHECK_FALSE(gpu::CudaBackend::check_heads(30, 8, 128).has_value());
+  CHECK_FALSE(gpu::CudaBackend::check_heads(32, 8, 512).has_value());
+  CHECK_FALSE(gpu::CudaBackend::check_heads(32, 0, 128).has_value());
+}
