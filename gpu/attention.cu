@@ -136,26 +136,33 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   __syncthreads();
 
-  for (int idx = threadIdx.x; idx < group * dim; idx += kDecodeThreads) {
-    const int g = idx / dim, d = idx % dim;
-    const float* p = p_s + g * kDecodePartition;
+  // Each thread owns value dims d, d + 128, ...: one load of a value serves every query head
+  // of the group.
+  for (int d = threadIdx.x; d < dim; d += kDecodeThreads) {
     const __half* values = v_cache + kv_head * dim + d;
-    float acc0 = 0.0f, acc1 = 0.0f;
-    int j = 0;
-    for (; j + 1 < n; j += 2) {  // two loads in flight
-      acc0 += p[j] * __half2float(values[slot_s[j] * kv_dim]);
-      acc1 += p[j + 1] * __half2float(values[slot_s[j + 1] * kv_dim]);
+    float acc[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+      const float v = __half2float(values[slot_s[j] * kv_dim]);
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < group) acc[g] += p_s[g * kDecodePartition + j] * v;
+      }
     }
-    if (j < n) acc0 += p[j] * __half2float(values[slot_s[j] * kv_dim]);
-    const float acc = acc0 + acc1;
-    if (num_splits == 1) {
-      a.out[row * q_stride + (kv_head * group + g) * dim + d] = acc / l_s[g];
-    } else {
-      float* out = partial(g);
-      out[d] = acc;
-      if (d == 0) {
-        out[dim] = m_s[g];
-        out[dim + 1] = l_s[g];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= group) break;
+      if (num_splits == 1) {
+        a.out[row * q_stride + (kv_head * group + g) * dim + d] = acc[g] / l_s[g];
+      } else {
+        float* out = partial(g);
+        out[d] = acc[g];
+        if (d == 0) {
+          out[dim] = m_s[g];
+          out[dim + 1] = l_s[g];
+        }
       }
     }
   }
