@@ -34,8 +34,38 @@ __device__ __forceinline__ std::int64_t slot_of(const std::int32_t* table, std::
          position % block_size;
 }
 
-// grid (num_kv_heads, num_decode_rows, num_splits). The block scores its partition's keys
-// for every query head of one KV head's group, then weighs the values.
+// The keys a row attends to: up to its own position; none for a padding row.
+__device__ __forceinline__ int keys_of(const AttentionArgs& a, int row) {
+  return a.token_seq[row] < 0 ? 0 : a.positions[row] + 1;
+}
+
+// Eight halves at a 16-byte aligned address, as floats.
+__device__ __forceinline__ void load8(const __half* p, float (&out)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const auto* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+constexpr int kDecodeWarps = kDecodeThreads / 32;
+constexpr int kHeadPass = 8;  // query heads whose values one pass accumulates in registers
+
+std::size_t decode_shared_bytes(int group, int dim) {
+  const int floats = group * dim + group * kDecodePartition + kDecodeWarps * kHeadPass * dim;
+  return sizeof(float) * static_cast<std::size_t>((floats + 1) / 2 * 2) +
+         sizeof(std::int64_t) * kDecodePartition;
+}
+
+// grid (num_kv_heads, num_decode_rows, num_splits): one block per (KV head, query row,
+// partition of kDecodePartition keys), for all the group's query heads at once.
+// Scores: one key per thread, its row read in 16-byte pieces (many loads in flight).
+// Values: a thread owns 8 dims for one lane of keys; lanes are summed by shuffles within a
+// warp and through shared memory across warps. A partition past the context's end does
+// nothing: the combine reads only partitions that hold keys.
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_kernel(AttentionArgs a, const std::int32_t* __restrict__ decode_rows,
                   std::int32_t num_splits, float* __restrict__ partials) {
@@ -43,45 +73,30 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int item = blockIdx.y;
   const int split = blockIdx.z;
   const int row = decode_rows[item];
-  const int seq = a.token_seq[row];
   const int group = a.num_heads / a.num_kv_heads;
   const int dim = a.head_dim;
   const int kv_dim = a.num_kv_heads * dim;
   const std::int64_t q_stride = static_cast<std::int64_t>(a.num_heads) * dim;
-  const int length = seq < 0 ? 0 : a.positions[row] + 1;
+  const int length = keys_of(a, row);
   const int start = split * kDecodePartition;
   const int end = min(length, start + kDecodePartition);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  constexpr int kWarps = kDecodeThreads / 32;
-
-  auto partial = [&](int g) {
-    const std::int64_t head = kv_head * group + g;
-    return partials +
-           ((item * static_cast<std::int64_t>(a.num_heads) + head) * num_splits + split) *
-               (dim + 2);
-  };
-  if (start >= end) {  // past the sequence's end (or a padding row): an empty partial
-    for (int idx = threadIdx.x; idx < group * dim; idx += kDecodeThreads) {
-      const int g = idx / dim, d = idx % dim;
-      if (num_splits == 1) {
-        a.out[row * q_stride + (kv_head * group + g) * dim + d] = 0.0f;
-      } else {
-        float* p = partial(g);
-        p[d] = 0.0f;
-        if (d == 0) {
-          p[dim] = -INFINITY;
-          p[dim + 1] = 0.0f;
-        }
+  if (start >= end) {
+    if (length == 0 && split == 0 && num_splits == 1) {  // a padding row: zeros
+      for (int idx = threadIdx.x; idx < group * dim; idx += kDecodeThreads) {
+        a.out[row * q_stride + kv_head * group * dim + idx] = 0.0f;
       }
     }
     return;
   }
+  const int n = end - start;
 
   extern __shared__ float smem[];
   float* q_s = smem;                               // [group][dim], scaled
   float* p_s = q_s + group * dim;                  // [group][kDecodePartition]
+  float* red_s = p_s + group * kDecodePartition;   // [warps][kHeadPass][dim]
   auto* slot_s = reinterpret_cast<std::int64_t*>(  // [kDecodePartition], 8-byte aligned
-      smem + (group * dim + group * kDecodePartition + 1) / 2 * 2);
+      smem + (group * dim + group * kDecodePartition + kDecodeWarps * kHeadPass * dim + 1) / 2 * 2);
   __shared__ float m_s[kMaxGroup], l_s[kMaxGroup];
 
   for (int idx = threadIdx.x; idx < group * dim; idx += kDecodeThreads) {
@@ -89,35 +104,40 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   __syncthreads();
 
-  const std::int32_t* table = a.block_tables + static_cast<std::int64_t>(seq) * a.block_stride;
+  const std::int32_t* table =
+      a.block_tables + static_cast<std::int64_t>(a.token_seq[row]) * a.block_stride;
   const auto* k_cache = static_cast<const __half*>(a.k_cache);
   const auto* v_cache = static_cast<const __half*>(a.v_cache);
-  for (int j = start + warp; j < end; j += kWarps) {
-    const std::int64_t slot = slot_of(table, j, a.block_size);
-    if (lane == 0) slot_s[j - start] = slot;
+  for (int t = threadIdx.x; t < n; t += kDecodeThreads) {
+    const std::int64_t slot = slot_of(table, start + t, a.block_size);
+    slot_s[t] = slot;
     const __half* key = k_cache + slot * kv_dim + kv_head * dim;
     float acc[kMaxGroup];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.0f;
-    for (int d = lane; d < dim; d += 32) {
-      const float k = __half2float(key[d]);
+#pragma unroll 4
+    for (int d = 0; d < dim; d += 8) {
+      float k[8];
+      load8(key + d, k);
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < group) acc[g] += q_s[g * dim + d] * k;
+        if (g < group) {
+          const float* q = q_s + g * dim + d;
+          float dot = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot += q[i] * k[i];
+          acc[g] += dot;
+        }
       }
     }
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < group) {
-        const float s = warp_sum(acc[g]);
-        if (lane == 0) p_s[g * kDecodePartition + (j - start)] = s;
-      }
+      if (g < group) p_s[g * kDecodePartition + t] = acc[g];
     }
   }
   __syncthreads();
 
-  const int n = end - start;
-  for (int g = warp; g < group; g += kWarps) {
+  for (int g = warp; g < group; g += kDecodeWarps) {
     float* p = p_s + g * kDecodePartition;
     float m = -INFINITY;
     for (int j = lane; j < n; j += 32) m = fmaxf(m, p[j]);
@@ -136,66 +156,96 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   __syncthreads();
 
-  // Each thread owns value dims d, d + 128, ...: one load of a value serves every query head
-  // of the group.
-  for (int d = threadIdx.x; d < dim; d += kDecodeThreads) {
-    const __half* values = v_cache + kv_head * dim + d;
-    float acc[kMaxGroup];
+  // dim / 8 "dim groups" of 8 values; 128 / (dim / 8) key lanes. head_dim is a power of two
+  // from 8 to 256 (check_heads), so a warp holds whole key lanes or one lane's part.
+  const int dim_groups = dim / 8;
+  const int key_lanes = kDecodeThreads / dim_groups;
+  const int dg = threadIdx.x % dim_groups, kl = threadIdx.x / dim_groups;
+  for (int g0 = 0; g0 < group; g0 += kHeadPass) {
+    float acc[kHeadPass][8];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.0f;
-#pragma unroll 4
-    for (int j = 0; j < n; ++j) {
-      const float v = __half2float(values[slot_s[j] * kv_dim]);
+    for (int h = 0; h < kHeadPass; ++h) {
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < group) acc[g] += p_s[g * kDecodePartition + j] * v;
+      for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
+    }
+#pragma unroll 2
+    for (int t = kl; t < n; t += key_lanes) {
+      float v[8];
+      load8(v_cache + slot_s[t] * kv_dim + kv_head * dim + dg * 8, v);
+#pragma unroll
+      for (int h = 0; h < kHeadPass; ++h) {
+        if (g0 + h < group) {
+          const float p = p_s[(g0 + h) * kDecodePartition + t];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[h][i] += p * v[i];
+        }
       }
     }
+    // Key lanes of one warp hold the same dims dim_groups lanes apart.
+    for (int o = dim_groups; o < 32; o <<= 1) {
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= group) break;
+      for (int h = 0; h < kHeadPass; ++h) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[h][i] += __shfl_xor_sync(0xffffffffu, acc[h][i], o);
+      }
+    }
+    if (lane < dim_groups) {
+#pragma unroll
+      for (int h = 0; h < kHeadPass; ++h) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) red_s[(warp * kHeadPass + h) * dim + dg * 8 + i] = acc[h][i];
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kHeadPass * dim; idx += kDecodeThreads) {
+      const int h = idx / dim, d = idx % dim, g = g0 + h;
+      if (g >= group) continue;
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) o += red_s[(w * kHeadPass + h) * dim + d];
       if (num_splits == 1) {
-        a.out[row * q_stride + (kv_head * group + g) * dim + d] = acc[g] / l_s[g];
+        a.out[row * q_stride + (kv_head * group + g) * dim + d] = o / l_s[g];
       } else {
-        float* out = partial(g);
-        out[d] = acc[g];
+        const std::int64_t head = kv_head * group + g;
+        float* out = partials +
+                     ((item * static_cast<std::int64_t>(a.num_heads) + head) * num_splits + split) *
+                         (dim + 2);
+        out[d] = o;
         if (d == 0) {
           out[dim] = m_s[g];
           out[dim + 1] = l_s[g];
         }
       }
     }
+    __syncthreads();  // red_s is reused by the next pass
   }
 }
 
-// grid (num_decode_rows, num_heads): merges a head's partitions by their maxima and sums.
+// grid (num_decode_rows, num_heads): merges a head's partitions by their maxima and sums,
+// reading only the partitions that hold keys.
 __global__ void combine_kernel(AttentionArgs a, const std::int32_t* __restrict__ decode_rows,
                                std::int32_t num_splits, const float* __restrict__ partials) {
   const int item = blockIdx.x, head = blockIdx.y;
   const int dim = a.head_dim;
   const int row = decode_rows[item];
+  const int used = min(num_splits, (keys_of(a, row) + kDecodePartition - 1) / kDecodePartition);
   const float* base =
       partials + (item * static_cast<std::int64_t>(a.num_heads) + head) * num_splits * (dim + 2);
   float m = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, base[s * (dim + 2) + dim]);
+  for (int s = 0; s < used; ++s) m = fmaxf(m, base[s * (dim + 2) + dim]);
   float total = 0.0f;
-  if (m != -INFINITY) {
-    for (int s = 0; s < num_splits; ++s) {
-      const float* p = base + s * (dim + 2);
-      if (p[dim + 1] > 0.0f) total += __expf(p[dim] - m) * p[dim + 1];
-    }
+  for (int s = 0; s < used; ++s) {
+    const float* p = base + s * (dim + 2);
+    total += __expf(p[dim] - m) * p[dim + 1];
   }
   float* out = a.out + row * static_cast<std::int64_t>(a.num_heads) * dim + head * dim;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     float acc = 0.0f;
-    if (total > 0.0f) {
-      for (int s = 0; s < num_splits; ++s) {
-        const float* p = base + s * (dim + 2);
-        if (p[dim + 1] > 0.0f) acc += __expf(p[dim] - m) * p[d];
-      }
-      acc /= total;
+    for (int s = 0; s < used; ++s) {
+      const float* p = base + s * (dim + 2);
+      acc += __expf(p[dim] - m) * p[d];
     }
-    out[d] = acc;
+    out[d] = used > 0 ? acc / total : 0.0f;
   }
 }
 
@@ -310,12 +360,10 @@ void paged_attention_decode(const AttentionArgs& args, const std::int32_t* decod
                             cudaStream_t stream) {
   if (num_decode_rows == 0) return;
   const int group = args.num_heads / args.num_kv_heads;
-  const std::size_t shared =
-      sizeof(float) * ((group * args.head_dim + group * kDecodePartition + 1) / 2 * 2) +
-      sizeof(std::int64_t) * kDecodePartition;
   const dim3 grid(static_cast<unsigned>(args.num_kv_heads), static_cast<unsigned>(num_decode_rows),
                   static_cast<unsigned>(num_splits));
-  decode_kernel<<<grid, kDecodeThreads, shared, stream>>>(args, decode_rows, num_splits, scratch);
+  decode_kernel<<<grid, kDecodeThreads, decode_shared_bytes(group, args.head_dim), stream>>>(
+      args, decode_rows, num_splits, scratch);
   if (num_splits > 1) {
     const dim3 combine_grid(static_cast<unsigned>(num_decode_rows),
                             static_cast<unsigned>(args.num_heads));
@@ -336,11 +384,8 @@ cudaError_t prepare_attention() {
       cudaFuncSetAttribute(prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(prefill_shared_bytes(kMaxHeadDim)));
   if (prefill != cudaSuccess) return prefill;
-  const std::size_t decode =
-      sizeof(float) * (kMaxGroup * kMaxHeadDim + kMaxGroup * kDecodePartition) +
-      sizeof(std::int64_t) * kDecodePartition;
   return cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(decode));
+                              static_cast<int>(decode_shared_bytes(kMaxGroup, kMaxHeadDim)));
 }
 
 }  // namespace troupe::gpu::kernels

@@ -221,11 +221,14 @@ Result<void> CudaBackend::check_heads(std::int32_t num_heads, std::int32_t num_k
                       "the CUDA kernels need num_heads to be a multiple of "
                       "num_kv_heads");
   }
-  if (num_heads / num_kv_heads > kernels::kMaxGroup || head_dim > kernels::kMaxHeadDim ||
-      head_dim <= 0) {
+  // The decode kernel splits a head into 8-value pieces over whole warps: a power of two.
+  const bool dim_ok =
+      head_dim >= 8 && head_dim <= kernels::kMaxHeadDim && (head_dim & (head_dim - 1)) == 0;
+  if (num_heads / num_kv_heads > kernels::kMaxGroup || !dim_ok) {
     return make_error(ErrorCode::unsupported,
                       "the CUDA kernels take up to " + std::to_string(kernels::kMaxGroup) +
-                          " query heads per KV head and head_dim up to " +
+                          " query heads per KV head and a head_dim that is a power of two from 8 "
+                          "to " +
                           std::to_string(kernels::kMaxHeadDim) + "; this model has " +
                           std::to_string(num_heads / num_kv_heads) + " and " +
                           std::to_string(head_dim));
@@ -358,11 +361,7 @@ Result<void> CudaBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
       shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
     return make_error(ErrorCode::invalid_argument, "KV cache dimensions must be positive");
   }
-  if (shape.head_dim > kernels::kMaxHeadDim) {
-    return make_error(ErrorCode::unsupported, "head_dim " + std::to_string(shape.head_dim) +
-                                                  " is over the CUDA kernels' limit of " +
-                                                  std::to_string(kernels::kMaxHeadDim));
-  }
+  TROUPE_TRY_VOID(check_heads(shape.num_kv_heads, shape.num_kv_heads, shape.head_dim));
   cudaStreamSynchronize(as_stream(stream_));
   invalidate_graphs();
   const std::int64_t n = std::int64_t{shape.num_layers} * shape.num_blocks * shape.block_size *
@@ -648,8 +647,7 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
                             Tensor out) {
   wrote(out);
   const auto& s = kv_shape_;
-  if (params.num_heads % params.num_kv_heads != 0 ||
-      params.num_heads / params.num_kv_heads > kernels::kMaxGroup ||
+  if (!check_heads(params.num_heads, params.num_kv_heads, params.head_dim) ||
       params.head_dim != s.head_dim || params.num_kv_heads != s.num_kv_heads) {
     if (error_.empty()) error_ = "attention: heads do not fit the CUDA kernels";
     return;

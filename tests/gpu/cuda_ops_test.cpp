@@ -337,5 +337,7 @@ TEST_CASE("the kernels' limits refuse a model before it runs (no device needed)"
   CHECK(group.error().message.find("up to 16 query heads per KV head") != std::string::npos);
   CHECK_FALSE(gpu::CudaBackend::check_heads(30, 8, 128).has_value());
   CHECK_FALSE(gpu::CudaBackend::check_heads(32, 8, 512).has_value());
+  CHECK_FALSE(gpu::CudaBackend::check_heads(32, 8, 96).has_value());
+  CHECK_FALSE(gpu::CudaBackend::check_heads(32, 8, 4).has_value());
   CHECK_FALSE(gpu::CudaBackend::check_heads(32, 0, 128).has_value());
 }
