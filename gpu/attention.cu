@@ -4,6 +4,7 @@
 // holds half-precision slots of [num_kv_heads * head_dim]; block tables map a
 // sequence's positions to slots.
 #include <cuda_fp16.h>
+#include <mma.h>
 
 #include <cmath>
 
@@ -353,6 +354,153 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
 }
 
+// --- prefill on the tensor cores ---
+// The same tiling as prefill_kernel, with Q K^T and P V as half-precision WMMA products
+// (float accumulation): 16 queries of one head against 64-key tiles. Scores and the
+// running output live in shared memory in float, where the online softmax rescales them.
+constexpr int kWmmaKeys = 64;
+constexpr int kWmmaThreads = 128;  // 4 warps: each scores 16 keys of a tile
+
+struct WmmaLayout {
+  int ld_h;  // half rows of Q, K, V: dim + 8
+  int ld_o;  // float rows of O: dim + 4
+  std::size_t q, k, v, s, p, o, bytes;
+};
+
+__host__ __device__ inline WmmaLayout wmma_layout(int dim) {
+  WmmaLayout l{};
+  l.ld_h = dim + 8;
+  l.ld_o = dim + 4;
+  l.q = 0;
+  l.k = l.q + sizeof(__half) * kPrefillTile * l.ld_h;
+  l.v = l.k + sizeof(__half) * kWmmaKeys * l.ld_h;
+  l.s = l.v + sizeof(__half) * kWmmaKeys * l.ld_h;
+  l.p = l.s + sizeof(float) * kPrefillTile * (kWmmaKeys + 4);
+  l.o = l.p + sizeof(__half) * kPrefillTile * (kWmmaKeys + 8);
+  l.bytes = l.o + sizeof(float) * kPrefillTile * l.ld_o;
+  return l;
+}
+
+__global__ void __launch_bounds__(kWmmaThreads)
+    prefill_wmma_kernel(AttentionArgs a, const PrefillTile* __restrict__ tiles) {
+  namespace wmma = nvcuda::wmma;
+  const int head = blockIdx.x;
+  const PrefillTile tile = tiles[blockIdx.y];
+  const int group = a.num_heads / a.num_kv_heads;
+  const int kv_head = head / group;
+  const int dim = a.head_dim;
+  const int kv_dim = a.num_kv_heads * dim;
+  const std::int64_t q_stride = static_cast<std::int64_t>(a.num_heads) * dim;
+  const int warp = threadIdx.x / 32;
+  const int seq = a.token_seq[tile.first_row];
+  const int num_keys = a.positions[tile.first_row + tile.num_rows - 1] + 1;
+  const WmmaLayout L = wmma_layout(dim);
+
+  extern __shared__ __align__(128) unsigned char wmma_smem[];
+  auto* q_h = reinterpret_cast<__half*>(wmma_smem + L.q);  // [16][ld_h], scaled
+  auto* k_h = reinterpret_cast<__half*>(wmma_smem + L.k);  // [64][ld_h]
+  auto* v_h = reinterpret_cast<__half*>(wmma_smem + L.v);  // [64][ld_h]
+  auto* s_f = reinterpret_cast<float*>(wmma_smem + L.s);   // [16][64 + 4]
+  auto* p_h = reinterpret_cast<__half*>(wmma_smem + L.p);  // [16][64 + 8]
+  auto* o_f = reinterpret_cast<float*>(wmma_smem + L.o);   // [16][ld_o]
+  constexpr int kLdS = kWmmaKeys + 4, kLdP = kWmmaKeys + 8;
+
+  for (int idx = threadIdx.x; idx < kPrefillTile * dim; idx += kWmmaThreads) {
+    const int r = idx / dim, d = idx % dim;
+    const float q =
+        r < tile.num_rows ? a.q[(tile.first_row + r) * q_stride + head * dim + d] * a.scale : 0.0f;
+    q_h[r * L.ld_h + d] = __float2half_rn(q);
+    o_f[r * L.ld_o + d] = 0.0f;
+  }
+  // Row statistics: thread r * 8 + c works on row r (8 threads a row, as prefill_kernel).
+  const int r = threadIdx.x / kLanesPerRow, c = threadIdx.x % kLanesPerRow;
+  const int position = r < tile.num_rows ? a.positions[tile.first_row + r] : -1;
+  float m = -INFINITY, l = 0.0f;
+
+  const std::int32_t* table = a.block_tables + static_cast<std::int64_t>(seq) * a.block_stride;
+  const auto* k_cache = static_cast<const __half*>(a.k_cache);
+  const auto* v_cache = static_cast<const __half*>(a.v_cache);
+  const int pieces = dim / 8;  // 16-byte pieces of a row
+  for (int first_key = 0; first_key < num_keys; first_key += kWmmaKeys) {
+    __syncthreads();  // the previous tile is consumed
+    for (int idx = threadIdx.x; idx < kWmmaKeys * pieces; idx += kWmmaThreads) {
+      const int jj = idx / pieces, piece = idx % pieces;
+      const int j = first_key + jj;
+      uint4 k = make_uint4(0, 0, 0, 0), v = make_uint4(0, 0, 0, 0);
+      if (j < num_keys) {
+        const std::int64_t at =
+            slot_of(table, j, a.block_size) * kv_dim + kv_head * dim + piece * 8;
+        k = *reinterpret_cast<const uint4*>(k_cache + at);
+        v = *reinterpret_cast<const uint4*>(v_cache + at);
+      }
+      *reinterpret_cast<uint4*>(k_h + jj * L.ld_h + piece * 8) = k;
+      *reinterpret_cast<uint4*>(v_h + jj * L.ld_h + piece * 8) = v;
+    }
+    __syncthreads();
+
+    {  // S[:, 16w .. 16w + 16) = Q K^T
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
+      wmma::fill_fragment(s, 0.0f);
+      for (int k0 = 0; k0 < dim; k0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> kb;
+        wmma::load_matrix_sync(qa, q_h + k0, L.ld_h);
+        wmma::load_matrix_sync(kb, k_h + warp * 16 * L.ld_h + k0, L.ld_h);
+        wmma::mma_sync(s, qa, kb, s);
+      }
+      wmma::store_matrix_sync(s_f + warp * 16, s, kLdS, wmma::mem_row_major);
+    }
+    __syncthreads();
+
+    // Online softmax on row r: this thread's keys are c, c + 8, ... of the tile.
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int cc = 0; cc < kWmmaKeys / kLanesPerRow; ++cc) {
+      const int jj = c + kLanesPerRow * cc;
+      if (first_key + jj <= position) tile_max = fmaxf(tile_max, s_f[r * kLdS + jj]);
+    }
+    for (int o = 1; o < kLanesPerRow; o <<= 1) {
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+    }
+    const float m_new = fmaxf(m, tile_max);
+    const float alpha = m == -INFINITY ? 0.0f : __expf(m - m_new);
+    float sum = 0.0f;
+#pragma unroll
+    for (int cc = 0; cc < kWmmaKeys / kLanesPerRow; ++cc) {
+      const int jj = c + kLanesPerRow * cc;
+      const float p = first_key + jj <= position ? __expf(s_f[r * kLdS + jj] - m_new) : 0.0f;
+      p_h[r * kLdP + jj] = __float2half_rn(p);
+      sum += p;
+    }
+    for (int o = 1; o < kLanesPerRow; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    l = l * alpha + sum;
+    m = m_new;
+    for (int d = c; d < dim; d += kLanesPerRow) o_f[r * L.ld_o + d] *= alpha;
+    __syncthreads();
+
+    // O += P V: warp w owns output columns 16w, 16w + 64, ...
+    for (int n0 = warp * 16; n0 < dim; n0 += 4 * 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
+      wmma::load_matrix_sync(o, o_f + n0, L.ld_o, wmma::mem_row_major);
+#pragma unroll
+      for (int k0 = 0; k0 < kWmmaKeys; k0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vb;
+        wmma::load_matrix_sync(pa, p_h + k0, kLdP);
+        wmma::load_matrix_sync(vb, v_h + k0 * L.ld_h + n0, L.ld_h);
+        wmma::mma_sync(o, pa, vb, o);
+      }
+      wmma::store_matrix_sync(o_f + n0, o, L.ld_o, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  if (r >= tile.num_rows) return;
+  const float inverse = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int d = c; d < dim; d += kLanesPerRow) {
+    a.out[(tile.first_row + r) * q_stride + head * dim + d] = o_f[r * L.ld_o + d] * inverse;
+  }
+}
+
 }  // namespace
 
 void paged_attention_decode(const AttentionArgs& args, const std::int32_t* decode_rows,
@@ -372,9 +520,14 @@ void paged_attention_decode(const AttentionArgs& args, const std::int32_t* decod
 }
 
 void prefill_attention(const AttentionArgs& args, const PrefillTile* tiles, std::int32_t num_tiles,
-                       cudaStream_t stream) {
+                       bool tensor_cores, cudaStream_t stream) {
   if (num_tiles == 0) return;
   const dim3 grid(static_cast<unsigned>(args.num_heads), static_cast<unsigned>(num_tiles));
+  if (tensor_cores && args.head_dim % 16 == 0) {
+    prefill_wmma_kernel<<<grid, kWmmaThreads, wmma_layout(args.head_dim).bytes, stream>>>(args,
+                                                                                          tiles);
+    return;
+  }
   prefill_kernel<<<grid, kPrefillThreads, prefill_shared_bytes(args.head_dim), stream>>>(args,
                                                                                          tiles);
 }
@@ -384,6 +537,10 @@ cudaError_t prepare_attention() {
       cudaFuncSetAttribute(prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(prefill_shared_bytes(kMaxHeadDim)));
   if (prefill != cudaSuccess) return prefill;
+  const auto wmma =
+      cudaFuncSetAttribute(prefill_wmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(wmma_layout(kMaxHeadDim).bytes));
+  if (wmma != cudaSuccess) return wmma;
   return cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(decode_shared_bytes(kMaxGroup, kMaxHeadDim)));
 }

@@ -682,7 +682,8 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
                                     static_cast<float*>(impl_->partials.data), as_stream(stream_));
   }
   kernels::prefill_attention(a, static_cast<const kernels::PrefillTile*>(impl_->tiles.data),
-                             static_cast<std::int32_t>(layout_.tiles.size()), as_stream(stream_));
+                             static_cast<std::int32_t>(layout_.tiles.size()),
+                             options_.prefill_tensor_cores, as_stream(stream_));
 }
 
 void CudaBackend::swiglu(Tensor gate, Tensor up, Tensor out) {

@@ -28,6 +28,8 @@ struct CudaBackendOptions {
   int device = 0;
   WeightDtype weight_dtype = WeightDtype::automatic;
   bool cuda_graphs = true;
+  // Prefill attention on the tensor cores (half-precision products); off: float FMAs.
+  bool prefill_tensor_cores = true;
   std::int32_t max_graph_batch = 256;
   // The longest sequence a recorded decode step serves; 0 turns graphs off.
   std::int32_t max_model_len = 0;
@@ -54,6 +56,8 @@ class CudaBackend final : public model::Backend {
 
   const DeviceInfo& device() const { return device_; }
   const CudaBackendOptions& options() const { return options_; }
+  // Switches the prefill attention kernel (benchmarks compare the two in one run).
+  void set_prefill_tensor_cores(bool on) { options_.prefill_tensor_cores = on; }
   // Bytes of device memory the backend holds: weights, buffers, KV cache.
   std::int64_t bytes_in_use() const { return bytes_in_use_; }
   std::int64_t weight_bytes() const { return weight_bytes_; }

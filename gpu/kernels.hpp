@@ -84,8 +84,10 @@ void paged_attention_decode(const AttentionArgs& args, const std::int32_t* decod
                             cudaStream_t stream);
 // Causal attention of each tile's queries over their sequence's blocks, FlashAttention-style
 // (key tiles in shared memory, online softmax).
+// With `tensor_cores` (and head_dim a multiple of 16) Q K^T and P V run as half-precision
+// WMMA products; otherwise as float FMAs.
 void prefill_attention(const AttentionArgs& args, const PrefillTile* tiles, std::int32_t num_tiles,
-                       cudaStream_t stream);
+                       bool tensor_cores, cudaStream_t stream);
 // Raises the prefill kernel's shared-memory limit for large heads; once per device.
 cudaError_t prepare_attention();
 

@@ -76,7 +76,8 @@ print(f"{'decode batch':>12} {'ms/step':>9} {'GB read':>8} {'of copy':>8} {'tok/
 for d in t["decode"]:
     print(f"{d['batch']:>12} {d['step_ms']:>9.3f} {d['gb_read']:>8.2f} "
           f"{100 * d['copy_fraction']:>7.1f}% {d['tokens_per_s']:>9.0f}")
-print(f"prefill tok/s {t['prefill_tokens_per_s']:.0f}; paged attention decode "
+print(f"prefill tok/s {t['prefill_tokens_per_s']:.0f} "
+      f"({t['prefill_fma_tokens_per_s']:.0f} with FMA attention); paged attention decode "
       f"{t['attention_decode_gbs']:.0f} GB/s")
 tp = t["throughput"]
 print(f"offline throughput (troupe): {tp['output_tokens_per_s']:.0f} output tok/s "

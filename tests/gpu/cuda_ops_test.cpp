@@ -19,7 +19,9 @@ using model::Weight;
 namespace {
 
 struct Both {
-  std::unique_ptr<gpu::CudaBackend> gpu = test::gpu_or_skip();
+  explicit Both(gpu::CudaBackendOptions options = {}) : gpu(test::gpu_or_skip(options)) {}
+
+  std::unique_ptr<gpu::CudaBackend> gpu;
   cpu::CpuBackend cpu{2};
   std::vector<std::vector<std::uint16_t>> halves;
   std::vector<std::vector<float>> floats;
@@ -190,8 +192,11 @@ TEST_CASE("RoPE equals the CPU backend's in both layouts, with and without facto
 
 TEST_CASE("paged attention equals the CPU backend's for prefill tiles and split decodes",
           "[gpu][ops]") {
-  Both b;
-  const std::int32_t head_dim = GENERATE(64, 128, 8);
+  gpu::CudaBackendOptions options;
+  // Both prefill kernels: half-precision tensor-core products and float FMAs.
+  options.prefill_tensor_cores = GENERATE(true, false);
+  Both b(options);
+  const std::int32_t head_dim = GENERATE(64, 128, 8, 256);
   const std::int32_t kv_heads = 2;
   const std::int32_t group = GENERATE(1, 4);
   const std::int32_t heads = kv_heads * group;
