@@ -618,20 +618,45 @@ void CudaBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
   }
 }
 
-void CudaBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& params) {
-  wrote(x);
+namespace {
+
+kernels::RopeArgs rope_args(std::int64_t cols, std::int32_t head_dim,
+                            const model::RopeParams& params) {
   kernels::RopeArgs a;
   a.head_dim = head_dim;
-  a.num_heads = static_cast<std::int32_t>(x.cols / head_dim);
+  a.num_heads = static_cast<std::int32_t>(cols / head_dim);
   a.rot_dims = params.rot_dims;
   a.neox = params.layout == model::RopeLayout::neox;
+  // The CPU backend's expression, so that both build the same angles.
   a.theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(params.rot_dims));
   a.freq_scale = params.freq_scale;
   a.freq_factors = params.freq_factors != nullptr
                        ? static_cast<const float*>(params.freq_factors->data)
                        : nullptr;
-  kernels::rope(x.data, static_cast<const std::int32_t*>(impl_->positions.data), x.rows, a,
-                as_stream(stream_));
+  return a;
+}
+
+}  // namespace
+
+void CudaBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& params) {
+  wrote(x);
+  kernels::rope(x.data, static_cast<const std::int32_t*>(impl_->positions.data), x.rows,
+                rope_args(x.cols, head_dim, params), as_stream(stream_));
+}
+
+void CudaBackend::rope_store_kv(std::int32_t layer, Tensor q, Tensor k, Tensor v,
+                                std::int32_t head_dim, const model::RopeParams& params) {
+  wrote(q);
+  wrote(k);
+  const auto& s = kv_shape_;
+  const std::int32_t kv_dim = s.num_kv_heads * s.head_dim;
+  const std::int64_t layer_offset = std::int64_t{layer} * s.num_blocks * s.block_size * kv_dim;
+  kernels::rope_store_kv(q.data, k.data, v.data,
+                         static_cast<const std::int32_t*>(impl_->positions.data),
+                         static_cast<const std::int32_t*>(impl_->slots.data), q.rows,
+                         rope_args(q.cols, head_dim, params), s.num_kv_heads,
+                         static_cast<std::uint16_t*>(k_cache_) + layer_offset,
+                         static_cast<std::uint16_t*>(v_cache_) + layer_offset, as_stream(stream_));
 }
 
 void CudaBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {

@@ -105,6 +105,8 @@ class CudaBackend final : public model::Backend {
   void matmul(model::Tensor x, const model::Weight& weight, model::Tensor out) override;
   void rope(model::Tensor x, std::int32_t head_dim, const model::RopeParams& params) override;
   void store_kv(std::int32_t layer, model::Tensor k, model::Tensor v) override;
+  void rope_store_kv(std::int32_t layer, model::Tensor q, model::Tensor k, model::Tensor v,
+                     std::int32_t head_dim, const model::RopeParams& params) override;
   void attention(std::int32_t layer, model::Tensor q, const model::AttentionParams& params,
                  model::Tensor out) override;
   void swiglu(model::Tensor gate, model::Tensor up, model::Tensor out) override;

@@ -154,6 +154,53 @@ __global__ void rope_kernel(float* x, const std::int32_t* __restrict__ positions
   }
 }
 
+// One block per row: the row's angles once in shared memory, then q's pairs, k's pairs
+// (rotated in place and into the cache), k's unrotated dims and v into the cache.
+__global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict__ v,
+                                     const std::int32_t* __restrict__ positions,
+                                     const std::int32_t* __restrict__ slots, RopeArgs a,
+                                     std::int32_t num_kv_heads, __half* __restrict__ k_cache,
+                                     __half* __restrict__ v_cache) {
+  __shared__ float cos_s[kMaxHeadDim / 2], sin_s[kMaxHeadDim / 2];
+  const std::int64_t row = blockIdx.x;
+  const std::int32_t half = a.rot_dims / 2;
+  for (std::int32_t pair = threadIdx.x; pair < half; pair += blockDim.x) {
+    float theta = static_cast<float>(positions[row]);
+    for (std::int32_t i = 0; i < pair; ++i) theta *= a.theta_scale;
+    theta = a.freq_scale * (theta / (a.freq_factors != nullptr ? a.freq_factors[pair] : 1.0f));
+    sincosf(theta, &sin_s[pair], &cos_s[pair]);
+  }
+  __syncthreads();
+  const std::int32_t slot = slots[row];
+  const std::int32_t kv_dim = num_kv_heads * a.head_dim;
+  const std::int64_t cache_row = static_cast<std::int64_t>(slot) * kv_dim;
+  float* qr = q + row * a.num_heads * a.head_dim;
+  float* kr = k + row * kv_dim;
+  const float* vr = v + row * kv_dim;
+  for (std::int32_t i = threadIdx.x; i < (a.num_heads + num_kv_heads) * half; i += blockDim.x) {
+    const bool is_q = i < a.num_heads * half;
+    const std::int32_t j = is_q ? i : i - a.num_heads * half;
+    const std::int32_t head = j / half, pair = j % half;
+    float* x = (is_q ? qr : kr) + head * a.head_dim;
+    const std::int32_t ia = a.neox ? pair : 2 * pair;
+    const std::int32_t ib = a.neox ? pair + half : 2 * pair + 1;
+    const float c = cos_s[pair], s = sin_s[pair];
+    const float x0 = x[ia], x1 = x[ib];
+    const float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+    x[ia] = y0;
+    x[ib] = y1;
+    if (!is_q && slot >= 0) {
+      k_cache[cache_row + head * a.head_dim + ia] = __float2half_rn(y0);
+      k_cache[cache_row + head * a.head_dim + ib] = __float2half_rn(y1);
+    }
+  }
+  if (slot < 0) return;
+  for (std::int32_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
+    if (e % a.head_dim >= a.rot_dims) k_cache[cache_row + e] = __float2half_rn(kr[e]);
+    v_cache[cache_row + e] = __float2half_rn(vr[e]);
+  }
+}
+
 __global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v,
                                 const std::int32_t* __restrict__ slots, std::int32_t kv_dim,
                                 __half* __restrict__ k_cache, __half* __restrict__ v_cache) {
@@ -267,6 +314,15 @@ void rope(float* x, const std::int32_t* positions, std::int64_t rows, const Rope
   const std::int64_t n = rows * args.num_heads * (args.rot_dims / 2);
   if (n == 0) return;
   rope_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, positions, rows, args);
+}
+
+void rope_store_kv(float* q, float* k, const float* v, const std::int32_t* positions,
+                   const std::int32_t* slots, std::int64_t rows, const RopeArgs& args,
+                   std::int32_t num_kv_heads, void* k_cache, void* v_cache, cudaStream_t stream) {
+  if (rows == 0) return;
+  rope_store_kv_kernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(
+      q, k, v, positions, slots, args, num_kv_heads, static_cast<__half*>(k_cache),
+      static_cast<__half*>(v_cache));
 }
 
 void store_kv(const float* k, const float* v, const std::int32_t* slots, std::int64_t rows,

@@ -48,6 +48,11 @@ struct RopeArgs {
 };
 void rope(float* x, const std::int32_t* positions, std::int64_t rows, const RopeArgs& args,
           cudaStream_t stream);
+// RoPE on q ([rows, q_heads * head_dim]) and k, then k and v into their KV slots: one
+// launch for what rope, rope and store_kv do. `args.num_heads` is q's head count.
+void rope_store_kv(float* q, float* k, const float* v, const std::int32_t* positions,
+                   const std::int32_t* slots, std::int64_t rows, const RopeArgs& args,
+                   std::int32_t num_kv_heads, void* k_cache, void* v_cache, cudaStream_t stream);
 // Cache layout per layer: [num_blocks * block_size slots][kv_dim] in half; slot -1 skips.
 void store_kv(const float* k, const float* v, const std::int32_t* slots, std::int64_t rows,
               std::int32_t kv_dim, void* k_cache, void* v_cache, cudaStream_t stream);

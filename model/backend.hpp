@@ -87,6 +87,13 @@ class Backend {
   virtual void matmul(Tensor x, const Weight& weight, Tensor out) = 0;
   // Rotates each head of each row by its token's position.   x: [num_tokens, heads * head_dim]
   virtual void rope(Tensor x, std::int32_t head_dim, const RopeParams& params) = 0;
+  // rope(q), rope(k), then store_kv(layer, k, v): one pass where the backend fuses them.
+  virtual void rope_store_kv(std::int32_t layer, Tensor q, Tensor k, Tensor v,
+                             std::int32_t head_dim, const RopeParams& params) {
+    rope(q, head_dim, params);
+    rope(k, head_dim, params);
+    store_kv(layer, k, v);
+  }
   // Writes the step's new keys and values into their KV slots of `layer`.
   //                                                     k, v: [num_tokens, kv_heads * head_dim]
   virtual void store_kv(std::int32_t layer, Tensor k, Tensor v) = 0;

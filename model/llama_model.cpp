@@ -206,9 +206,7 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
       b.matmul(h, w.wq, q);
       b.matmul(h, w.wk, k);
       b.matmul(h, w.wv, v);
-      b.rope(q, c.head_dim, rope);
-      b.rope(k, c.head_dim, rope);
-      b.store_kv(layer, k, v);
+      b.rope_store_kv(layer, q, k, v, c.head_dim, rope);
       b.attention(layer, q, attention, attn);  // per sequence, over its own blocks
       b.matmul(attn, w.wo, h);
       b.add_rms_norm(x, h, w.ffn_norm, c.norm_eps, h);
