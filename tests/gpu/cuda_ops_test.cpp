@@ -346,3 +346,27 @@ TEST_CASE("the kernels' limits refuse a model before it runs (no device needed)"
   CHECK_FALSE(gpu::CudaBackend::check_heads(32, 8, 4).has_value());
   CHECK_FALSE(gpu::CudaBackend::check_heads(32, 0, 128).has_value());
 }
+
+TEST_CASE("the fused RoPE and KV store equals rope, rope and store_kv", "[gpu][ops]") {
+  Both b;
+  const std::int32_t head_dim = 64, kv_heads = 2, heads = 8, block_size = 16;
+  b.kv_cache({1, 64, block_size, kv_heads, head_dim});
+  const auto layout = GENERATE(model::RopeLayout::normal, model::RopeLayout::neox);
+  const std::int32_t rot_dims = GENERATE(64, 32);  // all dims, or a rotated part and a tail
+  const auto step = test::make_step({300, 7, 1}, {40, 1, 1}, block_size);
+  b.begin(step);
+  const std::int64_t n = step.num_tokens();
+  const auto q = b.random_tensor(n, heads * head_dim);
+  const auto k = b.random_tensor(n, kv_heads * head_dim);
+  const auto v = b.random_tensor(n, kv_heads * head_dim);
+  const model::RopeParams rope{layout, rot_dims, 10000.0f, 1.0f, nullptr};
+  b.gpu->rope_store_kv(0, q.first, k.first, v.first, head_dim, rope);
+  b.cpu.rope_store_kv(0, q.second, k.second, v.second, head_dim, rope);
+  CHECK(b.error(q) < 1e-5);
+  // The keys and values in the cache, seen through attention (half precision on the GPU).
+  const auto out = b.tensor(n, heads * head_dim);
+  const model::AttentionParams params{heads, kv_heads, head_dim, 0.125f};
+  b.gpu->attention(0, q.first, params, out.first);
+  b.cpu.attention(0, q.second, params, out.second);
+  CHECK(b.error(out) < 3e-3);
+}
