@@ -3,6 +3,7 @@
 // in shared memory with an online softmax, as FlashAttention does). The KV cache
 // holds half-precision slots of [num_kv_heads * head_dim]; block tables map a
 // sequence's positions to slots.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -33,6 +34,17 @@ __device__ __forceinline__ std::int64_t slot_of(const std::int32_t* table, std::
                                                 std::int32_t block_size) {
   return static_cast<std::int64_t>(table[position / block_size]) * block_size +
          position % block_size;
+}
+
+// Writes one output value, and its 16-bit copy when one is asked for.
+__device__ __forceinline__ void write_out(const AttentionArgs& a, std::int64_t index, float v) {
+  a.out[index] = v;
+  if (a.out16.data == nullptr) return;
+  if (a.out16.type == Half16::f16) {
+    static_cast<__half*>(a.out16.data)[index] = __float2half_rn(v);
+  } else {
+    static_cast<__nv_bfloat16*>(a.out16.data)[index] = __float2bfloat16_rn(v);
+  }
 }
 
 // The keys a row attends to: up to its own position; none for a padding row.
@@ -85,7 +97,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (start >= end) {
     if (length == 0 && split == 0 && num_splits == 1) {  // a padding row: zeros
       for (int idx = threadIdx.x; idx < group * dim; idx += kDecodeThreads) {
-        a.out[row * q_stride + kv_head * group * dim + idx] = 0.0f;
+        write_out(a, row * q_stride + kv_head * group * dim + idx, 0.0f);
       }
     }
     return;
@@ -205,7 +217,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
       for (int w = 0; w < kDecodeWarps; ++w) o += red_s[(w * kHeadPass + h) * dim + d];
       if (num_splits == 1) {
-        a.out[row * q_stride + (kv_head * group + g) * dim + d] = o / l_s[g];
+        write_out(a, row * q_stride + (kv_head * group + g) * dim + d, o / l_s[g]);
       } else {
         const std::int64_t head = kv_head * group + g;
         float* out = partials +
@@ -239,14 +251,14 @@ __global__ void combine_kernel(AttentionArgs a, const std::int32_t* __restrict__
     const float* p = base + s * (dim + 2);
     total += __expf(p[dim] - m) * p[dim + 1];
   }
-  float* out = a.out + row * static_cast<std::int64_t>(a.num_heads) * dim + head * dim;
+  const std::int64_t out = row * static_cast<std::int64_t>(a.num_heads) * dim + head * dim;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     float acc = 0.0f;
     for (int s = 0; s < used; ++s) {
       const float* p = base + s * (dim + 2);
       acc += __expf(p[dim] - m) * p[d];
     }
-    out[d] = used > 0 ? acc / total : 0.0f;
+    write_out(a, out + d, used > 0 ? acc / total : 0.0f);
   }
 }
 
@@ -350,7 +362,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
   for (int k = 0; k < kDimsPerLane; ++k) {
     const int d = c + kLanesPerRow * k;
-    if (d < dim) a.out[row * q_stride + head * dim + d] = acc[k] * inverse;
+    if (d < dim) write_out(a, row * q_stride + head * dim + d, acc[k] * inverse);
   }
 }
 
@@ -497,7 +509,7 @@ __global__ void __launch_bounds__(kWmmaThreads)
   if (r >= tile.num_rows) return;
   const float inverse = l > 0.0f ? 1.0f / l : 0.0f;
   for (int d = c; d < dim; d += kLanesPerRow) {
-    a.out[(tile.first_row + r) * q_stride + head * dim + d] = o_f[r * L.ld_o + d] * inverse;
+    write_out(a, (tile.first_row + r) * q_stride + head * dim + d, o_f[r * L.ld_o + d] * inverse);
   }
 }
 

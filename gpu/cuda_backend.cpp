@@ -694,6 +694,9 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
   a.num_kv_heads = params.num_kv_heads;
   a.head_dim = params.head_dim;
   a.scale = params.scale;
+  // The output projection reads this next: its 16-bit input is written here.
+  const auto copy = copy_for(out);
+  a.out16 = {copy.data, half_of(copy.type)};
   const auto num_decode = static_cast<std::int32_t>(layout_.decode_rows.size());
   if (num_decode > 0) {
     const std::int64_t needed =
