@@ -40,6 +40,8 @@ std::vector<std::int32_t> graph_batch_sizes(std::int32_t max_batch) {
   for (std::int32_t b = 8; b <= max_batch; b += b < 64 ? 8 : (b < 128 ? 16 : 32)) {
     sizes.push_back(b);
   }
+  // The largest batch always has a graph of its own size.
+  if (max_batch > 0 && (sizes.empty() || sizes.back() < max_batch)) sizes.push_back(max_batch);
   return sizes;
 }
 

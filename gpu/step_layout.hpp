@@ -20,7 +20,7 @@ struct GraphPolicy {
 };
 
 // The batch sizes graphs are recorded for: 1, 2, 4, 8, then steps of 8 up to 64, of 16
-// up to 128 and of 32 beyond, as vLLM does.
+// up to 128 and of 32 beyond, as vLLM does, and max_batch itself.
 std::vector<std::int32_t> graph_batch_sizes(std::int32_t max_batch);
 // The smallest graph batch size holding n sequences, or 0 when none does.
 std::int32_t graph_batch_for(std::int32_t n, std::int32_t max_batch);

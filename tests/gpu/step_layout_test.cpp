@@ -35,6 +35,11 @@ TEST_CASE("graph batch sizes grow as vLLM's do and cover every batch up to the l
   CHECK(gpu::graph_batch_for(65, 256) == 80);
   CHECK(gpu::graph_batch_for(257, 256) == 0);
   CHECK(gpu::graph_batch_for(0, 256) == 0);
+  // A limit off the ladder (--max-num-seqs 100) still has its own size.
+  CHECK(gpu::graph_batch_sizes(100).back() == 100);
+  CHECK(gpu::graph_batch_for(97, 100) == 100);
+  CHECK(gpu::graph_batch_for(96, 100) == 96);
+  CHECK(gpu::graph_batch_sizes(3) == std::vector<std::int32_t>{1, 2, 3});
 }
 
 TEST_CASE("a decode-only step pads to its graph's batch with rows that touch nothing",
