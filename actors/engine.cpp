@@ -4,17 +4,14 @@
 
 #include <atomic>
 
+#include "actors/backends.hpp"
 #include "actors/messages.hpp"
 #include "actors/request_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_actor.hpp"
-#include "cpu/cpu_backend.hpp"
 #include "model/llama_config.hpp"
 #include "model/sampler.hpp"
 #include "model/tokenizer.hpp"
-#ifdef TROUPE_HAVE_CUDA
-#include "gpu/cuda_backend.hpp"
-#endif
 
 namespace troupe {
 
@@ -54,31 +51,11 @@ Result<std::int32_t> kv_blocks_for(const EngineConfig& config, const model::Llam
   return static_cast<std::int32_t>(std::min<std::int64_t>(blocks, 1 << 30));
 }
 
-// The worker's backend for the configured device.
-Result<std::unique_ptr<model::Backend>> make_backend(const EngineConfig& config,
-                                                     std::int32_t max_model_len) {
-  if (config.device == Device::cpu) return std::make_unique<cpu::CpuBackend>(config.num_threads);
-#ifdef TROUPE_HAVE_CUDA
-  gpu::CudaBackendOptions options;
-  options.cuda_graphs = config.cuda_graphs;
-  options.max_graph_batch = std::min(config.max_num_seqs, 256);
-  options.max_model_len = max_model_len;
-  TROUPE_TRY(auto backend, gpu::CudaBackend::create(options));
-  return std::unique_ptr<model::Backend>(std::move(backend));
-#else
-  (void)max_model_len;
-  return make_error(ErrorCode::unsupported,
-                    "this troupe was built without CUDA (no nvcc when it was configured)");
-#endif
-}
-
-// Blocks for the KV pool on a GPU: its share of the memory the weights and buffers left.
+// Blocks for the KV pool on a GPU: its share of the memory the weights and buffers left,
+// then the same check as a CPU cache's (it must hold one whole sequence).
 Result<std::int32_t> gpu_kv_blocks(const EngineConfig& config, model::Backend& backend,
                                    const model::KvCacheShape& shape, std::int32_t max_model_len) {
-#ifdef TROUPE_HAVE_CUDA
-  auto& gpu = static_cast<gpu::CudaBackend&>(backend);
-  TROUPE_TRY(const std::int32_t blocks,
-             gpu.kv_blocks_that_fit(shape, config.gpu_memory_utilization));
+  TROUPE_TRY(const std::int32_t blocks, actors::gpu_kv_blocks_that_fit(config, backend, shape));
   EngineConfig sized = config;
   sized.num_kv_blocks = blocks;
   model::LlamaConfig c;
@@ -86,10 +63,6 @@ Result<std::int32_t> gpu_kv_blocks(const EngineConfig& config, model::Backend& b
   c.num_kv_heads = shape.num_kv_heads;
   c.head_dim = shape.head_dim;
   return kv_blocks_for(sized, c, max_model_len);
-#else
-  (void)config, (void)backend, (void)shape, (void)max_model_len;
-  return make_error(ErrorCode::unsupported, "this troupe was built without CUDA");
-#endif
 }
 
 }  // namespace
@@ -147,15 +120,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
        max_model_len]() -> Result<std::unique_ptr<actors::WorkerResources>> {
     auto r = std::make_unique<actors::WorkerResources>();
     r->file = file_ref;
-    TROUPE_TRY(r->backend, make_backend(config, max_model_len));
+    TROUPE_TRY(r->backend, actors::make_backend(config, max_model_len));
     TROUPE_TRY(auto llama, model::LlamaModel::load(*r->file, *r->backend));
     r->model = std::make_unique<model::LlamaModel>(std::move(llama));
     const auto& c = r->model->config();
-#ifdef TROUPE_HAVE_CUDA
-    if (config.device == Device::cuda) {
-      TROUPE_TRY_VOID(gpu::CudaBackend::check_heads(c.num_heads, c.num_kv_heads, c.head_dim));
-    }
-#endif
+    TROUPE_TRY_VOID(actors::check_model(config, c));
     // Activations first (a step never holds more than max_num_batched_tokens tokens, or a
     // decode batch padded to its graph's size), then the KV pool from what is left.
     TROUPE_TRY_VOID(r->model->prepare(std::max(config.max_num_batched_tokens, 256),

@@ -10,7 +10,7 @@
 
 #include "app/commands.hpp"
 #include "app/loaded_model.hpp"
-#include "cpu/kernels.hpp"
+#include "troupe/engine.hpp"
 
 namespace troupe::app {
 
@@ -34,7 +34,7 @@ std::vector<std::int32_t> blocks_from(std::int32_t first, std::int32_t count) {
 void add_bench_forward_command(CLI::App& bench) {
   struct Options {
     std::string model, output_json;
-    int threads = 0;
+    EngineConfig engine;  // device settings
     std::int32_t prompt_len = 512, gen_len = 128, block_size = 16, repetitions = 3;
     std::vector<std::int32_t> batches = {1, 8, 32, 64};
   };
@@ -42,7 +42,8 @@ void add_bench_forward_command(CLI::App& bench) {
   auto* cmd =
       bench.add_subcommand("forward", "prefill and batched decode tokens/s of the forward pass");
   cmd->add_option("--model,-m", opts->model, "GGUF model (default: the built-in random model)");
-  cmd->add_option("--threads,-t", opts->threads, "compute threads (0: all cores)");
+  cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)");
+  add_device_options(cmd, opts->engine);
   cmd->add_option("--prompt-len", opts->prompt_len, "prefill length")->check(CLI::PositiveNumber);
   cmd->add_option("--gen-len", opts->gen_len, "decode steps per batch size")
       ->check(CLI::PositiveNumber);
@@ -56,7 +57,9 @@ void add_bench_forward_command(CLI::App& bench) {
       std::fprintf(stderr, "troupe bench forward: %s\n", e.message.c_str());
       throw CLI::RuntimeError(1);
     };
-    auto loaded = LoadedModel::open(opts->model, opts->threads);
+    // Decode steps replay CUDA graphs up to the longest sequence the run makes.
+    auto loaded =
+        LoadedModel::open(opts->model, opts->engine, std::max(opts->prompt_len, opts->gen_len) + 1);
     if (!loaded) fail(loaded.error());
     const auto& config = loaded->model->config();
     const std::int32_t bs = opts->block_size;
@@ -84,9 +87,8 @@ void add_bench_forward_command(CLI::App& bench) {
       if (rep > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
     const double prefill_tps = opts->prompt_len / median(times);
-    std::fprintf(stderr, "model %s: %s, %d threads, SIMD %s\n", loaded->path.c_str(),
-                 config.architecture.c_str(), loaded->backend->num_threads(),
-                 cpu::simd_target_name());
+    std::fprintf(stderr, "model %s: %s, %s\n", loaded->path.c_str(), config.architecture.c_str(),
+                 loaded->backend->describe().c_str());
     std::printf("prefill  %5d tokens          %10.1f tokens/s\n", opts->prompt_len, prefill_tps);
 
     // Decode: `batch` sequences each generate gen_len tokens from an empty context,
@@ -116,9 +118,8 @@ void add_bench_forward_command(CLI::App& bench) {
 
     if (!opts->output_json.empty()) {
       std::ofstream out(opts->output_json);
-      out << "{\n  \"model\": \"" << loaded->path
-          << "\",\n  \"threads\": " << loaded->backend->num_threads() << ",\n  \"simd\": \""
-          << cpu::simd_target_name() << "\",\n  \"prompt_len\": " << opts->prompt_len
+      out << "{\n  \"model\": \"" << loaded->path << "\",\n  \"backend\": \""
+          << loaded->backend->describe() << "\",\n  \"prompt_len\": " << opts->prompt_len
           << ",\n  \"gen_len\": " << opts->gen_len
           << ",\n  \"prefill_tokens_per_second\": " << prefill_tps
           << ",\n  \"decode_tokens_per_second\": {";

@@ -45,6 +45,10 @@ CpuBackend::CpuBackend(int num_threads)
 
 CpuBackend::~CpuBackend() = default;
 
+std::string CpuBackend::describe() const {
+  return "CPU, " + std::to_string(num_threads()) + " threads, SIMD " + simd_target_name();
+}
+
 Result<Weight> CpuBackend::load_weight(const model::GgufTensorInfo& info) {
   return Weight{info.data, info.type, info.dims[1] * info.dims[2] * info.dims[3], info.dims[0]};
 }

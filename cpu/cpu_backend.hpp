@@ -18,6 +18,7 @@ class CpuBackend final : public model::Backend {
   ~CpuBackend() override;
 
   int num_threads() const { return pool_.num_threads(); }
+  std::string describe() const override;
 
   Result<model::Weight> load_weight(const model::GgufTensorInfo& info) override;
   Result<model::Tensor> allocate(std::int64_t rows, std::int64_t cols) override;

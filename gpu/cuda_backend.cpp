@@ -180,6 +180,12 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamDestroy(as_stream(stream_));
 }
 
+std::string CudaBackend::describe() const {
+  return "CUDA " + device_.name + " (compute " + std::to_string(device_.compute_major) + "." +
+         std::to_string(device_.compute_minor) + ", " + std::to_string(device_.multiprocessors) +
+         " SMs)";
+}
+
 bool CudaBackend::check(int status_code, const char* what) {
   const auto e = static_cast<cudaError_t>(status_code);
   if (e == cudaSuccess) return true;

@@ -55,6 +55,7 @@ class CudaBackend final : public model::Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   const DeviceInfo& device() const { return device_; }
+  std::string describe() const override;
   const CudaBackendOptions& options() const { return options_; }
   // Switches the prefill attention kernel (benchmarks compare the two in one run).
   void set_prefill_tensor_cores(bool on) { options_.prefill_tensor_cores = on; }

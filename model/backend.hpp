@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "model/gguf_file.hpp"
 #include "model/sampler.hpp"
@@ -61,6 +62,9 @@ struct StepPlan {
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // What it runs on, for people: "CPU, 16 threads, AVX3" or "CUDA NVIDIA H200 (9.0, 132 SMs)".
+  virtual std::string describe() const { return "backend"; }
 
   // --- memory ---
   // Makes a weight usable by the ops (the CPU maps it in place; a GPU uploads).
