@@ -23,6 +23,7 @@ struct Engine::Impl {
   std::int32_t max_model_len = 0;
   std::int32_t num_kv_blocks = 0;
   std::string chat_template;
+  std::string device_description;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   actors::scheduler_actor scheduler;
@@ -140,6 +141,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     return r;
   };
   TROUPE_TRY(auto first, make_worker());
+  impl->device_description = first->backend->describe();
   impl->num_kv_blocks = *num_blocks;
   if (first->model->config().vocab_size != static_cast<std::int32_t>(impl->tokenizer->size())) {
     return make_error(ErrorCode::invalid_file,
@@ -241,6 +243,10 @@ namespace troupe {
 
 const std::string& Engine::chat_template() const {
   return impl_->chat_template;
+}
+
+const std::string& Engine::device_description() const {
+  return impl_->device_description;
 }
 
 }  // namespace troupe

@@ -69,8 +69,8 @@ void add_serve_command(CLI::App& app) {
     if (!engine) fail(engine.error().message);
     const auto stats = (*engine)->stats();
     std::fprintf(
-        stderr, "troupe: KV cache: %d blocks of %d tokens = %lld tokens; max model length %d\n",
-        stats.num_kv_blocks, stats.block_size,
+        stderr, "troupe: %s; KV cache: %d blocks of %d tokens = %lld tokens; max model length %d\n",
+        (*engine)->device_description().c_str(), stats.num_kv_blocks, stats.block_size,
         static_cast<long long>(stats.num_kv_blocks) * stats.block_size, (*engine)->max_model_len());
     net::HttpServer server(**engine, opts->server);
     if (auto started = server.start(); !started) fail(started.error().message);

@@ -129,6 +129,8 @@ class Engine {
   std::int32_t max_model_len() const;
   // The model's tokenizer.chat_template (empty when it has none).
   const std::string& chat_template() const;
+  // What the worker runs on: "CPU, 2 threads, SIMD AVX3", "CUDA NVIDIA H200 (...)".
+  const std::string& device_description() const;
 
   struct Impl;
 
