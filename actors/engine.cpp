@@ -32,15 +32,9 @@ struct Engine::Impl {
 
 namespace {
 
-Result<std::int32_t> kv_blocks_for(const EngineConfig& config, const model::LlamaConfig& c,
-                                   std::int32_t max_model_len) {
-  std::int64_t blocks = config.num_kv_blocks;
-  if (blocks <= 0) {
-    // Keys and values, float32, every layer.
-    const std::int64_t bytes_per_block = std::int64_t{2} * c.num_layers * c.num_kv_heads *
-                                         c.head_dim * config.block_size * sizeof(float);
-    blocks = config.kv_cache_bytes / bytes_per_block;
-  }
+// A pool of `blocks` must hold one whole sequence of max_model_len tokens.
+Result<std::int32_t> checked_blocks(std::int64_t blocks, const EngineConfig& config,
+                                    std::int32_t max_model_len) {
   const std::int64_t needed = (max_model_len + config.block_size - 1) / config.block_size;
   if (blocks < needed) {
     return make_error(ErrorCode::out_of_range,
@@ -52,18 +46,17 @@ Result<std::int32_t> kv_blocks_for(const EngineConfig& config, const model::Llam
   return static_cast<std::int32_t>(std::min<std::int64_t>(blocks, 1 << 30));
 }
 
-// Blocks for the KV pool on a GPU: its share of the memory the weights and buffers left,
-// then the same check as a CPU cache's (it must hold one whole sequence).
-Result<std::int32_t> gpu_kv_blocks(const EngineConfig& config, model::Backend& backend,
-                                   const model::KvCacheShape& shape, std::int32_t max_model_len) {
-  TROUPE_TRY(const std::int32_t blocks, actors::gpu_kv_blocks_that_fit(config, backend, shape));
-  EngineConfig sized = config;
-  sized.num_kv_blocks = blocks;
-  model::LlamaConfig c;
-  c.num_layers = shape.num_layers;
-  c.num_kv_heads = shape.num_kv_heads;
-  c.head_dim = shape.head_dim;
-  return kv_blocks_for(sized, c, max_model_len);
+// A CPU pool: num_kv_blocks, or as many as kv_cache_bytes holds.
+Result<std::int32_t> kv_blocks_for(const EngineConfig& config, const model::LlamaConfig& c,
+                                   std::int32_t max_model_len) {
+  std::int64_t blocks = config.num_kv_blocks;
+  if (blocks <= 0) {
+    // Keys and values, float32, every layer.
+    const std::int64_t bytes_per_block = std::int64_t{2} * c.num_layers * c.num_kv_heads *
+                                         c.head_dim * config.block_size * sizeof(float);
+    blocks = config.kv_cache_bytes / bytes_per_block;
+  }
+  return checked_blocks(blocks, config, max_model_len);
 }
 
 }  // namespace
@@ -126,14 +119,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     r->model = std::make_unique<model::LlamaModel>(std::move(llama));
     const auto& c = r->model->config();
     TROUPE_TRY_VOID(actors::check_model(config, c));
-    // Activations first (a step never holds more than max_num_batched_tokens tokens, or a
-    // decode batch padded to its graph's size), then the KV pool from what is left.
-    TROUPE_TRY_VOID(r->model->prepare(std::max(config.max_num_batched_tokens, 256),
-                                      std::max(config.max_num_seqs, 256)));
+    // Activations first (a step holds at most max_num_batched_tokens tokens, a decode batch
+    // padded to its graph's size at most max_num_seqs), then the KV pool from what is left.
+    TROUPE_TRY_VOID(r->model->prepare(std::max(config.max_num_batched_tokens, config.max_num_seqs),
+                                      config.max_num_seqs));
     model::KvCacheShape shape{c.num_layers, *num_blocks, config.block_size, c.num_kv_heads,
                               c.head_dim};
     if (*num_blocks <= 0) {
-      TROUPE_TRY(*num_blocks, gpu_kv_blocks(config, *r->backend, shape, max_model_len));
+      TROUPE_TRY(const std::int32_t fit,
+                 actors::gpu_kv_blocks_that_fit(config, *r->backend, shape));
+      TROUPE_TRY(*num_blocks, checked_blocks(fit, config, max_model_len));
       shape.num_blocks = *num_blocks;
     }
     TROUPE_TRY_VOID(r->backend->allocate_kv_cache(shape));

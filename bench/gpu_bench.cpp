@@ -204,19 +204,21 @@ double copy_bandwidth() {
   return 2.0 * static_cast<double>(bytes) / median(seconds);
 }
 
-// `batch` sequences of `context` tokens each (blocks from `first_block` on), one new token
-// each; every row wants logits unless `logits` is false.
-model::StepInput decode_step(std::int32_t batch, std::int32_t context, std::int32_t block_size,
-                             std::int32_t vocab, bool logits = true) {
+// `batch` sequences of `context` tokens each, sequence s in blocks s * blocks_each on, with
+// their last `new_tokens` tokens (random ids) in the step; each sequence's last row wants
+// logits unless `logits` is false. Decode steps have new_tokens 1, prefill steps `context`.
+model::StepInput make_step(std::int32_t batch, std::int32_t context, std::int32_t new_tokens,
+                           std::int32_t block_size, std::int32_t vocab, bool logits = true) {
   model::StepInput step;
   const std::int32_t blocks = (context + block_size - 1) / block_size;
-  std::mt19937 rng(batch);
+  step.max_blocks_per_seq = blocks;
+  std::mt19937 rng(static_cast<std::uint32_t>(batch * 7919 + new_tokens));
+  std::vector<std::int32_t> table(blocks);
+  std::vector<TokenId> tokens(new_tokens);
   for (std::int32_t s = 0; s < batch; ++s) {
-    std::vector<std::int32_t> table(blocks);
     for (std::int32_t b = 0; b < blocks; ++b) table[b] = s * blocks + b;
-    const TokenId token = static_cast<TokenId>(rng() % static_cast<std::uint32_t>(vocab));
-    step.max_blocks_per_seq = blocks;
-    model::append_sequence(step, std::span<const TokenId>(&token, 1), context - 1, table, logits);
+    for (auto& t : tokens) t = static_cast<TokenId>(rng() % static_cast<std::uint32_t>(vocab));
+    model::append_sequence(step, tokens, context - new_tokens, table, logits);
   }
   return step;
 }
@@ -358,7 +360,7 @@ int main(int argc, char** argv) {
       std::printf("decode batch %d skipped: the KV cache holds too few blocks\n", batch);
       continue;
     }
-    const auto step = decode_step(batch, o.context, block_size, shape.vocab_size);
+    const auto step = make_step(batch, o.context, 1, block_size, shape.vocab_size);
     std::vector<model::DeviceSamplingRow> rows(static_cast<std::size_t>(batch));
     for (auto& r : rows) r.temperature = 0.0f;
     std::vector<TokenId> ids;
@@ -387,17 +389,8 @@ int main(int argc, char** argv) {
   // --- prefill: prefill_seqs prompts of input_len in one step, with each attention kernel ---
   double prefill_tokens_per_s = 0.0, prefill_fma_tokens_per_s = 0.0;
   {
-    model::StepInput step;
-    const std::int32_t blocks = (o.input_len + block_size - 1) / block_size;
-    std::mt19937 rng(3);
-    for (std::int32_t s = 0; s < o.prefill_seqs; ++s) {
-      std::vector<std::int32_t> table(blocks);
-      for (std::int32_t b = 0; b < blocks; ++b) table[b] = s * blocks + b;
-      std::vector<TokenId> prompt(o.input_len);
-      for (auto& t : prompt) t = static_cast<TokenId>(rng() % shape.vocab_size);
-      step.max_blocks_per_seq = blocks;
-      model::append_sequence(step, prompt, 0, table, true);
-    }
+    const auto step =
+        make_step(o.prefill_seqs, o.input_len, o.input_len, block_size, shape.vocab_size);
     std::vector<float> logits;
     auto rate = [&](bool tensor_cores) {
       backend->set_prefill_tensor_cores(tensor_cores);
@@ -425,7 +418,7 @@ int main(int argc, char** argv) {
     const std::int32_t blocks_each = (context + block_size - 1) / block_size;
     if (std::int64_t{batch} * blocks_each <= kv.num_blocks) {
       // No logits wanted: not a graph step, so the op runs when called.
-      const auto step = decode_step(batch, context, block_size, shape.vocab_size, false);
+      const auto step = make_step(batch, context, 1, block_size, shape.vocab_size, false);
       auto q = value_or_die(
           backend->allocate(batch, std::int64_t{shape.num_heads} * shape.head_dim), "q");
       auto out = value_or_die(

@@ -262,6 +262,32 @@ __global__ void combine_kernel(AttentionArgs a, const std::int32_t* __restrict__
   }
 }
 
+// One query row's step of the online softmax over a key tile, shared by the 8 lanes that
+// hold the row (lanes 8r .. 8r + 7 of a warp). `s` holds this lane's scores, -inf where
+// masked; they become unnormalized probabilities against the new running maximum `m`, and
+// `l` the running sum. Returns the factor the row's running output must be scaled by.
+template <int N>
+__device__ __forceinline__ float online_softmax(float (&s)[N], float& m, float& l) {
+  float tile_max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < N; ++i) tile_max = fmaxf(tile_max, s[i]);
+  for (int o = 1; o < kLanesPerRow; o <<= 1) {
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+  }
+  const float m_new = fmaxf(m, tile_max);
+  const float alpha = m == -INFINITY ? 0.0f : __expf(m - m_new);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    s[i] = s[i] == -INFINITY ? 0.0f : __expf(s[i] - m_new);
+    sum += s[i];
+  }
+  for (int o = 1; o < kLanesPerRow; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  l = l * alpha + sum;
+  m = m_new;
+  return alpha;
+}
+
 std::size_t prefill_shared_bytes(int dim) {
   return sizeof(float) * (kPrefillTile * dim + kKeyTile * (dim + 1) + kKeyTile * dim +
                           kPrefillTile * (kKeyTile + 1));
@@ -322,30 +348,18 @@ __global__ void __launch_bounds__(kPrefillThreads)
     __syncthreads();
 
     float s[kKeyTile / kLanesPerRow];
-    float tile_max = -INFINITY;
 #pragma unroll
     for (int cc = 0; cc < kKeyTile / kLanesPerRow; ++cc) {
       const int jj = c + kLanesPerRow * cc;
       float dot = 0.0f;
       for (int d = 0; d < dim; ++d) dot += q_s[r * dim + d] * k_s[jj * (dim + 1) + d];
       s[cc] = first_key + jj <= position ? dot : -INFINITY;
-      tile_max = fmaxf(tile_max, s[cc]);
     }
-    for (int o = 1; o < kLanesPerRow; o <<= 1) {
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
-    }
-    const float m_new = fmaxf(m, tile_max);
-    const float alpha = m == -INFINITY ? 0.0f : __expf(m - m_new);
-    float sum = 0.0f;
+    const float alpha = online_softmax(s, m, l);
 #pragma unroll
     for (int cc = 0; cc < kKeyTile / kLanesPerRow; ++cc) {
-      const float p = s[cc] == -INFINITY ? 0.0f : __expf(s[cc] - m_new);
-      p_s[r * (kKeyTile + 1) + c + kLanesPerRow * cc] = p;
-      sum += p;
+      p_s[r * (kKeyTile + 1) + c + kLanesPerRow * cc] = s[cc];
     }
-    for (int o = 1; o < kLanesPerRow; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    l = l * alpha + sum;
-    m = m_new;
     __syncwarp();  // a row's probabilities are written and read by its own 8 lanes
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
@@ -465,28 +479,17 @@ __global__ void __launch_bounds__(kWmmaThreads)
     __syncthreads();
 
     // Online softmax on row r: this thread's keys are c, c + 8, ... of the tile.
-    float tile_max = -INFINITY;
+    float p[kWmmaKeys / kLanesPerRow];
 #pragma unroll
     for (int cc = 0; cc < kWmmaKeys / kLanesPerRow; ++cc) {
       const int jj = c + kLanesPerRow * cc;
-      if (first_key + jj <= position) tile_max = fmaxf(tile_max, s_f[r * kLdS + jj]);
+      p[cc] = first_key + jj <= position ? s_f[r * kLdS + jj] : -INFINITY;
     }
-    for (int o = 1; o < kLanesPerRow; o <<= 1) {
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
-    }
-    const float m_new = fmaxf(m, tile_max);
-    const float alpha = m == -INFINITY ? 0.0f : __expf(m - m_new);
-    float sum = 0.0f;
+    const float alpha = online_softmax(p, m, l);
 #pragma unroll
     for (int cc = 0; cc < kWmmaKeys / kLanesPerRow; ++cc) {
-      const int jj = c + kLanesPerRow * cc;
-      const float p = first_key + jj <= position ? __expf(s_f[r * kLdS + jj] - m_new) : 0.0f;
-      p_h[r * kLdP + jj] = __float2half_rn(p);
-      sum += p;
+      p_h[r * kLdP + c + kLanesPerRow * cc] = __float2half_rn(p[cc]);
     }
-    for (int o = 1; o < kLanesPerRow; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    l = l * alpha + sum;
-    m = m_new;
     for (int d = c; d < dim; d += kLanesPerRow) o_f[r * L.ld_o + d] *= alpha;
     __syncthreads();
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 
 #include "gpu/kernels.hpp"
 #include "model/dequantize.hpp"
@@ -24,6 +23,11 @@ constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
 
 cudaStream_t as_stream(void* s) {
   return static_cast<cudaStream_t>(s);
+}
+
+// Values in a K or V cache of this shape.
+std::int64_t kv_elements(const model::KvCacheShape& s) {
+  return std::int64_t{s.num_layers} * s.num_blocks * s.block_size * s.num_kv_heads * s.head_dim;
 }
 
 kernels::Half16 half_of(TensorType type) {
@@ -55,25 +59,6 @@ const char* cublas_name(cublasStatus_t s) {
   }
 }
 
-// A device buffer that grows, never shrinks.
-struct Buffer {
-  void* data = nullptr;
-  std::int64_t bytes = 0;
-};
-
-// Grows `b` to hold `bytes` (doubling); reports whether it moved. The stream must be idle.
-Result<bool> grow(Buffer& b, std::int64_t bytes, std::int64_t& in_use,
-                  const std::function<Result<void*>(std::int64_t)>& alloc) {
-  if (b.bytes >= bytes) return false;
-  const std::int64_t size = std::max<std::int64_t>(bytes, b.bytes * 2);
-  TROUPE_TRY(void* p, alloc(size));
-  if (b.data != nullptr) cudaFree(b.data);
-  in_use -= b.bytes;
-  b.data = p;
-  b.bytes = size;
-  return true;
-}
-
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -84,7 +69,9 @@ struct CudaBackend::Impl {
   Buffer cast;      // 16-bit copy of a matmul's input
   Buffer partials;  // decode attention's per-split results
   Buffer sampling_params, sampled_ids;
-  void* pinned = nullptr;  // host staging for uploads and the sampled ids
+  std::vector<kernels::SamplingRowArgs> sampling_args;  // reused every step
+  std::vector<std::int32_t> sampled;
+  void* pinned = nullptr;  // host staging for a step's uploads
   std::int64_t pinned_bytes = 0;
   std::vector<void*> allocations;  // weights and tensors, freed at the end
 };
@@ -172,8 +159,8 @@ CudaBackend::~CudaBackend() {
     if (b->data != nullptr) cudaFree(b->data);
   }
   for (void* p : impl_->allocations) cudaFree(p);
-  if (k_cache_ != nullptr) cudaFree(k_cache_);
-  if (v_cache_ != nullptr) cudaFree(v_cache_);
+  release_buffer(k_cache_);
+  release_buffer(v_cache_);
   if (impl_->cublas_workspace != nullptr) cudaFree(impl_->cublas_workspace);
   if (impl_->pinned != nullptr) cudaFreeHost(impl_->pinned);
   if (impl_->cublas != nullptr) cublasDestroy(impl_->cublas);
@@ -216,8 +203,15 @@ Result<void*> CudaBackend::device_alloc(std::int64_t bytes) {
   return p;
 }
 
-void CudaBackend::device_free(void* p) {
-  if (p != nullptr) cudaFree(p);
+Result<bool> CudaBackend::grow(Buffer& b, std::int64_t bytes) {
+  if (b.bytes >= bytes) return false;
+  const std::int64_t size = std::max<std::int64_t>(bytes, b.bytes * 2);
+  TROUPE_TRY(void* p, device_alloc(size));
+  if (b.data != nullptr) cudaFree(b.data);
+  bytes_in_use_ -= b.bytes;
+  b.data = p;
+  b.bytes = size;
+  return true;
 }
 
 Result<void> CudaBackend::check_heads(std::int32_t num_heads, std::int32_t num_kv_heads,
@@ -256,8 +250,9 @@ Result<std::int32_t> CudaBackend::kv_blocks_that_fit(const model::KvCacheShape& 
     return make_error(ErrorCode::invalid_argument, "gpu_memory_utilization must be in (0, 1]");
   }
   TROUPE_TRY(const std::int64_t free, free_bytes());
-  const std::int64_t block_bytes = std::int64_t{2} * shape.num_layers * shape.block_size *
-                                   shape.num_kv_heads * shape.head_dim * 2;  // K and V, half
+  model::KvCacheShape one_block = shape;
+  one_block.num_blocks = 1;
+  const std::int64_t block_bytes = 2 * kv_elements(one_block) * 2;  // K and V, half
   const std::int64_t blocks = kv_blocks_for_memory(free, utilization, block_bytes, 1 << 30);
   if (blocks <= 0) {
     return make_error(ErrorCode::out_of_range,
@@ -289,13 +284,13 @@ Result<Weight> CudaBackend::load_weight(const model::GgufTensorInfo& info) {
   TROUPE_TRY(void* p, device_alloc(bytes));
   impl_->allocations.push_back(p);
   weight_bytes_ += bytes;
-  std::vector<std::uint16_t> host;
   const auto* src = reinterpret_cast<const std::uint8_t*>(info.data);
-  if (info.type == target) {
+  // Already in the target type: straight from the mapping. Otherwise decoded row by row.
+  const void* upload = src;
+  std::vector<std::uint16_t> host;
+  if (info.type != target) {
     host.resize(static_cast<std::size_t>(rows * cols));
-    std::memcpy(host.data(), src, static_cast<std::size_t>(bytes));
-  } else {
-    host.resize(static_cast<std::size_t>(rows * cols));
+    upload = host.data();
     std::vector<float> row(static_cast<std::size_t>(cols));
     const std::size_t row_bytes = model::row_bytes(info.type, cols);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -306,7 +301,7 @@ Result<Weight> CudaBackend::load_weight(const model::GgufTensorInfo& info) {
       }
     }
   }
-  if (!check(cudaMemcpy(p, host.data(), static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice),
+  if (!check(cudaMemcpy(p, upload, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice),
              "weight upload")) {
     return tl::make_unexpected(status().error());
   }
@@ -343,11 +338,8 @@ Result<Tensor> CudaBackend::allocate(std::int64_t rows, std::int64_t cols) {
   impl_->allocations.push_back(p);
   invalidate_graphs();  // recorded steps point at the old buffers
   // Any tensor may feed a matmul, whose input is cast to 16 bits first.
-  auto alloc = [this](std::int64_t bytes) { return device_alloc(bytes); };
   cudaStreamSynchronize(as_stream(stream_));
-  if (auto grown = grow(impl_->cast, rows * cols * 2, bytes_in_use_, alloc); !grown) {
-    return tl::make_unexpected(grown.error());
-  }
+  TROUPE_TRY_VOID(grow(impl_->cast, rows * cols * 2));
   return Tensor{static_cast<float*>(p), rows, cols};
 }
 
@@ -362,6 +354,12 @@ void CudaBackend::release(Tensor tensor) {
   a.erase(it);
 }
 
+void CudaBackend::release_buffer(Buffer& b) {
+  if (b.data != nullptr) cudaFree(b.data);
+  bytes_in_use_ -= b.bytes;
+  b = Buffer{};
+}
+
 Result<void> CudaBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
   if (shape.num_layers <= 0 || shape.num_blocks <= 0 || shape.block_size <= 0 ||
       shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
@@ -370,40 +368,31 @@ Result<void> CudaBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
   TROUPE_TRY_VOID(check_heads(shape.num_kv_heads, shape.num_kv_heads, shape.head_dim));
   cudaStreamSynchronize(as_stream(stream_));
   invalidate_graphs();
-  const std::int64_t n = std::int64_t{shape.num_layers} * shape.num_blocks * shape.block_size *
-                         shape.num_kv_heads * shape.head_dim;
-  if (k_cache_ != nullptr) {
-    device_free(k_cache_);
-    device_free(v_cache_);
-    bytes_in_use_ -= 2 * std::int64_t{kv_shape_.num_layers} * kv_shape_.num_blocks *
-                     kv_shape_.block_size * kv_shape_.num_kv_heads * kv_shape_.head_dim * 2;
-    k_cache_ = v_cache_ = nullptr;
-  }
-  TROUPE_TRY(k_cache_, device_alloc(n * 2));
-  auto v = device_alloc(n * 2);
-  if (!v) {
-    device_free(k_cache_);
-    bytes_in_use_ -= n * 2;
-    k_cache_ = nullptr;
+  release_buffer(k_cache_);
+  release_buffer(v_cache_);
+  const std::int64_t bytes = kv_elements(shape) * 2;  // half precision
+  TROUPE_TRY_VOID(grow(k_cache_, bytes));
+  if (auto v = grow(v_cache_, bytes); !v) {
+    release_buffer(k_cache_);
     return tl::make_unexpected(v.error());
   }
-  v_cache_ = *v;
   // Zeros: a slot read before it is written (never, by the engine's rules) stays finite.
-  check(cudaMemsetAsync(k_cache_, 0, static_cast<std::size_t>(n * 2), as_stream(stream_)),
-        "memset");
-  check(cudaMemsetAsync(v_cache_, 0, static_cast<std::size_t>(n * 2), as_stream(stream_)),
-        "memset");
+  for (const Buffer* b : {&k_cache_, &v_cache_}) {
+    check(cudaMemsetAsync(b->data, 0, static_cast<std::size_t>(bytes), as_stream(stream_)),
+          "memset");
+  }
   kv_shape_ = shape;
   return synchronize();
 }
 
 Result<void> CudaBackend::randomize_kv_cache(std::uint64_t seed) {
-  if (k_cache_ == nullptr) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
-  const auto& s = kv_shape_;
-  const std::int64_t n =
-      std::int64_t{s.num_layers} * s.num_blocks * s.block_size * s.num_kv_heads * s.head_dim;
-  kernels::fill_random_16(k_cache_, kernels::Half16::f16, n, seed, 1.0f, as_stream(stream_));
-  kernels::fill_random_16(v_cache_, kernels::Half16::f16, n, seed + 1, 1.0f, as_stream(stream_));
+  if (k_cache_.data == nullptr) {
+    return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
+  }
+  const std::int64_t n = kv_elements(kv_shape_);
+  kernels::fill_random_16(k_cache_.data, kernels::Half16::f16, n, seed, 1.0f, as_stream(stream_));
+  kernels::fill_random_16(v_cache_.data, kernels::Half16::f16, n, seed + 1, 1.0f,
+                          as_stream(stream_));
   return synchronize();
 }
 
@@ -416,14 +405,13 @@ void CudaBackend::invalidate_graphs() {
 // --- steps ---
 
 model::StepPlan CudaBackend::step_shape(const model::StepInput& step) const {
-  const std::int32_t rows = planned_rows(step, graph_policy_, kv_shape_.block_size);
+  const std::int32_t rows = planned_rows(step, graph_policy_);
   const bool padded = rows != step.num_tokens();
   return model::StepPlan{rows, padded ? rows : static_cast<std::int64_t>(step.logit_rows.size()),
                          false};
 }
 
 Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
-  auto alloc = [this](std::int64_t bytes) { return device_alloc(bytes); };
   bool moved = false;
   const auto ints = [](std::size_t n) {
     return static_cast<std::int64_t>(std::max<std::size_t>(n, 1) * 4);
@@ -441,7 +429,7 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
            {&m.tables,
             ints(std::max(l.block_tables.size(), static_cast<std::size_t>(l.rows) *
                                                      static_cast<std::size_t>(l.block_stride)))}}) {
-    TROUPE_TRY(const bool grew, grow(*buffer, bytes, bytes_in_use_, alloc));
+    TROUPE_TRY(const bool grew, grow(*buffer, bytes));
     moved = moved || grew;
   }
   // The decode partials: rows x heads x splits x (head_dim + 2); heads are known after the
@@ -450,7 +438,7 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
       num_heads_ > 0 ? num_heads_ : std::int64_t{kv_shape_.num_kv_heads} * kernels::kMaxGroup;
   const std::int64_t partial_floats =
       l.num_splits > 1 ? std::int64_t{l.rows} * heads * l.num_splits * (kv_shape_.head_dim + 2) : 1;
-  TROUPE_TRY(const bool grew_partials, grow(m.partials, partial_floats * 4, bytes_in_use_, alloc));
+  TROUPE_TRY(const bool grew_partials, grow(m.partials, partial_floats * 4));
   const std::int64_t staging =
       4 * static_cast<std::int64_t>(l.tokens.size() * 4 + l.logit_row_index.size() +
                                     l.decode_rows.size() + l.tiles.size() * 2 +
@@ -472,7 +460,9 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
 
 Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
   TROUPE_TRY_VOID(status());
-  if (k_cache_ == nullptr) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
+  if (k_cache_.data == nullptr) {
+    return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
+  }
   if (step_open_) return make_error(ErrorCode::internal, "a step began before the last one ended");
   // The worker's thread may not be the one that made the backend: the device is per thread.
   if (!check(cudaSetDevice(options_.device), "cudaSetDevice")) {
@@ -570,28 +560,26 @@ void CudaBackend::embed(const Weight& table, Tensor out) {
                  half_of(table.type), table.cols, out.data, out.rows, as_stream(stream_));
 }
 
-CudaBackend::Copy16Target CudaBackend::copy_for(Tensor out) {
+kernels::Copy16 CudaBackend::copy_for(Tensor out) {
   if (impl_->cast.bytes < out.rows * out.cols * 2) {
     cast_ = CastCopy{};
     return {};
   }
   cast_ = CastCopy{out.data, out.rows, out.cols, matmul_type_};
-  return {impl_->cast.data, matmul_type_};
+  return {impl_->cast.data, half_of(matmul_type_)};
 }
 
 void CudaBackend::rms_norm(Tensor x, const Weight& weight, float eps, Tensor out) {
   wrote(out);
-  const auto copy = copy_for(out);
   kernels::rms_norm(x.data, static_cast<const float*>(weight.data), eps, out.data, x.rows, x.cols,
-                    {copy.data, half_of(copy.type)}, as_stream(stream_));
+                    copy_for(out), as_stream(stream_));
 }
 
 void CudaBackend::add_rms_norm(Tensor x, Tensor y, const Weight& weight, float eps, Tensor out) {
   wrote(x);
   wrote(out);
-  const auto copy = copy_for(out);
   kernels::add_rms_norm(x.data, y.data, static_cast<const float*>(weight.data), eps, out.data,
-                        x.rows, x.cols, {copy.data, half_of(copy.type)}, as_stream(stream_));
+                        x.rows, x.cols, copy_for(out), as_stream(stream_));
 }
 
 void CudaBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
@@ -644,34 +632,38 @@ kernels::RopeArgs rope_args(std::int64_t cols, std::int32_t head_dim,
 
 }  // namespace
 
+void* CudaBackend::layer_cache(const Buffer& cache, std::int32_t layer) const {
+  model::KvCacheShape one_layer = kv_shape_;
+  one_layer.num_layers = 1;
+  return static_cast<std::uint16_t*>(cache.data) + layer * kv_elements(one_layer);
+}
+
 void CudaBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& params) {
   wrote(x);
-  kernels::rope(x.data, static_cast<const std::int32_t*>(impl_->positions.data), x.rows,
-                rope_args(x.cols, head_dim, params), as_stream(stream_));
+  kernels::rope_store_kv(
+      x.data, nullptr, nullptr, static_cast<const std::int32_t*>(impl_->positions.data), nullptr,
+      x.rows, rope_args(x.cols, head_dim, params), 0, nullptr, nullptr, as_stream(stream_));
 }
 
 void CudaBackend::rope_store_kv(std::int32_t layer, Tensor q, Tensor k, Tensor v,
                                 std::int32_t head_dim, const model::RopeParams& params) {
   wrote(q);
   wrote(k);
-  const auto& s = kv_shape_;
-  const std::int32_t kv_dim = s.num_kv_heads * s.head_dim;
-  const std::int64_t layer_offset = std::int64_t{layer} * s.num_blocks * s.block_size * kv_dim;
-  kernels::rope_store_kv(q.data, k.data, v.data,
-                         static_cast<const std::int32_t*>(impl_->positions.data),
-                         static_cast<const std::int32_t*>(impl_->slots.data), q.rows,
-                         rope_args(q.cols, head_dim, params), s.num_kv_heads,
-                         static_cast<std::uint16_t*>(k_cache_) + layer_offset,
-                         static_cast<std::uint16_t*>(v_cache_) + layer_offset, as_stream(stream_));
+  kernels::rope_store_kv(
+      q.data, k.data, v.data, static_cast<const std::int32_t*>(impl_->positions.data),
+      static_cast<const std::int32_t*>(impl_->slots.data), q.rows,
+      rope_args(q.cols, head_dim, params), kv_shape_.num_kv_heads, layer_cache(k_cache_, layer),
+      layer_cache(v_cache_, layer), as_stream(stream_));
 }
 
 void CudaBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
-  const auto& s = kv_shape_;
-  const std::int32_t kv_dim = s.num_kv_heads * s.head_dim;
-  const std::int64_t layer_offset = std::int64_t{layer} * s.num_blocks * s.block_size * kv_dim;
-  kernels::store_kv(k.data, v.data, static_cast<const std::int32_t*>(impl_->slots.data), k.rows,
-                    kv_dim, static_cast<std::uint16_t*>(k_cache_) + layer_offset,
-                    static_cast<std::uint16_t*>(v_cache_) + layer_offset, as_stream(stream_));
+  // The same kernel with no query and nothing to rotate.
+  kernels::RopeArgs a;
+  a.head_dim = kv_shape_.head_dim;
+  kernels::rope_store_kv(
+      nullptr, k.data, v.data, static_cast<const std::int32_t*>(impl_->positions.data),
+      static_cast<const std::int32_t*>(impl_->slots.data), k.rows, a, kv_shape_.num_kv_heads,
+      layer_cache(k_cache_, layer), layer_cache(v_cache_, layer), as_stream(stream_));
 }
 
 void CudaBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
@@ -684,13 +676,11 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
     return;
   }
   num_heads_ = params.num_heads;
-  const std::int32_t kv_dim = s.num_kv_heads * s.head_dim;
-  const std::int64_t layer_offset = std::int64_t{layer} * s.num_blocks * s.block_size * kv_dim;
   kernels::AttentionArgs a;
   a.q = q.data;
   a.out = out.data;
-  a.k_cache = static_cast<const std::uint16_t*>(k_cache_) + layer_offset;
-  a.v_cache = static_cast<const std::uint16_t*>(v_cache_) + layer_offset;
+  a.k_cache = layer_cache(k_cache_, layer);
+  a.v_cache = layer_cache(v_cache_, layer);
   a.positions = static_cast<const std::int32_t*>(impl_->positions.data);
   a.token_seq = static_cast<const std::int32_t*>(impl_->token_seq.data);
   a.block_tables = static_cast<const std::int32_t*>(impl_->tables.data);
@@ -701,8 +691,7 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
   a.head_dim = params.head_dim;
   a.scale = params.scale;
   // The output projection reads this next: its 16-bit input is written here.
-  const auto copy = copy_for(out);
-  a.out16 = {copy.data, half_of(copy.type)};
+  a.out16 = copy_for(out);
   const auto num_decode = static_cast<std::int32_t>(layout_.decode_rows.size());
   if (num_decode > 0) {
     const std::int64_t needed =
@@ -722,9 +711,8 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
 
 void CudaBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
   wrote(out);
-  const auto copy = copy_for(out);
-  kernels::swiglu(gate.data, up.data, out.data, gate.rows * gate.cols,
-                  {copy.data, half_of(copy.type)}, as_stream(stream_));
+  kernels::swiglu(gate.data, up.data, out.data, gate.rows * gate.cols, copy_for(out),
+                  as_stream(stream_));
 }
 
 void CudaBackend::add(Tensor x, Tensor y) {
@@ -768,16 +756,14 @@ Result<void> CudaBackend::sample(Tensor logits, std::span<const model::DeviceSam
     return make_error(ErrorCode::invalid_argument, "one sampling row and id per logit row");
   }
   if (rows.empty()) return {};
-  auto alloc = [this](std::int64_t bytes) { return device_alloc(bytes); };
   auto& m = *impl_;
   const auto n = static_cast<std::int64_t>(rows.size());
-  TROUPE_TRY(
-      const bool grew_params,
-      grow(m.sampling_params, n * static_cast<std::int64_t>(sizeof(kernels::SamplingRowArgs)),
-           bytes_in_use_, alloc));
-  TROUPE_TRY(const bool grew_ids, grow(m.sampled_ids, n * 4, bytes_in_use_, alloc));
-  (void)grew_params, (void)grew_ids;  // not part of any graph
-  std::vector<kernels::SamplingRowArgs> args(rows.size());
+  // Neither buffer is part of a graph: moving them needs nothing else.
+  TROUPE_TRY_VOID(
+      grow(m.sampling_params, n * static_cast<std::int64_t>(sizeof(kernels::SamplingRowArgs))));
+  TROUPE_TRY_VOID(grow(m.sampled_ids, n * 4));
+  auto& args = m.sampling_args;
+  args.resize(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     args[i] = {r.temperature, r.top_k, r.top_p, r.min_p, r.seed, r.counter};
@@ -788,12 +774,13 @@ Result<void> CudaBackend::sample(Tensor logits, std::span<const model::DeviceSam
   kernels::sample(logits.data, logits.rows, static_cast<std::int32_t>(logits.cols),
                   static_cast<const kernels::SamplingRowArgs*>(m.sampling_params.data),
                   static_cast<std::int32_t*>(m.sampled_ids.data), as_stream(stream_));
-  std::vector<std::int32_t> out(rows.size());
+  auto& out = m.sampled;
+  out.resize(rows.size());
   check(cudaMemcpyAsync(out.data(), m.sampled_ids.data, out.size() * 4, cudaMemcpyDeviceToHost,
                         as_stream(stream_)),
         "sampled ids");
   TROUPE_TRY_VOID(synchronize());
-  for (std::size_t i = 0; i < rows.size(); ++i) ids[i] = out[i];
+  std::copy(out.begin(), out.end(), ids.begin());
   return {};
 }
 

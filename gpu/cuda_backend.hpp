@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/kernel_types.hpp"
 #include "gpu/step_layout.hpp"
 #include "model/backend.hpp"
 
@@ -132,23 +133,27 @@ class CudaBackend final : public model::Backend {
   bool check(int status, const char* what);
   Result<void> status() const;
   Result<void*> device_alloc(std::int64_t bytes);
-  void device_free(void* p);
+  // A device buffer that grows (doubling), never shrinks.
+  struct Buffer {
+    void* data = nullptr;
+    std::int64_t bytes = 0;
+  };
+  // Grows `b` to hold `bytes`; reports whether it moved. The stream must be idle.
+  Result<bool> grow(Buffer& b, std::int64_t bytes);
+  void release_buffer(Buffer& b);
   Result<void> ensure_step_capacity(const StepLayout& layout);
-  Result<void> ensure_scratch(std::int64_t floats);
   void invalidate_graphs();
   // The cast buffer holds a 16-bit copy of one tensor: matmuls reading it skip their cast,
-  // and norms and SwiGLU write it as they write their output.
+  // and norms, SwiGLU and attention write it as they write their output.
   struct CastCopy {
     const float* source = nullptr;
     std::int64_t rows = 0, cols = 0;
     model::TensorType type = model::TensorType::bf16;
   };
   // The copy an op writing `out` should also make (none if the buffer is too small).
-  struct Copy16Target {
-    void* data = nullptr;
-    model::TensorType type = model::TensorType::bf16;
-  };
-  Copy16Target copy_for(model::Tensor out);
+  kernels::Copy16 copy_for(model::Tensor out);
+  // Where `layer` begins in the K or V cache.
+  void* layer_cache(const Buffer& cache, std::int32_t layer) const;
   void wrote(model::Tensor t) {
     if (cast_.source == t.data) cast_ = CastCopy{};
   }
@@ -161,8 +166,7 @@ class CudaBackend final : public model::Backend {
   std::int64_t bytes_in_use_ = 0;
   std::int64_t weight_bytes_ = 0;
   model::KvCacheShape kv_shape_;
-  void* k_cache_ = nullptr;
-  void* v_cache_ = nullptr;
+  Buffer k_cache_, v_cache_;  // [layers][slots][kv_heads * head_dim] half
   GraphPolicy graph_policy_;
   StepLayout layout_;
   bool step_open_ = false;

@@ -5,6 +5,15 @@
 
 namespace troupe::gpu::kernels {
 
+// The 16-bit types weights live in on the device.
+enum class Half16 : std::int32_t { f16, bf16 };
+
+// A second, 16-bit copy of an op's output: the next matmul's input, cast for free.
+struct Copy16 {
+  void* data = nullptr;  // none when null
+  Half16 type = Half16::bf16;
+};
+
 // Keys each decode split covers.
 inline constexpr std::int32_t kDecodePartition = 256;
 inline constexpr std::int32_t kMaxGroup = 16;  // query heads per KV head

@@ -128,32 +128,6 @@ __global__ void rms_norm_kernel(float* x, const float* __restrict__ y, const flo
   }
 }
 
-// One thread per (row, head, rotated pair).
-__global__ void rope_kernel(float* x, const std::int32_t* __restrict__ positions, std::int64_t rows,
-                            RopeArgs a) {
-  const std::int32_t half = a.rot_dims / 2;
-  const std::int64_t total = rows * a.num_heads * half;
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += std::int64_t{gridDim.x} * blockDim.x) {
-    const std::int32_t pair = static_cast<std::int32_t>(i % half);
-    const std::int64_t head = (i / half) % a.num_heads;
-    const std::int64_t row = i / (static_cast<std::int64_t>(half) * a.num_heads);
-    // As ggml and the CPU backend: theta = freq_scale * (pos * theta_scale^pair / factor), the
-    // power built by repeated multiplication, so that both compute the same angle.
-    float theta = static_cast<float>(positions[row]);
-    for (std::int32_t i = 0; i < pair; ++i) theta *= a.theta_scale;
-    theta = a.freq_scale * (theta / (a.freq_factors != nullptr ? a.freq_factors[pair] : 1.0f));
-    float s, c;
-    sincosf(theta, &s, &c);
-    float* v = x + row * a.num_heads * a.head_dim + head * a.head_dim;
-    const std::int32_t ia = a.neox ? pair : 2 * pair;
-    const std::int32_t ib = a.neox ? pair + half : 2 * pair + 1;
-    const float x0 = v[ia], x1 = v[ib];
-    v[ia] = x0 * c - x1 * s;
-    v[ib] = x0 * s + x1 * c;
-  }
-}
-
 // One block per row: the row's angles once in shared memory, then q's pairs, k's pairs
 // (rotated in place and into the cache), k's unrotated dims and v into the cache.
 __global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict__ v,
@@ -171,10 +145,10 @@ __global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict
     sincosf(theta, &sin_s[pair], &cos_s[pair]);
   }
   __syncthreads();
-  const std::int32_t slot = slots[row];
+  const std::int32_t slot = slots != nullptr ? slots[row] : -1;
   const std::int32_t kv_dim = num_kv_heads * a.head_dim;
   const std::int64_t cache_row = static_cast<std::int64_t>(slot) * kv_dim;
-  float* qr = q + row * a.num_heads * a.head_dim;
+  float* qr = q != nullptr ? q + row * a.num_heads * a.head_dim : nullptr;
   float* kr = k + row * kv_dim;
   const float* vr = v + row * kv_dim;
   for (std::int32_t i = threadIdx.x; i < (a.num_heads + num_kv_heads) * half; i += blockDim.x) {
@@ -198,19 +172,6 @@ __global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict
   for (std::int32_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
     if (e % a.head_dim >= a.rot_dims) k_cache[cache_row + e] = __float2half_rn(kr[e]);
     v_cache[cache_row + e] = __float2half_rn(vr[e]);
-  }
-}
-
-__global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v,
-                                const std::int32_t* __restrict__ slots, std::int32_t kv_dim,
-                                __half* __restrict__ k_cache, __half* __restrict__ v_cache) {
-  const std::int64_t row = blockIdx.x;
-  const std::int32_t slot = slots[row];
-  if (slot < 0) return;
-  const std::int64_t base = static_cast<std::int64_t>(slot) * kv_dim;
-  for (std::int32_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-    k_cache[base + c] = __float2half_rn(k[row * kv_dim + c]);
-    v_cache[base + c] = __float2half_rn(v[row * kv_dim + c]);
   }
 }
 
@@ -309,13 +270,6 @@ void add_rms_norm(float* x, const float* y, const float* w, float eps, float* ou
                                                                                  cols, copy);
 }
 
-void rope(float* x, const std::int32_t* positions, std::int64_t rows, const RopeArgs& args,
-          cudaStream_t stream) {
-  const std::int64_t n = rows * args.num_heads * (args.rot_dims / 2);
-  if (n == 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, positions, rows, args);
-}
-
 void rope_store_kv(float* q, float* k, const float* v, const std::int32_t* positions,
                    const std::int32_t* slots, std::int64_t rows, const RopeArgs& args,
                    std::int32_t num_kv_heads, void* k_cache, void* v_cache, cudaStream_t stream) {
@@ -323,13 +277,6 @@ void rope_store_kv(float* q, float* k, const float* v, const std::int32_t* posit
   rope_store_kv_kernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(
       q, k, v, positions, slots, args, num_kv_heads, static_cast<__half*>(k_cache),
       static_cast<__half*>(v_cache));
-}
-
-void store_kv(const float* k, const float* v, const std::int32_t* slots, std::int64_t rows,
-              std::int32_t kv_dim, void* k_cache, void* v_cache, cudaStream_t stream) {
-  if (rows == 0) return;
-  store_kv_kernel<<<static_cast<unsigned>(rows), row_threads(kv_dim), 0, stream>>>(
-      k, v, slots, kv_dim, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
 }
 
 void swiglu(const float* gate, const float* up, float* out, std::int64_t n, Copy16 copy,

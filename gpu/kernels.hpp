@@ -11,9 +11,6 @@
 
 namespace troupe::gpu::kernels {
 
-// The 16-bit types weights live in on the device.
-enum class Half16 : std::int32_t { f16, bf16 };
-
 // --- elementwise and row ops (kernels.cu) ---
 // y[i] = (16-bit) x[i].
 void cast_to_16(const float* x, void* y, Half16 type, std::int64_t n, cudaStream_t stream);
@@ -26,11 +23,6 @@ void fill_random_f32(float* y, std::int64_t n, std::uint64_t seed, float scale, 
 // out[t] = table[tokens[t]] as float.                      table: [vocab, cols]
 void embed(const std::int32_t* tokens, const void* table, Half16 type, std::int64_t cols,
            float* out, std::int64_t rows, cudaStream_t stream);
-// A second, 16-bit copy of an op's output: the next matmul's input, cast for free.
-struct Copy16 {
-  void* data = nullptr;  // none when null
-  Half16 type = Half16::bf16;
-};
 // out = x / rms(x) * w, per row; x may be out.
 void rms_norm(const float* x, const float* w, float eps, float* out, std::int64_t rows,
               std::int64_t cols, Copy16 copy, cudaStream_t stream);
@@ -46,16 +38,13 @@ struct RopeArgs {
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // [rot_dims / 2] or null
 };
-void rope(float* x, const std::int32_t* positions, std::int64_t rows, const RopeArgs& args,
-          cudaStream_t stream);
-// RoPE on q ([rows, q_heads * head_dim]) and k, then k and v into their KV slots: one
-// launch for what rope, rope and store_kv do. `args.num_heads` is q's head count.
+// RoPE on q ([rows, args.num_heads * head_dim]) and k ([rows, num_kv_heads * head_dim]),
+// then k and v into their KV slots (cache layout per layer: [slots][kv_heads * head_dim] in
+// half; slot -1 skips). One kernel serves the three ops: q null or num_heads 0 rotates no
+// query, num_kv_heads 0 stores nothing, rot_dims 0 rotates nothing.
 void rope_store_kv(float* q, float* k, const float* v, const std::int32_t* positions,
                    const std::int32_t* slots, std::int64_t rows, const RopeArgs& args,
                    std::int32_t num_kv_heads, void* k_cache, void* v_cache, cudaStream_t stream);
-// Cache layout per layer: [num_blocks * block_size slots][kv_dim] in half; slot -1 skips.
-void store_kv(const float* k, const float* v, const std::int32_t* slots, std::int64_t rows,
-              std::int32_t kv_dim, void* k_cache, void* v_cache, cudaStream_t stream);
 void swiglu(const float* gate, const float* up, float* out, std::int64_t n, Copy16 copy,
             cudaStream_t stream);
 void add(float* x, const float* y, std::int64_t n, cudaStream_t stream);

@@ -53,9 +53,7 @@ std::int32_t graph_batch_for(std::int32_t n, std::int32_t max_batch) {
   return 0;
 }
 
-std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& policy,
-                          std::int32_t block_size) {
-  (void)block_size;
+std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& policy) {
   const std::int32_t padded = graph_rows(step, policy);
   return padded > 0 ? padded : step.num_tokens();
 }

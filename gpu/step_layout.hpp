@@ -40,8 +40,7 @@ struct StepLayout {
 };
 
 // The rows a step runs on (what step_shape reports): padded for graph-eligible steps.
-std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& policy,
-                          std::int32_t block_size);
+std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& policy);
 
 // Lays the step out. `block_size` is the cache's; the step must have passed validate_step.
 StepLayout plan_step(const model::StepInput& step, std::int32_t block_size,

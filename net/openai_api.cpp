@@ -113,21 +113,10 @@ json::object usage_json(const TokenEvent& end, std::int32_t completion_tokens) {
 }  // namespace
 
 std::string_view openai_finish_reason(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::stop:
-      return "stop";
-    case FinishReason::length:
-      return "length";
-    case FinishReason::abort:
-      return "abort";
-    case FinishReason::timeout:
-      return "length";  // no OpenAI name: the output was cut short
-    case FinishReason::error:
-      return "error";
-    case FinishReason::none:
-      return "";
-  }
-  return "";
+  if (reason == FinishReason::none) return "";
+  // OpenAI has no name for a deadline: the output was cut short, as at max_tokens.
+  if (reason == FinishReason::timeout) return "length";
+  return finish_reason_name(reason);
 }
 
 std::string error_json(const ApiError& error) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "model/tokenizer.hpp"
+#include "support/engine_support.hpp"
 #include "support/small_model.hpp"
 #include "troupe/engine.hpp"
 
@@ -82,15 +83,7 @@ GenerateRequest greedy(std::vector<TokenId> prompt, int max_tokens) {
   return r;
 }
 
-// Polls until the engine's KV usage is back to zero (the scheduler works asynchronously).
-bool kv_drains(Engine& engine) {
-  for (int i = 0; i < 200; ++i) {
-    const auto s = engine.stats();
-    if (s.kv_usage == 0.0 && s.num_running == 0 && s.num_waiting == 0) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return false;
-}
+using test::kv_drains;
 
 }  // namespace
 

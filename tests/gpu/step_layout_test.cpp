@@ -52,7 +52,7 @@ TEST_CASE("a decode-only step pads to its graph's batch with rows that touch not
   CHECK(l.rows == 4);
   CHECK(l.logit_rows == 4);
   CHECK(l.real_rows == 3);
-  CHECK(gpu::planned_rows(step, policy, 4) == 4);
+  CHECK(gpu::planned_rows(step, policy) == 4);
   CHECK(l.block_stride == 16);  // max_model_len / block_size, whatever the step's own tables
   CHECK(l.num_splits == 1);
   CHECK(l.tokens == std::vector<std::int32_t>{10, 11, 12, 0});

@@ -10,6 +10,7 @@
 
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
+#include "support/engine_support.hpp"
 #include "support/mini_json.hpp"
 #include "support/small_model.hpp"
 #include "troupe/engine.hpp"
@@ -84,14 +85,7 @@ class Server {
     return curl(args, body, path);
   }
 
-  bool kv_drains() {
-    for (int i = 0; i < 400; ++i) {
-      const auto s = engine->stats();
-      if (s.kv_usage == 0.0 && s.num_running == 0 && s.num_waiting == 0) return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
+  bool kv_drains() const { return test::kv_drains(*engine); }
 
   std::shared_ptr<monitoring::Metrics> metrics;
   std::unique_ptr<Engine> engine;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "net/http_server.hpp"
+#include "support/engine_support.hpp"
 #include "support/mini_json.hpp"
 #include "support/small_model.hpp"
 #include "troupe/engine.hpp"
@@ -36,14 +37,7 @@ struct Fixture {
   }
   ~Fixture() { server->stop(); }
 
-  bool kv_drains() {
-    for (int i = 0; i < 400; ++i) {
-      const auto s = engine->stats();
-      if (s.kv_usage == 0.0 && s.num_running == 0 && s.num_waiting == 0) return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
+  bool kv_drains() const { return test::kv_drains(*engine); }
 
   std::unique_ptr<Engine> engine;
   std::unique_ptr<net::HttpServer> server;
