@@ -15,6 +15,8 @@ packages=(
   curl prometheus                        # the server tests' HTTP client; promtool
   python3-websockets                     # the WebSocket example (and its test)
   clang-format                           # style check
+  clang libfuzzer-14-dev                 # fuzz targets (scripts/fuzz.sh)
+  slowhttptest                           # slow-client tests of the HTTP server
 )
 
 # Node.js runs the official openai client in the tests; any recent one will do.
