@@ -2,10 +2,11 @@
 # missing (Debian packages), configure, build, and then run.
 BUILD       ?= build
 BUILD_ASAN  ?= build-asan
+BUILD_FUZZ  ?= build-fuzz
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build run clients test test-unit test-sanitize format format-check bench clean
+.PHONY: all setup configure build run clients test test-unit test-sanitize test-fuzz fuzz format format-check bench clean
 
 all: build
 
@@ -24,7 +25,7 @@ PORT  ?= 8000
 run: build
 	$(BUILD)/app/troupe serve --port $(PORT) $(if $(MODEL),--model $(MODEL))
 
-test: build format-check test-unit test-sanitize
+test: build format-check test-unit test-sanitize test-fuzz
 
 # The real OpenAI client the integration tests drive (npm registry, pinned by the lock file).
 clients: setup
@@ -39,6 +40,16 @@ test-sanitize: setup
 	@cmake --build $(BUILD_ASAN) -j $(JOBS) --target sanitized_tests
 	ctest --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error -j $(JOBS) -L sanitize
 
+# Every libFuzzer target (fuzz/) under ASan + UBSan for FUZZ_SECONDS each, one after
+# another; `make test` runs each for TEST_FUZZ_SECONDS. Findings: $(BUILD_FUZZ)/artifacts/.
+FUZZ_SECONDS      ?= 300
+TEST_FUZZ_SECONDS ?= 20
+fuzz: setup
+	FUZZ_BUILD=$(BUILD_FUZZ) scripts/fuzz.sh $(FUZZ_SECONDS)
+
+test-fuzz: setup
+	FUZZ_BUILD=$(BUILD_FUZZ) scripts/fuzz.sh $(TEST_FUZZ_SECONDS)
+
 format:
 	@git ls-files '*.cpp' '*.hpp' '*.cu' | xargs clang-format -i
 
@@ -50,4 +61,4 @@ bench: build
 	scripts/bench-throughput.sh
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)
