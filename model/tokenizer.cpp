@@ -90,6 +90,19 @@ Result<Tokenizer> Tokenizer::from_vocabulary(Vocabulary vocabulary) {
                            : text;
     }
   }
+  // SentencePiece spells what no piece covers byte by byte, with <unk> for a byte that has
+  // no token: a vocabulary with neither could only encode to ids outside itself.
+  if (vocab.kind == VocabularyKind::spm && vocab.unk == kNoToken) {
+    const auto missing = std::find(tok.byte_tokens_.begin(), tok.byte_tokens_.end(), kNoToken);
+    if (missing != tok.byte_tokens_.end()) {
+      char byte[8];
+      std::snprintf(byte, sizeof(byte), "0x%02X",
+                    static_cast<unsigned>(missing - tok.byte_tokens_.begin()));
+      return make_error(ErrorCode::invalid_file,
+                        std::string("the SentencePiece vocabulary has no token for byte ") + byte +
+                            " and no unknown token to stand for it");
+    }
+  }
   std::stable_sort(
       tok.special_tokens_.begin(), tok.special_tokens_.end(),
       [&](TokenId a, TokenId b) { return vocab.tokens[a].size() > vocab.tokens[b].size(); });
