@@ -49,7 +49,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--seed", opts->seed, "seed for requests that bring none");
   cmd->add_option("--max-concurrent-requests", opts->server.max_concurrent_requests,
                   "generation requests in flight before 429");
-  cmd->add_option("--max-connections", opts->server.max_connections, "open connections before 503");
+  cmd->add_option("--max-connections", opts->server.max_connections,
+                  "open connections before 503 (the descriptor limit must hold them)");
+  cmd->add_option("--max-buffered-output-bytes", opts->server.max_buffered_output_bytes,
+                  "output a connection may leave unread before it is closed (1008 on a socket)");
   cmd->callback([opts, cmd] {
     auto fail = [](const std::string& message) {
       std::fprintf(stderr, "troupe serve: %s\n", message.c_str());

@@ -83,6 +83,20 @@ struct Metrics::Impl {
                                     .Name("troupe_http_requests_total")
                                     .Help("HTTP requests answered, by route and status")
                                     .Register(*registry);
+  p::Gauge& connections =
+      gauge(*registry, "troupe_http_connections", "Open HTTP and WebSocket connections");
+  p::Gauge& requests_in_flight =
+      gauge(*registry, "troupe_http_requests_in_flight",
+            "Generation requests admitted and not yet ended in the engine");
+  p::Gauge& live_actors =
+      gauge(*registry, "troupe_live_actors", "Actors alive in the engine's actor system");
+  p::Family<p::Counter>& connection_errors =
+      p::BuildCounter()
+          .Name("troupe_http_connection_errors_total")
+          .Help("Connections the server ended on its own, by reason")
+          .Register(*registry);
+  p::Counter& accept_errors = counter(*registry, "troupe_http_accept_errors_total",
+                                      "Failed accepts (retried after a short backoff)");
 };
 
 Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}
@@ -144,6 +158,21 @@ void Metrics::observe_phases(double prefill_seconds, double decode_seconds) {
 
 void Metrics::count_http(std::string_view route, int status) {
   impl_->http.Add({{"route", std::string(route)}, {"status", std::to_string(status)}}).Increment();
+}
+
+void Metrics::set_server_state(std::int64_t num_connections, std::int64_t num_requests_in_flight,
+                               std::int64_t num_live_actors) {
+  impl_->connections.Set(static_cast<double>(num_connections));
+  impl_->requests_in_flight.Set(static_cast<double>(num_requests_in_flight));
+  impl_->live_actors.Set(static_cast<double>(num_live_actors));
+}
+
+void Metrics::count_connection_error(std::string_view reason) {
+  impl_->connection_errors.Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::count_accept_error() {
+  impl_->accept_errors.Increment();
 }
 
 }  // namespace troupe::monitoring

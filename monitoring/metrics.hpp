@@ -3,6 +3,7 @@
 // it knows nothing of either. Every method is thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,6 +37,15 @@ class Metrics {
 
   // --- the HTTP front ---
   void count_http(std::string_view route, int status);
+  // Set when /metrics is scraped: open connections, generation requests admitted and
+  // not yet ended in the engine, and actors alive in the engine's actor system.
+  void set_server_state(std::int64_t num_connections, std::int64_t num_requests_in_flight,
+                        std::int64_t num_live_actors);
+  // A connection the server ended on its own: "exception" (a defect caught at the
+  // connection's top frame), "slow_reader" (output past its bound), "bad_request".
+  void count_connection_error(std::string_view reason);
+  // accept() failed (descriptor limit, aborted handshake); the server retries.
+  void count_accept_error();
 
   struct Impl;
 

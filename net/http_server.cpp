@@ -1,100 +1,23 @@
-// Beast sessions as coroutines. Kept to this one file: Beast is slow to compile.
+// The accept loop and HTTP sessions as coroutines: requests read within limits, plain
+// routes, and generation answered as one JSON object or as server-sent events.
 #include "net/http_server.hpp"
 
-#include <algorithm>
-#include <atomic>
-#include <boost/asio.hpp>
-#include <boost/asio/experimental/concurrent_channel.hpp>
-#include <boost/beast.hpp>
-#include <chrono>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
-#include <vector>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
-#include "monitoring/metrics.hpp"
-#include "net/openai_api.hpp"
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+
+#include "net/server_impl.hpp"
 
 namespace troupe::net {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
-using boost::system::error_code;
-using Request = http::request<http::string_body>;
-using EventChannel = asio::experimental::concurrent_channel<void(error_code, TokenEvent)>;
-namespace websocket = beast::websocket;
-
-// A frame for a WebSocket client, and whether it ends its request.
-struct WsFrame {
-  std::string id;
-  std::string text;
-  bool final = false;
-};
-using FrameChannel = asio::experimental::concurrent_channel<void(error_code, WsFrame)>;
-
-// One WebSocket connection: the reader submits and cancels, the writer sends
-// frames in order; both hold it.
-struct WsConnection {
-  explicit WsConnection(beast::tcp_stream stream) : ws(std::move(stream)) {}
-  websocket::stream<beast::tcp_stream> ws;
-  std::shared_ptr<FrameChannel> frames;
-  std::unordered_map<std::string, RequestId> in_flight;  // the io thread's alone
-};
-
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
-
-// Engine callbacks outlive nothing of the server: once the gate is shut (stop()),
-// they drop their events instead of touching a channel whose io_context is gone.
-struct CallbackGate {
-  std::mutex mutex;
-  bool open = true;
-};
-
-struct HttpServer::Impl {
-  Engine& engine;
-  std::shared_ptr<CallbackGate> gate = std::make_shared<CallbackGate>();
-  ServerConfig config;
-  ApiContext context;
-  asio::io_context io;
-  std::unique_ptr<tcp::acceptor> acceptor;
-  std::vector<std::thread> threads;
-  std::atomic<int> num_connections{0};
-  std::atomic<int> num_requests{0};  // generation requests not yet answered in full
-  std::atomic<std::uint64_t> next_completion{1};
-
-  Impl(Engine& e, ServerConfig c) : engine(e), config(std::move(c)) {
-    context.engine = &engine;
-    context.served_model_name = config.served_model_name;
-    context.chat_family = model::detect_chat_family(engine.chat_template());
-  }
-
-  asio::awaitable<void> listen();
-  asio::awaitable<void> session(tcp::socket socket);
-  asio::awaitable<bool> handle(beast::tcp_stream& stream, Request& request);
-  asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request);
-  asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
-  void websocket_command(WsConnection& connection, const std::string& text);
-  http::response<http::string_body> route(const Request& request);
-  // Counts a response in troupe_http_requests_total (known routes by name, others as "other").
-  void count(const Request& request, int status) {
-    if (!config.metrics) return;
-    const auto path = std::string(request.target().substr(0, request.target().find('?')));
-    static const char* const kRoutes[] = {
-        "/health",   "/version",    "/metrics",        "/v1/models",
-        "/tokenize", "/detokenize", "/v1/completions", "/v1/chat/completions",
-        "/v1/ws"};
-    std::string route = "other";
-    for (const char* r : kRoutes) {
-      if (path == r) route = r;
-    }
-    config.metrics->count_http(route, status);
-  }
-  asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request);
-};
-
 namespace {
+
+// Descriptors the process needs besides its connections: the listener, the engine's
+// actor system, the model file, stdio, the tokenizer and I/O threads' wake-ups.
+constexpr rlim_t kReservedDescriptors = 64;
 
 std::int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -102,38 +25,180 @@ std::int64_t unix_time() {
       .count();
 }
 
-http::response<http::string_body> make_response(
-    const Request& request, http::status status, std::string body,
-    std::string_view content_type = "application/json") {
-  http::response<http::string_body> res{status, request.version()};
-  res.set(http::field::server, "troupe");
-  res.set(http::field::content_type, content_type);
-  res.keep_alive(request.keep_alive());
-  res.body() = std::move(body);
-  res.prepare_payload();
-  return res;
-}
-
-http::response<http::string_body> error_response(const Request& request, const ApiError& error) {
-  return make_response(request, static_cast<http::status>(error.status), error_json(error));
-}
-
-// Writes a response; false when the client is gone.
-asio::awaitable<bool> send(beast::tcp_stream& stream, http::response<http::string_body> res,
-                           std::chrono::seconds timeout) {
+// Writes a response; false when the client is gone or the connection ends with it.
+asio::awaitable<bool> send(beast::tcp_stream& stream, Response res, std::chrono::seconds timeout) {
   stream.expires_after(timeout);
   auto [ec, n] = co_await http::async_write(stream, res, kUseTuple);
   co_return !ec && res.keep_alive();
 }
 
+// Raises the soft descriptor limit to the hard one, and checks that it holds the
+// connections the server was asked to keep.
+Result<void> prepare_descriptor_limit(int max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  const auto needed = static_cast<rlim_t>(std::max(max_connections, 0)) + kReservedDescriptors;
+  if (limit.rlim_cur != RLIM_INFINITY && needed > limit.rlim_cur) {
+    return make_error(ErrorCode::invalid_argument,
+                      "--max-connections " + std::to_string(max_connections) + " needs about " +
+                          std::to_string(needed) + " file descriptors, but this process may open " +
+                          std::to_string(limit.rlim_cur) +
+                          " (its hard limit): raise `ulimit -n` or lower --max-connections");
+  }
+  return {};
+}
+
+// One generation over HTTP: what its engine callbacks and its connection share.
+struct Generation {
+  std::shared_ptr<EventChannel> channel;
+  std::shared_ptr<Admission> admission;
+  std::atomic<int> num_open{0};  // choices not yet ended in the engine
+  OutputBound output;
+  // Touched on the connection's strand only.
+  std::vector<RequestId> ids;
+  beast::tcp_stream* stream = nullptr;  // while the coroutine holds it
+  bool done = false;                    // the answer is complete: stop watching
+  bool client_gone = false;
+
+  explicit Generation(std::size_t max_output) : output(max_output) {}
+};
+
+// Cancels every request of a generation (on its strand).
+void cancel_all(Engine& engine, Generation& g) {
+  for (RequestId id : g.ids) engine.cancel(id);
+}
+
+// Watches the socket while a generation runs: EOF or a reset means the client is gone,
+// and its requests are cancelled now instead of when the answer cannot be written.
+// Bytes from the client (its next request, pipelined) mean it is still there.
+void watch_for_disconnect(Engine& engine, tcp::socket& socket, std::shared_ptr<Generation> g) {
+  // The socket outlives every completion but a cancelled one, which touches nothing.
+  auto on_readable = [&engine, &socket, g](error_code ec) {
+    if (ec || g->done) return;  // cancelled: the answer is complete, or the socket closed
+    char byte = 0;
+    const auto n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      watch_for_disconnect(engine, socket, g);
+      return;
+    }
+    g->client_gone = true;
+    cancel_all(engine, *g);
+  };
+  socket.async_wait(tcp::socket::wait_read, std::move(on_readable));
+}
+
 }  // namespace
 
-asio::awaitable<void> HttpServer::Impl::listen() {
-  while (true) {
-    auto [ec, socket] = co_await acceptor->async_accept(kUseTuple);
-    if (ec) co_return;  // closed
-    asio::co_spawn(io, session(std::move(socket)), asio::detached);
+HttpServer::Impl::Impl(Engine& e, ServerConfig c)
+    : engine(e),
+      config(std::move(c)),
+      admission(std::make_shared<Admission>(config.max_concurrent_requests)),
+      tokenizer_pool(static_cast<std::size_t>(std::max(1, config.num_tokenizer_threads))) {
+  context = make_api_context(engine.tokenizer(), engine.max_model_len(), config.served_model_name,
+                             engine.chat_template());
+}
+
+RouteContext HttpServer::Impl::route_context() {
+  RouteContext r;
+  r.config = &config;
+  r.api = &context;
+  if (config.metrics) {
+    r.metrics_text = [this] {
+      config.metrics->set_server_state(num_connections.load(), admission->in_flight.load(),
+                                       engine.stats().num_live_actors);
+      return config.metrics->serialize();
+    };
   }
+  return r;
+}
+
+void HttpServer::Impl::count(const Request& request, int status) {
+  if (config.metrics) config.metrics->count_http(route_label(request_path(request)), status);
+}
+
+void HttpServer::Impl::warn(const std::string& message) {
+  std::lock_guard lock(warn_mutex);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_warning < std::chrono::seconds(1)) {
+    ++num_suppressed_warnings;
+    return;
+  }
+  last_warning = now;
+  if (num_suppressed_warnings > 0) {
+    std::fprintf(stderr, "troupe: %s (and %d more warnings in the last second)\n", message.c_str(),
+                 num_suppressed_warnings);
+  } else {
+    std::fprintf(stderr, "troupe: %s\n", message.c_str());
+  }
+  num_suppressed_warnings = 0;
+}
+
+void HttpServer::Impl::on_session_exception(std::exception_ptr error) {
+  if (!error) return;
+  std::string what = "unknown exception";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  if (config.metrics) config.metrics->count_connection_error("exception");
+  warn("a connection ended on an exception (" + what + "); the server goes on");
+}
+
+asio::awaitable<void> HttpServer::Impl::listen() {
+  using namespace std::chrono_literals;
+  asio::steady_timer backoff_timer(io);
+  auto backoff = 5ms;
+  int num_failures = 0;
+  while (acceptor->is_open()) {
+    auto [ec, socket] = co_await acceptor->async_accept(asio::make_strand(io), kUseTuple);
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;  // stopped
+    if (ec) {
+      // Out of descriptors (EMFILE, ENFILE), out of memory, or a peer that gave up
+      // (ECONNABORTED): none of it ends the server. Wait a little and accept again.
+      if (config.metrics) config.metrics->count_accept_error();
+      if (num_failures++ == 0) warn("accept failed (" + ec.message() + "); retrying");
+      backoff_timer.expires_after(backoff);
+      co_await backoff_timer.async_wait(kUseTuple);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+      continue;
+    }
+    if (num_failures > 0) {
+      warn("accepting again after " + std::to_string(num_failures) + " failed accepts");
+      num_failures = 0;
+    }
+    backoff = 5ms;
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, session(std::move(socket)),
+                   [this](std::exception_ptr e) { on_session_exception(e); });
+  }
+}
+
+asio::awaitable<error_code> HttpServer::Impl::read_request(beast::tcp_stream& stream,
+                                                           beast::flat_buffer& buffer,
+                                                           RequestParser& parser) {
+  stream.expires_after(config.read_timeout);
+  auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, kUseTuple);
+  if (ec) co_return ec;
+  if (parser.is_done()) co_return error_code{};
+  // A client that sent Expect: 100-continue waits for a word before sending its body.
+  if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+    const auto length = parser.content_length();
+    if (length && *length > config.max_body_bytes) co_return http::error::body_limit;
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(kContinue), kUseTuple);
+    if (wec) co_return wec;
+  }
+  stream.expires_after(config.read_timeout);
+  auto [body_ec, body_n] = co_await http::async_read(stream, buffer, parser, kUseTuple);
+  co_return body_ec;
 }
 
 asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
@@ -141,9 +206,8 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     std::atomic<int>& n;
     explicit Count(std::atomic<int>& c) : n(c) { ++n; }
     ~Count() { --n; }
-  } count(num_connections);
+  } count_connection(num_connections);
   beast::tcp_stream stream(std::move(socket));
-  beast::flat_buffer buffer;
   if (num_connections.load() > config.max_connections) {
     Request none;
     none.version(11);
@@ -153,28 +217,26 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     co_await send(stream, std::move(response), config.write_timeout);
     co_return;
   }
+  // Capped: a header section, a chunk line or trailers past the header limit are a 431.
+  beast::flat_buffer buffer(max_unparsed_bytes(config));
   while (true) {
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(config.max_body_bytes);
-    stream.expires_after(config.read_timeout);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kUseTuple);
-    if (ec == http::error::body_limit) {
-      Request req = parser.release();
+    RequestParser parser;
+    configure_parser(parser, config);
+    const error_code ec = co_await read_request(stream, buffer, parser);
+    if (ec) {
+      const auto error = read_error(ec, config);
+      if (!error) break;  // closed, reset or timed out: no one to answer
+      if (config.metrics) config.metrics->count_connection_error("bad_request");
+      Request req;
+      req.version(parser.is_header_done() ? parser.get().version() : 11);
       req.keep_alive(false);
-      const ApiError error{
-          413,
-          "the request body is larger than " + std::to_string(config.max_body_bytes) + " bytes",
-          "invalid_request_error", ""};
-      auto response = error_response(req, error);
+      auto response = error_response(req, *error);
       co_await send(stream, std::move(response), config.write_timeout);
       break;
     }
-    if (ec) break;  // closed, timed out or malformed HTTP
     Request request = parser.release();
-    if (websocket::is_upgrade(request) &&
-        request.target().substr(0, request.target().find('?')) == "/v1/ws") {
-      if (!config.api_key.empty() &&
-          request[http::field::authorization] != "Bearer " + config.api_key) {
+    if (websocket::is_upgrade(request) && request_path(request) == "/v1/ws") {
+      if (!is_authorized(request, config)) {
         auto response = error_response(
             request, ApiError{401, "invalid or missing API key", "authentication_error", ""});
         co_await send(stream, std::move(response), config.write_timeout);
@@ -189,68 +251,43 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-// Every response is built into a named local before the one co_await that sends
-// it: GCC 12 destroys temporaries inside co_await expressions twice.
-http::response<http::string_body> HttpServer::Impl::route(const Request& request) {
-  const std::string target(request.target());
-  const auto path = target.substr(0, target.find('?'));
-  const bool get = request.method() == http::verb::get;
-  const bool post = request.method() == http::verb::post;
-  auto ok = [&](std::string body) {
-    return make_response(request, http::status::ok, std::move(body));
-  };
-  auto fail = [&](const ApiError& error) { return error_response(request, error); };
-  if (!config.api_key.empty() && path.rfind("/v1/", 0) == 0 &&
-      request[http::field::authorization] != "Bearer " + config.api_key) {
-    return fail(ApiError{401, "invalid or missing API key (Authorization: Bearer ...)",
-                         "authentication_error", ""});
-  }
-  if (path == "/health" && get) return ok("");
-  if (path == "/metrics" && get && config.metrics) {
-    return make_response(request, http::status::ok, config.metrics->serialize(),
-                         "text/plain; version=0.0.4");
-  }
-  if (path == "/version" && get) return ok(R"({"version":"0.1.0"})");
-  if (path == "/v1/models" && get) return ok(models_response(context));
-  if (path == "/tokenize" && post) {
-    auto body = tokenize_response(request.body(), context);
-    return body ? ok(std::move(*body)) : fail(body.error());
-  }
-  if (path == "/detokenize" && post) {
-    auto body = detokenize_response(request.body(), context);
-    return body ? ok(std::move(*body)) : fail(body.error());
-  }
-  const bool known = path == "/health" || path == "/version" || path == "/v1/models" ||
-                     path == "/tokenize" || path == "/detokenize" || path == "/v1/completions" ||
-                     path == "/v1/chat/completions";
-  if (known) {
-    return fail(ApiError{
-        405, "method " + std::string(request.method_string()) + " is not allowed on " + path,
-        "invalid_request_error", ""});
-  }
-  return fail(ApiError{404, "no route " + path, "NotFoundError", ""});
-}
-
+// Every response is built into a named local before the one co_await that sends it:
+// GCC 12 destroys temporaries inside co_await expressions twice.
 asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Request& request) {
-  const auto path = request.target().substr(0, request.target().find('?'));
-  const bool completion = request.method() == http::verb::post &&
-                          (path == "/v1/completions" || path == "/v1/chat/completions");
-  const bool authorized =
-      config.api_key.empty() || request[http::field::authorization] == "Bearer " + config.api_key;
-  if (completion && authorized) {
+  if (is_generation(request) && is_authorized(request, config)) {
     const bool alive = co_await completions(stream, request);
     co_return alive;
   }
-  auto response = route(request);
+  Response response;
+  if (is_heavy(request)) {  // tokenizing or asking the engine: off this thread
+    std::function<Response()> work = [this, &request]() -> Response {
+      try {
+        return route(request, route_context());
+      } catch (const std::exception& e) {
+        return error_response(request, ApiError{500, e.what(), "internal_error", ""});
+      }
+    };
+    response = co_await run_on(tokenizer_pool, std::move(work));
+  } else {
+    response = route(request, route_context());
+  }
   count(request, static_cast<int>(response.result_int()));
   const bool alive = co_await send(stream, std::move(response), config.write_timeout);
   co_return alive;
 }
 
 asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, Request& request) {
-  const bool chat = request.target().starts_with("/v1/chat/completions");
-  auto parsed = chat ? parse_chat_request(request.body(), context)
-                     : parse_completion_request(request.body(), context);
+  const bool chat = request_path(request) == "/v1/chat/completions";
+  using Parsed = tl::expected<CompletionRequest, ApiError>;
+  std::function<Parsed()> parse = [this, &request, chat]() -> Parsed {
+    try {
+      return chat ? parse_chat_request(request.body(), context)
+                  : parse_completion_request(request.body(), context);
+    } catch (const std::exception& e) {
+      return tl::unexpected(ApiError{500, e.what(), "internal_error", ""});
+    }
+  };
+  Parsed parsed = co_await run_on(tokenizer_pool, std::move(parse));
   if (!parsed) {
     count(request, parsed.error().status);
     auto response = error_response(request, parsed.error());
@@ -263,8 +300,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   const std::int64_t created = unix_time();
 
   // Admission: past the limit, the client should come back later.
-  if (num_requests.fetch_add(1) >= config.max_concurrent_requests) {
-    --num_requests;
+  if (!admission->try_acquire()) {
     const ApiError busy{429,
                         "the server has " + std::to_string(config.max_concurrent_requests) +
                             " requests in flight: try again later",
@@ -274,27 +310,44 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
   }
-  struct Release {
-    std::atomic<int>& n;
-    ~Release() { --n; }
-  } release{num_requests};
 
-  // Engine events cross into this coroutine through a channel; it never blocks the engine.
-  auto channel = std::make_shared<EventChannel>(co_await asio::this_coro::executor, 1024);
-  TokenCallback on_event = [channel, gate = gate](const TokenEvent& e) {
+  // Engine events cross into this coroutine through a channel; the engine never blocks.
+  auto g = std::make_shared<Generation>(config.max_buffered_output_bytes);
+  g->channel = std::make_shared<EventChannel>(co_await asio::this_coro::executor, 1024);
+  g->admission = admission;
+  g->num_open = completion.n;
+  g->stream = &stream;
+  struct Detach {  // the callbacks may outlive this coroutine: they must not see the stream
+    Generation& g;
+    ~Detach() { g.stream = nullptr; }
+  } detach{*g};
+  auto strand = co_await asio::this_coro::executor;
+  TokenCallback on_event = [g, gate = gate, strand, this](const TokenEvent& e) {
+    // The slot is freed when the request ends here, in the engine, not when written.
+    if (e.finished && g->num_open.fetch_sub(1) == 1) g->admission->release();
     std::lock_guard lock(gate->mutex);
     if (!gate->open) return;
-    if (!channel->try_send(error_code{}, e))
-      channel->async_send(error_code{}, e, [](error_code) {});
+    if (g->output.add(event_bytes(e))) {
+      // The client has fallen too far behind: cancel and close on its strand.
+      asio::post(strand, [g, this] {
+        if (config.metrics) config.metrics->count_connection_error("slow_reader");
+        cancel_all(engine, *g);
+        if (g->stream != nullptr) g->stream->cancel();
+      });
+    }
+    if (g->output.over()) return;
+    if (!g->channel->try_send(error_code{}, e))
+      g->channel->async_send(error_code{}, e, [](error_code) {});
   };
   // n choices are n engine requests of one prompt; their events share the channel.
-  std::vector<RequestId> ids;
   for (std::int32_t i = 0; i < completion.n; ++i) {
     GenerateRequest generate = completion.generate;
     if (generate.params.seed && i > 0) *generate.params.seed += static_cast<std::uint64_t>(i);
     auto submitted = engine.submit(std::move(generate), on_event);
     if (!submitted) {
-      for (RequestId started : ids) engine.cancel(started);
+      cancel_all(engine, *g);
+      // The choices never submitted will never end: give their share back now.
+      if (g->num_open.fetch_sub(completion.n - i) == completion.n - i) admission->release();
       const Error& e = submitted.error();
       const int status = e.code == ErrorCode::internal ? 500 : 400;
       const ApiError error{status, e.message,
@@ -304,19 +357,26 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       const bool alive = co_await send(stream, std::move(response), config.write_timeout);
       co_return alive;
     }
-    ids.push_back(*submitted);
+    g->ids.push_back(*submitted);
   }
-  auto index_of = [&ids](RequestId id) {
-    return static_cast<int>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+  auto index_of = [&g](RequestId rid) {
+    return static_cast<int>(std::find(g->ids.begin(), g->ids.end(), rid) - g->ids.begin());
+  };
+  watch_for_disconnect(engine, stream.socket(), g);
+  auto stop_watching = [&g, &stream] {
+    g->done = true;
+    error_code ignored;
+    stream.socket().cancel(ignored);
   };
   int num_open = completion.n;
 
   if (!completion.stream) {
     std::vector<CompletionOutput> outputs(static_cast<std::size_t>(completion.n));
     std::string failure;
-    while (num_open > 0) {
-      auto [ec, event] = co_await channel->async_receive(kUseTuple);
+    while (num_open > 0 && !g->output.over()) {
+      auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
       if (ec) break;
+      g->output.remove(event_bytes(event));
       CompletionOutput& output = outputs[index_of(event.request_id)];
       output.text += event.text;
       if (event.token != kNoToken && completion.want_logprobs) output.tokens.push_back(event);
@@ -325,6 +385,11 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
         output.end = std::move(event);
         --num_open;
       }
+    }
+    stop_watching();
+    if (g->client_gone || g->output.over()) {
+      g->channel->close();
+      co_return false;
     }
     auto response =
         !failure.empty()
@@ -337,30 +402,40 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   }
 
   // Server-sent events: one chunk per event, then usage and [DONE] after the last choice.
+  // HTTP/1.0 has no chunked encoding: its stream is the body up to the connection's close.
+  const bool chunked = request.version() >= 11;
   http::response<http::empty_body> head{http::status::ok, request.version()};
   head.set(http::field::server, "troupe");
   head.set(http::field::content_type, "text/event-stream");
   head.set(http::field::cache_control, "no-cache");
-  head.chunked(true);
-  head.keep_alive(request.keep_alive());
+  head.chunked(chunked);
+  head.keep_alive(chunked && request.keep_alive());
   http::response_serializer<http::empty_body> serializer{head};
   count(request, 200);
   stream.expires_after(config.write_timeout);
   auto [head_ec, head_n] = co_await http::async_write_header(stream, serializer, kUseTuple);
   bool alive = !head_ec;
   std::string data;
+  auto write_data = [&]() -> asio::awaitable<bool> {
+    stream.expires_after(config.write_timeout);
+    if (chunked) {
+      const auto chunk = http::make_chunk(asio::buffer(data));
+      auto [wec, wn] = co_await asio::async_write(stream, chunk, kUseTuple);
+      co_return !wec;
+    }
+    auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(data), kUseTuple);
+    co_return !wec;
+  };
   if (alive && completion.chat) {  // a chat stream opens each choice with the assistant's role
     data.clear();
     for (int i = 0; i < completion.n; ++i) {
       data += "data: " + chat_role_chunk(context, id, created, i) + "\n\n";
     }
-    const auto chunk = http::make_chunk(asio::buffer(data));
-    auto [rec, rn] = co_await asio::async_write(stream, chunk, kUseTuple);
-    alive = !rec;
+    alive = co_await write_data();
   }
   std::int32_t completion_tokens = 0;
-  while (alive && num_open > 0) {
-    auto [ec, event] = co_await channel->async_receive(kUseTuple);
+  while (alive && num_open > 0 && !g->output.over()) {
+    auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
     if (ec) break;
     data = "data: " +
            completion_chunk(context, id, created, completion, event, index_of(event.request_id)) +
@@ -374,139 +449,21 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       }
       if (num_open == 0) data += "data: [DONE]\n\n";
     }
-    stream.expires_after(config.write_timeout);
-    const auto chunk = http::make_chunk(asio::buffer(data));
-    auto [wec, wn] = co_await asio::async_write(stream, chunk, kUseTuple);
-    // A client that went away is only seen when a write fails: cancel its requests then.
-    if (wec) alive = false;
+    // A client that went away is seen when a write fails (or by the watch): cancel then.
+    alive = co_await write_data();
+    g->output.remove(event_bytes(event));
   }
-  if (!alive) {
-    for (RequestId started : ids) engine.cancel(started);
-    channel->close();
+  stop_watching();
+  if (!alive || g->client_gone || g->output.over()) {
+    cancel_all(engine, *g);
+    g->channel->close();
     co_return false;
   }
+  if (!chunked) co_return false;  // the close ends the body
   stream.expires_after(config.write_timeout);
   const auto last = http::make_chunk_last();
   auto [lec, ln] = co_await asio::async_write(stream, last, kUseTuple);
   co_return !lec && request.keep_alive();
-}
-
-asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stream,
-                                                          Request request) {
-  stream.expires_never();  // the websocket's own timeouts take over
-  auto connection = std::make_shared<WsConnection>(std::move(stream));
-  auto& ws = connection->ws;
-  ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-  ws.read_message_max(config.max_body_bytes);
-  auto [accept_ec] = co_await ws.async_accept(request, kUseTuple);
-  if (accept_ec) co_return;
-  connection->frames = std::make_shared<FrameChannel>(co_await asio::this_coro::executor, 4096);
-  asio::co_spawn(io, websocket_writer(connection), asio::detached);
-  beast::flat_buffer buffer;
-  while (true) {
-    auto [ec, n] = co_await ws.async_read(buffer, kUseTuple);
-    if (ec) break;  // closed by the client, or broken
-    const std::string text = beast::buffers_to_string(buffer.data());
-    buffer.consume(buffer.size());
-    websocket_command(*connection, text);
-  }
-  // Closing the socket cancels every request still running on it.
-  for (const auto& [id, request_id] : connection->in_flight) {
-    engine.cancel(request_id);
-    --num_requests;
-  }
-  connection->in_flight.clear();
-  connection->frames->close();
-}
-
-asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConnection> connection) {
-  auto& ws = connection->ws;
-  ws.text(true);
-  while (true) {
-    auto [ec, frame] = co_await connection->frames->async_receive(kUseTuple);
-    if (ec) co_return;  // closed: the reader has finished
-    if (frame.final && connection->in_flight.erase(frame.id) == 1) --num_requests;
-    auto [wec, wn] = co_await ws.async_write(asio::buffer(frame.text), kUseTuple);
-    if (wec) {
-      // The client is gone: cancel what it had asked for.
-      for (const auto& [id, request_id] : connection->in_flight) {
-        engine.cancel(request_id);
-        --num_requests;
-      }
-      connection->in_flight.clear();
-      co_return;
-    }
-  }
-}
-
-void HttpServer::Impl::websocket_command(WsConnection& connection, const std::string& text) {
-  auto push = [&](WsFrame frame) {
-    if (!connection.frames->try_send(error_code{}, frame)) {
-      connection.frames->async_send(error_code{}, std::move(frame), [](error_code) {});
-    }
-  };
-  auto command = parse_websocket_command(text);
-  if (!command) {
-    push({"", websocket_error("", command.error()), false});
-    return;
-  }
-  const std::string& id = command->id;
-  if (command->type == "cancel") {
-    if (const auto it = connection.in_flight.find(id); it != connection.in_flight.end()) {
-      engine.cancel(it->second);  // its "done" frame, finish_reason "abort", follows
-    }
-    return;
-  }
-  if (connection.in_flight.contains(id)) {
-    push({id,
-          websocket_error(id, ApiError{400, "a request with this id is already running",
-                                       "invalid_request_error", "id"}),
-          false});
-    return;
-  }
-  const bool chat = text.find("\"messages\"") != std::string::npos;
-  auto parsed = chat ? parse_chat_request(text, context) : parse_completion_request(text, context);
-  if (!parsed) {
-    push({id, websocket_error(id, parsed.error()), false});
-    return;
-  }
-  if (parsed->n != 1) {
-    push({id,
-          websocket_error(id,
-                          ApiError{400, "n must be 1 on the socket: send one generate per choice",
-                                   "invalid_request_error", "n"}),
-          false});
-    return;
-  }
-  const bool want_logprobs = parsed->want_logprobs;
-  TokenCallback on_event = [frames = connection.frames, gate = gate, ctx = &context, id,
-                            want_logprobs](const TokenEvent& e) {
-    std::lock_guard lock(gate->mutex);
-    if (!gate->open) return;
-    WsFrame frame{id, websocket_event(*ctx, id, e, want_logprobs), e.finished};
-    if (!frames->try_send(error_code{}, frame)) {
-      frames->async_send(error_code{}, std::move(frame), [](error_code) {});
-    }
-  };
-  // The same admission limit as HTTP requests.
-  if (num_requests.fetch_add(1) >= config.max_concurrent_requests) {
-    --num_requests;
-    push({id,
-          websocket_error(id, ApiError{429, "too many requests in flight: try again later",
-                                       "rate_limit_error", ""}),
-          false});
-    return;
-  }
-  auto submitted = engine.submit(parsed->generate, std::move(on_event));
-  if (!submitted) {
-    --num_requests;
-    push(
-        {id,
-         websocket_error(id, ApiError{400, submitted.error().message, "invalid_request_error", ""}),
-         false});
-    return;
-  }
-  connection.in_flight.emplace(id, *submitted);
 }
 
 HttpServer::HttpServer(Engine& engine, ServerConfig config)
@@ -518,6 +475,7 @@ HttpServer::~HttpServer() {
 
 Result<void> HttpServer::start() {
   auto& impl = *impl_;
+  TROUPE_TRY_VOID(prepare_descriptor_limit(impl.config.max_connections));
   error_code ec;
   const auto address = asio::ip::make_address(impl.config.host, ec);
   if (ec)
@@ -533,7 +491,9 @@ Result<void> HttpServer::start() {
     return make_error(ErrorCode::io, "cannot listen on " + impl.config.host + ":" +
                                          std::to_string(impl.config.port) + ": " + ec.message());
   }
-  asio::co_spawn(impl.io, impl.listen(), asio::detached);
+  asio::co_spawn(impl.io, impl.listen(), [&impl](std::exception_ptr e) {
+    if (e) impl.warn("the accept loop ended on an exception: no new connections");
+  });
   for (int i = 0; i < std::max(1, impl.config.num_threads); ++i) {
     impl.threads.emplace_back([&impl] { impl.io.run(); });
   }
@@ -550,6 +510,8 @@ void HttpServer::stop() {
   impl.io.stop();
   for (auto& t : impl.threads) t.join();
   impl.threads.clear();
+  impl.tokenizer_pool.stop();
+  impl.tokenizer_pool.join();
 }
 
 std::uint16_t HttpServer::port() const {
@@ -558,6 +520,10 @@ std::uint16_t HttpServer::port() const {
 
 int HttpServer::num_connections() const {
   return impl_->num_connections.load();
+}
+
+int HttpServer::num_requests_in_flight() const {
+  return impl_->admission->in_flight.load();
 }
 
 }  // namespace troupe::net

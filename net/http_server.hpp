@@ -21,14 +21,22 @@ struct ServerConfig {
   std::uint16_t port = 8000;  // 0: any free port (see HttpServer::port)
   std::string served_model_name = "troupe";
   std::string api_key;  // non-empty: /v1 routes need "Authorization: Bearer <key>"
-  std::size_t max_body_bytes = std::size_t{4} << 20;
-  std::chrono::seconds read_timeout{30};   // for a whole request (headers and body)
-  std::chrono::seconds write_timeout{60};  // for each write to the client
+  std::size_t max_body_bytes = std::size_t{4} << 20;     // 413 past it
+  std::size_t max_header_bytes = std::size_t{16} << 10;  // 431 past it (trailers too)
+  std::chrono::seconds read_timeout{30};                 // for a whole request (headers and body)
+  std::chrono::seconds write_timeout{60};                // for each write to the client
+  // Open connections; past it a new one gets 503. The process's descriptor limit must
+  // hold it (start() raises the soft limit to the hard one, and refuses otherwise).
   int max_connections = 1024;
-  // Generation requests (HTTP and WebSocket) admitted at once, running or
-  // queued in the engine; past it a request gets 429.
+  // Generation requests (HTTP and WebSocket) admitted at once, running or queued in the
+  // engine; past it a request gets 429. A slot is freed when its request ends in the engine.
   int max_concurrent_requests = 1024;
-  int num_threads = 1;
+  // Output a connection may have waiting for its client, in bytes: a client that falls
+  // further behind has its requests cancelled and its connection closed (WebSocket 1008).
+  std::size_t max_buffered_output_bytes = std::size_t{1} << 20;
+  int num_threads = 1;  // I/O threads (each connection keeps to one strand)
+  // Threads that parse and tokenize request bodies, off the I/O threads.
+  int num_tokenizer_threads = 2;
   // Served at GET /metrics (with the HTTP counts added); 404 there when null.
   std::shared_ptr<monitoring::Metrics> metrics;
 };
@@ -46,6 +54,8 @@ class HttpServer {
   void stop();
   std::uint16_t port() const;
   int num_connections() const;
+  // Generation requests admitted and not yet ended in the engine.
+  int num_requests_in_flight() const;
 
   struct Impl;
 

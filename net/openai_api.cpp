@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 #include <cmath>
+#include <limits>
 
 #include "model/llama_config.hpp"
 #include "model/tokenizer.hpp"
@@ -21,10 +22,57 @@ ApiError bad(std::string message, std::string param = {}) {
 tl::expected<std::optional<double>, ApiError> number(const json::object& o, std::string_view key) {
   const auto* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return std::optional<double>{};
-  if (v->is_double()) return std::optional<double>{v->get_double()};
+  if (v->is_double()) {
+    if (!std::isfinite(v->get_double())) {
+      return tl::unexpected(bad("'" + std::string(key) + "' must be finite", std::string(key)));
+    }
+    return std::optional<double>{v->get_double()};
+  }
   if (v->is_int64()) return std::optional<double>{static_cast<double>(v->get_int64())};
   if (v->is_uint64()) return std::optional<double>{static_cast<double>(v->get_uint64())};
   return tl::unexpected(bad("'" + std::string(key) + "' must be a number", std::string(key)));
+}
+
+// JSON integers are read exactly (Boost.JSON holds them as int64 or uint64; both fit
+// here); a number written with a fraction or exponent counts only when it is whole and
+// below 2^53, where a double is still exact. Anything else is the client's error.
+using Wide = __int128;
+
+tl::expected<std::optional<Wide>, ApiError> integer(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::optional<Wide>{};
+  if (v->is_int64()) return std::optional<Wide>{v->get_int64()};
+  if (v->is_uint64()) return std::optional<Wide>{v->get_uint64()};
+  constexpr double kExact = 9007199254740992.0;  // 2^53
+  if (v->is_double() && std::floor(v->get_double()) == v->get_double() &&
+      std::fabs(v->get_double()) <= kExact) {
+    return std::optional<Wide>{static_cast<Wide>(v->get_double())};
+  }
+  return tl::unexpected(bad("'" + std::string(key) + "' must be an integer", std::string(key)));
+}
+
+std::string wide_string(Wide v) {
+  if (v == 0) return "0";
+  const bool negative = v < 0;
+  auto magnitude = static_cast<unsigned __int128>(negative ? -v : v);
+  std::string digits;
+  while (magnitude != 0) {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(magnitude % 10)));
+    magnitude /= 10;
+  }
+  return negative ? "-" + digits : digits;
+}
+
+// An integer field that must lie in [lo, hi].
+tl::expected<std::optional<Wide>, ApiError> integer_in(const json::object& o, std::string_view key,
+                                                       Wide lo, Wide hi) {
+  auto v = integer(o, key);
+  if (v && *v && (**v < lo || **v > hi)) {
+    return tl::unexpected(bad("'" + std::string(key) + "' must be in [" + wide_string(lo) + ", " +
+                                  wide_string(hi) + "], not " + wide_string(**v),
+                              std::string(key)));
+  }
+  return v;
 }
 
 tl::expected<std::optional<bool>, ApiError> boolean(const json::object& o, std::string_view key) {
@@ -42,13 +90,18 @@ tl::expected<std::vector<TokenId>, ApiError> token_array(const json::value& v, s
       return tl::unexpected(
           bad("'" + std::string(key) + "' must hold token ids", std::string(key)));
     }
-    const auto id = e.is_int64() ? e.get_int64() : static_cast<std::int64_t>(e.get_uint64());
-    if (id < 0 || static_cast<std::uint64_t>(id) >= vocab_size) {
-      return tl::unexpected(bad("token id " + std::to_string(id) +
-                                    " is outside the vocabulary of " + std::to_string(vocab_size),
-                                std::string(key)));
+    const bool in_range =
+        e.is_int64() ? e.get_int64() >= 0 && static_cast<std::uint64_t>(e.get_int64()) < vocab_size
+                     : e.get_uint64() < vocab_size;
+    if (!in_range) {
+      const std::string id =
+          e.is_int64() ? std::to_string(e.get_int64()) : std::to_string(e.get_uint64());
+      return tl::unexpected(
+          bad("token id " + id + " is outside the vocabulary of " + std::to_string(vocab_size),
+              std::string(key)));
     }
-    ids.push_back(static_cast<TokenId>(id));
+    ids.push_back(static_cast<TokenId>(e.is_int64() ? e.get_int64()
+                                                    : static_cast<std::int64_t>(e.get_uint64())));
   }
   return ids;
 }
@@ -67,14 +120,15 @@ tl::expected<json::object, ApiError> parse_object(std::string_view body) {
     return tl::unexpected(std::move(TROUPE_TRY_CAT(api_, __LINE__)).error()); \
   lhs = std::move(*TROUPE_TRY_CAT(api_, __LINE__))
 
-json::object logprobs_json(const Engine& engine, const std::vector<TokenEvent>& events) {
+json::object logprobs_json(const model::Tokenizer& tokenizer,
+                           const std::vector<TokenEvent>& events) {
   json::array tokens, token_logprobs, top;
   for (const auto& e : events) {
-    tokens.emplace_back(model::to_valid_utf8(engine.tokenizer().piece(e.token)));
+    tokens.emplace_back(model::to_valid_utf8(tokenizer.piece(e.token)));
     token_logprobs.emplace_back(e.logprob);
     json::object entries;
     for (const auto& t : e.top_logprobs)
-      entries[model::to_valid_utf8(engine.tokenizer().piece(t.id))] = t.logprob;
+      entries[model::to_valid_utf8(tokenizer.piece(t.id))] = t.logprob;
     top.emplace_back(std::move(entries));
   }
   return json::object{{"tokens", std::move(tokens)},
@@ -83,9 +137,10 @@ json::object logprobs_json(const Engine& engine, const std::vector<TokenEvent>& 
 }
 
 // Chat's shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
-json::object chat_logprobs_json(const Engine& engine, const std::vector<TokenEvent>& events) {
+json::object chat_logprobs_json(const model::Tokenizer& tokenizer,
+                                const std::vector<TokenEvent>& events) {
   auto entry = [&](TokenId id, float logprob) {
-    const std::string_view piece = engine.tokenizer().piece(id);
+    const std::string_view piece = tokenizer.piece(id);
     json::array bytes;
     for (unsigned char c : piece) bytes.emplace_back(c);
     return json::object{
@@ -143,60 +198,62 @@ tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext
 // The sampling, stop and streaming fields both endpoints share; r.generate.prompt is set.
 tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContext& context,
                                           CompletionRequest& r) {
-  const auto& tokenizer = context.engine->tokenizer();
+  const auto& tokenizer = *context.tokenizer;
   auto& p = r.generate.params;
   p.temperature = 1.0f;
-  TROUPE_API_TRY(auto max_tokens, number(o, "max_tokens"));
+  constexpr Wide kInt32Max = std::numeric_limits<std::int32_t>::max();
+  constexpr Wide kUint64Max = std::numeric_limits<std::uint64_t>::max();
+  TROUPE_API_TRY(auto max_tokens, integer(o, "max_tokens"));
   if (r.chat && !max_tokens) {
-    TROUPE_API_TRY(max_tokens, number(o, "max_completion_tokens"));
+    TROUPE_API_TRY(max_tokens, integer(o, "max_completion_tokens"));
   }
   TROUPE_API_TRY(const auto temperature, number(o, "temperature"));
   TROUPE_API_TRY(const auto top_p, number(o, "top_p"));
-  TROUPE_API_TRY(const auto top_k, number(o, "top_k"));
+  TROUPE_API_TRY(const auto top_k, integer_in(o, "top_k", -1, kInt32Max));
   TROUPE_API_TRY(const auto min_p, number(o, "min_p"));
-  TROUPE_API_TRY(const auto seed, number(o, "seed"));
+  // llama.cpp's clients send -1 for "no seed"; any other seed is an unsigned 64-bit integer.
+  TROUPE_API_TRY(const auto seed, integer_in(o, "seed", -1, kUint64Max));
   TROUPE_API_TRY(const auto presence, number(o, "presence_penalty"));
   TROUPE_API_TRY(const auto frequency, number(o, "frequency_penalty"));
   TROUPE_API_TRY(const auto repetition, number(o, "repetition_penalty"));
-  TROUPE_API_TRY(const auto min_tokens, number(o, "min_tokens"));
-  TROUPE_API_TRY(const auto n, number(o, "n"));
+  TROUPE_API_TRY(const auto min_tokens, integer_in(o, "min_tokens", 0, kInt32Max));
+  TROUPE_API_TRY(const auto n, integer_in(o, "n", 1, 16));
   TROUPE_API_TRY(const auto stream, boolean(o, "stream"));
   TROUPE_API_TRY(const auto ignore_eos, boolean(o, "ignore_eos"));
-  std::optional<double> logprobs;
+  std::optional<Wide> logprobs;
   if (r.chat) {  // chat: "logprobs": true and "top_logprobs": n
     TROUPE_API_TRY(const auto want, boolean(o, "logprobs"));
-    TROUPE_API_TRY(const auto top, number(o, "top_logprobs"));
-    if (want.value_or(false)) logprobs = top.value_or(0.0);
+    TROUPE_API_TRY(const auto top, integer_in(o, "top_logprobs", 0, kInt32Max));
+    if (want.value_or(false)) logprobs = top.value_or(0);
   } else {
-    TROUPE_API_TRY(logprobs, number(o, "logprobs"));
+    TROUPE_API_TRY(logprobs, integer_in(o, "logprobs", 0, kInt32Max));
   }
-  auto integral = [](const std::optional<double>& v) { return !v || std::floor(*v) == *v; };
-  if (!integral(max_tokens) || !integral(top_k) || !integral(seed) || !integral(logprobs) ||
-      !integral(min_tokens) || !integral(n)) {
-    return tl::unexpected(bad("max_tokens, top_k, seed, logprobs, min_tokens and n are integers"));
-  }
-  if (n && (*n < 1 || *n > 16)) return tl::unexpected(bad("n must be in [1, 16]", "n"));
   if (n) r.n = static_cast<std::int32_t>(*n);
-  const auto num_prompt = static_cast<std::int32_t>(r.generate.prompt.size());
-  const std::int32_t limit = context.engine->max_model_len();
+  const auto num_prompt = static_cast<Wide>(r.generate.prompt.size());
+  const std::int32_t limit = context.max_model_len;
+  Wide wanted = p.max_tokens;
   if (max_tokens) {
-    if (*max_tokens < 1) return tl::unexpected(bad("max_tokens must be at least 1", "max_tokens"));
-    p.max_tokens = static_cast<std::int32_t>(std::min(*max_tokens, 1e9));
+    if (*max_tokens < 1) {
+      return tl::unexpected(
+          bad("'max_tokens' must be at least 1, not " + wide_string(*max_tokens), "max_tokens"));
+    }
+    wanted = *max_tokens;
   }
-  if (num_prompt + p.max_tokens > limit) {
-    return tl::unexpected(bad("This model's maximum context length is " + std::to_string(limit) +
-                                  " tokens. However, you requested " +
-                                  std::to_string(num_prompt + p.max_tokens) + " tokens (" +
-                                  std::to_string(num_prompt) + " in the prompt, " +
-                                  std::to_string(p.max_tokens) +
-                                  " in the completion). Please reduce the prompt or max_tokens.",
-                              num_prompt < limit ? "max_tokens" : "prompt"));
+  // What the client sent is quoted as sent, however large.
+  if (num_prompt + wanted > limit) {
+    return tl::unexpected(
+        bad("This model's maximum context length is " + std::to_string(limit) +
+                " tokens. However, you requested " + wide_string(num_prompt + wanted) +
+                " tokens (" + wide_string(num_prompt) + " in the prompt, " + wide_string(wanted) +
+                " in the completion). Please reduce the prompt or max_tokens.",
+            num_prompt < limit ? "max_tokens" : "prompt"));
   }
+  p.max_tokens = static_cast<std::int32_t>(wanted);
   if (temperature) p.temperature = static_cast<float>(*temperature);
   if (top_p) p.top_p = static_cast<float>(*top_p);
   if (top_k) p.top_k = static_cast<std::int32_t>(*top_k);
   if (min_p) p.min_p = static_cast<float>(*min_p);
-  if (seed) p.seed = static_cast<std::uint64_t>(static_cast<std::int64_t>(*seed));
+  if (seed && *seed >= 0) p.seed = static_cast<std::uint64_t>(*seed);
   if (presence) p.presence_penalty = static_cast<float>(*presence);
   if (frequency) p.frequency_penalty = static_cast<float>(*frequency);
   if (repetition) p.repetition_penalty = static_cast<float>(*repetition);
@@ -234,22 +291,46 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
 
 }  // namespace
 
-tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
-                                                                   const ApiContext& context) {
-  TROUPE_API_TRY(const json::object o, parse_object(body));
+namespace {
+
+// A text longer than the context can hold whatever its tokens is refused before it is
+// tokenized: tokenizing megabytes only to refuse them would hold a thread for seconds.
+tl::expected<void, ApiError> check_prompt_bytes(std::size_t num_bytes, const ApiContext& context,
+                                                const char* param = "prompt") {
+  const auto most = static_cast<std::size_t>(std::max(context.max_model_len, 0)) *
+                    std::max<std::size_t>(context.max_token_bytes, 1);
+  if (num_bytes <= most) return {};
+  return tl::unexpected(bad("This model's maximum context length is " +
+                                std::to_string(context.max_model_len) +
+                                " tokens. However, your prompt's " + std::to_string(num_bytes) +
+                                " bytes are more than that many tokens can hold (" +
+                                std::to_string(context.max_token_bytes) +
+                                " bytes a token at most). Please reduce the prompt.",
+                            param));
+}
+
+tl::expected<CompletionRequest, ApiError> completion_request(const json::object& o,
+                                                             const ApiContext& context) {
   CompletionRequest r;
   if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
-  const auto& tokenizer = context.engine->tokenizer();
+  const auto& tokenizer = *context.tokenizer;
   const auto* prompt = o.if_contains("prompt");
   if (prompt == nullptr) return tl::unexpected(bad("'prompt' is required", "prompt"));
   if (prompt->is_string()) {
+    if (auto fits = check_prompt_bytes(prompt->get_string().size(), context); !fits) {
+      return tl::unexpected(fits.error());
+    }
     r.generate.prompt = tokenizer.encode(std::string(prompt->get_string()), /*add_special=*/true);
   } else if (prompt->is_array() && !prompt->as_array().empty() &&
              (prompt->as_array()[0].is_int64() || prompt->as_array()[0].is_uint64())) {
     TROUPE_API_TRY(r.generate.prompt, token_array(*prompt, "prompt", tokenizer.size()));
   } else if (prompt->is_array() && prompt->as_array().size() == 1 &&
              prompt->as_array()[0].is_string()) {
-    r.generate.prompt = tokenizer.encode(std::string(prompt->as_array()[0].get_string()), true);
+    const auto& text = prompt->as_array()[0].get_string();
+    if (auto fits = check_prompt_bytes(text.size(), context); !fits) {
+      return tl::unexpected(fits.error());
+    }
+    r.generate.prompt = tokenizer.encode(std::string(text), true);
   } else {
     return tl::unexpected(
         bad("'prompt' must be a string or an array of token ids (batches of "
@@ -262,9 +343,8 @@ tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_v
   return r;
 }
 
-tl::expected<CompletionRequest, ApiError> parse_chat_request(std::string_view body,
-                                                             const ApiContext& context) {
-  TROUPE_API_TRY(const json::object o, parse_object(body));
+tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
+                                                       const ApiContext& context) {
   CompletionRequest r;
   r.chat = true;
   if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
@@ -300,13 +380,50 @@ tl::expected<CompletionRequest, ApiError> parse_chat_request(std::string_view bo
     chat.push_back({std::string(role->get_string()), std::move(content)});
   }
   const std::string prompt = model::render_chat(context.chat_family, chat, true);
+  if (auto fits = check_prompt_bytes(prompt.size(), context, "messages"); !fits) {
+    return tl::unexpected(fits.error());
+  }
   r.generate.prompt =
-      context.engine->tokenizer().encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+      context.tokenizer->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
   // Chat's default: whatever room the context leaves.
   r.generate.params.max_tokens = std::max<std::int32_t>(
-      1, context.engine->max_model_len() - static_cast<std::int32_t>(r.generate.prompt.size()));
+      1, context.max_model_len - static_cast<std::int32_t>(r.generate.prompt.size()));
   if (auto common = parse_common(o, context, r); !common) return tl::unexpected(common.error());
   return r;
+}
+
+}  // namespace
+
+tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
+                                                                   const ApiContext& context) {
+  TROUPE_API_TRY(const json::object o, parse_object(body));
+  return completion_request(o, context);
+}
+
+tl::expected<CompletionRequest, ApiError> parse_chat_request(std::string_view body,
+                                                             const ApiContext& context) {
+  TROUPE_API_TRY(const json::object o, parse_object(body));
+  return chat_request(o, context);
+}
+
+ApiContext make_api_context(const model::Tokenizer& tokenizer, std::int32_t max_model_len,
+                            std::string served_model_name, std::string_view chat_template) {
+  ApiContext context;
+  context.tokenizer = &tokenizer;
+  context.max_model_len = max_model_len;
+  context.served_model_name = std::move(served_model_name);
+  context.chat_family = model::detect_chat_family(chat_template);
+  // A token stands for at most its vocabulary text (SentencePiece's "▁" is three bytes
+  // for one space; byte-level BPE spells a byte in one or two) or its decoded piece;
+  // an unknown token for one UTF-8 character.
+  const auto& vocab = tokenizer.vocabulary();
+  std::size_t most = 4;
+  for (std::size_t id = 0; id < vocab.size(); ++id) {
+    most = std::max({most, vocab.tokens[id].size(),
+                     tokenizer.piece(static_cast<TokenId>(id), /*render_special=*/true).size()});
+  }
+  context.max_token_bytes = most;
+  return context;
 }
 
 std::string completion_response(const ApiContext& context, const std::string& id,
@@ -322,12 +439,12 @@ std::string completion_response(const ApiContext& context, const std::string& id
       choice["message"] =
           json::object{{"role", "assistant"}, {"content", model::to_valid_utf8(output.text)}};
       choice["logprobs"] = request.want_logprobs
-                               ? json::value(chat_logprobs_json(*context.engine, output.tokens))
+                               ? json::value(chat_logprobs_json(*context.tokenizer, output.tokens))
                                : json::value(nullptr);
     } else {
       choice["text"] = model::to_valid_utf8(output.text);
       choice["logprobs"] = request.want_logprobs
-                               ? json::value(logprobs_json(*context.engine, output.tokens))
+                               ? json::value(logprobs_json(*context.tokenizer, output.tokens))
                                : json::value(nullptr);
     }
     choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason));
@@ -354,12 +471,13 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
       delta["content"] = model::to_valid_utf8(event.text);
     }
     choice["delta"] = std::move(delta);
-    choice["logprobs"] = with_logprobs ? json::value(chat_logprobs_json(*context.engine, {event}))
-                                       : json::value(nullptr);
+    choice["logprobs"] = with_logprobs
+                             ? json::value(chat_logprobs_json(*context.tokenizer, {event}))
+                             : json::value(nullptr);
   } else {
     choice["text"] = model::to_valid_utf8(event.text);
-    choice["logprobs"] =
-        with_logprobs ? json::value(logprobs_json(*context.engine, {event})) : json::value(nullptr);
+    choice["logprobs"] = with_logprobs ? json::value(logprobs_json(*context.tokenizer, {event}))
+                                       : json::value(nullptr);
   }
   choice["finish_reason"] =
       event.finished ? json::value(std::string(openai_finish_reason(event.finish_reason)))
@@ -397,21 +515,33 @@ std::string usage_chunk(const ApiContext& context, const std::string& id, std::i
                    {"usage", usage_json(end, completion_tokens)}});
 }
 
-tl::expected<WebSocketCommand, ApiError> parse_websocket_command(std::string_view text) {
-  TROUPE_API_TRY(const json::object o, parse_object(text));
-  WebSocketCommand c;
+tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
+                                                                       const ApiContext& context) {
+  auto fail = [](std::string id, ApiError error) {
+    return tl::unexpected(WebSocketError{std::move(id), std::move(error)});
+  };
+  auto parsed = parse_object(text);
+  if (!parsed) return fail("", parsed.error());
+  const json::object& o = *parsed;
   const auto* type = o.if_contains("type");
   const auto* id = o.if_contains("id");
   if (type == nullptr || !type->is_string() ||
       (type->get_string() != "generate" && type->get_string() != "cancel")) {
-    return tl::unexpected(bad("'type' must be \"generate\" or \"cancel\"", "type"));
+    const std::string known = id != nullptr && id->is_string() ? std::string(id->get_string()) : "";
+    return fail(known, bad("'type' must be \"generate\" or \"cancel\"", "type"));
   }
   if (id == nullptr || !id->is_string() || id->get_string().empty()) {
-    return tl::unexpected(bad("'id' must be a non-empty string", "id"));
+    return fail("", bad("'id' must be a non-empty string", "id"));
   }
-  c.type = std::string(type->get_string());
-  c.id = std::string(id->get_string());
-  return c;
+  WebSocketMessage m;
+  m.type = std::string(type->get_string());
+  m.id = std::string(id->get_string());
+  if (m.type == "cancel") return m;
+  // The parsed object decides: a generate with "messages" is a chat.
+  auto request = o.contains("messages") ? chat_request(o, context) : completion_request(o, context);
+  if (!request) return fail(m.id, request.error());
+  m.request = std::move(*request);
+  return m;
 }
 
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
@@ -427,10 +557,9 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
     o["logprob"] = event.logprob;
     json::array top;
     for (const auto& t : event.top_logprobs) {
-      top.emplace_back(
-          json::object{{"token", t.id},
-                       {"text", model::to_valid_utf8(context.engine->tokenizer().piece(t.id))},
-                       {"logprob", t.logprob}});
+      top.emplace_back(json::object{{"token", t.id},
+                                    {"text", model::to_valid_utf8(context.tokenizer->piece(t.id))},
+                                    {"logprob", t.logprob}});
     }
     o["top_logprobs"] = std::move(top);
   }
@@ -452,7 +581,7 @@ std::string models_response(const ApiContext& context) {
                      {"created", 0},
                      {"owned_by", "troupe"},
                      {"root", context.served_model_name},
-                     {"max_model_len", context.engine->max_model_len()}};
+                     {"max_model_len", context.max_model_len}};
   return json::serialize(json::object{{"object", "list"}, {"data", json::array{std::move(model)}}});
 }
 
@@ -464,13 +593,17 @@ tl::expected<std::string, ApiError> tokenize_response(std::string_view body,
     return tl::unexpected(bad("'prompt' must be a string", "prompt"));
   }
   TROUPE_API_TRY(const auto add_special, boolean(o, "add_special_tokens"));
-  const auto ids = context.engine->tokenizer().encode(std::string(prompt->get_string()),
-                                                      add_special.value_or(true));
+  // vLLM's /tokenize refuses a prompt longer than the context as well.
+  if (auto fits = check_prompt_bytes(prompt->get_string().size(), context); !fits) {
+    return tl::unexpected(fits.error());
+  }
+  const auto ids =
+      context.tokenizer->encode(std::string(prompt->get_string()), add_special.value_or(true));
   json::array tokens;
   for (TokenId id : ids) tokens.emplace_back(id);
   return json::serialize(json::object{{"tokens", std::move(tokens)},
                                       {"count", ids.size()},
-                                      {"max_model_len", context.engine->max_model_len()}});
+                                      {"max_model_len", context.max_model_len}});
 }
 
 tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
@@ -480,10 +613,9 @@ tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
   if (tokens == nullptr || !tokens->is_array()) {
     return tl::unexpected(bad("'tokens' must be an array of token ids", "tokens"));
   }
-  TROUPE_API_TRY(const auto ids,
-                 token_array(*tokens, "tokens", context.engine->tokenizer().size()));
+  TROUPE_API_TRY(const auto ids, token_array(*tokens, "tokens", context.tokenizer->size()));
   return json::serialize(
-      json::object{{"prompt", model::to_valid_utf8(context.engine->tokenizer().decode(ids))}});
+      json::object{{"prompt", model::to_valid_utf8(context.tokenizer->decode(ids))}});
 }
 
 }  // namespace troupe::net

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/chat_template.hpp"
+#include "model/tokenizer.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::net {
@@ -33,11 +34,20 @@ struct CompletionRequest {
   bool want_logprobs = false;
 };
 
+// What parsing needs of the served model; no engine, so that the parsers run (and are
+// fuzzed) alone.
 struct ApiContext {
-  const Engine* engine = nullptr;
+  const model::Tokenizer* tokenizer = nullptr;
+  std::int32_t max_model_len = 0;
   std::string served_model_name;
   model::ChatFamily chat_family = model::ChatFamily::chatml;
+  // The most bytes of text one token can stand for: a prompt longer than max_model_len
+  // times this cannot fit the context, and is refused before it is tokenized.
+  std::size_t max_token_bytes = 4;
 };
+
+ApiContext make_api_context(const model::Tokenizer& tokenizer, std::int32_t max_model_len,
+                            std::string served_model_name, std::string_view chat_template);
 
 // Parses a /v1/completions body: the prompt (text or token ids) is tokenized here.
 tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
@@ -78,12 +88,20 @@ tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
 
 // --- WebSocket streaming (/v1/ws; the protocol is in docs/websocket.md) ---
 
-struct WebSocketCommand {
-  std::string type;  // "generate" or "cancel"
-  std::string id;    // the client's own id for the request
+struct WebSocketMessage {
+  std::string type;           // "generate" or "cancel"
+  std::string id;             // the client's own id for the request
+  CompletionRequest request;  // a generate's: a chat when it has "messages"
+};
+struct WebSocketError {
+  std::string id;  // the message's id when it had one
+  ApiError error;
 };
 
-tl::expected<WebSocketCommand, ApiError> parse_websocket_command(std::string_view text);
+// Parses a socket message once (the chat/completion choice is made on the parsed object)
+// and, for a generate, tokenizes its prompt.
+tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
+                                                                       const ApiContext& context);
 // A "token" frame, or the "done" frame (finish reason, usage) when event.finished.
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
                             bool want_logprobs);

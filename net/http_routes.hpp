@@ -1,0 +1,60 @@
+// The HTTP layer without sockets: how a request is read (limits, and the answer to one
+// that cannot be read), who may call which route, and the answers of the plain routes.
+// The server's connections use it, and so does the fuzz target, byte for byte.
+#pragma once
+
+#include <boost/beast/http.hpp>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "net/http_server.hpp"
+#include "net/openai_api.hpp"
+
+namespace troupe::net {
+
+namespace http = boost::beast::http;
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+using RequestParser = http::request_parser<http::string_body>;
+
+// The parser's limits: the header section, and the body (413 past it).
+void configure_parser(RequestParser& parser, const ServerConfig& config);
+// The most bytes a connection buffers that the parser has not taken yet: a header
+// section, a chunk's size line or a chunked body's trailers. Trailers are held to the
+// header limit by this cap (Beast parses them only once they are all buffered).
+std::size_t max_unparsed_bytes(const ServerConfig& config);
+
+// The answer to a request that could not be read: 400 (malformed), 413 (body too
+// large), 431 (header section or trailers too large). None when the client went away
+// or was too slow: there is no one to answer.
+std::optional<ApiError> read_error(const boost::system::error_code& ec, const ServerConfig& config);
+
+// The request's path, without its query.
+std::string_view request_path(const Request& request);
+// The route label for troupe_http_requests_total: a known route by name, else "other".
+std::string_view route_label(std::string_view path);
+bool is_authorized(const Request& request, const ServerConfig& config);
+// POST /v1/completions or /v1/chat/completions: answered by the engine, not route().
+bool is_generation(const Request& request);
+// Routes whose answer takes real work (tokenizing, a look at the engine): they run off
+// the connection's thread.
+bool is_heavy(const Request& request);
+
+Response make_response(const Request& request, http::status status, std::string body,
+                       std::string_view content_type = "application/json");
+Response error_response(const Request& request, const ApiError& error);
+
+struct RouteContext {
+  const ServerConfig* config = nullptr;
+  const ApiContext* api = nullptr;
+  // The Prometheus exposition; empty: /metrics is a 404.
+  std::function<std::string()> metrics_text;
+};
+
+// Every route but generation and the WebSocket upgrade: the API key, /health,
+// /version, /metrics, /v1/models, /tokenize, /detokenize, 404 and 405.
+Response route(const Request& request, const RouteContext& context);
+
+}  // namespace troupe::net

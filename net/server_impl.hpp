@@ -1,0 +1,141 @@
+// The server's insides, shared by its two session files (http_server.cpp: accept loop,
+// HTTP and SSE; websocket_session.cpp: /v1/ws). Not for other rooms: it pulls in Beast.
+#pragma once
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/beast.hpp>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "monitoring/metrics.hpp"
+#include "net/http_routes.hpp"
+#include "net/http_server.hpp"
+#include "net/openai_api.hpp"
+
+namespace troupe::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+using Strand = asio::strand<asio::io_context::executor_type>;
+using EventChannel = asio::experimental::concurrent_channel<void(error_code, TokenEvent)>;
+
+inline constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+// Engine callbacks outlive nothing of the server: once the gate is shut (stop()),
+// they drop their events instead of touching a channel whose io_context is gone.
+struct CallbackGate {
+  std::mutex mutex;
+  bool open = true;
+};
+
+// Generation requests admitted at once (HTTP and WebSocket). A slot is freed when its
+// request ends in the engine, whatever became of its output.
+struct Admission {
+  explicit Admission(int most) : limit(most) {}
+  bool try_acquire() {
+    if (in_flight.fetch_add(1) >= limit) {
+      in_flight.fetch_sub(1);
+      return false;
+    }
+    return true;
+  }
+  void release() { in_flight.fetch_sub(1); }
+  const int limit;
+  std::atomic<int> in_flight{0};
+};
+
+// Output of one connection that its client has not taken yet, in bytes: engine callbacks
+// add, the writer takes away once written. Crossing the bound happens once; the caller
+// that crossed it ends the connection.
+struct OutputBound {
+  explicit OutputBound(std::size_t most) : limit(static_cast<std::int64_t>(most)) {}
+  // True when these bytes crossed the bound (the caller acts, once); false otherwise,
+  // and always after the bound was crossed (the output is dropped from then on).
+  bool add(std::int64_t n) {
+    if (overflowed.load()) return false;
+    return bytes.fetch_add(n) + n > limit && !overflowed.exchange(true);
+  }
+  void remove(std::int64_t n) { bytes.fetch_sub(n); }
+  bool over() const { return overflowed.load(); }
+  const std::int64_t limit;
+  std::atomic<std::int64_t> bytes{0};
+  std::atomic<bool> overflowed{false};
+};
+
+// The memory a queued engine event holds.
+inline std::int64_t event_bytes(const TokenEvent& e) {
+  return static_cast<std::int64_t>(sizeof(TokenEvent) + e.text.size() + e.error.size() +
+                                   e.top_logprobs.size() * sizeof(TokenLogprobEntry));
+}
+
+// Runs `work` on `pool` and resumes the calling coroutine on its own executor with the
+// result. The work must not throw (wrap it): nothing could catch it on the pool.
+template <class T>
+asio::awaitable<T> run_on(asio::thread_pool& pool, std::function<T()> work) {
+  // GCC 12 destroys a lambda written inside a co_await expression twice: name it first.
+  auto initiate = [&pool, work = std::move(work)](auto handler) mutable {
+    asio::post(pool, [work = std::move(work), handler = std::move(handler)]() mutable {
+      T result = work();
+      auto executor = asio::get_associated_executor(handler);
+      asio::post(executor, [handler = std::move(handler), result = std::move(result)]() mutable {
+        std::move(handler)(std::move(result));
+      });
+    });
+  };
+  auto token = asio::use_awaitable;
+  co_return co_await asio::async_initiate<decltype(token), void(T)>(std::move(initiate), token);
+}
+
+struct WsConnection;
+
+struct HttpServer::Impl {
+  Impl(Engine& e, ServerConfig c);
+
+  Engine& engine;
+  ServerConfig config;
+  ApiContext context;
+  std::shared_ptr<CallbackGate> gate = std::make_shared<CallbackGate>();
+  std::shared_ptr<Admission> admission;
+  asio::io_context io;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  // Declared after io: it is destroyed first, so no tokenizing outlives the io_context.
+  asio::thread_pool tokenizer_pool;
+  std::atomic<int> num_connections{0};
+  std::atomic<std::uint64_t> next_completion{1};
+  std::mutex warn_mutex;
+  std::chrono::steady_clock::time_point last_warning{};
+  int num_suppressed_warnings = 0;
+
+  asio::awaitable<void> listen();
+  asio::awaitable<void> session(tcp::socket socket);
+  // Reads one request into `parser` (answering Expect: 100-continue); the error it ended on.
+  asio::awaitable<error_code> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                           RequestParser& parser);
+  asio::awaitable<bool> handle(beast::tcp_stream& stream, Request& request);
+  asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request);
+  asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request);
+  asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
+  asio::awaitable<void> websocket_command(std::shared_ptr<WsConnection> connection,
+                                          std::string text);
+  void websocket_overflow(const std::shared_ptr<WsConnection>& connection);
+
+  RouteContext route_context();
+  // Counts a response in troupe_http_requests_total.
+  void count(const Request& request, int status);
+  // A connection coroutine ended on an exception: that connection alone is gone.
+  void on_session_exception(std::exception_ptr error);
+  // At most one line a second on stderr; the rest are counted and said with the next.
+  void warn(const std::string& message);
+};
+
+}  // namespace troupe::net
