@@ -77,6 +77,16 @@ class Unexpected(Exception):
     """Something the server should not have done: counted and reported."""
 
 
+def loads(body: bytes, what: str):
+    """JSON from the server, which must be UTF-8 (RFC 8259) with no exception."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Unexpected(f"{what}: the server sent invalid UTF-8: "
+                         f"{body[max(0, e.start - 40):e.end + 10]!r}") from e
+    return json.loads(text)
+
+
 # --------------------------------------------------------------------------- HTTP/1.1
 class Conn:
     """One HTTP/1.1 connection (keep-alive; Content-Length and chunked bodies)."""
@@ -267,7 +277,7 @@ class Soak:
         self.release(w, conn, h, rng)
         if status != want:
             raise Unexpected(f"POST {path}: status {status} (want {want}): {body[:300]!r}")
-        return json.loads(body)
+        return loads(body, f"POST {path}")
 
     async def sse_call(self, w, rng, path, payload, chat: bool, abort_after: int | None = None):
         """A streaming request; returns (texts by choice, finish reasons by choice), or None
@@ -292,7 +302,7 @@ class Soak:
                 if data == b"[DONE]":
                     saw_done = True
                     continue
-                obj = json.loads(data)
+                obj = loads(data, f"POST {path} stream")
                 if "error" in obj:
                     raise Unexpected(f"an error in the stream: {obj['error']}")
                 for c in obj.get("choices", []):
@@ -503,7 +513,7 @@ class Soak:
         self.release(w, conn, h, rng)
         if status != want:
             raise Unexpected(f"bad request {name}: status {status} (want {want}): {body[:200]!r}")
-        if "error" not in json.loads(body or b"{}"):
+        if "error" not in loads(body or b"{}", f"bad request {name}"):
             raise Unexpected(f"bad request {name}: no OpenAI error object: {body[:200]!r}")
         return "bad_" + name
 
@@ -533,6 +543,10 @@ class Soak:
                 self.drop(w)
             except (Unexpected, OSError, EOFError, asyncio.IncompleteReadError, ValueError, KeyError,
                     websockets.exceptions.WebSocketException) as e:
+                sent = getattr(e, "sent", None)
+                if isinstance(e, websockets.exceptions.ConnectionClosedError) and sent and sent.code == 1007:
+                    e = Unexpected("websocket: the server sent a text frame that is not valid UTF-8 "
+                                   "(the client closed the socket with 1007)")
                 self.error(op.__name__, repr(e)[:400])
                 self.drop(w)
             for conn in list(w.get("open", ())):  # what a failed operation left open
