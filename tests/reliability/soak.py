@@ -235,7 +235,7 @@ class Soak:
         return await Conn(self.host, self.port, w.setdefault("open", set())).open()
 
     async def request(self, w: dict, method: str, path: str, payload=None, *, raw: bytes | None = None,
-                      auth: bool = True, stream: bool = False):
+                      auth: bool = True):
         """Sends one request on the worker's keep-alive connection (a fresh one when it has
         none, or when a reused one turns out closed before any answer). Returns
         (conn, status, headers); the caller reads the body."""
