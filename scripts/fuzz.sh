@@ -50,12 +50,15 @@ for name in "${targets[@]}"; do
   artifacts="$build/artifacts/$name"
   log="$build/logs/$name.log"
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
-  [ -d "fuzz/corpus/$name" ] && cp -n fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true
+  if [ -d "fuzz/corpus/$name" ]; then
+    cp -n fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true
+  fi
   dict=()
   [ -f "fuzz/$name.dict" ] && dict=("-dict=fuzz/$name.dict")
   # Marks the start: artifacts newer than it are this run's findings.
   stamp="$artifacts/.started"
   touch "$stamp"
+  started=$SECONDS
   # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
   if "$exe" -max_total_time="$seconds" -rss_limit_mb="$rss_mb" -timeout="$timeout_s" \
     -print_final_stats=1 -artifact_prefix="$artifacts/" "${dict[@]}" ${FUZZ_ARGS:-} \
@@ -64,14 +67,15 @@ for name in "${targets[@]}"; do
   else
     status=$?
   fi
+  elapsed=$((SECONDS - started))
   found=$(find "$artifacts" -maxdepth 1 -type f -newer "$stamp" \
     \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   execs=$(stat number_of_executed_units "$log")
   rate=$(stat average_exec_per_sec "$log")
   rss=$(stat peak_rss_mb "$log")
   size=$(find "$corpus" -maxdepth 1 -type f | wc -l)
-  printf 'fuzz: %-16s %10s execs %7s exec/s  corpus %5s  peak rss %5s MB  crashes %s\n' \
-    "$name" "${execs:-?}" "${rate:-?}" "$size" "${rss:-?}" "$found"
+  printf 'fuzz: %-18s %5s s %10s execs %7s exec/s  corpus %5s  peak rss %5s MB  crashes %s\n' \
+    "$name" "$elapsed" "${execs:-?}" "${rate:-?}" "$size" "${rss:-?}" "$found"
   if [ "$status" -ne 0 ] || [ "$found" -ne 0 ]; then
     failed+=("$name")
     echo "fuzz: $name failed (exit $status); log $log, inputs in $artifacts/:" >&2
