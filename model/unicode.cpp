@@ -91,9 +91,15 @@ std::string to_valid_utf8(std::string_view text) {
   out.reserve(text.size());
   for (const Utf8Char& c : decode_utf8(text)) {
     // decode_utf8 turns each invalid byte into U+FFFD of length 1; a real U+FFFD is 3 bytes.
+    // decode_utf8 is lenient as llama.cpp's tokenizer is; UTF-8 itself is not: overlong
+    // forms (C0 80 for NUL), code points past U+10FFFF and surrogates are invalid.
     const bool replaced = c.cp == 0xFFFD && c.length == 1;
     const bool surrogate = c.cp >= 0xD800 && c.cp <= 0xDFFF;
-    if (replaced || surrogate) {
+    const char32_t shortest = c.length == 2 ? 0x80 : c.length == 3 ? 0x800 : 0x10000;
+    const bool overlong = c.length > 1 && c.cp < shortest;
+    if (overlong || c.cp > 0x10FFFF) {
+      for (std::uint32_t k = 0; k < c.length; ++k) out += "\xef\xbf\xbd";
+    } else if (replaced || surrogate) {
       out += "\xef\xbf\xbd";
     } else {
       out.append(text.substr(c.offset, c.length));

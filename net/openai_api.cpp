@@ -175,8 +175,13 @@ std::string_view openai_finish_reason(FinishReason reason) {
 }
 
 std::string error_json(const ApiError& error) {
-  json::object inner{{"message", error.message}, {"type", error.type}, {"code", error.status}};
-  inner["param"] = error.param.empty() ? json::value(nullptr) : json::value(error.param);
+  // Messages quote what the client sent (a path, a model name): never as bytes that
+  // would make the answer invalid JSON.
+  json::object inner{{"message", model::to_valid_utf8(error.message)},
+                     {"type", error.type},
+                     {"code", error.status}};
+  inner["param"] =
+      error.param.empty() ? json::value(nullptr) : json::value(model::to_valid_utf8(error.param));
   return json::serialize(json::object{{"error", std::move(inner)}});
 }
 
@@ -571,8 +576,11 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
 }
 
 std::string websocket_error(std::string_view id, const ApiError& error) {
-  json::object inner{{"message", error.message}, {"type", error.type}, {"code", error.status}};
-  return json::serialize(json::object{{"type", "error"}, {"id", id}, {"error", std::move(inner)}});
+  json::object inner{{"message", model::to_valid_utf8(error.message)},
+                     {"type", error.type},
+                     {"code", error.status}};
+  return json::serialize(json::object{
+      {"type", "error"}, {"id", model::to_valid_utf8(id)}, {"error", std::move(inner)}});
 }
 
 std::string models_response(const ApiContext& context) {

@@ -108,5 +108,11 @@ TEST_CASE("to_valid_utf8 replaces only the invalid bytes", "[unicode]") {
         "b");
   CHECK(to_valid_utf8("\xe2\x82") == "\xef\xbf\xbd\xef\xbf\xbd");
   CHECK(to_valid_utf8("\xed\xa0\x80") == "\xef\xbf\xbd");  // a surrogate is not UTF-8
-  CHECK(to_valid_utf8("\xef\xbf\xbd") == "\xef\xbf\xbd");  // a real U+FFFD stays
+  // Overlong forms and code points past U+10FFFF are not UTF-8 either (JSON parsers refuse
+  // them): found by the HTTP fuzz target in a 404's quoted path.
+  CHECK(to_valid_utf8("\xc0\x93") == "\xef\xbf\xbd\xef\xbf\xbd");
+  CHECK(to_valid_utf8("\xe0\x80\xaf") == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  CHECK(to_valid_utf8("\xf4\x90\x80\x80") == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  CHECK(to_valid_utf8("\xf4\x8f\xbf\xbf") == "\xf4\x8f\xbf\xbf");  // U+10FFFF itself
+  CHECK(to_valid_utf8("\xef\xbf\xbd") == "\xef\xbf\xbd");          // a real U+FFFD stays
 }
