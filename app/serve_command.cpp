@@ -58,6 +58,10 @@ void add_serve_command(CLI::App& app) {
       std::fprintf(stderr, "troupe serve: %s\n", message.c_str());
       throw CLI::RuntimeError(1);
     };
+    // Before the model loads: a limit that cannot hold the connections fails at once.
+    if (auto fits = net::HttpServer::prepare_descriptor_limit(opts->server); !fits) {
+      fail(fits.error().message);
+    }
     EngineConfig config = opts->engine;
     if (config.model_path.empty()) config.model_path = builtin_model_path();
     if (config.model_path.empty()) fail("the built-in model could not be written");

@@ -32,27 +32,6 @@ asio::awaitable<bool> send(beast::tcp_stream& stream, Response res, std::chrono:
   co_return !ec && res.keep_alive();
 }
 
-// Raises the soft descriptor limit to the hard one, and checks that it holds the
-// connections the server was asked to keep.
-Result<void> prepare_descriptor_limit(int max_connections) {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};
-  if (limit.rlim_cur < limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = limit.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  }
-  const auto needed = static_cast<rlim_t>(std::max(max_connections, 0)) + kReservedDescriptors;
-  if (limit.rlim_cur != RLIM_INFINITY && needed > limit.rlim_cur) {
-    return make_error(ErrorCode::invalid_argument,
-                      "--max-connections " + std::to_string(max_connections) + " needs about " +
-                          std::to_string(needed) + " file descriptors, but this process may open " +
-                          std::to_string(limit.rlim_cur) +
-                          " (its hard limit): raise `ulimit -n` or lower --max-connections");
-  }
-  return {};
-}
-
 // One generation over HTTP: what its engine callbacks and its connection share.
 struct Generation {
   std::shared_ptr<EventChannel> channel;
@@ -466,6 +445,26 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   co_return !lec && request.keep_alive();
 }
 
+Result<void> HttpServer::prepare_descriptor_limit(const ServerConfig& config) {
+  const int max_connections = config.max_connections;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  const auto needed = static_cast<rlim_t>(std::max(max_connections, 0)) + kReservedDescriptors;
+  if (limit.rlim_cur != RLIM_INFINITY && needed > limit.rlim_cur) {
+    return make_error(ErrorCode::invalid_argument,
+                      "--max-connections " + std::to_string(max_connections) + " needs about " +
+                          std::to_string(needed) + " file descriptors, but this process may open " +
+                          std::to_string(limit.rlim_cur) +
+                          " (its hard limit): raise `ulimit -n` or lower --max-connections");
+  }
+  return {};
+}
+
 HttpServer::HttpServer(Engine& engine, ServerConfig config)
     : impl_(std::make_unique<Impl>(engine, std::move(config))) {}
 
@@ -475,7 +474,7 @@ HttpServer::~HttpServer() {
 
 Result<void> HttpServer::start() {
   auto& impl = *impl_;
-  TROUPE_TRY_VOID(prepare_descriptor_limit(impl.config.max_connections));
+  TROUPE_TRY_VOID(prepare_descriptor_limit(impl.config));
   error_code ec;
   const auto address = asio::ip::make_address(impl.config.host, ec);
   if (ec)

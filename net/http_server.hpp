@@ -48,6 +48,10 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
+  // Raises the process's soft descriptor limit to its hard one; an error when that
+  // cannot hold config.max_connections (start() checks it too: call it first to fail
+  // before a model loads).
+  static Result<void> prepare_descriptor_limit(const ServerConfig& config);
   // Binds and starts serving on background threads.
   Result<void> start();
   // Closes the listener and every connection; waits for the threads.

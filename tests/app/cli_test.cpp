@@ -129,3 +129,22 @@ TEST_CASE("troupe bench throughput reports vLLM's metrics as JSON", "[cli]") {
   CHECK(result["prefix_cache_hit_rate"].number > 0.5);  // 7 of 8 find the system prompt cached
   CHECK(run_troupe("bench throughput --dataset-name bogus").exit_code == 1);
 }
+
+TEST_CASE("troupe serve refuses a --max-connections its descriptor limit cannot hold", "[cli]") {
+  // `ulimit -n` sets the hard limit too, so troupe cannot raise it.
+  const std::string command = "ulimit -n 256 && " + std::string(TROUPE_BINARY) +
+                              " serve --port 0 --max-connections 1024 2>&1";
+  Run run;
+  FILE* pipe = ::popen(("bash -c '" + command + "'").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
+    run.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  CHECK(run.exit_code == 1);
+  CHECK(run.out.find("--max-connections 1024 needs about 1088 file descriptors") !=
+        std::string::npos);
+  CHECK(run.out.find("256") != std::string::npos);
+  CHECK(run.out.find("loading") == std::string::npos);  // refused before the model loads
+}
