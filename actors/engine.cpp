@@ -179,12 +179,11 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
   // In 64 bits: a caller's max_tokens may be anything up to INT32_MAX.
   const std::int64_t wanted = std::int64_t{n} + request.params.max_tokens;
   if (wanted > impl.max_model_len) {
-    return make_error(ErrorCode::out_of_range,
-                      "this model's maximum context length is " +
-                          std::to_string(impl.max_model_len) + " tokens, but " +
-                          std::to_string(wanted) + " were requested (" +
-                          std::to_string(n) + " in the prompt, " +
-                          std::to_string(request.params.max_tokens) + " to generate)");
+    return make_error(
+        ErrorCode::out_of_range,
+        "this model's maximum context length is " + std::to_string(impl.max_model_len) +
+            " tokens, but " + std::to_string(wanted) + " were requested (" + std::to_string(n) +
+            " in the prompt, " + std::to_string(request.params.max_tokens) + " to generate)");
   }
   // The sampler's own checks, now, so that bad parameters are the caller's error.
   TROUPE_TRY_VOID(model::Sampler::create(request.params, {}, {}, vocab).map([](auto&&) {}));
