@@ -283,7 +283,8 @@ TEST_CASE("tokenizing a huge prompt holds up no other client", "[net][hardening]
   REQUIRE(big.send("POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
                    std::to_string(body.size()) + "\r\n\r\n" + body));
   std::this_thread::sleep_for(20ms);
-  // /health is answered while the tokenizer works: the big answer has not come yet.
+  // /health is answered while the tokenizer works: the big answer has not come yet (on one
+  // I/O thread that tokenizes, /health waited, and the big answer came first).
   CHECK(s.healthy());
   CHECK(big.read_all(0ms).empty());
   CHECK(test::http_status(big.read_all(30s)) == 200);

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -49,13 +50,13 @@ class RawClient {
 
   // Reads until `marker` has arrived, the peer closes, or the deadline passes.
   std::string read_until(const std::string& marker, std::chrono::milliseconds timeout) {
+    // A zero timeout still takes what has already arrived.
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (fd_ >= 0 && (marker.empty() || received_.find(marker) == std::string::npos)) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
       pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+      if (::poll(&p, 1, static_cast<int>(std::max<long>(left.count(), 0))) <= 0) break;
       char buffer[65536];
       const auto n = ::recv(fd_, buffer, sizeof buffer, 0);
       if (n <= 0) {
