@@ -19,24 +19,7 @@
 namespace troupe::fuzz {
 
 inline const model::Tokenizer& api_tokenizer() {
-  static const model::Tokenizer tokenizer = [] {
-    model::RandomModelSpec spec;
-    spec.dim = 8;
-    spec.num_layers = 1;
-    spec.num_heads = 2;
-    spec.num_kv_heads = 2;
-    spec.ffn_dim = 16;
-    spec.vocab_size = 512;
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("troupe-net-fuzz-" + std::to_string(::getpid()) + ".gguf");
-    if (!model::write_random_model(spec, path.string())) std::abort();
-    auto file = model::GgufFile::open(path.string());
-    if (!file) std::abort();
-    auto made = model::Tokenizer::from_gguf(*file);
-    std::filesystem::remove(path);
-    if (!made) std::abort();
-    return std::move(*made);
-  }();
+  static const model::Tokenizer tokenizer = builtin_spm_tokenizer(512);
   return tokenizer;
 }
 

@@ -68,24 +68,6 @@ Tokenizer tokenizer_from_file(const std::string& path) {
   return std::move(*tokenizer);
 }
 
-// The built-in vocabulary of troupe's random models (SentencePiece, byte fallback).
-Tokenizer builtin_spm() {
-  RandomModelSpec spec;
-  spec.dim = 8;
-  spec.num_layers = 1;
-  spec.num_heads = 2;
-  spec.num_kv_heads = 2;
-  spec.ffn_dim = 16;
-  spec.vocab_size = 4096;
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("troupe-fuzz-vocab-" + std::to_string(getpid()) + ".gguf");
-  const auto written = write_random_model(spec, path.string());
-  if (!written) fail_setup(written.error().message);
-  Tokenizer tokenizer = tokenizer_from_file(path.string());
-  std::filesystem::remove(path);
-  return tokenizer;
-}
-
 // GPT-2's bytes_to_unicode: the letter that stands for each byte in BPE token texts.
 std::string byte_letter(int b) {
   static const std::vector<std::string> letters = [] {
@@ -256,7 +238,7 @@ void describe(const FuzzedVocabulary& v, std::string_view text, const std::vecto
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  add_vocabulary("built-in spm", builtin_spm());
+  add_vocabulary("built-in spm", fuzz::builtin_spm_tokenizer(4096));
   for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "starcoder", "falcon", "deepseek-coder"}) {
     add_vocabulary(std::string("synthetic bpe ") + pre, synthetic_bpe(pre));
   }

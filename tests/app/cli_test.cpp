@@ -18,11 +18,13 @@ struct Run {
 };
 
 // Runs troupe with `args`; stderr goes to `err_path` when given, else it joins stdout.
-Run run_troupe(const std::string& args, const std::string& err_path = "") {
+// `shell_prefix` runs first in the same shell (e.g. "ulimit -n 256 && ").
+Run run_troupe(const std::string& args, const std::string& err_path = "",
+               const std::string& shell_prefix = "") {
   const std::string redirect = err_path.empty() ? " 2>&1" : " 2>" + err_path;
   const std::string cache = test::temp_path("cache");
-  const std::string command =
-      "XDG_CACHE_HOME=" + cache + " " + std::string(TROUPE_BINARY) + " " + args + redirect;
+  const std::string command = shell_prefix + "XDG_CACHE_HOME=" + cache + " " +
+                              std::string(TROUPE_BINARY) + " " + args + redirect;
   Run run;
   FILE* pipe = ::popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -132,16 +134,7 @@ TEST_CASE("troupe bench throughput reports vLLM's metrics as JSON", "[cli]") {
 
 TEST_CASE("troupe serve refuses a --max-connections its descriptor limit cannot hold", "[cli]") {
   // `ulimit -n` sets the hard limit too, so troupe cannot raise it.
-  const std::string command = "ulimit -n 256 && " + std::string(TROUPE_BINARY) +
-                              " serve --port 0 --max-connections 1024 2>&1";
-  Run run;
-  FILE* pipe = ::popen(("bash -c '" + command + "'").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
-    run.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const Run run = run_troupe("serve --port 0 --max-connections 1024", "", "ulimit -n 256 && ");
   CHECK(run.exit_code == 1);
   CHECK(run.out.find("--max-connections 1024 needs about 1088 file descriptors") !=
         std::string::npos);
