@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/workload.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/step_builder.hpp"
 #include "gpu/cuda_backend.hpp"
@@ -239,24 +240,18 @@ struct ThroughputResult {
   double output_per_s = 0.0, total_per_s = 0.0;
 };
 
-// The Anyscale-style workload: fixed-length random prompts, capped-exponential outputs.
-struct Request {
-  std::vector<TokenId> prompt;
-  std::int32_t output_len = 0;
-};
-
-std::vector<Request> anyscale_workload(const Options& o, std::int32_t vocab) {
-  std::mt19937_64 rng(o.seed);
-  std::uniform_int_distribution<TokenId> token(3, vocab - 1);
-  std::exponential_distribution<double> exponential(1.0 / std::max(1, o.output_len));
-  std::vector<Request> out(static_cast<std::size_t>(o.num_prompts));
-  for (auto& r : out) {
-    r.prompt.resize(static_cast<std::size_t>(o.input_len));
-    for (auto& t : r.prompt) t = token(rng);
-    r.output_len =
-        std::clamp(static_cast<std::int32_t>(std::lround(exponential(rng))), 1, 4 * o.output_len);
-  }
-  return out;
+// The Anyscale-style workload (bench/workload): fixed-length random prompts,
+// capped-exponential outputs; `troupe bench throughput --dataset-name anyscale` with the same
+// seed, lengths and vocabulary size runs the same requests.
+std::vector<bench::BenchRequest> anyscale_workload(const Options& o, std::int32_t vocab) {
+  bench::WorkloadOptions w;
+  w.dataset = bench::Dataset::anyscale;
+  w.num_prompts = o.num_prompts;
+  w.input_len = o.input_len;
+  w.output_len = o.output_len;
+  w.vocab_size = vocab;
+  w.seed = o.seed;
+  return value_or_die(bench::make_workload(w), "the workload");
 }
 
 ThroughputResult offline_throughput(const Options& o, model::LlamaModel& llama,
