@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gpu/kernels.hpp"
+#include "gpu/random.cuh"
 
 namespace troupe::gpu::kernels {
 
@@ -33,14 +34,6 @@ __device__ __forceinline__ __half from_float<__half>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
-}
-
-// splitmix64: a counter-based generator, the same on every run and device.
-__device__ __forceinline__ std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 __device__ __forceinline__ float uniform_pm1(std::uint64_t seed, std::uint64_t i) {

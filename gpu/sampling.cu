@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "gpu/kernels.hpp"
+#include "gpu/random.cuh"
 
 namespace troupe::gpu::kernels {
 
@@ -17,13 +18,6 @@ namespace {
 constexpr int kThreads = 512;  // 1024 would cap registers at 32 and spill
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
-
-__device__ __forceinline__ std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // The relative probability exp((x - max) / T) in [0, 1]; NaN logits count as impossible.
 __device__ __forceinline__ float weight(float x, float max, float inverse_temperature) {
