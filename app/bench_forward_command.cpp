@@ -2,6 +2,7 @@
 // alone (no sampling, no scheduling), at several batch sizes.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -117,16 +118,17 @@ void add_bench_forward_command(CLI::App& bench) {
     }
 
     if (!opts->output_json.empty()) {
+      boost::json::object json;
+      json["model"] = loaded->path;
+      json["backend"] = loaded->backend->describe();
+      json["prompt_len"] = opts->prompt_len;
+      json["gen_len"] = opts->gen_len;
+      json["prefill_tokens_per_second"] = prefill_tps;
+      boost::json::object per_batch;  // keyed by the batch size
+      for (const auto& [batch, tps] : decode) per_batch[std::to_string(batch)] = tps;
+      json["decode_tokens_per_second"] = std::move(per_batch);
       std::ofstream out(opts->output_json);
-      out << "{\n  \"model\": \"" << loaded->path << "\",\n  \"backend\": \""
-          << loaded->backend->describe() << "\",\n  \"prompt_len\": " << opts->prompt_len
-          << ",\n  \"gen_len\": " << opts->gen_len
-          << ",\n  \"prefill_tokens_per_second\": " << prefill_tps
-          << ",\n  \"decode_tokens_per_second\": {";
-      for (std::size_t i = 0; i < decode.size(); ++i) {
-        out << (i ? ", " : "") << "\"" << decode[i].first << "\": " << decode[i].second;
-      }
-      out << "}\n}\n";
+      out << boost::json::serialize(json) << '\n';
       if (!out) fail(Error{ErrorCode::io, "cannot write " + opts->output_json});
     }
   });

@@ -15,6 +15,7 @@ void add_bench_serve_command(CLI::App& bench) {
   };
   auto opts = std::make_shared<Options>();
   auto& r = opts->run;
+  auto& w = r.workload;
   auto* cmd = bench.add_subcommand(
       "serve", "benchmark a running OpenAI-compatible server (like vllm bench serve)");
   cmd->add_option("--host", r.host, "server address");
@@ -22,16 +23,16 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--model", r.model, "model name to send");
   cmd->add_option("--api-key", r.api_key, "bearer key");
   cmd->add_option("--dataset-name", "random (the only dataset)")->check(CLI::IsMember({"random"}));
-  cmd->add_option("--num-prompts", r.num_prompts, "requests to send");
-  cmd->add_option("--random-input-len,--input-len", r.input_len, "prompt tokens");
-  cmd->add_option("--random-output-len,--output-len", r.output_len, "output tokens");
-  cmd->add_option("--random-range-ratio,--range-ratio", r.range_ratio,
+  cmd->add_option("--num-prompts", w.num_prompts, "requests to send");
+  cmd->add_option("--random-input-len,--input-len", w.input_len, "prompt tokens");
+  cmd->add_option("--random-output-len,--output-len", w.output_len, "output tokens");
+  cmd->add_option("--random-range-ratio,--range-ratio", w.range_ratio,
                   "lengths within L*(1-R)..L*(1+R)");
   cmd->add_option("--request-rate", opts->request_rate,
                   "requests/s (Poisson), or inf: all at once");
   cmd->add_option("--max-concurrency", r.max_concurrency, "most requests in flight (0: no limit)");
-  cmd->add_option("--seed", r.seed, "dataset seed");
-  cmd->add_option("--vocab-size", r.vocab_size, "prompt token ids are drawn below this");
+  cmd->add_option("--seed", w.seed, "dataset seed");
+  cmd->add_option("--vocab-size", w.vocab_size, "prompt token ids are drawn below this");
   cmd->add_option("--output-json,--result-filename", opts->output_json,
                   "also write the results here");
   cmd->callback([opts] {
@@ -53,7 +54,7 @@ void add_bench_serve_command(CLI::App& bench) {
       std::ofstream out(opts->output_json);
       out << bench::to_json(run, *result);
     }
-    if (result->completed == 0) throw CLI::RuntimeError(1);
+    if (result->totals.completed == 0) throw CLI::RuntimeError(1);
   });
 }
 

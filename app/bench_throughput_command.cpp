@@ -17,17 +17,18 @@ void add_bench_throughput_command(CLI::App& bench) {
   };
   auto opts = std::make_shared<Options>();
   auto& r = opts->run;
+  auto& w = r.workload;
   auto* cmd = bench.add_subcommand("throughput",
                                    "offline throughput of the engine (like vllm bench throughput)");
   cmd->add_option("--model,-m", r.engine.model_path,
                   "GGUF model (default: the built-in random model)");
   cmd->add_option("--dataset-name", r.dataset, "random, anyscale or shared-prefix");
-  cmd->add_option("--num-prompts", r.num_prompts, "requests, all submitted at once");
-  cmd->add_option("--input-len", r.input_len, "prompt tokens (own tokens for shared-prefix)");
-  cmd->add_option("--output-len", r.output_len, "output tokens (the mean for anyscale)");
-  cmd->add_option("--prefix-len", r.prefix_len, "shared-prefix: the system prompt's tokens");
-  cmd->add_option("--range-ratio", r.range_ratio, "random lengths within L*(1-R)..L*(1+R)");
-  cmd->add_option("--seed", r.seed, "dataset and sampling seed");
+  cmd->add_option("--num-prompts", w.num_prompts, "requests, all submitted at once");
+  cmd->add_option("--input-len", w.input_len, "prompt tokens (own tokens for shared-prefix)");
+  cmd->add_option("--output-len", w.output_len, "output tokens (the mean for anyscale)");
+  cmd->add_option("--prefix-len", w.prefix_len, "shared-prefix: the system prompt's tokens");
+  cmd->add_option("--range-ratio", w.range_ratio, "random lengths within L*(1-R)..L*(1+R)");
+  cmd->add_option("--seed", w.seed, "dataset and sampling seed");
   cmd->add_option("--temperature", r.temperature, "sampling temperature (0: greedy)");
   cmd->add_option("--batching", opts->batching, "continuous or static");
   cmd->add_option("--scheduling-policy", opts->policy, "fcfs or priority");

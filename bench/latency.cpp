@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <utility>
 
 namespace troupe::bench {
@@ -37,6 +38,12 @@ Latencies LatencySamples::summarize() const {
   return Latencies{percentiles(ttft_), percentiles(tpot_), percentiles(itl_), percentiles(e2el_)};
 }
 
+void RequestTotals::set_duration(double seconds) {
+  duration_s = seconds;
+  request_throughput = completed / seconds;
+  output_throughput = static_cast<double>(total_output_tokens) / seconds;
+}
+
 void print_latencies(const Latencies& l) {
   for (const auto& [name, p] : {Named{"TTFT", &l.ttft_ms}, Named{"TPOT", &l.tpot_ms},
                                 Named{"ITL", &l.itl_ms}, Named{"E2E latency", &l.e2el_ms}}) {
@@ -45,11 +52,23 @@ void print_latencies(const Latencies& l) {
   }
 }
 
-void write_latencies_json(std::ostream& out, const Latencies& l) {
+void add_totals(boost::json::object& json, const RequestTotals& t) {
+  json["completed"] = t.completed;
+  json["failed"] = t.failed;
+  json["duration"] = t.duration_s;
+  json["total_input_tokens"] = t.total_input_tokens;
+  json["total_output_tokens"] = t.total_output_tokens;
+  json["request_throughput"] = t.request_throughput;
+  json["output_throughput"] = t.output_throughput;
+}
+
+void add_latencies(boost::json::object& json, const Latencies& l) {
   for (const auto& [name, p] : {Named{"ttft", &l.ttft_ms}, Named{"tpot", &l.tpot_ms},
                                 Named{"itl", &l.itl_ms}, Named{"e2el", &l.e2el_ms}}) {
-    out << ",\n  \"mean_" << name << "_ms\": " << p->mean << ",\n  \"median_" << name
-        << "_ms\": " << p->median << ",\n  \"p99_" << name << "_ms\": " << p->p99;
+    const std::string suffix = std::string(name) + "_ms";
+    json["mean_" + suffix] = p->mean;
+    json["median_" + suffix] = p->median;
+    json["p99_" + suffix] = p->p99;
   }
 }
 

@@ -1,11 +1,11 @@
-// Latency statistics shared by the benchmarks: per-request TTFT, TPOT, ITL and
+// What the benchmarks' results share: request totals and per-request TTFT, TPOT, ITL and
 // end-to-end samples pooled over a run, summarised as mean, median and p99
 // under vLLM's names (mean_ttft_ms, median_ttft_ms, p99_ttft_ms, ...).
 #pragma once
 
+#include <boost/json/object.hpp>
 #include <chrono>
 #include <cstdint>
-#include <ostream>
 #include <vector>
 
 namespace troupe::bench {
@@ -33,9 +33,25 @@ class LatencySamples {
   std::vector<double> ttft_, tpot_, itl_, e2el_;
 };
 
+// What every benchmark counts of its requests, under vLLM's names.
+struct RequestTotals {
+  std::int32_t completed = 0;
+  std::int32_t failed = 0;
+  double duration_s = 0.0;
+  std::int64_t total_input_tokens = 0;
+  std::int64_t total_output_tokens = 0;
+  double request_throughput = 0.0;  // completed requests/s
+  double output_throughput = 0.0;   // output tokens/s
+
+  // Sets the run's duration and the rates over it.
+  void set_duration(double seconds);
+};
+
 // The four lines of "mean / median / p99" a bench prints.
 void print_latencies(const Latencies& latencies);
-// ",\n  \"mean_ttft_ms\": ..." for each of the twelve fields, to follow other JSON fields.
-void write_latencies_json(std::ostream& out, const Latencies& latencies);
+// Appends completed, failed, duration, total_input_tokens, ..., output_throughput to a result.
+void add_totals(boost::json::object& json, const RequestTotals& totals);
+// Appends the twelve fields mean_ttft_ms, median_ttft_ms, p99_ttft_ms, ... to a result.
+void add_latencies(boost::json::object& json, const Latencies& latencies);
 
 }  // namespace troupe::bench

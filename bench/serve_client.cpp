@@ -2,14 +2,12 @@
 // events of its stream as they arrive.
 #include "bench/serve_client.hpp"
 
-#include <cmath>
-
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
+#include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cstdio>
 #include <random>
-#include <sstream>
 
 namespace troupe::bench {
 
@@ -39,14 +37,15 @@ struct Shared {
   std::unique_ptr<asio::steady_timer> slot_freed;  // wakes the dispatcher when a request ends
 };
 
-std::string request_body(const ServeOptions& o, const std::vector<TokenId>& prompt,
-                         std::int32_t out) {
-  std::ostringstream b;
-  b << "{\"model\":\"" << o.model << "\",\"prompt\":[";
-  for (std::size_t i = 0; i < prompt.size(); ++i) b << (i ? "," : "") << prompt[i];
-  b << "],\"max_tokens\":" << out
-    << ",\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
-  return b.str();
+std::string request_body(const ServeOptions& o, const BenchRequest& request) {
+  boost::json::object body;
+  body["model"] = o.model;
+  body["prompt"] = boost::json::array(request.prompt.begin(), request.prompt.end());
+  body["max_tokens"] = request.output_len;
+  body["ignore_eos"] = true;
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  return boost::json::serialize(body);
 }
 
 asio::awaitable<void> one_request(Shared& shared, std::size_t index, std::string body) {
@@ -121,7 +120,7 @@ asio::awaitable<void> one_request(Shared& shared, std::size_t index, std::string
 asio::awaitable<void> dispatch(Shared& shared, std::vector<std::string> bodies) {
   const auto& o = shared.options;
   auto executor = co_await asio::this_coro::executor;
-  std::mt19937_64 rng(o.seed + 1);
+  std::mt19937_64 rng(o.workload.seed + 1);
   std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
   asio::steady_timer timer(executor);
   for (std::size_t i = 0; i < bodies.size(); ++i) {
@@ -142,73 +141,64 @@ asio::awaitable<void> dispatch(Shared& shared, std::vector<std::string> bodies) 
 }  // namespace
 
 Result<ServeResult> run_serve_benchmark(const ServeOptions& o) {
-  if (o.num_prompts <= 0 || o.input_len <= 0 || o.output_len <= 0 || o.vocab_size <= 1000) {
+  const WorkloadOptions& w = o.workload;
+  if (w.num_prompts <= 0 || w.input_len <= 0 || w.output_len <= 0) {
     return make_error(ErrorCode::invalid_argument,
                       "num-prompts, input-len, output-len must be positive");
   }
-  std::mt19937_64 rng(o.seed);
-  std::uniform_int_distribution<TokenId> token(1000, o.vocab_size - 1);
-  auto ranged = [&](std::int32_t mean) {
-    const auto lo = static_cast<std::int32_t>(std::floor(mean * (1.0 - o.range_ratio)));
-    const auto hi = static_cast<std::int32_t>(std::ceil(mean * (1.0 + o.range_ratio)));
-    return std::uniform_int_distribution<std::int32_t>(std::max(1, lo), std::max(1, hi))(rng);
-  };
+  TROUPE_TRY(const auto requests, make_workload(w));
   asio::io_context io;
-  Shared shared{o, std::vector<Sample>(static_cast<std::size_t>(o.num_prompts)), 0,
+  Shared shared{o, std::vector<Sample>(requests.size()), 0,
                 std::make_unique<asio::steady_timer>(io)};
   std::vector<std::string> bodies;
   ServeResult result;
-  for (std::int32_t i = 0; i < o.num_prompts; ++i) {
-    std::vector<TokenId> prompt(static_cast<std::size_t>(ranged(o.input_len)));
-    for (auto& t : prompt) t = token(rng);
-    shared.samples[i].num_input = static_cast<std::int32_t>(prompt.size());
-    bodies.push_back(request_body(o, prompt, ranged(o.output_len)));
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    shared.samples[i].num_input = static_cast<std::int32_t>(requests[i].prompt.size());
+    bodies.push_back(request_body(o, requests[i]));
   }
   const auto start = Clock::now();
   asio::co_spawn(io, dispatch(shared, std::move(bodies)), asio::detached);
   io.run();
-  result.duration_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  RequestTotals& totals = result.totals;
   LatencySamples samples;
   for (const Sample& s : shared.samples) {
     if (!s.ok) {
-      ++result.failed;
+      ++totals.failed;
       if (result.first_error.empty()) result.first_error = s.error;
       continue;
     }
-    ++result.completed;
-    result.total_input_tokens += s.num_input;
-    result.total_output_tokens += s.num_output;
+    ++totals.completed;
+    totals.total_input_tokens += s.num_input;
+    totals.total_output_tokens += s.num_output;
     samples.add(s.start, s.first, s.last, s.num_output, s.gaps_ms);
   }
-  result.request_throughput = result.completed / result.duration_s;
-  result.output_throughput = static_cast<double>(result.total_output_tokens) / result.duration_s;
+  totals.set_duration(seconds);
   result.latency = samples.summarize();
   return result;
 }
 
 std::string to_json(const ServeOptions& o, const ServeResult& r) {
-  std::ostringstream out;
-  out.precision(6);
-  out << "{\n  \"num_prompts\": " << o.num_prompts << ",\n  \"request_rate\": "
-      << (o.request_rate > 0 ? std::to_string(o.request_rate) : std::string("\"inf\""))
-      << ",\n  \"max_concurrency\": " << o.max_concurrency << ",\n  \"completed\": " << r.completed
-      << ",\n  \"failed\": " << r.failed << ",\n  \"duration\": " << r.duration_s
-      << ",\n  \"total_input_tokens\": " << r.total_input_tokens
-      << ",\n  \"total_output_tokens\": " << r.total_output_tokens
-      << ",\n  \"request_throughput\": " << r.request_throughput
-      << ",\n  \"output_throughput\": " << r.output_throughput;
-  write_latencies_json(out, r.latency);
-  out << "\n}\n";
-  return out.str();
+  boost::json::object json;
+  json["num_prompts"] = o.workload.num_prompts;
+  if (o.request_rate > 0)
+    json["request_rate"] = o.request_rate;
+  else
+    json["request_rate"] = "inf";
+  json["max_concurrency"] = o.max_concurrency;
+  add_totals(json, r.totals);
+  add_latencies(json, r.latency);
+  return boost::json::serialize(json) + "\n";
 }
 
 void print(const ServeOptions& o, const ServeResult& r) {
   std::printf("============ Serving benchmark (%s:%u) ============\n", o.host.c_str(), o.port);
-  std::printf("%-36s %d / %d\n", "Completed / failed requests:", r.completed, r.failed);
+  std::printf("%-36s %d / %d\n", "Completed / failed requests:", r.totals.completed,
+              r.totals.failed);
   if (!r.first_error.empty()) std::printf("%-36s %s\n", "First error:", r.first_error.c_str());
-  std::printf("%-36s %.2f\n", "Duration (s):", r.duration_s);
-  std::printf("%-36s %.3f\n", "Request throughput (req/s):", r.request_throughput);
-  std::printf("%-36s %.1f\n", "Output token throughput (tok/s):", r.output_throughput);
+  std::printf("%-36s %.2f\n", "Duration (s):", r.totals.duration_s);
+  std::printf("%-36s %.3f\n", "Request throughput (req/s):", r.totals.request_throughput);
+  std::printf("%-36s %.1f\n", "Output token throughput (tok/s):", r.totals.output_throughput);
   print_latencies(r.latency);
 }
 

@@ -1,6 +1,6 @@
 // `troupe bench serve` (like `vllm bench serve`): a client of any
-// OpenAI-compatible server. It streams /v1/completions requests with a random
-// dataset of seeded lengths, at a Poisson request rate (or all at once) and
+// OpenAI-compatible server. It streams /v1/completions requests with the random
+// dataset of bench/workload, at a Poisson request rate (or all at once) and
 // under a concurrency limit, and measures TTFT, TPOT, ITL and end-to-end latency.
 #pragma once
 
@@ -8,8 +8,8 @@
 #include <string>
 
 #include "bench/latency.hpp"
+#include "bench/workload.hpp"
 #include "troupe/result.hpp"
-#include "troupe/types.hpp"
 
 namespace troupe::bench {
 
@@ -18,29 +18,20 @@ struct ServeOptions {
   std::uint16_t port = 8000;
   std::string model = "troupe";
   std::string api_key;
-  std::int32_t num_prompts = 100;
-  std::int32_t input_len = 128;
-  std::int32_t output_len = 128;
-  double range_ratio = 0.0;
+  // The random dataset; prompt ids from [kFirstPromptToken, vocab_size) of the server's model.
+  WorkloadOptions workload{.num_prompts = 100, .input_len = 128, .output_len = 128};
   double request_rate = 0.0;         // requests/s, Poisson arrivals; 0: all at once (inf)
   std::int32_t max_concurrency = 0;  // 0: unlimited
-  std::uint64_t seed = 0;
-  std::int32_t vocab_size = 32000;  // prompt token ids are drawn from [1000, vocab_size)
 };
 
 struct ServeResult {
-  std::int32_t completed = 0;
-  std::int32_t failed = 0;
-  double duration_s = 0.0;
-  std::int64_t total_input_tokens = 0;
-  std::int64_t total_output_tokens = 0;
-  double request_throughput = 0.0;
-  double output_throughput = 0.0;
+  RequestTotals totals;
   Latencies latency;
   std::string first_error;
 };
 
 Result<ServeResult> run_serve_benchmark(const ServeOptions& options);
+// The result as one JSON object under vLLM's keys, with a final newline.
 std::string to_json(const ServeOptions& options, const ServeResult& result);
 void print(const ServeOptions& options, const ServeResult& result);
 

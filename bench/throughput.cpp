@@ -1,13 +1,11 @@
 #include "bench/throughput.hpp"
 
-#include <algorithm>
+#include <boost/json/serialize.hpp>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
-#include <random>
-#include <sstream>
+#include <optional>
 
 #include "model/tokenizer.hpp"
 
@@ -16,10 +14,6 @@ namespace troupe::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-}  // namespace
-
-namespace {
 
 struct Timing {
   Clock::time_point first, last;
@@ -31,77 +25,40 @@ struct Timing {
 
 }  // namespace
 
-std::vector<BenchRequest> make_dataset(const ThroughputOptions& o,
-                                       const model::Tokenizer& tokenizer) {
-  std::mt19937_64 rng(o.seed);
-  std::vector<TokenId> normal;
-  const auto& vocab = tokenizer.vocabulary();
-  for (std::size_t i = 0; i < vocab.size(); ++i) {
-    if (vocab.types[i] == model::TokenType::normal) normal.push_back(static_cast<TokenId>(i));
-  }
-  std::uniform_int_distribution<std::size_t> any(0, normal.size() - 1);
-  auto tokens = [&](std::int32_t n) {
-    std::vector<TokenId> t(static_cast<std::size_t>(std::max(n, 1)));
-    for (auto& id : t) id = normal[any(rng)];
-    return t;
-  };
-  auto ranged = [&](std::int32_t mean) {
-    const auto lo = static_cast<std::int32_t>(std::floor(mean * (1.0 - o.range_ratio)));
-    const auto hi = static_cast<std::int32_t>(std::ceil(mean * (1.0 + o.range_ratio)));
-    return std::uniform_int_distribution<std::int32_t>(std::max(1, lo), std::max(1, hi))(rng);
-  };
-  const std::vector<TokenId> system_prompt = tokens(o.prefix_len);
-  std::exponential_distribution<double> exponential(1.0 / std::max(1, o.output_len));
-  std::vector<BenchRequest> out;
-  for (std::int32_t i = 0; i < o.num_prompts; ++i) {
-    BenchRequest r;
-    if (o.dataset == "anyscale") {
-      // The seed article's workload: fixed prompts, capped-exponential outputs.
-      r.prompt = tokens(o.input_len);
-      r.output_len =
-          std::clamp(static_cast<std::int32_t>(std::lround(exponential(rng))), 1, 4 * o.output_len);
-    } else if (o.dataset == "shared-prefix") {
-      r.prompt = system_prompt;
-      const auto own = tokens(ranged(o.input_len));
-      r.prompt.insert(r.prompt.end(), own.begin(), own.end());
-      r.output_len = ranged(o.output_len);
-    } else {
-      r.prompt = tokens(ranged(o.input_len));
-      r.output_len = ranged(o.output_len);
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
 Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
-  if (o.dataset != "random" && o.dataset != "anyscale" && o.dataset != "shared-prefix") {
+  const std::optional<Dataset> dataset = parse_dataset(o.dataset);
+  if (!dataset) {
     return make_error(ErrorCode::invalid_argument,
                       "unknown dataset '" + o.dataset + "' (random, anyscale, shared-prefix)");
   }
-  if (o.num_prompts <= 0 || o.input_len <= 0 || o.output_len <= 0 || o.range_ratio < 0 ||
-      o.range_ratio >= 1) {
+  const WorkloadOptions& w = o.workload;
+  if (w.num_prompts <= 0 || w.input_len <= 0 || w.output_len <= 0 || w.range_ratio < 0 ||
+      w.range_ratio >= 1) {
     return make_error(
         ErrorCode::invalid_argument,
         "num-prompts, input-len and output-len must be positive; range-ratio in [0, 1)");
   }
   TROUPE_TRY(auto engine, Engine::create(o.engine));
-  const auto requests = make_dataset(o, engine->tokenizer());
+  WorkloadOptions workload = w;
+  workload.dataset = *dataset;
+  workload.vocab_size = static_cast<std::int32_t>(engine->tokenizer().vocabulary().size());
+  TROUPE_TRY(const auto requests, make_workload(workload));
 
   std::mutex mutex;
   std::condition_variable done;
   std::vector<Timing> timings(requests.size());
   std::int32_t num_done = 0;
   ThroughputResult result;
+  RequestTotals& totals = result.totals;
   const Clock::time_point start = Clock::now();
   for (std::size_t i = 0; i < requests.size(); ++i) {
     GenerateRequest g;
     g.prompt = requests[i].prompt;
     g.params.temperature = o.temperature;
-    g.params.seed = o.seed * 1000003 + i;
+    g.params.seed = w.seed * 1000003 + i;
     g.params.max_tokens = requests[i].output_len;
     g.params.ignore_eos = true;
-    result.total_input_tokens += static_cast<std::int64_t>(g.prompt.size());
+    totals.total_input_tokens += static_cast<std::int64_t>(g.prompt.size());
     auto submitted = engine->submit(std::move(g), [&, i](const TokenEvent& e) {
       const auto now = Clock::now();
       std::lock_guard lock(mutex);
@@ -127,24 +84,22 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
     std::unique_lock lock(mutex);
     done.wait(lock, [&] { return num_done == static_cast<std::int32_t>(requests.size()); });
   }
-  result.duration_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const EngineStats stats = engine->stats();
 
   LatencySamples samples;
   for (const Timing& t : timings) {
     if (t.failed || t.num_tokens == 0) {
-      ++result.failed;
+      ++totals.failed;
       continue;
     }
-    ++result.completed;
-    result.total_output_tokens += t.num_tokens;
+    ++totals.completed;
+    totals.total_output_tokens += t.num_tokens;
     samples.add(start, t.first, t.last, t.num_tokens, t.gaps_ms);
   }
-  result.request_throughput = result.completed / result.duration_s;
-  result.output_throughput = static_cast<double>(result.total_output_tokens) / result.duration_s;
+  totals.set_duration(seconds);
   result.total_token_throughput =
-      static_cast<double>(result.total_input_tokens + result.total_output_tokens) /
-      result.duration_s;
+      static_cast<double>(totals.total_input_tokens + totals.total_output_tokens) / seconds;
   result.latency = samples.summarize();
   result.num_steps = stats.num_steps;
   result.mean_batch_size =
@@ -162,50 +117,37 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
 }
 
 std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
-  std::ostringstream out;
-  out.precision(6);
-  auto field = [&](const char* name, auto value, bool last = false) {
-    out << "  \"" << name << "\": " << value << (last ? "\n" : ",\n");
-  };
-  auto quoted = [](const std::string& s) { return "\"" + s + "\""; };
-  out << "{\n";
-  field("dataset", quoted(o.dataset));
-  field("batching", quoted(o.engine.mode == BatchingMode::continuous ? "continuous" : "static"));
-  field("max_num_seqs", o.engine.max_num_seqs);
-  field("max_num_batched_tokens", o.engine.max_num_batched_tokens);
-  field("enable_prefix_caching", o.engine.enable_prefix_caching ? "true" : "false");
-  field("num_prompts", o.num_prompts);
-  field("completed", r.completed);
-  field("failed", r.failed);
-  field("duration", r.duration_s);
-  field("total_input_tokens", r.total_input_tokens);
-  field("total_output_tokens", r.total_output_tokens);
-  field("request_throughput", r.request_throughput);
-  field("output_throughput", r.output_throughput);
-  field("total_token_throughput", r.total_token_throughput, true);
-  write_latencies_json(out, r.latency);
-  out << ",\n";
-  field("mean_batch_size", r.mean_batch_size);
-  field("peak_kv_usage", r.peak_kv_usage);
-  field("num_preemptions", r.num_preemptions);
-  field("prefix_cache_hit_rate", r.prefix_cache_hit_rate);
-  field("num_iterations", r.num_steps);
-  field("mean_iteration_ms", r.mean_step_ms);
-  field("mean_scheduler_ms", r.mean_schedule_ms, true);
-  out << "}\n";
-  return out.str();
+  boost::json::object json;
+  json["dataset"] = o.dataset;
+  json["batching"] = o.engine.mode == BatchingMode::continuous ? "continuous" : "static";
+  json["max_num_seqs"] = o.engine.max_num_seqs;
+  json["max_num_batched_tokens"] = o.engine.max_num_batched_tokens;
+  json["enable_prefix_caching"] = o.engine.enable_prefix_caching;
+  json["num_prompts"] = o.workload.num_prompts;
+  add_totals(json, r.totals);
+  json["total_token_throughput"] = r.total_token_throughput;
+  add_latencies(json, r.latency);
+  json["mean_batch_size"] = r.mean_batch_size;
+  json["peak_kv_usage"] = r.peak_kv_usage;
+  json["num_preemptions"] = r.num_preemptions;
+  json["prefix_cache_hit_rate"] = r.prefix_cache_hit_rate;
+  json["num_iterations"] = r.num_steps;
+  json["mean_iteration_ms"] = r.mean_step_ms;
+  json["mean_scheduler_ms"] = r.mean_schedule_ms;
+  return boost::json::serialize(json) + "\n";
 }
 
 void print(const ThroughputOptions& o, const ThroughputResult& r) {
   std::printf("============ Offline throughput (%s, %s batching) ============\n", o.dataset.c_str(),
               o.engine.mode == BatchingMode::continuous ? "continuous" : "static");
-  std::printf("%-36s %d / %d\n", "Completed / failed requests:", r.completed, r.failed);
-  std::printf("%-36s %.2f\n", "Duration (s):", r.duration_s);
+  std::printf("%-36s %d / %d\n", "Completed / failed requests:", r.totals.completed,
+              r.totals.failed);
+  std::printf("%-36s %.2f\n", "Duration (s):", r.totals.duration_s);
   std::printf("%-36s %lld / %lld\n",
-              "Input / output tokens:", static_cast<long long>(r.total_input_tokens),
-              static_cast<long long>(r.total_output_tokens));
-  std::printf("%-36s %.3f\n", "Request throughput (req/s):", r.request_throughput);
-  std::printf("%-36s %.1f\n", "Output token throughput (tok/s):", r.output_throughput);
+              "Input / output tokens:", static_cast<long long>(r.totals.total_input_tokens),
+              static_cast<long long>(r.totals.total_output_tokens));
+  std::printf("%-36s %.3f\n", "Request throughput (req/s):", r.totals.request_throughput);
+  std::printf("%-36s %.1f\n", "Output token throughput (tok/s):", r.totals.output_throughput);
   std::printf("%-36s %.1f\n", "Total token throughput (tok/s):", r.total_token_throughput);
   print_latencies(r.latency);
   std::printf("%-36s %.2f\n", "Mean batch size (seqs/iteration):", r.mean_batch_size);

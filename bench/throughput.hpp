@@ -1,13 +1,13 @@
 // Offline throughput benchmark (like `vllm bench throughput`): every request
 // submitted at once through the Engine API, in-process, ignoring EOS so that
-// output lengths are as drawn; latency percentiles under vLLM's names.
+// output lengths are as drawn (bench/workload); latency percentiles under vLLM's names.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "bench/latency.hpp"
+#include "bench/workload.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::bench {
@@ -15,32 +15,13 @@ namespace troupe::bench {
 struct ThroughputOptions {
   EngineConfig engine;
   std::string dataset = "random";  // random | anyscale | shared-prefix
-  std::int32_t num_prompts = 256;
-  std::int32_t input_len = 512;
-  std::int32_t output_len = 128;
-  std::int32_t prefix_len = 512;
-  double range_ratio = 0.0;
-  std::uint64_t seed = 0;
+  // Its dataset is `dataset`'s and its vocab_size the model's; its seed seeds sampling too.
+  WorkloadOptions workload;
   float temperature = 1.0f;
 };
 
-struct BenchRequest {
-  std::vector<TokenId> prompt;
-  std::int32_t output_len = 0;
-};
-
-// Draws the dataset: token ids from the vocabulary's normal tokens.
-std::vector<BenchRequest> make_dataset(const ThroughputOptions& options,
-                                       const model::Tokenizer& tokenizer);
-
 struct ThroughputResult {
-  std::int32_t completed = 0;
-  std::int32_t failed = 0;
-  double duration_s = 0.0;
-  std::int64_t total_input_tokens = 0;
-  std::int64_t total_output_tokens = 0;
-  double request_throughput = 0.0;      // requests/s
-  double output_throughput = 0.0;       // output tokens/s
+  RequestTotals totals;
   double total_token_throughput = 0.0;  // (input + output) tokens/s
   Latencies latency;
   double mean_batch_size = 0.0;  // sequences per iteration
@@ -54,6 +35,7 @@ struct ThroughputResult {
 
 Result<ThroughputResult> run_throughput(const ThroughputOptions& options);
 
+// The result as one JSON object (vLLM's keys and troupe's own), with a final newline.
 std::string to_json(const ThroughputOptions& options, const ThroughputResult& result);
 void print(const ThroughputOptions& options, const ThroughputResult& result);
 

@@ -34,7 +34,7 @@ struct WorkloadOptions {
   std::int32_t input_len = 512;   // shared-prefix: the tokens after the system prompt
   std::int32_t output_len = 128;  // anyscale: the mean
   std::int32_t prefix_len = 512;  // shared-prefix only
-  double range_ratio = 0.0;       // random and shared-prefix, in [0, 1)
+  double range_ratio = 0.0;       // random and shared-prefix; lengths below 1 become 1
   std::int32_t vocab_size = 32000;
   std::uint64_t seed = 0;
 };
@@ -44,8 +44,8 @@ struct BenchRequest {
   std::int32_t output_len = 0;
 };
 
-// An error unless input_len and output_len are positive, num_prompts is not negative,
-// range_ratio is in [0, 1) and vocab_size is above kFirstPromptToken.
+// An error unless input_len and output_len are positive, num_prompts and range_ratio are not
+// negative and vocab_size is above kFirstPromptToken.
 Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options);
 
 }  // namespace troupe::bench
