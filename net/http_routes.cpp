@@ -1,18 +1,73 @@
 #include "net/http_routes.hpp"
 
+#include <algorithm>
 #include <array>
 
 namespace troupe::net {
 
 namespace {
 
-constexpr std::array<std::string_view, 9> kRoutes = {
-    "/health",   "/version",    "/metrics",        "/v1/models",
-    "/tokenize", "/detokenize", "/v1/completions", "/v1/chat/completions",
-    "/v1/ws"};
+Response ok(const Request& request, std::string body) {
+  return make_response(request, http::status::ok, std::move(body));
+}
 
-bool is_post(const Request& request, std::string_view path) {
-  return request.method() == http::verb::post && request_path(request) == path;
+// The answer of a route that route() serves.
+using Answer = Response (*)(const Request& request, const RouteContext& context);
+
+// A JSON body, or the client's error.
+Response json_answer(const Request& request, tl::expected<std::string, ApiError> body) {
+  return body ? ok(request, std::move(*body)) : error_response(request, body.error());
+}
+
+struct RouteSpec {
+  std::string_view path;
+  http::verb method;
+  RouteKind kind;
+  bool needs_key;  // the API key guards what reads the model or runs work
+  Answer answer;   // null where the server answers: generation and the socket
+};
+
+// Every route the server knows, once. Paths under /v1/ that are not here need the key
+// as well (401 before 404).
+constexpr std::array<RouteSpec, 9> kRoutes = {{
+    {"/health", http::verb::get, RouteKind::plain, false,
+     [](const Request& request, const RouteContext&) { return ok(request, ""); }},
+    {"/version", http::verb::get, RouteKind::plain, false,
+     [](const Request& request, const RouteContext&) {
+       return ok(request, R"({"version":"0.1.0"})");
+     }},
+    {"/metrics", http::verb::get, RouteKind::heavy, false,
+     [](const Request& request, const RouteContext& context) {
+       return make_response(request, http::status::ok, context.metrics_text(),
+                            "text/plain; version=0.0.4");
+     }},
+    {"/v1/models", http::verb::get, RouteKind::plain, true,
+     [](const Request& request, const RouteContext& context) {
+       return ok(request, models_response(*context.api));
+     }},
+    {"/tokenize", http::verb::post, RouteKind::heavy, true,
+     [](const Request& request, const RouteContext& context) {
+       return json_answer(request, tokenize_response(request.body(), *context.api));
+     }},
+    {"/detokenize", http::verb::post, RouteKind::heavy, true,
+     [](const Request& request, const RouteContext& context) {
+       return json_answer(request, detokenize_response(request.body(), *context.api));
+     }},
+    {"/v1/completions", http::verb::post, RouteKind::completion, true, nullptr},
+    {"/v1/chat/completions", http::verb::post, RouteKind::chat_completion, true, nullptr},
+    {"/v1/ws", http::verb::get, RouteKind::websocket, true, nullptr},
+}};
+
+const RouteSpec* find_route(std::string_view path) {
+  const auto* found = std::find_if(kRoutes.begin(), kRoutes.end(),
+                                   [path](const RouteSpec& r) { return r.path == path; });
+  return found == kRoutes.end() ? nullptr : found;
+}
+
+// Whether route() answers this path at all (404 otherwise): the socket is reached by an
+// upgrade alone, and /metrics only when there are metrics to serve.
+bool is_routed(const RouteSpec& r, const RouteContext& context) {
+  return r.kind != RouteKind::websocket && (r.path != "/metrics" || context.metrics_text);
 }
 
 }  // namespace
@@ -51,11 +106,14 @@ std::string_view request_path(const Request& request) {
   return target.substr(0, target.find('?'));
 }
 
+RouteKind route_kind(const Request& request) {
+  const RouteSpec* r = find_route(request_path(request));
+  return r != nullptr && r->method == request.method() ? r->kind : RouteKind::none;
+}
+
 std::string_view route_label(std::string_view path) {
-  for (std::string_view r : kRoutes) {
-    if (path == r) return r;
-  }
-  return "other";
+  const RouteSpec* r = find_route(path);
+  return r != nullptr ? r->path : "other";
 }
 
 bool is_authorized(const Request& request, const ServerConfig& config) {
@@ -63,13 +121,22 @@ bool is_authorized(const Request& request, const ServerConfig& config) {
          request[http::field::authorization] == "Bearer " + config.api_key;
 }
 
+std::optional<ApiError> missing_api_key(const Request& request, const ServerConfig& config) {
+  const std::string_view path = request_path(request);
+  const RouteSpec* r = find_route(path);
+  const bool needs_key = path.starts_with("/v1/") || (r != nullptr && r->needs_key);
+  if (!needs_key || is_authorized(request, config)) return {};
+  return ApiError{401, "invalid or missing API key (Authorization: Bearer ...)",
+                  "authentication_error", ""};
+}
+
 bool is_generation(const Request& request) {
-  return is_post(request, "/v1/completions") || is_post(request, "/v1/chat/completions");
+  const RouteKind kind = route_kind(request);
+  return kind == RouteKind::completion || kind == RouteKind::chat_completion;
 }
 
 bool is_heavy(const Request& request) {
-  return is_post(request, "/tokenize") || is_post(request, "/detokenize") ||
-         (request.method() == http::verb::get && request_path(request) == "/metrics");
+  return route_kind(request) == RouteKind::heavy;
 }
 
 Response make_response(const Request& request, http::status status, std::string body,
@@ -88,43 +155,21 @@ Response error_response(const Request& request, const ApiError& error) {
 }
 
 Response route(const Request& request, const RouteContext& context) {
-  const ServerConfig& config = *context.config;
+  if (auto refused = missing_api_key(request, *context.config)) {
+    return error_response(request, *refused);
+  }
   const std::string path(request_path(request));
-  const bool get = request.method() == http::verb::get;
-  const bool post = request.method() == http::verb::post;
-  auto ok = [&](std::string body) {
-    return make_response(request, http::status::ok, std::move(body));
-  };
-  auto fail = [&](const ApiError& error) { return error_response(request, error); };
-  // The key guards every route that reads the model or runs work: /v1 and the tokenizer.
-  const bool guarded = path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
-  if (guarded && !is_authorized(request, config)) {
-    return fail(ApiError{401, "invalid or missing API key (Authorization: Bearer ...)",
-                         "authentication_error", ""});
+  const RouteSpec* r = find_route(path);
+  if (r == nullptr || !is_routed(*r, context)) {
+    return error_response(request, ApiError{404, "no route " + path, "NotFoundError", ""});
   }
-  if (path == "/health" && get) return ok("");
-  if (path == "/metrics" && get && context.metrics_text) {
-    return make_response(request, http::status::ok, context.metrics_text(),
-                         "text/plain; version=0.0.4");
+  if (r->method != request.method() || r->answer == nullptr) {
+    return error_response(request, ApiError{405,
+                                            "method " + std::string(request.method_string()) +
+                                                " is not allowed on " + path,
+                                            "invalid_request_error", ""});
   }
-  if (path == "/version" && get) return ok(R"({"version":"0.1.0"})");
-  if (path == "/v1/models" && get) return ok(models_response(*context.api));
-  if (path == "/tokenize" && post) {
-    auto body = tokenize_response(request.body(), *context.api);
-    return body ? ok(std::move(*body)) : fail(body.error());
-  }
-  if (path == "/detokenize" && post) {
-    auto body = detokenize_response(request.body(), *context.api);
-    return body ? ok(std::move(*body)) : fail(body.error());
-  }
-  const bool known = route_label(path) != "other" && path != "/v1/ws" &&
-                     (path != "/metrics" || context.metrics_text);
-  if (known) {
-    return fail(ApiError{
-        405, "method " + std::string(request.method_string()) + " is not allowed on " + path,
-        "invalid_request_error", ""});
-  }
-  return fail(ApiError{404, "no route " + path, "NotFoundError", ""});
+  return r->answer(request, context);
 }
 
 }  // namespace troupe::net

@@ -31,11 +31,26 @@ std::size_t max_unparsed_bytes(const ServerConfig& config);
 // or was too slow: there is no one to answer.
 std::optional<ApiError> read_error(const boost::system::error_code& ec, const ServerConfig& config);
 
+// Who answers a request, by its path and method (the server's one table of routes).
+enum class RouteKind {
+  none,             // no such route, or not with this method: route() says 404 or 405
+  plain,            // route(), on the connection's thread
+  heavy,            // route(), off the connection's thread: tokenizing, a look at the engine
+  completion,       // POST /v1/completions: the engine answers, not route()
+  chat_completion,  // POST /v1/chat/completions: the engine answers, not route()
+  websocket,        // GET /v1/ws: the upgrade to a socket
+};
+RouteKind route_kind(const Request& request);
+
 // The request's path, without its query.
 std::string_view request_path(const Request& request);
 // The route label for troupe_http_requests_total: a known route by name, else "other".
 std::string_view route_label(std::string_view path);
+// Whether the request carries the API key ("Authorization: Bearer <key>"), or none is set.
 bool is_authorized(const Request& request, const ServerConfig& config);
+// The 401 for a request that needs the API key (anything under /v1/, /tokenize,
+// /detokenize) and does not carry it; none when it may go on.
+std::optional<ApiError> missing_api_key(const Request& request, const ServerConfig& config);
 // POST /v1/completions or /v1/chat/completions: answered by the engine, not route().
 bool is_generation(const Request& request);
 // Routes whose answer takes real work (tokenizing, a look at the engine): they run off

@@ -214,10 +214,9 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       break;
     }
     Request request = parser.release();
-    if (websocket::is_upgrade(request) && request_path(request) == "/v1/ws") {
-      if (!is_authorized(request, config)) {
-        auto response = error_response(
-            request, ApiError{401, "invalid or missing API key", "authentication_error", ""});
+    if (websocket::is_upgrade(request) && route_kind(request) == RouteKind::websocket) {
+      if (const auto refused = missing_api_key(request, config)) {
+        auto response = error_response(request, *refused);
         co_await send(stream, std::move(response), config.write_timeout);
         break;
       }
@@ -255,8 +254,16 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
   co_return alive;
 }
 
+asio::awaitable<bool> HttpServer::Impl::refuse(beast::tcp_stream& stream, const Request& request,
+                                               const ApiError& error) {
+  count(request, error.status);
+  auto response = error_response(request, error);
+  const bool alive = co_await send(stream, std::move(response), config.write_timeout);
+  co_return alive;
+}
+
 asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, Request& request) {
-  const bool chat = request_path(request) == "/v1/chat/completions";
+  const bool chat = route_kind(request) == RouteKind::chat_completion;
   using Parsed = tl::expected<CompletionRequest, ApiError>;
   std::function<Parsed()> parse = [this, &request, chat]() -> Parsed {
     try {
@@ -268,9 +275,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   };
   Parsed parsed = co_await run_on(tokenizer_pool, std::move(parse));
   if (!parsed) {
-    count(request, parsed.error().status);
-    auto response = error_response(request, parsed.error());
-    const bool alive = co_await send(stream, std::move(response), config.write_timeout);
+    const bool alive = co_await refuse(stream, request, parsed.error());
     co_return alive;
   }
   const CompletionRequest& completion = *parsed;
@@ -284,9 +289,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
                         "the server has " + std::to_string(config.max_concurrent_requests) +
                             " requests in flight: try again later",
                         "rate_limit_error", ""};
-    count(request, 429);
-    auto response = error_response(request, busy);
-    const bool alive = co_await send(stream, std::move(response), config.write_timeout);
+    const bool alive = co_await refuse(stream, request, busy);
     co_return alive;
   }
 
@@ -327,13 +330,8 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       cancel_all(engine, *g);
       // The choices never submitted will never end: give their share back now.
       if (g->num_open.fetch_sub(completion.n - i) == completion.n - i) admission->release();
-      const Error& e = submitted.error();
-      const int status = e.code == ErrorCode::internal ? 500 : 400;
-      const ApiError error{status, e.message,
-                           status == 500 ? "internal_error" : "invalid_request_error", ""};
-      count(request, status);
-      auto response = error_response(request, error);
-      const bool alive = co_await send(stream, std::move(response), config.write_timeout);
+      const ApiError refused = api_error(submitted.error());
+      const bool alive = co_await refuse(stream, request, refused);
       co_return alive;
     }
     g->ids.push_back(*submitted);
@@ -351,7 +349,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
 
   if (!completion.stream) {
     std::vector<CompletionOutput> outputs(static_cast<std::size_t>(completion.n));
-    std::string failure;
+    std::optional<ApiError> failure;
     while (num_open > 0 && !g->output.over()) {
       auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
       if (ec) break;
@@ -360,7 +358,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       output.text += event.text;
       if (event.token != kNoToken && completion.want_logprobs) output.tokens.push_back(event);
       if (event.finished) {
-        if (event.finish_reason == FinishReason::error) failure = event.error;
+        if (event.finish_reason == FinishReason::error) failure = api_error(event);
         output.end = std::move(event);
         --num_open;
       }
@@ -370,12 +368,13 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       g->channel->close();
       co_return false;
     }
-    auto response =
-        !failure.empty()
-            ? error_response(request, ApiError{500, failure, "internal_error", ""})
-            : make_response(request, http::status::ok,
-                            completion_response(context, id, created, completion, outputs));
-    count(request, static_cast<int>(response.result_int()));
+    if (failure) {
+      const bool alive = co_await refuse(stream, request, *failure);
+      co_return alive;
+    }
+    auto response = make_response(request, http::status::ok,
+                                  completion_response(context, id, created, completion, outputs));
+    count(request, 200);
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
   }

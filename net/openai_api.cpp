@@ -165,6 +165,31 @@ json::object usage_json(const TokenEvent& end, std::int32_t completion_tokens) {
       {"prompt_tokens_details", json::object{{"cached_tokens", end.num_cached_tokens}}}};
 }
 
+// What every completion object and stream chunk opens with, in OpenAI's order; a caller
+// adds "usage" after the choices where it has one.
+json::object envelope(const ApiContext& context, const std::string& id, std::int64_t created,
+                      std::string_view object, json::array choices) {
+  return json::object{{"id", id},
+                      {"object", object},
+                      {"created", created},
+                      {"model", context.served_model_name},
+                      {"choices", std::move(choices)}};
+}
+
+std::string_view chunk_object(bool chat) {
+  return chat ? "chat.completion.chunk" : "text_completion";
+}
+
+// An error's message, type and status code, as both an HTTP error object and a socket's
+// error frame carry them.
+json::object error_fields(const ApiError& error) {
+  // Messages quote what the client sent (a path, a model name): never as bytes that
+  // would make the answer invalid JSON.
+  return json::object{{"message", model::to_valid_utf8(error.message)},
+                      {"type", error.type},
+                      {"code", error.status}};
+}
+
 }  // namespace
 
 std::string_view openai_finish_reason(FinishReason reason) {
@@ -175,14 +200,19 @@ std::string_view openai_finish_reason(FinishReason reason) {
 }
 
 std::string error_json(const ApiError& error) {
-  // Messages quote what the client sent (a path, a model name): never as bytes that
-  // would make the answer invalid JSON.
-  json::object inner{{"message", model::to_valid_utf8(error.message)},
-                     {"type", error.type},
-                     {"code", error.status}};
+  json::object inner = error_fields(error);
   inner["param"] =
       error.param.empty() ? json::value(nullptr) : json::value(model::to_valid_utf8(error.param));
   return json::serialize(json::object{{"error", std::move(inner)}});
+}
+
+ApiError api_error(const Error& error) {
+  if (error.code == ErrorCode::internal) return ApiError{500, error.message, "internal_error", ""};
+  return ApiError{400, error.message, "invalid_request_error", ""};
+}
+
+ApiError api_error(const TokenEvent& end) {
+  return api_error(Error{ErrorCode::internal, end.error});
 }
 
 namespace {
@@ -455,13 +485,11 @@ std::string completion_response(const ApiContext& context, const std::string& id
     choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason));
     choices.emplace_back(std::move(choice));
   }
-  return json::serialize(
-      json::object{{"id", id},
-                   {"object", request.chat ? "chat.completion" : "text_completion"},
-                   {"created", created},
-                   {"model", context.served_model_name},
-                   {"choices", std::move(choices)},
-                   {"usage", usage_json(outputs.front().end, completion_tokens)}});
+  json::object response =
+      envelope(context, id, created, request.chat ? "chat.completion" : "text_completion",
+               std::move(choices));
+  response["usage"] = usage_json(outputs.front().end, completion_tokens);
+  return json::serialize(response);
 }
 
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
@@ -488,11 +516,7 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
       event.finished ? json::value(std::string(openai_finish_reason(event.finish_reason)))
                      : json::value(nullptr);
   return json::serialize(
-      json::object{{"id", id},
-                   {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
-                   {"created", created},
-                   {"model", context.served_model_name},
-                   {"choices", json::array{std::move(choice)}}});
+      envelope(context, id, created, chunk_object(request.chat), json::array{std::move(choice)}));
 }
 
 std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
@@ -501,23 +525,16 @@ std::string chat_role_chunk(const ApiContext& context, const std::string& id, st
                       {"delta", json::object{{"role", "assistant"}, {"content", ""}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}};
-  return json::serialize(json::object{{"id", id},
-                                      {"object", "chat.completion.chunk"},
-                                      {"created", created},
-                                      {"model", context.served_model_name},
-                                      {"choices", json::array{std::move(choice)}}});
+  return json::serialize(
+      envelope(context, id, created, chunk_object(true), json::array{std::move(choice)}));
 }
 
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                         const CompletionRequest& request, const TokenEvent& end,
                         std::int32_t completion_tokens) {
-  return json::serialize(
-      json::object{{"id", id},
-                   {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
-                   {"created", created},
-                   {"model", context.served_model_name},
-                   {"choices", json::array{}},
-                   {"usage", usage_json(end, completion_tokens)}});
+  json::object chunk = envelope(context, id, created, chunk_object(request.chat), json::array{});
+  chunk["usage"] = usage_json(end, completion_tokens);
+  return json::serialize(chunk);
 }
 
 tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
@@ -552,7 +569,7 @@ tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::stri
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
                             bool want_logprobs) {
   if (event.finished && event.finish_reason == FinishReason::error) {
-    return websocket_error(id, ApiError{500, event.error, "internal_error", ""});
+    return websocket_error(id, api_error(event));
   }
   json::object o{{"type", event.finished ? "done" : "token"},
                  {"id", id},
@@ -576,11 +593,8 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
 }
 
 std::string websocket_error(std::string_view id, const ApiError& error) {
-  json::object inner{{"message", model::to_valid_utf8(error.message)},
-                     {"type", error.type},
-                     {"code", error.status}};
   return json::serialize(json::object{
-      {"type", "error"}, {"id", model::to_valid_utf8(id)}, {"error", std::move(inner)}});
+      {"type", "error"}, {"id", model::to_valid_utf8(id)}, {"error", error_fields(error)}});
 }
 
 std::string models_response(const ApiContext& context) {

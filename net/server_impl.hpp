@@ -123,6 +123,10 @@ struct HttpServer::Impl {
                                            RequestParser& parser);
   asio::awaitable<bool> handle(beast::tcp_stream& stream, Request& request);
   asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request);
+  // Answers with an error and counts it; false when the connection ends with it. The
+  // error must be a named local of the caller: GCC 12 destroys temporaries in co_await twice.
+  asio::awaitable<bool> refuse(beast::tcp_stream& stream, const Request& request,
+                               const ApiError& error);
   asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request);
   asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
   asio::awaitable<void> websocket_command(std::shared_ptr<WsConnection> connection,

@@ -45,6 +45,17 @@ struct WsConnection {
   bool closing = false;
 };
 
+namespace {
+
+// Cancels every request still running on the connection (on its strand): the client
+// closed it, is gone, or fell too far behind.
+void cancel_in_flight(Engine& engine, WsConnection& connection) {
+  for (const auto& [id, request_id] : connection.in_flight) engine.cancel(request_id);
+  connection.in_flight.clear();
+}
+
+}  // namespace
+
 asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stream,
                                                           Request request) {
   stream.expires_never();  // the websocket's own timeouts take over
@@ -68,8 +79,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stre
     co_await websocket_command(connection, std::move(text));
   }
   // Closing the socket cancels every request still running on it.
-  for (const auto& [id, request_id] : connection->in_flight) engine.cancel(request_id);
-  connection->in_flight.clear();
+  cancel_in_flight(engine, *connection);
   connection->out->frames->close();
 }
 
@@ -85,8 +95,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConne
     out->output.remove(static_cast<std::int64_t>(frame.text.size()));
     if (wec) {
       // The client is gone: cancel what it had asked for.
-      for (const auto& [id, request_id] : connection->in_flight) engine.cancel(request_id);
-      connection->in_flight.clear();
+      cancel_in_flight(engine, *connection);
       co_return;
     }
   }
@@ -97,8 +106,7 @@ void HttpServer::Impl::websocket_overflow(const std::shared_ptr<WsConnection>& c
   if (connection->closing) return;
   connection->closing = true;
   if (config.metrics) config.metrics->count_connection_error("slow_reader");
-  for (const auto& [id, request_id] : connection->in_flight) engine.cancel(request_id);
-  connection->in_flight.clear();
+  cancel_in_flight(engine, *connection);
   connection->out->frames->close();  // what is queued is dropped
   // Say why (1008), unless the client cannot even take that: then drop the connection.
   auto timer = std::make_shared<asio::steady_timer>(connection->ws.get_executor(), 2s);
@@ -118,6 +126,10 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   auto push = [this, &connection](WsFrame frame) {
     if (!connection->out->push(std::move(frame))) websocket_overflow(connection);
   };
+  // An error frame for the message with this id; it ends nothing that runs.
+  auto refuse = [&push](const std::string& id, const ApiError& error) {
+    push({id, websocket_error(id, error), false});
+  };
   // Parsing tokenizes: off this thread.
   using Parsed = tl::expected<WebSocketMessage, WebSocketError>;
   std::function<Parsed()> parse = [this, text = std::move(text)]() -> Parsed {
@@ -130,7 +142,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   Parsed parsed = co_await run_on(tokenizer_pool, std::move(parse));
   if (connection->closing) co_return;
   if (!parsed) {
-    push({parsed.error().id, websocket_error(parsed.error().id, parsed.error().error), false});
+    refuse(parsed.error().id, parsed.error().error);
     co_return;
   }
   const std::string& id = parsed->id;
@@ -141,27 +153,20 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
     co_return;
   }
   if (connection->in_flight.contains(id)) {
-    push({id,
-          websocket_error(id, ApiError{400, "a request with this id is already running",
-                                       "invalid_request_error", "id"}),
-          false});
+    refuse(id, ApiError{400, "a request with this id is already running", "invalid_request_error",
+                        "id"});
     co_return;
   }
   const CompletionRequest& request = parsed->request;
   if (request.n != 1) {
-    push({id,
-          websocket_error(id,
-                          ApiError{400, "n must be 1 on the socket: send one generate per choice",
-                                   "invalid_request_error", "n"}),
-          false});
+    refuse(id, ApiError{400, "n must be 1 on the socket: send one generate per choice",
+                        "invalid_request_error", "n"});
     co_return;
   }
   // The same admission limit as HTTP requests.
   if (!admission->try_acquire()) {
-    push({id,
-          websocket_error(id, ApiError{429, "too many requests in flight: try again later",
-                                       "rate_limit_error", ""}),
-          false});
+    refuse(id,
+           ApiError{429, "too many requests in flight: try again later", "rate_limit_error", ""});
     co_return;
   }
   auto strand = co_await asio::this_coro::executor;
@@ -182,10 +187,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   auto submitted = engine.submit(request.generate, std::move(on_event));
   if (!submitted) {
     admission->release();
-    push(
-        {id,
-         websocket_error(id, ApiError{400, submitted.error().message, "invalid_request_error", ""}),
-         false});
+    refuse(id, api_error(submitted.error()));  // the status HTTP gives the same error
     co_return;
   }
   connection->in_flight.emplace(id, *submitted);
