@@ -11,6 +11,7 @@
 
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
+#include "net_test_support.hpp"
 #include "support/engine_support.hpp"
 #include "support/mini_json.hpp"
 #include "support/raw_client.hpp"
@@ -26,29 +27,12 @@ using test::RawClient;
 
 namespace {
 
-struct Served {
+struct Served : test::ServedEngine {
   explicit Served(net::ServerConfig config = {}, std::int32_t context_length = 256,
-                  std::function<void()> before_step = {}) {
-    EngineConfig e;
-    e.model_path = test::write_small_model(
-        "hardening-" + std::to_string(context_length),
-        [context_length](model::RandomModelSpec& s) { s.context_length = context_length; });
-    e.num_threads = 2;
-    e.block_size = 4;
-    e.num_kv_blocks = std::max(2048, context_length / 4 + 16);  // one whole context fits
-    e.before_step = std::move(before_step);
-    metrics = std::make_shared<monitoring::Metrics>();
-    e.metrics = metrics;
-    config.metrics = metrics;
-    config.port = 0;
-    auto created = Engine::create(e);
-    INFO((created ? std::string() : created.error().message));
-    REQUIRE(created.has_value());
-    engine = std::move(*created);
-    server = std::make_unique<net::HttpServer>(*engine, config);
-    REQUIRE(server->start().has_value());
-  }
-  ~Served() { server->stop(); }
+                  std::function<void()> before_step = {})
+      : ServedEngine("hardening", std::move(config), context_length,
+                     std::max(2048, context_length / 4 + 16),  // one whole context fits
+                     std::move(before_step)) {}
 
   std::uint16_t port() const { return server->port(); }
 
@@ -70,10 +54,6 @@ struct Served {
   }
   bool healthy() { return test::http_status(get("/health")) == 200; }
   std::string metrics_text() { return metrics->serialize(); }
-
-  std::shared_ptr<monitoring::Metrics> metrics;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<net::HttpServer> server;
 };
 
 std::string body_of(const std::string& response) {

@@ -1,5 +1,6 @@
 // The HTTP server on an ephemeral port, through a real client (curl).
 #include <sys/wait.h>
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
+#include "net_test_support.hpp"
 #include "support/engine_support.hpp"
 #include "support/mini_json.hpp"
 #include "support/small_model.hpp"
@@ -26,35 +28,13 @@ struct Reply {
   std::string body;
 };
 
-class Server {
+class Server : public test::ServedEngine {
  public:
-  explicit Server(net::ServerConfig config = {}, std::function<void()> before_step = {}) {
-    EngineConfig e;
-    e.model_path = model_path();
-    e.num_threads = 2;
-    e.block_size = 4;
-    e.num_kv_blocks = 512;
-    e.before_step = std::move(before_step);
-    metrics = std::make_shared<monitoring::Metrics>();
-    e.metrics = metrics;
-    config.metrics = metrics;
-    auto created = Engine::create(e);
-    REQUIRE(created.has_value());
-    engine = std::move(*created);
-    config.port = 0;
-    server = std::make_unique<net::HttpServer>(*engine, config);
-    REQUIRE(server->start().has_value());
-  }
-  ~Server() {
-    server->stop();
-    server.reset();
-  }
-
-  static std::string model_path() {
-    static const std::string path = test::write_small_model(
-        "server-model", [](model::RandomModelSpec& spec) { spec.context_length = 256; });
-    return path;
-  }
+  explicit Server(net::ServerConfig config = {}, std::function<void()> before_step = {},
+                  std::int32_t context_length = 256)
+      : ServedEngine("server-model", std::move(config), context_length,
+                     std::max(512, context_length / 4 + 16),  // one whole context fits
+                     std::move(before_step)) {}
 
   // curl with `args`; the body goes in through a file (no shell quoting trouble).
   Reply curl(const std::string& args, const std::string& body = {}, const std::string& path = "") {
@@ -84,12 +64,6 @@ class Server {
   Reply post(const std::string& path, const std::string& body, const std::string& args = "") {
     return curl(args, body, path);
   }
-
-  bool kv_drains() const { return test::kv_drains(*engine); }
-
-  std::shared_ptr<monitoring::Metrics> metrics;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<net::HttpServer> server;
 };
 
 test::Json parse(const std::string& s) {
@@ -184,14 +158,16 @@ TEST_CASE("every failure is an OpenAI error object with the right status", "[net
 }
 
 TEST_CASE("a client that disconnects mid-stream frees its KV blocks", "[net][integration]") {
-  Server s({}, [] { std::this_thread::sleep_for(5ms); });
-  // curl gives up after 0.5 s of a stream that takes more than a second.
+  Server s({}, {}, 16384);
+  // curl gives up after 0.5 s of a stream of 16000 tokens: seconds of generation, far
+  // past kv_drains' wait, unless the disconnect cancels it.
   const auto r = s.post("/v1/completions",
-                        R"({"prompt":"Hi","max_tokens":250,"stream":true,"ignore_eos":true})",
+                        R"({"prompt":"Hi","max_tokens":16000,"stream":true,"ignore_eos":true})",
                         "--max-time 0.5");
   CHECK(r.body.find("[DONE]") == std::string::npos);
   CHECK(s.kv_drains());
-  CHECK(s.get("/health").status == 200);  // and the server carries on
+  CHECK(test::num_aborted_is(*s.metrics, 1));  // cancelled, not run to its end
+  CHECK(s.get("/health").status == 200);       // and the server carries on
 }
 
 TEST_CASE("tokenize and detokenize round-trip", "[net][integration]") {

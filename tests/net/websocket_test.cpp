@@ -1,13 +1,18 @@
 // WebSocket streaming at /v1/ws through a real (blocking Beast) client.
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <catch2/catch.hpp>
 #include <map>
 #include <thread>
 
+#include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
+#include "net/openai_api.hpp"
+#include "net_test_support.hpp"
 #include "support/engine_support.hpp"
 #include "support/mini_json.hpp"
+#include "support/raw_client.hpp"
 #include "support/small_model.hpp"
 #include "troupe/engine.hpp"
 
@@ -19,28 +24,17 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-struct Fixture {
-  explicit Fixture(int max_concurrent_requests = 1024) {
-    EngineConfig e;
-    e.model_path = test::write_small_model(
-        "ws-model", [](model::RandomModelSpec& s) { s.context_length = 512; });
-    e.num_threads = 2;
-    e.block_size = 4;
-    e.num_kv_blocks = 512;
-    e.before_step = [] { std::this_thread::sleep_for(2ms); };
-    engine = std::move(*Engine::create(e));
-    net::ServerConfig config;
-    config.port = 0;
-    config.max_concurrent_requests = max_concurrent_requests;
-    server = std::make_unique<net::HttpServer>(*engine, config);
-    REQUIRE(server->start().has_value());
-  }
-  ~Fixture() { server->stop(); }
+net::ServerConfig with_request_limit(int max_concurrent_requests) {
+  net::ServerConfig config;
+  config.max_concurrent_requests = max_concurrent_requests;
+  return config;
+}
 
-  bool kv_drains() const { return test::kv_drains(*engine); }
-
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<net::HttpServer> server;
+struct Fixture : test::ServedEngine {
+  explicit Fixture(int max_concurrent_requests = 1024, std::int32_t context_length = 512)
+      : ServedEngine("ws-model", with_request_limit(max_concurrent_requests), context_length,
+                     std::max(512, context_length / 2 + 16),  // two whole contexts fit
+                     [] { std::this_thread::sleep_for(2ms); }) {}
 };
 
 class Client {
@@ -114,15 +108,18 @@ TEST_CASE("bad messages on the socket get error frames", "[net][websocket][integ
 
 TEST_CASE("closing the socket cancels its requests and frees their blocks",
           "[net][websocket][integration]") {
-  Fixture f;
+  // 8000 tokens each: seconds of generation, far past kv_drains' wait, unless the close
+  // cancels them.
+  Fixture f(1024, 8192);
   {
     Client c(f.server->port());
-    c.send(R"({"type":"generate","id":"a","prompt":"Once","max_tokens":300,"ignore_eos":true})");
-    c.send(R"({"type":"generate","id":"b","prompt":"Twice","max_tokens":300,"ignore_eos":true})");
+    c.send(R"({"type":"generate","id":"a","prompt":"Once","max_tokens":8000,"ignore_eos":true})");
+    c.send(R"({"type":"generate","id":"b","prompt":"Twice","max_tokens":8000,"ignore_eos":true})");
     c.receive();  // running
     c.close();
   }
   CHECK(f.kv_drains());
+  CHECK(test::num_aborted_is(*f.metrics, 2));  // cancelled, not run to their end
 }
 
 TEST_CASE("socket requests count against the server's request limit",
@@ -149,4 +146,54 @@ TEST_CASE("socket requests count against the server's request limit",
   CHECK(last["type"].string == "done");
   CHECK(last["id"].string == "c");
   c.close();
+}
+
+TEST_CASE("an error from the engine has the same status on the socket as over HTTP",
+          "[net][websocket][integration]") {
+  Fixture f;
+  // The parser lets top_p 7 through; the engine refuses it when it is submitted.
+  const std::string body = R"({"prompt":"Hi","max_tokens":3,"top_p":7})";
+  test::RawClient http(f.server->port());
+  REQUIRE(
+      http.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                "Content-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body));
+  const std::string answer = http.read_all(10s);
+  const auto http_error = test::JsonParser(answer.substr(answer.find("\r\n\r\n") + 4)).parse();
+  Client c(f.server->port());
+  c.send(R"({"type":"generate","id":"x","prompt":"Hi","max_tokens":3,"top_p":7})");
+  const auto frame = c.receive();
+  REQUIRE(frame["type"].string == "error");
+  CHECK(frame["error"]["code"].number == test::http_status(answer));
+  CHECK(frame["error"]["code"].number == http_error["error"]["code"].number);
+  CHECK(frame["error"]["type"].string == http_error["error"]["type"].string);
+  CHECK(frame["error"]["message"].string == http_error["error"]["message"].string);
+  c.close();
+}
+
+TEST_CASE("HTTP and the socket map engine errors to one status", "[net][websocket]") {
+  // The engine failed: 500, as an HTTP error object and as a socket's error frame.
+  const auto failed = net::api_error(Error{ErrorCode::internal, "the worker died"});
+  CHECK(failed.status == 500);
+  CHECK(failed.type == "internal_error");
+  CHECK(failed.message == "the worker died");
+  // The engine refused the request: 400.
+  for (const auto code : {ErrorCode::invalid_argument, ErrorCode::out_of_range,
+                          ErrorCode::unsupported, ErrorCode::invalid_file, ErrorCode::io}) {
+    const auto refused = net::api_error(Error{code, "no"});
+    CHECK(refused.status == 400);
+    CHECK(refused.type == "invalid_request_error");
+  }
+  // A request that ends on an engine failure: the socket's frame says 500, as HTTP does.
+  TokenEvent end;
+  end.finished = true;
+  end.finish_reason = FinishReason::error;
+  end.error = "injected fault";
+  CHECK(net::api_error(end).status == 500);
+  const auto frame =
+      test::JsonParser(net::websocket_event(net::ApiContext{}, "x", end, false)).parse();
+  CHECK(frame["type"].string == "error");
+  CHECK(frame["error"]["code"].number == 500);
+  CHECK(frame["error"]["type"].string == "internal_error");
+  CHECK(frame["error"]["message"].string == "injected fault");
 }
