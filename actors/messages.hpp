@@ -1,50 +1,33 @@
 // The actors' vocabulary: atoms, message types and the three actor interfaces.
+// Every message is a plain value with an inspect() (actors/wire.hpp): the worker's
+// can cross to another node.
 #pragma once
 
 #include <caf/all.hpp>
 #include <chrono>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "model/model_runner.hpp"
-#include "model/step_input.hpp"
+#include "actors/wire.hpp"
+#include "engine/worker_protocol.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::actors {
 
+using load_atom = caf::atom_constant<caf::atom("load")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using token_atom = caf::atom_constant<caf::atom("token")>;
-using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 
-// A sequence the worker has not seen: its sampler is made from these.
-struct NewSequence {
-  std::uint64_t id = 0;
-  SamplingParams params;
-  std::vector<TokenId> prompt;
-};
-
-// One iteration's work for the worker.
-struct StepWork {
-  model::StepInput step;
-  std::vector<std::uint64_t> sampled_ids;  // [num_logits] the sequence of each logit row
-  std::vector<NewSequence> new_sequences;
-  std::vector<std::uint64_t> removed;  // finished or aborted since the last step
-};
-
-struct StepOutput {
-  std::vector<model::StepResult> results;  // one per logit row
-  std::string error;                       // non-empty: the step failed
-  bool worker_broken = false;              // an exception: the worker must be replaced
-  double seconds = 0.0;
-};
-
-using StepWorkPtr = std::shared_ptr<const StepWork>;
-using StepOutputPtr = std::shared_ptr<const StepOutput>;
+// The worker owns the backend, the model and the KV cache.
+using worker_actor = caf::typed_actor<
+    // Loads the model and sizes the KV cache; answers what it holds (or why it failed).
+    caf::replies_to<load_atom, engine::WorkerSpec>::with<engine::LoadReport>,
+    // Runs one step: forward pass and sampling; answers the sampled tokens.
+    caf::replies_to<step_atom, engine::StepWork>::with<engine::StepOutput>>;
 
 // What the scheduler tells a request actor: a token, or the end without one.
 struct TokenUpdate {
@@ -56,11 +39,6 @@ struct TokenUpdate {
   std::int32_t num_cached_tokens = 0;
   std::chrono::steady_clock::time_point first_scheduled;  // the sequence's first step
 };
-
-// The worker owns the backend, the model and the KV cache.
-using worker_actor = caf::typed_actor<
-    // Runs one step: forward pass and sampling; replies with the sampled tokens.
-    caf::replies_to<step_atom, StepWorkPtr>::with<StepOutputPtr>>;
 
 // One per request: turns tokens into text events for its caller.
 using request_actor = caf::typed_actor<
@@ -75,7 +53,6 @@ struct Submission {
   SamplingParams params;
   std::int32_t priority = 0;
   request_actor requester;
-  std::chrono::steady_clock::time_point submitted;
 };
 
 // Runs the iteration loop: plans each step, sends it to the worker, fans out tokens.
@@ -87,11 +64,16 @@ using scheduler_actor = caf::typed_actor<
     // The engine's numbers.
     caf::replies_to<stats_atom>::with<EngineStats>>;
 
-}  // namespace troupe::actors
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenUpdate& x) {
+  return f(caf::meta::type_name("troupe.TokenUpdate"), x.token, x.logprob, x.top_logprobs,
+           x.finish_reason, x.error, x.num_cached_tokens, x.first_scheduled);
+}
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepWorkPtr)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepOutputPtr)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::TokenUpdate)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::Submission)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::FinishReason)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::EngineStats)
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Submission& x) {
+  return f(caf::meta::type_name("troupe.Submission"), x.id, x.prompt, x.params, x.priority,
+           x.requester);
+}
+
+}  // namespace troupe::actors

@@ -60,8 +60,13 @@ void on_token(Self self, TokenUpdate& update) {
   auto& state = self->state;
   if (state.done) return;
   state.num_cached_tokens = std::max(state.num_cached_tokens, update.num_cached_tokens);
-  if (update.first_scheduled.time_since_epoch().count() != 0) {
+  if (update.first_scheduled.time_since_epoch().count() != 0 &&
+      state.first_scheduled.time_since_epoch().count() == 0) {
     state.first_scheduled = update.first_scheduled;
+    if (state.metrics) {
+      state.metrics->observe_queue_time(
+          std::chrono::duration<double>(state.first_scheduled - state.submitted).count());
+    }
   }
   TokenEvent event;
   event.request_id = state.id;

@@ -1,36 +1,24 @@
-// The scheduler actor: a thin shell around engine::Scheduler that runs the
-// iteration loop. One step is in flight at a time; while it runs, submissions
-// and aborts are taken in, and the next plan is made when it returns.
+// The scheduler actor: a shell around engine::EngineCore. One step is in flight at a
+// time; while it runs, submissions and aborts are taken in, and the next step is
+// planned when it returns. A worker whose step threw is replaced by a fresh one
+// loaded from the same spec.
 #pragma once
 
+#include <functional>
 #include <memory>
-#include <unordered_map>
-#include <vector>
 
 #include "actors/messages.hpp"
-#include "actors/worker_actor.hpp"
-#include "engine/scheduler.hpp"
+#include "engine/engine_core.hpp"
 #include "monitoring/metrics.hpp"
 
 namespace troupe::actors {
 
-struct ActiveRequest {
-  request_actor requester;
-  SamplingParams params;
-  std::vector<TokenId> prompt;
-  bool known_to_worker = false;
-  std::chrono::steady_clock::time_point submitted;
-  std::chrono::steady_clock::time_point first_scheduled;
-};
-
 struct SchedulerState {
-  std::unique_ptr<engine::Scheduler> scheduler;
+  std::unique_ptr<engine::EngineCore> core;
   worker_actor worker;
-  WorkerFactory make_worker;
-  std::function<void()> before_step;
-  std::unordered_map<RequestId, ActiveRequest> requests;
-  std::vector<std::uint64_t> removed;  // to tell the worker with the next step
-  bool step_in_flight = false;
+  engine::WorkerSpec spec;            // for a replacement worker
+  std::function<void()> before_step;  // tests only: handed to every worker
+  bool worker_ready = true;           // false while a replacement loads
   EngineStats stats;
   std::shared_ptr<monitoring::Metrics> metrics;
   std::int64_t reported_preemptions = 0;  // what the metrics have seen already
@@ -38,11 +26,12 @@ struct SchedulerState {
   static inline const char* name = "troupe.scheduler";
 };
 
-// `first_worker`: resources already made (so that model errors surface before
-// the engine starts); later workers come from `make_worker`.
-scheduler_actor::behavior_type scheduler(
-    scheduler_actor::stateful_pointer<SchedulerState> self, engine::SchedulerConfig config,
-    std::shared_ptr<std::unique_ptr<WorkerResources>> first_worker, WorkerFactory make_worker,
-    std::function<void()> before_step, std::shared_ptr<monitoring::Metrics> metrics);
+// `worker` has loaded `spec` already; `config` is sized from its load report.
+scheduler_actor::behavior_type scheduler(scheduler_actor::stateful_pointer<SchedulerState> self,
+                                         engine::SchedulerConfig config,
+                                         std::vector<TokenId> end_of_generation,
+                                         worker_actor worker, engine::WorkerSpec spec,
+                                         std::function<void()> before_step,
+                                         std::shared_ptr<monitoring::Metrics> metrics);
 
 }  // namespace troupe::actors

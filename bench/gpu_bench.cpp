@@ -4,8 +4,9 @@
 // each step must read, prefill tokens/s, the paged-attention decode kernel's
 // bandwidth, and offline throughput on the Anyscale-style workload through the
 // engine's scheduler. It builds on the GPU machine with nothing but CUDA and the
-// model core (TROUPE_GPU_ONLY), so it drives engine::Scheduler itself instead of
-// the actors. The workload it ran is written out for bench/hf_static_baseline.py.
+// model core (TROUPE_GPU_ONLY), so it drives the engine's step loop (EngineCore)
+// and a local worker step itself instead of the actors. The workload it ran is written out for
+// bench/hf_static_baseline.py.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,11 +23,11 @@
 #include <vector>
 
 #include "bench/workload.hpp"
-#include "engine/scheduler.hpp"
-#include "engine/step_builder.hpp"
+#include "engine/engine_core.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_runner.hpp"
+#include "worker/worker.hpp"
 
 using namespace troupe;
 using Clock = std::chrono::steady_clock;
@@ -264,7 +265,7 @@ ThroughputResult offline_throughput(const Options& o, model::LlamaModel& llama,
   sc.num_blocks = num_blocks;
   sc.block_size = block_size;
   sc.enable_prefix_caching = false;  // random prompts share nothing
-  engine::Scheduler scheduler(sc);
+  engine::EngineCore core(sc, {});
   model::ModelRunner runner(llama, {});
   ThroughputResult r;
   r.requests = static_cast<std::int32_t>(requests.size());
@@ -274,21 +275,16 @@ ThroughputResult offline_throughput(const Options& o, model::LlamaModel& llama,
     p.seed = o.seed * 1000003 + i;
     p.max_tokens = requests[i].output_len;
     p.ignore_eos = true;
-    ok_or_die(scheduler.add({i, requests[i].prompt, p.max_tokens}), "adding a request");
-    ok_or_die(runner.add_sequence(i, p, requests[i].prompt), "adding a sampler");
+    ok_or_die(core.add({i, requests[i].prompt, p, 0, {}}), "adding a request");
     r.input_tokens += static_cast<std::int64_t>(requests[i].prompt.size());
   }
-  std::vector<engine::SeqId> sampled_ids;
-  std::vector<engine::SampledResult> sampled;
   const auto start = Clock::now();
-  while (scheduler.has_unfinished()) {
-    const auto plan = scheduler.schedule();
-    const auto step = engine::build_step_input(plan, scheduler, &sampled_ids);
-    const auto results = value_or_die(runner.execute(step, sampled_ids), "a throughput step");
-    sampled.clear();
-    for (const auto& s : results) sampled.push_back({s.sampled.id, s.finish_reason});
-    r.output_tokens += static_cast<std::int64_t>(results.size());
-    for (const auto& f : scheduler.update(plan, sampled)) runner.remove_sequence(f.id);
+  while (core.has_work()) {
+    auto work = core.next_step();
+    if (!work) fail("a throughput step: no step could be planned");
+    const auto output = worker::run_step(runner, *work);
+    if (output.failed) fail("a throughput step: " + output.error.message);
+    r.output_tokens += static_cast<std::int64_t>(core.apply(output).updates.size());
     ++r.steps;
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();

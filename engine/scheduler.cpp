@@ -25,7 +25,7 @@ Scheduler::Scheduler(const SchedulerConfig& config)
                 "scheduler limits must be positive");
 }
 
-Result<void> Scheduler::add(const SequenceRequest& request) {
+Result<void> Scheduler::add(SequenceRequest request) {
   const auto n = static_cast<std::int32_t>(request.prompt.size());
   if (n == 0) return make_error(ErrorCode::invalid_argument, "the prompt is empty");
   if (sequences_.contains(request.id)) {
@@ -49,9 +49,10 @@ Result<void> Scheduler::add(const SequenceRequest& request) {
   }
   Sequence seq;
   seq.id = request.id;
-  seq.tokens = request.prompt;
+  seq.tokens = std::move(request.prompt);
   seq.num_prompt_tokens = n;
   seq.max_tokens = request.max_tokens;
+  seq.stop = std::move(request.stop);
   seq.priority = request.priority;
   seq.arrival = next_arrival_++;
   sequences_.emplace(seq.id, std::move(seq));
@@ -212,7 +213,7 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
     kv_.cache_full_blocks(seq);
     if (result == nullptr) continue;
     seq.tokens.push_back(result->token);
-    FinishReason reason = result->finish_reason;
+    FinishReason reason = seq.stop.after(result->token, seq.num_generated());
     if (reason == FinishReason::none &&
         (seq.num_generated() >= seq.max_tokens || seq.num_tokens() >= config_.max_model_len)) {
       reason = FinishReason::length;

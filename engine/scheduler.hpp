@@ -14,6 +14,7 @@
 
 #include "engine/kv_cache_manager.hpp"
 #include "engine/sequence.hpp"
+#include "engine/stop_rule.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::engine {
@@ -41,6 +42,7 @@ struct SequenceRequest {
   std::vector<TokenId> prompt;
   std::int32_t max_tokens = 16;
   std::int32_t priority = 0;
+  StopRule stop = {};  // stop and end-of-generation ids (max_tokens above bounds it as well)
 };
 
 // One sequence's share of an iteration: its next num_new_tokens tokens.
@@ -60,7 +62,6 @@ struct BatchPlan {
 // What the model produced for one sampling chunk of a plan.
 struct SampledResult {
   TokenId token = kNoToken;
-  FinishReason finish_reason = FinishReason::none;  // the sampler's own verdict (stop ids, EOS)
 };
 
 struct FinishedSequence {
@@ -77,7 +78,7 @@ class Scheduler {
 
   // Queues a new sequence. Errors: an empty prompt, a duplicate id, or a prompt that
   // leaves no room for a token within max_model_len (the message says the lengths).
-  Result<void> add(const SequenceRequest& request);
+  Result<void> add(SequenceRequest request);
   // Ends a sequence now (cancelled, a stop string, a deadline, an error); its
   // blocks are free before this returns. False if it is unknown or finished.
   bool abort(SeqId id);
@@ -85,7 +86,8 @@ class Scheduler {
   // Plans the next iteration.
   BatchPlan schedule();
   // Applies an iteration's results: `sampled` has one entry per chunk that samples,
-  // in plan order. Returns the sequences that finished.
+  // in plan order. Returns the sequences that finished: the one place that decides a
+  // sequence ended on a stop token, max_tokens or the context length.
   std::vector<FinishedSequence> update(const BatchPlan& plan,
                                        std::span<const SampledResult> sampled);
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/stop_rule.hpp"
 #include "troupe/sampling.hpp"
 #include "troupe/types.hpp"
 
@@ -28,8 +29,8 @@ struct Sequence {
   std::int32_t max_tokens = 16;  // most tokens to generate
   std::int32_t priority = 0;     // lower is more urgent (policy `priority`)
   std::uint64_t arrival = 0;     // order of arrival, for ties and fcfs
+  StopRule stop;
   SequenceStatus status = SequenceStatus::waiting;
-  FinishReason finish_reason = FinishReason::none;
 
   std::int32_t num_computed_tokens = 0;    // tokens whose keys and values are in the cache
   std::int32_t num_cached_tokens = 0;      // of those, found in the prefix cache on admission

@@ -244,16 +244,20 @@ Result<std::int64_t> CudaBackend::free_bytes() const {
   return static_cast<std::int64_t>(free);
 }
 
+std::int64_t CudaBackend::kv_block_bytes(const model::KvCacheShape& shape) const {
+  model::KvCacheShape one_block = shape;
+  one_block.num_blocks = 1;
+  return 2 * kv_elements(one_block) * 2;  // K and V, half
+}
+
 Result<std::int32_t> CudaBackend::kv_blocks_that_fit(const model::KvCacheShape& shape,
                                                      double utilization) const {
   if (!(utilization > 0.0 && utilization <= 1.0)) {
     return make_error(ErrorCode::invalid_argument, "gpu_memory_utilization must be in (0, 1]");
   }
   TROUPE_TRY(const std::int64_t free, free_bytes());
-  model::KvCacheShape one_block = shape;
-  one_block.num_blocks = 1;
-  const std::int64_t block_bytes = 2 * kv_elements(one_block) * 2;  // K and V, half
-  const std::int64_t blocks = kv_blocks_for_memory(free, utilization, block_bytes, 1 << 30);
+  const std::int64_t blocks =
+      kv_blocks_for_memory(free, utilization, kv_block_bytes(shape), 1 << 30);
   if (blocks <= 0) {
     return make_error(ErrorCode::out_of_range,
                       "no GPU memory is left for the KV cache after the weights (" +

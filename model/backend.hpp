@@ -73,6 +73,17 @@ class Backend {
   virtual void release(Tensor tensor) = 0;
   virtual Result<void> allocate_kv_cache(const KvCacheShape& shape) = 0;
   virtual const KvCacheShape& kv_cache_shape() const = 0;
+  // Bytes one KV block of `shape` takes, keys and values of every layer (float32 here;
+  // a backend that stores them otherwise says so).
+  virtual std::int64_t kv_block_bytes(const KvCacheShape& shape) const {
+    return std::int64_t{2} * shape.num_layers * shape.num_kv_heads * shape.head_dim *
+           shape.block_size * static_cast<std::int64_t>(sizeof(float));
+  }
+  // Device memory free now, for a KV cache sized from it; unsupported where the cache
+  // lives in host memory (its size is then a configured budget).
+  virtual Result<std::int64_t> free_memory_bytes() const {
+    return make_error(ErrorCode::unsupported, "only a GPU sizes its KV cache from free memory");
+  }
 
   // --- one step ---
   // The rows a step will run on, before it begins (the recipe sizes its buffers by it).

@@ -12,8 +12,8 @@ Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& p
   return {};
 }
 
-Result<std::vector<StepResult>> ModelRunner::execute(const StepInput& step,
-                                                     std::span<const std::uint64_t> sampled_ids) {
+Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
+                                                       std::span<const std::uint64_t> sampled_ids) {
   if (sampled_ids.size() != step.logit_rows.size()) {
     return make_error(ErrorCode::invalid_argument, "one sequence id per logit row is needed");
   }
@@ -27,10 +27,10 @@ Result<std::vector<StepResult>> ModelRunner::execute(const StepInput& step,
     }
     samplers.push_back(&it->second);
   }
-  std::vector<StepResult> results;
+  std::vector<SampledToken> results;
   results.reserve(sampled_ids.size());
   // On a device that samples, only token ids come back, unless a row needs the host.
-  if (model_.backend().can_sample() && !samplers.empty()) {
+  if (model_.backend().can_sample() && !samplers.empty() && !observer_) {
     device_rows_.clear();
     for (const Sampler* sampler : samplers) {
       const auto row = sampler->device_row();
@@ -40,10 +40,7 @@ Result<std::vector<StepResult>> ModelRunner::execute(const StepInput& step,
     if (device_rows_.size() == samplers.size()) {
       TROUPE_TRY_VOID(model_.forward_sample(step, device_rows_, ids_));
       for (std::size_t row = 0; row < samplers.size(); ++row) {
-        StepResult r;
-        r.sampled = samplers[row]->accept(ids_[row]);
-        r.finish_reason = samplers[row]->finish_reason();
-        results.push_back(std::move(r));
+        results.push_back(samplers[row]->accept(ids_[row]));
       }
       return results;
     }
@@ -51,10 +48,9 @@ Result<std::vector<StepResult>> ModelRunner::execute(const StepInput& step,
   TROUPE_TRY_VOID(model_.forward(step, logits_));
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
   for (std::size_t row = 0; row < samplers.size(); ++row) {
-    StepResult r;
-    r.sampled = samplers[row]->sample(std::span<const float>(logits_.data() + row * vocab, vocab));
-    r.finish_reason = samplers[row]->finish_reason();
-    results.push_back(std::move(r));
+    const std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
+    if (observer_) observer_(sampled_ids[row], row_logits);
+    results.push_back(samplers[row]->sample(row_logits));
   }
   return results;
 }

@@ -1,9 +1,10 @@
-// Executes the engine's steps on one model: the forward pass, then one token
-// sampled for each sequence that asked for logits, with each sequence's own
-// sampler (its seed, penalties and stop rules) kept from step to step.
+// Executes steps on one model: the forward pass, then one token sampled for each
+// sequence that asked for logits, with each sequence's own sampler (its seed,
+// penalties and min_tokens) kept from step to step.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -13,13 +14,11 @@
 
 namespace troupe::model {
 
-struct StepResult {
-  SampledToken sampled;
-  FinishReason finish_reason = FinishReason::none;  // the sampler's verdict after this token
-};
-
 class ModelRunner {
  public:
+  // Sees each sampled row's logits (for tests that compare them): (sequence, logits).
+  using LogitsObserver = std::function<void(std::uint64_t, std::span<const float>)>;
+
   ModelRunner(LlamaModel& model, std::vector<TokenId> end_of_generation)
       : model_(model), end_of_generation_(std::move(end_of_generation)) {}
 
@@ -30,8 +29,11 @@ class ModelRunner {
   std::size_t num_sequences() const { return samplers_.size(); }
 
   // Runs `step`; logit row i samples for sequence sampled_ids[i].
-  Result<std::vector<StepResult>> execute(const StepInput& step,
-                                          std::span<const std::uint64_t> sampled_ids);
+  Result<std::vector<SampledToken>> execute(const StepInput& step,
+                                            std::span<const std::uint64_t> sampled_ids);
+
+  // With an observer, every row is sampled on the host from logits read back.
+  void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
 
   LlamaModel& model() { return model_; }
 
@@ -39,6 +41,7 @@ class ModelRunner {
   LlamaModel& model_;
   std::vector<TokenId> end_of_generation_;
   std::unordered_map<std::uint64_t, Sampler> samplers_;
+  LogitsObserver observer_;
   std::vector<float> logits_;
   std::vector<DeviceSamplingRow> device_rows_;
   std::vector<TokenId> ids_;

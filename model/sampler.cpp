@@ -82,15 +82,6 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
   return s;
 }
 
-bool Sampler::is_stop_token(TokenId id) const {
-  if (std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), id) !=
-      params_.stop_token_ids.end()) {
-    return true;
-  }
-  return !params_.ignore_eos && std::find(end_of_generation_.begin(), end_of_generation_.end(),
-                                          id) != end_of_generation_.end();
-}
-
 void Sampler::apply_penalties(std::vector<float>& logits) const {
   if (params_.repetition_penalty != 1.0f) {
     auto penalize = [&](TokenId t) {
@@ -195,11 +186,6 @@ SampledToken Sampler::sample(std::span<const float> logits) {
 void Sampler::record(TokenId id) {
   output_.push_back(id);
   ++output_counts_[id];
-  if (num_generated() >= params_.min_tokens && is_stop_token(id)) {
-    finish_ = FinishReason::stop;
-  } else if (num_generated() >= params_.max_tokens) {
-    finish_ = FinishReason::length;
-  }
 }
 
 std::optional<DeviceSamplingRow> Sampler::device_row() const {

@@ -1,6 +1,7 @@
 // Chooses a sequence's next token from its logits: penalties, temperature,
 // top-k / top-p / min-p, a per-sequence seeded generator, log-probabilities,
-// and the stop rules (end of generation, stop ids, max and min tokens).
+// and min_tokens (end-of-generation and stop ids masked until then). Whether a
+// sequence has ended is the engine's to say (engine/stop_rule.hpp).
 #pragma once
 
 #include <cstdint>
@@ -19,12 +20,16 @@ namespace troupe::model {
 struct TokenLogprob {
   TokenId id = kNoToken;
   float logprob = 0.0f;
+
+  bool operator==(const TokenLogprob&) const = default;
 };
 
 struct SampledToken {
   TokenId id = kNoToken;
   float logprob = 0.0f;                    // of the chosen token, under the model's distribution
   std::vector<TokenLogprob> top_logprobs;  // the n most likely, when asked
+
+  bool operator==(const SampledToken&) const = default;
 };
 
 // One row's parameters for sampling on the device (no penalties, no log-probabilities).
@@ -52,8 +57,6 @@ class Sampler {
   // Records a token chosen elsewhere (on the device) from device_row()'s parameters.
   SampledToken accept(TokenId id);
 
-  // Why the sequence ends after the tokens sampled so far, or none.
-  FinishReason finish_reason() const { return finish_; }
   std::int32_t num_generated() const { return static_cast<std::int32_t>(output_.size()); }
   const std::vector<TokenId>& output() const { return output_; }
 
@@ -61,7 +64,6 @@ class Sampler {
   Sampler() = default;
   void apply_penalties(std::vector<float>& logits) const;
   TokenId choose(std::vector<float>& logits);
-  bool is_stop_token(TokenId id) const;
   void record(TokenId id);
 
   SamplingParams params_;
@@ -72,7 +74,6 @@ class Sampler {
   std::vector<TokenId> output_;
   std::mt19937_64 rng_;
   std::uint64_t device_seed_ = 0;
-  FinishReason finish_ = FinishReason::none;
   std::vector<float> scratch_;
   std::vector<std::pair<float, TokenId>> candidates_;
   std::vector<double> probs_;

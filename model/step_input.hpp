@@ -35,6 +35,8 @@ struct StepInput {
     return {block_tables.data() + static_cast<std::size_t>(seq) * max_blocks_per_seq,
             static_cast<std::size_t>(max_blocks_per_seq)};
   }
+
+  bool operator==(const StepInput&) const = default;
 };
 
 // Checks that a step is self-consistent and fits the cache and vocabulary, so a

@@ -1,15 +1,21 @@
-# Fails when a file in model/ or engine/ includes CAF, Asio/Beast or CUDA headers.
+# Fails when a file in model/ or engine/ includes CAF, Asio/Beast or CUDA headers, when
+# engine/ (the step loop) includes threads or I/O, or when worker/ (which a node process
+# runs without the actors) includes CAF or Asio.
 set(bad "")
-foreach(room model engine)
+function(forbid room pattern)
   file(GLOB_RECURSE files "${ROOT}/${room}/*.hpp" "${ROOT}/${room}/*.cpp")
   foreach(f ${files})
-    file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"](caf/|boost/asio|boost/beast|cuda|cublas|nccl)")
+    file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"](${pattern})")
     if(lines)
       list(APPEND bad "${f}: ${lines}")
     endif()
   endforeach()
-endforeach()
+  set(bad "${bad}" PARENT_SCOPE)
+endfunction()
+forbid(model "caf/|boost/asio|boost/beast|cuda|cublas|nccl")
+forbid(engine "caf/|boost/asio|boost/beast|cuda|cublas|nccl|thread>|mutex>|future>|fstream>|iostream>")
+forbid(worker "caf/|boost/asio|boost/beast")
 if(bad)
   message(FATAL_ERROR "forbidden includes:\n${bad}")
 endif()
-message(STATUS "model/ and engine/ include no CAF, Asio or CUDA headers")
+message(STATUS "model/ and engine/ include no CAF, Asio or CUDA headers; engine/ no threads or I/O; worker/ no CAF or Asio")

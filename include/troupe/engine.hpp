@@ -19,7 +19,6 @@ namespace troupe {
 
 namespace model {
 class Tokenizer;
-struct LlamaConfig;
 }  // namespace model
 namespace monitoring {
 class Metrics;
@@ -70,6 +69,8 @@ struct GenerateRequest {
 struct TokenLogprobEntry {
   TokenId id = kNoToken;
   float logprob = 0.0f;
+
+  bool operator==(const TokenLogprobEntry&) const = default;
 };
 
 // One event of a request's stream: a token (and the text it completed), or the end.
@@ -107,6 +108,8 @@ struct EngineStats {
   std::int64_t num_live_actors = 0;  // in the engine's actor system (request actors included)
   std::int32_t num_kv_blocks = 0;
   std::int32_t block_size = 0;
+
+  bool operator==(const EngineStats&) const = default;
 };
 
 class Engine {
@@ -125,7 +128,6 @@ class Engine {
   EngineStats stats() const;
 
   const model::Tokenizer& tokenizer() const;
-  const model::LlamaConfig& model_config() const;
   std::int32_t max_model_len() const;
   // The model's tokenizer.chat_template (empty when it has none).
   const std::string& chat_template() const;

@@ -26,6 +26,8 @@ struct SamplingParams {
   std::int32_t min_tokens = 0;  // end-of-generation and stop ids are masked until then
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
+
+  bool operator==(const SamplingParams&) const = default;
 };
 
 enum class FinishReason {

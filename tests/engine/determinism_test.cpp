@@ -8,11 +8,11 @@
 #include <random>
 
 #include "cpu/cpu_backend.hpp"
-#include "engine/scheduler.hpp"
-#include "engine/step_builder.hpp"
+#include "engine/engine_core.hpp"
 #include "model/gguf_file.hpp"
 #include "model/model_runner.hpp"
 #include "support/small_model.hpp"
+#include "worker/worker.hpp"
 
 using namespace troupe;
 
@@ -23,32 +23,27 @@ struct Request {
   SamplingParams params;
 };
 
-// The engine loop, synchronously: schedule, flatten, run, update.
+// The engine loop, synchronously: the engine core plans, a local worker step runs.
 std::map<engine::SeqId, std::vector<TokenId>> serve(model::ModelRunner& runner,
                                                     const engine::SchedulerConfig& config,
                                                     const std::vector<Request>& requests,
                                                     std::int64_t* preemptions = nullptr) {
-  engine::Scheduler scheduler(config);
+  engine::EngineCore core(config, {2});
   std::map<engine::SeqId, std::vector<TokenId>> outputs;
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    REQUIRE(scheduler.add({i, requests[i].prompt, requests[i].params.max_tokens}).has_value());
-    REQUIRE(runner.add_sequence(i, requests[i].params, requests[i].prompt).has_value());
+    REQUIRE(core.add({i, requests[i].prompt, requests[i].params, 0, {}}).has_value());
   }
-  std::vector<engine::SeqId> sampled_ids;
-  while (scheduler.has_unfinished()) {
-    const auto plan = scheduler.schedule();
-    const auto step = engine::build_step_input(plan, scheduler, &sampled_ids);
-    auto results = runner.execute(step, sampled_ids);
-    REQUIRE(results.has_value());
-    std::vector<engine::SampledResult> sampled;
-    for (std::size_t i = 0; i < results->size(); ++i) {
-      sampled.push_back({(*results)[i].sampled.id, (*results)[i].finish_reason});
-      outputs[sampled_ids[i]].push_back((*results)[i].sampled.id);
+  while (core.has_work()) {
+    const auto work = core.next_step();
+    REQUIRE(work.has_value());
+    const auto output = worker::run_step(runner, *work);
+    REQUIRE_FALSE(output.failed);
+    for (const auto& update : core.apply(output).updates) {
+      if (update.token.id != kNoToken) outputs[update.id].push_back(update.token.id);
     }
-    for (const auto& f : scheduler.update(plan, sampled)) runner.remove_sequence(f.id);
-    REQUIRE(scheduler.check_invariants().has_value());
+    REQUIRE(core.scheduler().check_invariants().has_value());
   }
-  if (preemptions != nullptr) *preemptions = scheduler.num_preemptions();
+  if (preemptions != nullptr) *preemptions = core.scheduler().num_preemptions();
   return outputs;
 }
 

@@ -34,7 +34,7 @@ std::vector<FinishedSequence> step(Scheduler& s, BatchPlan& plan) {
   plan = s.schedule();
   std::vector<SampledResult> sampled;
   for (const auto& c : plan.chunks) {
-    if (c.samples) sampled.push_back({7, FinishReason::none});
+    if (c.samples) sampled.push_back({7});
   }
   auto finished = s.update(plan, sampled);
   REQUIRE(s.check_invariants().has_value());
@@ -170,7 +170,7 @@ TEST_CASE("abort frees a sequence's blocks at once", "[engine][scheduler]") {
     REQUIRE(s.add({2, range(0, 3), 10}).has_value());
     plan = s.schedule();
     REQUIRE(s.abort(2));
-    const std::vector<SampledResult> sampled = {{7, FinishReason::none}};
+    const std::vector<SampledResult> sampled = {{7}};
     CHECK(s.update(plan, sampled).empty());
     CHECK(s.check_invariants().has_value());
   }
@@ -267,7 +267,7 @@ TEST_CASE("randomized workloads keep every invariant and finish every request",
       if (!valid) FAIL(valid.error().message);
       std::vector<SampledResult> sampled;
       for (const auto& c : plan.chunks) {
-        if (c.samples) sampled.push_back({static_cast<TokenId>(rng() % 50), FinishReason::none});
+        if (c.samples) sampled.push_back({static_cast<TokenId>(rng() % 50)});
       }
       for (const auto& f : s.update(plan, sampled)) {
         CHECK(f.reason == FinishReason::length);

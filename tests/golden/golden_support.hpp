@@ -4,38 +4,24 @@
 #include <memory>
 
 #include "cpu/cpu_backend.hpp"
-#include "model/batch_generator.hpp"
-#include "model/gguf_file.hpp"
-#include "model/llama_model.hpp"
-#include "model/tokenizer.hpp"
+#include "model/loaded_model.hpp"
 #include "support/mini_json.hpp"
 #include "support/test_support.hpp"
+#include "worker/batch_generator.hpp"
 
 namespace troupe::test {
 
-struct LoadedTestModel {
-  std::unique_ptr<model::GgufFile> file;
-  std::unique_ptr<model::Tokenizer> tokenizer;
-  std::unique_ptr<cpu::CpuBackend> backend;
-  std::unique_ptr<model::LlamaModel> model;
-
+// The model through the one loader, on a CPU backend, with a KV cache of kv_blocks.
+struct LoadedTestModel : model::LoadedModel {
   static LoadedTestModel open(const std::string& path, std::int32_t kv_blocks,
                               std::int32_t block_size = 16, int threads = 2) {
+    auto loaded = model::LoadedModel::open(path, std::make_unique<cpu::CpuBackend>(threads));
+    if (!loaded) throw std::runtime_error(loaded.error().message);
     LoadedTestModel m;
-    auto file = model::GgufFile::open(path);
-    if (!file) throw std::runtime_error(file.error().message);
-    m.file = std::make_unique<model::GgufFile>(std::move(*file));
-    auto tokenizer = model::Tokenizer::from_gguf(*m.file);
-    if (!tokenizer) throw std::runtime_error(tokenizer.error().message);
-    m.tokenizer = std::make_unique<model::Tokenizer>(std::move(*tokenizer));
-    m.backend = std::make_unique<cpu::CpuBackend>(threads);
-    auto llama = model::LlamaModel::load(*m.file, *m.backend);
-    if (!llama) throw std::runtime_error(llama.error().message);
-    m.model = std::make_unique<model::LlamaModel>(std::move(*llama));
-    const auto& c = m.model->config();
-    auto kv = m.backend->allocate_kv_cache(
-        model::KvCacheShape{c.num_layers, kv_blocks, block_size, c.num_kv_heads, c.head_dim});
-    if (!kv) throw std::runtime_error(kv.error().message);
+    static_cast<model::LoadedModel&>(m) = std::move(*loaded);
+    if (auto kv = m.allocate_kv_cache(kv_blocks, block_size); !kv) {
+      throw std::runtime_error(kv.error().message);
+    }
     return m;
   }
 };
@@ -45,8 +31,8 @@ inline Json golden_cases() {
 }
 
 // Greedy, 64 tokens, no stop at end-of-generation: how the golden outputs were made.
-inline model::GenerationRequest golden_request(const Json& c) {
-  model::GenerationRequest r;
+inline worker::GenerationRequest golden_request(const Json& c) {
+  worker::GenerationRequest r;
   for (int id : c["prompt_ids"].ints()) r.prompt.push_back(id);
   r.params.temperature = 0.0f;
   r.params.max_tokens = 64;

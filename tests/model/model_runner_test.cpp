@@ -79,8 +79,8 @@ std::vector<TokenId> generate(model::Backend& backend, const std::string& path,
   while (true) {
     auto results = runner.execute(step, std::vector<std::uint64_t>{1});
     REQUIRE(results.has_value());
-    output.push_back((*results)[0].sampled.id);
-    if ((*results)[0].finish_reason != FinishReason::none) break;
+    output.push_back((*results)[0].id);
+    if (static_cast<std::int32_t>(output.size()) == params.max_tokens) break;  // ignore_eos
     step = test::make_step({++length}, {1}, 16, true, {output.back()});
   }
   return output;

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <map>
 
+#include "engine/stop_rule.hpp"
 #include "model/sampler.hpp"
 
 using namespace troupe;
@@ -115,37 +116,43 @@ TEST_CASE("penalties push repeated tokens down", "[sampler]") {
 }
 
 TEST_CASE("stop rules: end of generation, stop ids, max and min tokens", "[sampler]") {
+  // The sampler draws; the engine's stop rule says whether the sequence ended.
   const std::vector<float> eos_first = {0, 0, 5, 1, 0, 0, 0, 0};  // token 2 is EOS
+  const std::vector<TokenId> eos = {2};
   SECTION("EOS stops") {
-    auto s = make(greedy(), {}, {2});
+    auto s = make(greedy(), {}, eos);
+    const engine::StopRule rule(greedy(), eos);
     CHECK(s.sample(eos_first).id == 2);
-    CHECK(s.finish_reason() == FinishReason::stop);
+    CHECK(rule.after(2, s.num_generated()) == FinishReason::stop);
   }
   SECTION("ignore_eos keeps going to the length limit") {
     auto p = greedy();
     p.ignore_eos = true;
     p.max_tokens = 2;
-    auto s = make(p, {}, {2});
-    s.sample(eos_first);
-    CHECK(s.finish_reason() == FinishReason::none);
-    s.sample(eos_first);
-    CHECK(s.finish_reason() == FinishReason::length);
+    auto s = make(p, {}, eos);
+    const engine::StopRule rule(p, eos);
+    TokenId t = s.sample(eos_first).id;
+    CHECK(rule.after(t, s.num_generated()) == FinishReason::none);
+    t = s.sample(eos_first).id;
+    CHECK(rule.after(t, s.num_generated()) == FinishReason::length);
   }
   SECTION("min_tokens masks EOS until reached") {
     auto p = greedy();
     p.min_tokens = 2;
-    auto s = make(p, {}, {2});
+    auto s = make(p, {}, eos);
+    const engine::StopRule rule(p, eos);
     CHECK(s.sample(eos_first).id == 3);
     CHECK(s.sample(eos_first).id == 3);
     CHECK(s.sample(eos_first).id == 2);
-    CHECK(s.finish_reason() == FinishReason::stop);
+    CHECK(rule.after(2, s.num_generated()) == FinishReason::stop);
   }
   SECTION("a stop token id stops") {
     auto p = greedy();
     p.stop_token_ids = {3};
     auto s = make(p);
+    const engine::StopRule rule(p, {});
     CHECK(s.sample(std::vector<float>{0, 0, 0, 9, 0, 0, 0, 0}).id == 3);
-    CHECK(s.finish_reason() == FinishReason::stop);
+    CHECK(rule.after(3, s.num_generated()) == FinishReason::stop);
   }
 }
 
@@ -219,9 +226,10 @@ TEST_CASE("a device may draw a row only when the host has nothing to add", "[sam
   CHECK(make(p).device_row()->seed == row->seed);
   CHECK(s.accept(3).id == 3);
   CHECK(s.device_row()->counter == 1u);
-  CHECK(s.finish_reason() == FinishReason::none);
+  const engine::StopRule rule(p, std::vector<TokenId>{6});
+  CHECK(rule.after(3, s.num_generated()) == FinishReason::none);
   s.accept(6);  // the end-of-generation token ends it, as if the host had drawn it
-  CHECK(s.finish_reason() == FinishReason::stop);
+  CHECK(rule.after(6, s.num_generated()) == FinishReason::stop);
   CHECK(s.output() == std::vector<TokenId>{3, 6});
 
   auto needs_host = [](auto change) {

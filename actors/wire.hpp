@@ -1,0 +1,126 @@
+// How the actors' messages cross a process: a CAF 0.17 inspect() for each plain value
+// the worker protocol, the scheduler and the request actors exchange, and the names
+// they are registered under (both ends of a connection must register them).
+#pragma once
+
+#include <caf/all.hpp>
+#include <optional>
+
+#include "engine/worker_protocol.hpp"
+#include "troupe/engine.hpp"
+
+namespace troupe {
+
+namespace wire {
+
+// std::optional as a flag and a value (CAF 0.17 knows only its own optional).
+template <class T>
+struct OptionalField {
+  std::optional<T>& target;
+  bool has = false;
+  T value{};
+  explicit OptionalField(std::optional<T>& t)
+      : target(t), has(t.has_value()), value(t.value_or(T{})) {}
+  caf::error store() {
+    target = has ? std::optional<T>(value) : std::nullopt;
+    return caf::none;
+  }
+};
+
+}  // namespace wire
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
+  wire::OptionalField<std::uint64_t> seed(x.seed);
+  wire::OptionalField<std::int32_t> logprobs(x.logprobs);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    seed.store();
+    return logprobs.store();
+  });
+  return f(caf::meta::type_name("troupe.SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p,
+           seed.has, seed.value, x.repetition_penalty, x.presence_penalty, x.frequency_penalty,
+           logprobs.has, logprobs.value, x.max_tokens, x.min_tokens, x.stop_token_ids, x.ignore_eos,
+           load);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenLogprobEntry& x) {
+  return f(caf::meta::type_name("troupe.TokenLogprobEntry"), x.id, x.logprob);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
+  return f(caf::meta::type_name("troupe.EngineStats"), x.num_running, x.num_waiting, x.kv_usage,
+           x.peak_kv_usage, x.num_preemptions, x.prefix_queried_tokens, x.prefix_hit_tokens,
+           x.num_steps, x.num_step_tokens, x.num_step_sequences, x.step_seconds, x.schedule_seconds,
+           x.num_worker_restarts, x.num_live_actors, x.num_kv_blocks, x.block_size);
+}
+
+namespace model {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepInput& x) {
+  return f(caf::meta::type_name("troupe.StepInput"), x.tokens, x.positions, x.query_start,
+           x.context_lens, x.max_blocks_per_seq, x.block_tables, x.logit_rows);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
+  return f(caf::meta::type_name("troupe.TokenLogprob"), x.id, x.logprob);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
+  return f(caf::meta::type_name("troupe.SampledToken"), x.id, x.logprob, x.top_logprobs);
+}
+
+}  // namespace model
+
+namespace engine {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerSpec& x) {
+  return f(caf::meta::type_name("troupe.WorkerSpec"), x.model_path, x.model_fingerprint, x.device,
+           x.num_threads, x.cuda_graphs, x.block_size, x.max_model_len, x.max_num_seqs,
+           x.max_num_batched_tokens, x.num_kv_blocks, x.kv_cache_bytes, x.gpu_memory_utilization,
+           x.rank, x.world_size);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerError& x) {
+  return f(caf::meta::type_name("troupe.WorkerError"), x.code, x.message, x.fatal);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
+  return f(caf::meta::type_name("troupe.LoadReport"), x.num_kv_blocks, x.bytes_per_block,
+           x.device_name, x.vocab_size, x.failed, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NewSequence& x) {
+  return f(caf::meta::type_name("troupe.NewSequence"), x.id, x.params, x.prompt);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepWork& x) {
+  return f(caf::meta::type_name("troupe.StepWork"), x.step_id, x.step, x.sampled_ids,
+           x.new_sequences, x.removed);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
+  return f(caf::meta::type_name("troupe.StepOutput"), x.step_id, x.tokens, x.failed, x.error,
+           x.seconds);
+}
+
+}  // namespace engine
+
+namespace actors {
+
+// Registers every message type under its wire name (on both ends of a connection).
+void add_message_types(caf::actor_system_config& config);
+
+}  // namespace actors
+
+}  // namespace troupe

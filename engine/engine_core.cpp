@@ -1,0 +1,155 @@
+#include "engine/engine_core.hpp"
+
+#include <algorithm>
+
+#include "engine/step_builder.hpp"
+
+namespace troupe::engine {
+
+EngineCore::EngineCore(const SchedulerConfig& config, std::vector<TokenId> end_of_generation)
+    : scheduler_(config), end_of_generation_(std::move(end_of_generation)) {}
+
+Result<void> EngineCore::add(CoreRequest request) {
+  const std::int32_t max_tokens = request.params.max_tokens;
+  StopRule stop(request.params, end_of_generation_);
+  TROUPE_TRY_VOID(scheduler_.add(
+      {request.id, std::move(request.prompt), max_tokens, request.priority, std::move(stop)}));
+  requests_.emplace(request.id,
+                    LiveRequest{std::move(request.params), std::move(request.reply_to), false, {}});
+  return {};
+}
+
+RequestUpdate EngineCore::end_update(SeqId id, LiveRequest& request, FinishReason reason,
+                                     std::string error) {
+  RequestUpdate update;
+  update.id = id;
+  update.reply_to = std::move(request.reply_to);
+  update.finish_reason = reason;
+  update.error = std::move(error);
+  update.first_scheduled = request.first_scheduled;
+  return update;
+}
+
+void EngineCore::forget(SeqId id) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  if (it->second.announced) removed_.push_back(id);
+  requests_.erase(it);
+}
+
+std::optional<RequestUpdate> EngineCore::cancel(SeqId id, FinishReason reason, std::string error) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return std::nullopt;
+  scheduler_.abort(id);
+  auto update = end_update(id, it->second, reason, std::move(error));
+  forget(id);
+  return update;
+}
+
+std::vector<RequestUpdate> EngineCore::end_all(FinishReason reason, const std::string& error) {
+  std::vector<SeqId> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, request] : requests_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::vector<RequestUpdate> updates;
+  for (SeqId id : ids) updates.push_back(*cancel(id, reason, error));
+  return updates;
+}
+
+std::optional<StepWork> EngineCore::next_step() {
+  if (in_flight_ || !scheduler_.has_unfinished()) return std::nullopt;
+  InFlight flight;
+  flight.plan = scheduler_.schedule();
+  if (flight.plan.chunks.empty()) return std::nullopt;
+  StepWork work;
+  work.step_id = flight.step_id = next_step_id_++;
+  work.step = build_step_input(flight.plan, scheduler_, &work.sampled_ids);
+  work.removed.swap(removed_);
+  const auto now = std::chrono::steady_clock::now();
+  for (const ScheduledChunk& chunk : flight.plan.chunks) {
+    LiveRequest& request = requests_.at(chunk.id);
+    if (request.announced) continue;
+    const Sequence* seq = scheduler_.find(chunk.id);
+    work.new_sequences.push_back(
+        {chunk.id, request.params,
+         std::vector<TokenId>(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens)});
+    request.announced = true;
+    if (request.first_scheduled.time_since_epoch().count() == 0) request.first_scheduled = now;
+  }
+  ++counters_.num_steps;
+  counters_.num_step_tokens += flight.plan.num_tokens;
+  counters_.num_step_sequences += static_cast<std::int64_t>(flight.plan.chunks.size());
+  counters_.peak_kv_usage = std::max(counters_.peak_kv_usage, scheduler_.kv_cache().usage());
+  flight.sampled_ids = work.sampled_ids;
+  in_flight_ = std::move(flight);
+  return work;
+}
+
+AppliedStep EngineCore::fail_step(const InFlight& step, const WorkerError& error) {
+  // The step's sequences end with the error; the others carry on.
+  AppliedStep applied;
+  applied.worker_lost = error.fatal;
+  for (const ScheduledChunk& chunk : step.plan.chunks) {
+    if (auto update = cancel(chunk.id, FinishReason::error, error.message)) {
+      applied.updates.push_back(std::move(*update));
+    }
+  }
+  return applied;
+}
+
+AppliedStep EngineCore::apply(const StepOutput& output) {
+  TROUPE_ASSERT(in_flight_.has_value(), "a step output with no step in flight");
+  const InFlight step = std::move(*in_flight_);
+  in_flight_.reset();
+  AppliedStep applied;
+  if (output.failed) {
+    applied = fail_step(step, output.error);
+  } else if (output.step_id != step.step_id || output.tokens.size() != step.sampled_ids.size()) {
+    applied = fail_step(step, {ErrorCode::internal, "the worker answered another step", true});
+  } else {
+    std::vector<SampledResult> sampled;
+    sampled.reserve(output.tokens.size());
+    for (const auto& token : output.tokens) sampled.push_back({token.id});
+    // Read before update(): a finished sequence is gone after it.
+    std::vector<std::int32_t> cached(step.sampled_ids.size(), 0);
+    for (std::size_t i = 0; i < step.sampled_ids.size(); ++i) {
+      if (const Sequence* seq = scheduler_.find(step.sampled_ids[i])) {
+        cached[i] = seq->num_cached_tokens;
+      }
+    }
+    const auto finished = scheduler_.update(step.plan, sampled);
+    for (std::size_t i = 0; i < step.sampled_ids.size(); ++i) {
+      const SeqId id = step.sampled_ids[i];
+      const auto it = requests_.find(id);
+      if (it == requests_.end()) continue;  // cancelled while the step ran
+      RequestUpdate update;
+      update.id = id;
+      update.token = output.tokens[i];
+      update.num_cached_tokens = cached[i];
+      update.first_scheduled = it->second.first_scheduled;
+      const auto end = std::find_if(finished.begin(), finished.end(),
+                                    [id](const FinishedSequence& f) { return f.id == id; });
+      if (end != finished.end()) {
+        update.finish_reason = end->reason;
+        update.reply_to = std::move(it->second.reply_to);
+        forget(id);
+      } else {
+        update.reply_to = it->second.reply_to;
+      }
+      applied.updates.push_back(std::move(update));
+    }
+  }
+  applied.num_tokens = step.plan.num_tokens;
+  applied.num_decodes = step.plan.num_decodes;
+  applied.worker_seconds = output.seconds;
+  return applied;
+}
+
+void EngineCore::reset_worker() {
+  scheduler_.reset_kv_cache();
+  for (auto& [id, request] : requests_) request.announced = false;
+  removed_.clear();
+  ++counters_.num_worker_restarts;
+}
+
+}  // namespace troupe::engine

@@ -1,0 +1,109 @@
+// The engine's step loop, once: the registry of live requests and the scheduler,
+// with no threads, actors or I/O. A driver (the scheduler actor, BatchGenerator,
+// the GPU benchmark) adds and cancels requests, asks for the next step's work,
+// hands it to a worker, and applies the worker's output, which turns into one
+// update per request: a token, its end, or both.
+#pragma once
+
+#include <any>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/scheduler.hpp"
+#include "engine/worker_protocol.hpp"
+
+namespace troupe::engine {
+
+struct CoreRequest {
+  SeqId id = 0;
+  std::vector<TokenId> prompt;
+  SamplingParams params;
+  std::int32_t priority = 0;
+  std::any reply_to;  // the driver's handle for whoever hears of this request
+};
+
+// What happened to one request in a step (or when it was cancelled).
+struct RequestUpdate {
+  SeqId id = 0;
+  std::any reply_to;
+  model::SampledToken token;  // token.id is kNoToken when the update carries none
+  FinishReason finish_reason = FinishReason::none;
+  std::string error;
+  std::int32_t num_cached_tokens = 0;                     // prompt tokens the prefix cache served
+  std::chrono::steady_clock::time_point first_scheduled;  // its first step
+};
+
+struct AppliedStep {
+  std::vector<RequestUpdate> updates;
+  std::int32_t num_tokens = 0;   // run through the model
+  std::int32_t num_decodes = 0;  // of which one-token decodes
+  double worker_seconds = 0.0;
+  bool worker_lost = false;  // the worker must be replaced (then call reset_worker)
+};
+
+struct CoreCounters {
+  std::int64_t num_steps = 0;
+  std::int64_t num_step_tokens = 0;
+  std::int64_t num_step_sequences = 0;
+  double peak_kv_usage = 0.0;
+  std::int64_t num_worker_restarts = 0;
+};
+
+class EngineCore {
+ public:
+  // `end_of_generation`: the vocabulary's EOS-like ids, which end a sequence.
+  EngineCore(const SchedulerConfig& config, std::vector<TokenId> end_of_generation);
+
+  // Queues a request; refused (with the scheduler's reason) when it cannot fit.
+  Result<void> add(CoreRequest request);
+  // Ends a request now: its blocks are free when this returns, and the worker forgets
+  // it with the next step. Nothing when it is unknown or over.
+  std::optional<RequestUpdate> cancel(SeqId id, FinishReason reason, std::string error = {});
+  // Ends every request (shutdown, or no worker can be made).
+  std::vector<RequestUpdate> end_all(FinishReason reason, const std::string& error);
+
+  // The next step's work, or nothing when a step is in flight or nothing can run.
+  std::optional<StepWork> next_step();
+  // Applies the output of the step in flight.
+  AppliedStep apply(const StepOutput& output);
+  // A new worker took over: the KV memory is gone, so every running sequence is
+  // recomputed and every live request is announced to the worker again.
+  void reset_worker();
+
+  bool step_in_flight() const { return in_flight_.has_value(); }
+  bool has_work() const { return scheduler_.has_unfinished(); }
+  std::size_t num_requests() const { return requests_.size(); }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const CoreCounters& counters() const { return counters_; }
+
+ private:
+  struct LiveRequest {
+    SamplingParams params;
+    std::any reply_to;
+    bool announced = false;  // the worker holds its sampler
+    std::chrono::steady_clock::time_point first_scheduled;
+  };
+  struct InFlight {
+    BatchPlan plan;
+    std::vector<SeqId> sampled_ids;
+    std::uint64_t step_id = 0;
+  };
+
+  RequestUpdate end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error);
+  void forget(SeqId id);
+  AppliedStep fail_step(const InFlight& step, const WorkerError& error);
+
+  Scheduler scheduler_;
+  std::vector<TokenId> end_of_generation_;
+  std::unordered_map<SeqId, LiveRequest> requests_;
+  std::vector<std::uint64_t> removed_;  // for the worker, with the next step
+  std::optional<InFlight> in_flight_;
+  std::uint64_t next_step_id_ = 1;
+  CoreCounters counters_;
+};
+
+}  // namespace troupe::engine

@@ -1,0 +1,95 @@
+// What the engine core and its workers say to each other: plain values only (no
+// pointers, no callbacks), so that a worker can live in another process. The actors
+// give each of them a CAF inspect() and a type id (actors/wire.hpp); the cluster
+// sends the same messages to workers on other nodes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/sampler.hpp"
+#include "model/step_input.hpp"
+#include "troupe/result.hpp"
+#include "troupe/sampling.hpp"
+
+namespace troupe::engine {
+
+enum class WorkerDevice : std::int32_t { cpu, cuda };
+
+// Everything a worker needs to load its share of a model and size its KV cache.
+struct WorkerSpec {
+  std::string model_path;
+  std::string model_fingerprint;  // model::file_fingerprint(): the worker checks its copy
+  WorkerDevice device = WorkerDevice::cpu;
+  std::int32_t num_threads = 0;  // compute threads (0: all cores)
+  bool cuda_graphs = true;
+  std::int32_t block_size = 16;
+  std::int32_t max_model_len = 0;
+  std::int32_t max_num_seqs = 256;
+  std::int32_t max_num_batched_tokens = 2048;
+  // The KV budget: num_kv_blocks when set; else a CPU's kv_cache_bytes, or a GPU's
+  // gpu_memory_utilization of the memory its weights leave free.
+  std::int32_t num_kv_blocks = 0;
+  std::int64_t kv_cache_bytes = std::int64_t{1} << 30;
+  double gpu_memory_utilization = 0.9;
+  std::int32_t rank = 0;
+  std::int32_t world_size = 1;
+
+  bool operator==(const WorkerSpec&) const = default;
+};
+
+// Why a worker could not do what it was asked.
+struct WorkerError {
+  ErrorCode code = ErrorCode::internal;
+  std::string message;
+  bool fatal = false;  // the worker's state is lost: it must be replaced
+
+  bool operator==(const WorkerError&) const = default;
+};
+
+// A loaded worker's answer: what the scheduler is built from.
+struct LoadReport {
+  std::int32_t num_kv_blocks = 0;
+  std::int64_t bytes_per_block = 0;
+  std::string device_name;  // "CPU, 2 threads, SIMD AVX3", "CUDA NVIDIA H200 (...)"
+  std::int32_t vocab_size = 0;
+  bool failed = false;  // the model could not be loaded: why is in `error`
+  WorkerError error;
+
+  bool operator==(const LoadReport&) const = default;
+};
+
+// A sequence the worker has not seen (or must see again after a restart): its
+// sampler is made from these.
+struct NewSequence {
+  std::uint64_t id = 0;
+  SamplingParams params;
+  std::vector<TokenId> prompt;
+
+  bool operator==(const NewSequence&) const = default;
+};
+
+// One iteration's work.
+struct StepWork {
+  std::uint64_t step_id = 0;
+  model::StepInput step;
+  std::vector<std::uint64_t> sampled_ids;  // [num_logits] the sequence of each logit row
+  std::vector<NewSequence> new_sequences;
+  std::vector<std::uint64_t> removed;  // ended since the last step: their samplers go
+
+  bool operator==(const StepWork&) const = default;
+};
+
+// One iteration's result: one sampled token per logit row, or an error.
+struct StepOutput {
+  std::uint64_t step_id = 0;
+  std::vector<model::SampledToken> tokens;
+  bool failed = false;
+  WorkerError error;
+  double seconds = 0.0;  // in the worker
+
+  bool operator==(const StepOutput&) const = default;
+};
+
+}  // namespace troupe::engine

@@ -1,0 +1,82 @@
+#include "model/loaded_model.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace troupe::model {
+
+namespace {
+
+// FNV-1a, 64 bits.
+struct Fnv {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  void add(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  }
+  template <typename T>
+  void add_value(const T& value) {
+    add(&value, sizeof(value));
+  }
+};
+
+}  // namespace
+
+std::string file_fingerprint(const GgufFile& file) {
+  Fnv fnv;
+  fnv.add_value(static_cast<std::uint64_t>(file.file_size()));
+  for (const auto& [key, value] : file.metadata()) {
+    fnv.add(key.data(), key.size());
+    fnv.add_value(static_cast<int>(value.type));
+  }
+  for (const auto& t : file.tensors()) {
+    fnv.add(t.name.data(), t.name.size());
+    fnv.add_value(static_cast<int>(t.type));
+    fnv.add(t.dims, sizeof(t.dims));
+    fnv.add_value(t.offset);
+    if (t.data != nullptr) fnv.add(t.data, std::min<std::uint64_t>(t.num_bytes, 64));
+  }
+  char text[40];
+  std::snprintf(text, sizeof(text), "%zu-%016llx", file.file_size(),
+                static_cast<unsigned long long>(fnv.h));
+  return text;
+}
+
+Result<LoadedModel> LoadedModel::open(const std::string& path) {
+  LoadedModel m;
+  m.path = path;
+  TROUPE_TRY(auto file, GgufFile::open(path));
+  m.file = std::make_unique<GgufFile>(std::move(file));
+  TROUPE_TRY(auto tokenizer, Tokenizer::from_gguf(*m.file));
+  m.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
+  TROUPE_TRY(m.config, LlamaConfig::from_gguf(*m.file));
+  if (m.config.vocab_size != static_cast<std::int32_t>(m.tokenizer->size())) {
+    return make_error(ErrorCode::invalid_file,
+                      path + ": the tokenizer has " + std::to_string(m.tokenizer->size()) +
+                          " tokens but the embedding has " + std::to_string(m.config.vocab_size));
+  }
+  if (m.file->find("tokenizer.chat_template") != nullptr) {
+    TROUPE_TRY(const auto chat_template, m.file->get_string("tokenizer.chat_template"));
+    m.chat_template = std::string(chat_template);
+  }
+  return m;
+}
+
+Result<LoadedModel> LoadedModel::open(const std::string& path, std::unique_ptr<Backend> backend) {
+  TROUPE_TRY(auto m, open(path));
+  m.backend = std::move(backend);
+  TROUPE_TRY(auto llama, LlamaModel::load(*m.file, *m.backend));
+  m.model = std::make_unique<LlamaModel>(std::move(llama));
+  return m;
+}
+
+KvCacheShape LoadedModel::kv_cache_shape(std::int32_t num_blocks, std::int32_t block_size) const {
+  return {config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim};
+}
+
+Result<void> LoadedModel::allocate_kv_cache(std::int32_t num_blocks, std::int32_t block_size) {
+  return backend->allocate_kv_cache(kv_cache_shape(num_blocks, block_size));
+}
+
+}  // namespace troupe::model

@@ -1,0 +1,41 @@
+// The one model loader: a GGUF file opened and checked as a whole (its tokenizer,
+// its Llama-family shape, their vocabularies agree, its chat template), and, given
+// a backend, its weights on that backend. The engine opens a model without weights
+// (it needs the tokenizer and the shape); a worker opens it with them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/backend.hpp"
+#include "model/gguf_file.hpp"
+#include "model/llama_config.hpp"
+#include "model/llama_model.hpp"
+#include "model/tokenizer.hpp"
+
+namespace troupe::model {
+
+struct LoadedModel {
+  std::string path;
+  std::unique_ptr<GgufFile> file;  // the mapping the tokenizer and CPU weights view
+  std::unique_ptr<Tokenizer> tokenizer;
+  LlamaConfig config;
+  std::string chat_template;         // tokenizer.chat_template, empty when none
+  std::unique_ptr<Backend> backend;  // with the weights: the backend they live on
+  std::unique_ptr<LlamaModel> model;
+
+  // Opens and checks a model file; no weights are loaded.
+  static Result<LoadedModel> open(const std::string& path);
+  // Opens a model file and loads its weights on `backend`.
+  static Result<LoadedModel> open(const std::string& path, std::unique_ptr<Backend> backend);
+
+  Result<void> allocate_kv_cache(std::int32_t num_blocks, std::int32_t block_size);
+  KvCacheShape kv_cache_shape(std::int32_t num_blocks, std::int32_t block_size) const;
+};
+
+// Names a model file's contents cheaply (its size, shape, metadata and a sample of each
+// tensor's bytes), so that a worker can check that its copy is the engine's.
+std::string file_fingerprint(const GgufFile& file);
+
+}  // namespace troupe::model

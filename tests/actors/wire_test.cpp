@@ -1,0 +1,160 @@
+// Every message of the worker protocol (and the scheduler's) survives CAF's binary
+// serializer unchanged: what a worker on another node would receive.
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <catch2/catch.hpp>
+
+#include "actors/messages.hpp"
+
+using namespace troupe;
+
+namespace {
+
+struct System {
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  System() {
+    actors::add_message_types(config);
+    system = std::make_unique<caf::actor_system>(config);
+  }
+};
+
+template <class T>
+T round_trip(caf::actor_system& system, const T& value) {
+  std::vector<char> bytes;
+  caf::binary_serializer sink{system, bytes};
+  T copy = value;  // inspect() takes a mutable reference
+  REQUIRE(!sink(copy));
+  CHECK(!bytes.empty());
+  T back;
+  caf::binary_deserializer source{system, bytes};
+  REQUIRE(!source(back));
+  return back;
+}
+
+// A message as the actors send it: serialized through its registered type, by name.
+template <class T>
+T message_round_trip(caf::actor_system& system, const T& value) {
+  auto message = caf::make_message(value);
+  std::vector<char> bytes;
+  caf::binary_serializer sink{system, bytes};
+  REQUIRE(!sink(message));
+  caf::message back;
+  caf::binary_deserializer source{system, bytes};
+  REQUIRE(!source(back));
+  REQUIRE(back.match_elements<T>());
+  return back.get_as<T>(0);
+}
+
+SamplingParams unusual_params() {
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 40;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  p.seed = 0xFFFFFFFFFFFFFFFFull;  // all 64 bits
+  p.repetition_penalty = 1.1f;
+  p.presence_penalty = 0.25f;
+  p.frequency_penalty = -0.5f;
+  p.logprobs = 3;
+  p.max_tokens = 1000;
+  p.min_tokens = 2;
+  p.stop_token_ids = {2, 7, 31999};
+  p.ignore_eos = true;
+  return p;
+}
+
+engine::StepWork a_step() {
+  engine::StepWork w;
+  w.step_id = 41;
+  model::append_sequence(w.step, std::vector<TokenId>{5, 6, 7}, 0, std::vector<std::int32_t>{3},
+                         true);
+  model::append_sequence(w.step, std::vector<TokenId>{9}, 17, std::vector<std::int32_t>{0, 8},
+                         true);
+  w.sampled_ids = {11, 12};
+  w.new_sequences.push_back({11, unusual_params(), {5, 6, 7}});
+  w.new_sequences.push_back({12, SamplingParams{}, {1}});
+  w.removed = {3, 4};
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("every worker-protocol message round-trips through CAF's binary serializer",
+          "[actors][wire]") {
+  System s;
+  auto& system = *s.system;
+
+  SECTION("sampling parameters, with and without their optional fields") {
+    const auto p = unusual_params();
+    CHECK(round_trip(system, p) == p);
+    const SamplingParams plain;
+    const auto back = round_trip(system, plain);
+    CHECK(back == plain);
+    CHECK_FALSE(back.seed.has_value());
+    CHECK_FALSE(back.logprobs.has_value());
+    SamplingParams zero_seed;
+    zero_seed.seed = 0;  // present, and zero: not the same as absent
+    CHECK(round_trip(system, zero_seed).seed == std::optional<std::uint64_t>(0));
+  }
+  SECTION("the worker's spec") {
+    engine::WorkerSpec spec;
+    spec.model_path = "/models/llama-3-8b.Q4_K_M.gguf";
+    spec.model_fingerprint = "4920733184-0123456789abcdef";
+    spec.device = engine::WorkerDevice::cuda;
+    spec.num_threads = 6;
+    spec.cuda_graphs = false;
+    spec.block_size = 32;
+    spec.max_model_len = 8192;
+    spec.max_num_seqs = 64;
+    spec.max_num_batched_tokens = 4096;
+    spec.num_kv_blocks = 1234;
+    spec.kv_cache_bytes = std::int64_t{3} << 32;
+    spec.gpu_memory_utilization = 0.85;
+    spec.rank = 1;
+    spec.world_size = 2;
+    CHECK(round_trip(system, spec) == spec);
+    CHECK(message_round_trip(system, spec) == spec);
+  }
+  SECTION("the load report, and a failed one") {
+    engine::LoadReport report;
+    report.num_kv_blocks = 4096;
+    report.bytes_per_block = 131072;
+    report.device_name = "CUDA NVIDIA H200 (9.0, 132 SMs)";
+    report.vocab_size = 128256;
+    CHECK(round_trip(system, report) == report);
+    engine::LoadReport failed;
+    failed.failed = true;
+    failed.error = {ErrorCode::invalid_file, "model.gguf: truncated", true};
+    CHECK(round_trip(system, failed) == failed);
+    CHECK(message_round_trip(system, failed) == failed);
+  }
+  SECTION("a step's work") {
+    const auto work = a_step();
+    CHECK(round_trip(system, work) == work);
+    CHECK(message_round_trip(system, work) == work);
+  }
+  SECTION("a step's output, and a failed one") {
+    engine::StepOutput out;
+    out.step_id = 41;
+    out.tokens.push_back({17, -0.25f, {{17, -0.25f}, {3, -2.5f}}});
+    out.tokens.push_back({kNoToken, 0.0f, {}});
+    out.seconds = 0.0125;
+    CHECK(round_trip(system, out) == out);
+    CHECK(message_round_trip(system, out) == out);
+    engine::StepOutput failed;
+    failed.step_id = 42;
+    failed.failed = true;
+    failed.error = {ErrorCode::out_of_range, "a block id is outside the cache", false};
+    CHECK(round_trip(system, failed) == failed);
+  }
+  SECTION("the engine's numbers") {
+    EngineStats stats;
+    stats.num_running = 3;
+    stats.kv_usage = 0.5;
+    stats.num_preemptions = 7;
+    stats.step_seconds = 1.5;
+    stats.num_kv_blocks = 100;
+    CHECK(round_trip(system, stats) == stats);
+  }
+}

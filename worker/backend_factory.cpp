@@ -1,0 +1,64 @@
+#include "worker/backend_factory.hpp"
+
+#include <algorithm>
+
+#include "cpu/cpu_backend.hpp"
+#ifdef TROUPE_HAVE_CUDA
+#include "gpu/cuda_backend.hpp"
+#endif
+
+namespace troupe::worker {
+
+engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
+                            std::int32_t max_model_len) {
+  engine::WorkerSpec spec;
+  spec.model_path = std::move(model_path);
+  spec.device =
+      config.device == Device::cuda ? engine::WorkerDevice::cuda : engine::WorkerDevice::cpu;
+  spec.num_threads = config.num_threads;
+  spec.cuda_graphs = config.cuda_graphs;
+  spec.block_size = config.block_size;
+  spec.max_model_len = max_model_len;
+  spec.max_num_seqs = config.max_num_seqs;
+  spec.max_num_batched_tokens = config.max_num_batched_tokens;
+  spec.num_kv_blocks = config.num_kv_blocks;
+  spec.kv_cache_bytes = config.kv_cache_bytes;
+  spec.gpu_memory_utilization = config.gpu_memory_utilization;
+  return spec;
+}
+
+Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& spec) {
+  if (spec.device == engine::WorkerDevice::cpu) {
+    return std::make_unique<cpu::CpuBackend>(spec.num_threads);
+  }
+#ifdef TROUPE_HAVE_CUDA
+  gpu::CudaBackendOptions options;
+  options.cuda_graphs = spec.cuda_graphs;
+  options.max_graph_batch = std::min(spec.max_num_seqs, 256);
+  options.max_model_len = spec.max_model_len;
+  TROUPE_TRY(auto backend, gpu::CudaBackend::create(options));
+  return std::unique_ptr<model::Backend>(std::move(backend));
+#else
+  return make_error(ErrorCode::unsupported,
+                    "this troupe was built without CUDA (no nvcc when it was configured)");
+#endif
+}
+
+Result<void> check_model(const engine::WorkerSpec& spec, const model::LlamaConfig& config) {
+#ifdef TROUPE_HAVE_CUDA
+  if (spec.device == engine::WorkerDevice::cuda) {
+    return gpu::CudaBackend::check_heads(config.num_heads, config.num_kv_heads, config.head_dim);
+  }
+#endif
+  (void)spec, (void)config;
+  return {};
+}
+
+Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec) {
+  TROUPE_TRY(auto backend, make_backend(spec));
+  TROUPE_TRY(auto m, model::LoadedModel::open(spec.model_path, std::move(backend)));
+  TROUPE_TRY_VOID(check_model(spec, m.config));
+  return m;
+}
+
+}  // namespace troupe::worker

@@ -1,0 +1,67 @@
+#include "worker/batch_generator.hpp"
+
+#include <algorithm>
+
+#include "engine/engine_core.hpp"
+#include "worker/worker.hpp"
+
+namespace troupe::worker {
+
+Result<std::vector<GenerationResult>> BatchGenerator::run(
+    const std::vector<GenerationRequest>& requests, std::int32_t prefill_chunk) {
+  const model::KvCacheShape& cache = model_.backend().kv_cache_shape();
+  const std::int32_t context = model_.config().context_length;
+  const auto n = static_cast<std::int32_t>(requests.size());
+  std::int64_t prompt_tokens = 0;
+  for (const auto& r : requests) {
+    if (r.prompt.empty()) return make_error(ErrorCode::invalid_argument, "a prompt is empty");
+    const auto length = static_cast<std::int64_t>(r.prompt.size()) + r.params.max_tokens;
+    if (length > context) {
+      return make_error(ErrorCode::out_of_range,
+                        "prompt of " + std::to_string(r.prompt.size()) +
+                            " tokens plus max_tokens " + std::to_string(r.params.max_tokens) +
+                            " exceeds the context length of " + std::to_string(context));
+    }
+    prompt_tokens += static_cast<std::int64_t>(r.prompt.size());
+  }
+  std::vector<GenerationResult> results(requests.size());
+  if (requests.empty()) return results;
+
+  // Every sequence runs at once; a step takes each one's next prompt chunk, or one token.
+  engine::SchedulerConfig config;
+  config.num_blocks = cache.num_blocks;
+  config.block_size = cache.block_size;
+  config.max_model_len = context;
+  config.max_num_seqs = n;
+  config.max_num_batched_tokens =
+      static_cast<std::int32_t>(prefill_chunk > 0 ? std::int64_t{prefill_chunk} * n
+                                                  : std::max<std::int64_t>(prompt_tokens, n));
+  config.enable_prefix_caching = false;
+  engine::EngineCore core(config, end_of_generation_);
+  model::ModelRunner runner(model_, end_of_generation_);
+  runner.set_logits_observer([&results](std::uint64_t id, std::span<const float> logits) {
+    auto& first = results[id].first_logits;
+    if (first.empty()) first.assign(logits.begin(), logits.end());
+  });
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    TROUPE_TRY_VOID(core.add({i, requests[i].prompt, requests[i].params, 0, {}}));
+  }
+  while (core.has_work()) {
+    auto work = core.next_step();
+    if (!work) {
+      return make_error(ErrorCode::out_of_range, "the KV cache of " +
+                                                     std::to_string(cache.num_blocks) +
+                                                     " blocks cannot run these sequences");
+    }
+    const engine::StepOutput output = run_step(runner, *work);
+    if (output.failed) return make_error(output.error.code, output.error.message);
+    for (const auto& update : core.apply(output).updates) {
+      GenerationResult& result = results[update.id];
+      if (update.token.id != kNoToken) result.output.push_back(update.token.id);
+      if (update.finish_reason != FinishReason::none) result.finish_reason = update.finish_reason;
+    }
+  }
+  return results;
+}
+
+}  // namespace troupe::worker

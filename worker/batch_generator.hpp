@@ -1,0 +1,41 @@
+// Runs a fixed set of sequences to completion on one local model, through the
+// engine's own step loop (engine::EngineCore) and worker step: the driver of the
+// golden tests, which need neither actors nor a server. It also keeps each
+// sequence's logits at its first generated position, for comparing with llama.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/llama_model.hpp"
+#include "troupe/sampling.hpp"
+
+namespace troupe::worker {
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;
+  SamplingParams params;
+};
+
+struct GenerationResult {
+  std::vector<TokenId> output;
+  FinishReason finish_reason = FinishReason::none;
+  std::vector<float> first_logits;  // [vocab] logits at the first generated position
+};
+
+class BatchGenerator {
+ public:
+  // The model's KV cache must be allocated; its blocks are the scheduler's pool.
+  BatchGenerator(model::LlamaModel& model, std::vector<TokenId> end_of_generation)
+      : model_(model), end_of_generation_(std::move(end_of_generation)) {}
+
+  // prefill_chunk: most prompt tokens per sequence per step (0: whole prompts).
+  Result<std::vector<GenerationResult>> run(const std::vector<GenerationRequest>& requests,
+                                            std::int32_t prefill_chunk = 0);
+
+ private:
+  model::LlamaModel& model_;
+  std::vector<TokenId> end_of_generation_;
+};
+
+}  // namespace troupe::worker

@@ -1,0 +1,120 @@
+#include "worker/worker.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <exception>
+
+#include "worker/backend_factory.hpp"
+
+namespace troupe::worker {
+
+Result<std::int32_t> kv_blocks_for_budget(const engine::WorkerSpec& spec, std::int64_t block_bytes,
+                                          std::optional<std::int64_t> free_bytes) {
+  std::int64_t blocks = spec.num_kv_blocks;
+  if (blocks <= 0 && block_bytes > 0) {
+    if (free_bytes) {
+      if (!(spec.gpu_memory_utilization > 0.0 && spec.gpu_memory_utilization <= 1.0)) {
+        return make_error(ErrorCode::invalid_argument, "gpu_memory_utilization must be in (0, 1]");
+      }
+      const double budget = static_cast<double>(*free_bytes) * spec.gpu_memory_utilization;
+      blocks = static_cast<std::int64_t>(std::floor(budget / static_cast<double>(block_bytes)));
+      if (blocks <= 0) {
+        return make_error(ErrorCode::out_of_range,
+                          "no GPU memory is left for the KV cache after the weights (" +
+                              std::to_string(*free_bytes) + " bytes free)");
+      }
+    } else {
+      blocks = spec.kv_cache_bytes / block_bytes;
+    }
+  }
+  const std::int64_t needed = (spec.max_model_len + spec.block_size - 1) / spec.block_size;
+  if (blocks < needed) {
+    return make_error(ErrorCode::out_of_range,
+                      "the KV cache of " + std::to_string(blocks) + " blocks of " +
+                          std::to_string(spec.block_size) + " tokens cannot hold one sequence of " +
+                          std::to_string(spec.max_model_len) +
+                          " tokens: give it more memory or lower max_model_len");
+  }
+  return static_cast<std::int32_t>(std::min<std::int64_t>(blocks, 1 << 30));
+}
+
+engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work) {
+  engine::StepOutput out;
+  out.step_id = work.step_id;
+  auto fail = [&out](Error error) {
+    out.failed = true;
+    out.error = {error.code, std::move(error.message), false};
+    return out;
+  };
+  for (std::uint64_t id : work.removed) runner.remove_sequence(id);
+  for (const auto& s : work.new_sequences) {
+    if (auto added = runner.add_sequence(s.id, s.params, s.prompt); !added) {
+      return fail(added.error());
+    }
+  }
+  auto tokens = runner.execute(work.step, work.sampled_ids);
+  if (!tokens) return fail(tokens.error());
+  out.tokens = std::move(*tokens);
+  return out;
+}
+
+Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec) {
+  if (spec.block_size <= 0 || spec.max_num_seqs <= 0 || spec.max_num_batched_tokens <= 0 ||
+      spec.max_model_len <= 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "block_size, max_num_seqs, max_num_batched_tokens and max_model_len must "
+                      "be positive");
+  }
+  std::unique_ptr<Worker> w(new Worker());
+  TROUPE_TRY(w->model_, open_model(spec));
+  const std::string fingerprint = model::file_fingerprint(*w->model_.file);
+  if (!spec.model_fingerprint.empty() && spec.model_fingerprint != fingerprint) {
+    return make_error(ErrorCode::invalid_file,
+                      spec.model_path + " is not the engine's model file (fingerprint " +
+                          fingerprint + ", expected " + spec.model_fingerprint + ")");
+  }
+  auto& llama = *w->model_.model;
+  auto& backend = *w->model_.backend;
+  // Activations first (a step holds at most max_num_batched_tokens tokens, a decode batch
+  // padded to its graph's size at most max_num_seqs), then the KV pool from what is left.
+  TROUPE_TRY_VOID(
+      llama.prepare(std::max(spec.max_num_batched_tokens, spec.max_num_seqs), spec.max_num_seqs));
+  const auto shape = w->model_.kv_cache_shape(0, spec.block_size);
+  const std::int64_t block_bytes = backend.kv_block_bytes(shape);
+  std::optional<std::int64_t> free_bytes;
+  if (spec.device == engine::WorkerDevice::cuda && spec.num_kv_blocks <= 0) {
+    TROUPE_TRY(free_bytes, backend.free_memory_bytes());
+  }
+  TROUPE_TRY(const std::int32_t num_blocks, kv_blocks_for_budget(spec, block_bytes, free_bytes));
+  TROUPE_TRY_VOID(w->model_.allocate_kv_cache(num_blocks, spec.block_size));
+  w->runner_ = std::make_unique<model::ModelRunner>(
+      llama, w->model_.tokenizer->vocabulary().end_of_generation);
+  w->report_.num_kv_blocks = num_blocks;
+  w->report_.bytes_per_block = block_bytes;
+  w->report_.device_name = backend.describe();
+  w->report_.vocab_size = w->model_.config.vocab_size;
+  return w;
+}
+
+engine::StepOutput Worker::step(const engine::StepWork& work) {
+  const auto start = std::chrono::steady_clock::now();
+  engine::StepOutput out;
+  // A throwing step leaves the backend in an unknown state: the worker must go.
+  try {
+    if (before_step_) before_step_();
+    out = run_step(*runner_, work);
+  } catch (const std::exception& e) {
+    out = {};
+    out.failed = true;
+    out.error = {ErrorCode::internal, std::string("the step failed: ") + e.what(), true};
+  } catch (...) {
+    out = {};
+    out.failed = true;
+    out.error = {ErrorCode::internal, "the step failed with an unknown exception", true};
+  }
+  out.step_id = work.step_id;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace troupe::worker

@@ -1,0 +1,49 @@
+// A worker: one model on one device with its KV cache, running the engine's steps.
+// It speaks only the worker protocol (engine/worker_protocol.hpp): a spec in, a load
+// report out; a step's work in, its output out. The worker actor is a thin shell
+// around it; BatchGenerator and the GPU benchmark drive one directly.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "engine/worker_protocol.hpp"
+#include "model/loaded_model.hpp"
+#include "model/model_runner.hpp"
+
+namespace troupe::worker {
+
+// Turns a spec's KV budget into blocks of `block_bytes`: num_kv_blocks when set, else
+// the bytes available (`free_bytes` scaled by gpu_memory_utilization on a GPU, else
+// kv_cache_bytes). The pool must hold one whole sequence of max_model_len tokens.
+Result<std::int32_t> kv_blocks_for_budget(const engine::WorkerSpec& spec, std::int64_t block_bytes,
+                                          std::optional<std::int64_t> free_bytes);
+
+// One step on a runner: samplers for new sequences, the forward pass, sampling. Errors
+// are in the output; an exception is not caught here.
+engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work);
+
+class Worker {
+ public:
+  // Opens the model on the spec's device, checks it is the engine's file, prepares
+  // activations for the spec's batch limits and sizes and allocates the KV cache.
+  static Result<std::unique_ptr<Worker>> load(const engine::WorkerSpec& spec);
+
+  const engine::LoadReport& report() const { return report_; }
+  // Runs one step. A failure is in the output; one that loses the worker's state (an
+  // exception) is marked fatal, and the worker must be replaced.
+  engine::StepOutput step(const engine::StepWork& work);
+
+  // Tests only: called before every step (one that throws fails it as an exception would).
+  void set_before_step(std::function<void()> hook) { before_step_ = std::move(hook); }
+
+ private:
+  Worker() = default;
+
+  model::LoadedModel model_;
+  std::unique_ptr<model::ModelRunner> runner_;
+  engine::LoadReport report_;
+  std::function<void()> before_step_;
+};
+
+}  // namespace troupe::worker
