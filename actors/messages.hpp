@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/wire.hpp"
+#include "engine/engine_core.hpp"
 #include "engine/worker_protocol.hpp"
 #include "troupe/engine.hpp"
 
@@ -29,16 +30,8 @@ using worker_actor = caf::typed_actor<
     // Runs one step: forward pass and sampling; answers the sampled tokens.
     caf::replies_to<step_atom, engine::StepWork>::with<engine::StepOutput>>;
 
-// What the scheduler tells a request actor: a token, or the end without one.
-struct TokenUpdate {
-  TokenId token = kNoToken;
-  float logprob = 0.0f;
-  std::vector<TokenLogprobEntry> top_logprobs;
-  FinishReason finish_reason = FinishReason::none;
-  std::string error;
-  std::int32_t num_cached_tokens = 0;
-  std::chrono::steady_clock::time_point first_scheduled;  // the sequence's first step
-};
+// What the scheduler tells a request actor: a token, its end, or both.
+using TokenUpdate = engine::RequestEvent;
 
 // One per request: turns tokens into text events for its caller.
 using request_actor = caf::typed_actor<
@@ -63,12 +56,6 @@ using scheduler_actor = caf::typed_actor<
     caf::reacts_to<abort_atom, RequestId, FinishReason>,
     // The engine's numbers.
     caf::replies_to<stats_atom>::with<EngineStats>>;
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TokenUpdate& x) {
-  return f(caf::meta::type_name("troupe.TokenUpdate"), x.token, x.logprob, x.top_logprobs,
-           x.finish_reason, x.error, x.num_cached_tokens, x.first_scheduled);
-}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {

@@ -70,7 +70,7 @@ void on_token(Self self, TokenUpdate& update) {
   }
   TokenEvent event;
   event.request_id = state.id;
-  if (update.token != kNoToken) {
+  if (update.token.id != kNoToken) {
     const auto now = std::chrono::steady_clock::now();
     if (state.num_generated == 0) {
       state.first_token = now;
@@ -80,10 +80,12 @@ void on_token(Self self, TokenUpdate& update) {
     }
     state.last_token = now;
     ++state.num_generated;
-    event.token = update.token;
-    event.logprob = update.logprob;
-    event.top_logprobs = std::move(update.top_logprobs);
-    event.text = state.stop->push(state.detokenizer->push(update.token));
+    event.token = update.token.id;
+    event.logprob = update.token.logprob;
+    for (const auto& top : update.token.top_logprobs) {
+      event.top_logprobs.push_back({top.id, top.logprob});
+    }
+    event.text = state.stop->push(state.detokenizer->push(update.token.id));
     if (state.stop->stopped()) {
       // A stop string: the sequence ends here, whatever the scheduler planned.
       self->send(state.scheduler, abort_atom::value, state.id, FinishReason::stop);

@@ -9,22 +9,9 @@ namespace troupe::actors {
 namespace {
 
 using Self = scheduler_actor::stateful_pointer<SchedulerState>;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 void deliver(Self self, engine::RequestUpdate& u) {
-  TokenUpdate t;
-  t.token = u.token.id;
-  t.logprob = u.token.logprob;
-  for (const auto& top : u.token.top_logprobs) t.top_logprobs.push_back({top.id, top.logprob});
-  t.finish_reason = u.finish_reason;
-  t.error = std::move(u.error);
-  t.num_cached_tokens = u.num_cached_tokens;
-  t.first_scheduled = u.first_scheduled;
-  self->send(std::any_cast<const request_actor&>(u.reply_to), token_atom::value, std::move(t));
+  self->send(std::any_cast<const request_actor&>(u.reply_to), token_atom::value,
+             static_cast<engine::RequestEvent&&>(std::move(u)));
 }
 
 void deliver_all(Self self, std::vector<engine::RequestUpdate>& updates) {
@@ -34,20 +21,11 @@ void deliver_all(Self self, std::vector<engine::RequestUpdate>& updates) {
 void record_metrics(Self self, const engine::AppliedStep& step) {
   auto& state = self->state;
   if (!state.metrics) return;
-  auto& m = *state.metrics;
-  const auto& scheduler = state.core->scheduler();
-  const auto& kv = scheduler.kv_cache();
-  m.observe_iteration(step.worker_seconds, step.num_tokens);
-  m.add_tokens(step.num_tokens - step.num_decodes, static_cast<std::int64_t>(step.updates.size()));
-  m.set_queue(static_cast<std::int64_t>(scheduler.num_running()),
-              static_cast<std::int64_t>(scheduler.num_waiting()), kv.usage());
-  m.add_preemptions(scheduler.num_preemptions() - state.reported_preemptions);
-  state.reported_preemptions = scheduler.num_preemptions();
-  const auto& prefix = kv.prefix_stats();
-  m.add_prefix_cache(prefix.num_queried_tokens - state.reported_queried,
-                     prefix.num_hit_tokens - state.reported_hits);
-  state.reported_queried = prefix.num_queried_tokens;
-  state.reported_hits = prefix.num_hit_tokens;
+  const EngineStats s = state.core->stats();
+  state.metrics->record_iteration(
+      {step.worker_seconds, step.num_tokens, step.num_tokens - step.num_decodes,
+       static_cast<std::int64_t>(step.updates.size()), s.num_running, s.num_waiting, s.kv_usage,
+       s.num_preemptions, s.prefix_queried_tokens, s.prefix_hit_tokens});
 }
 
 void maybe_step(Self self);
@@ -77,13 +55,9 @@ void replace_worker(Self self) {
 }
 
 void on_output(Self self, const engine::StepOutput& output) {
-  auto& state = self->state;
-  const auto start = Clock::now();
-  state.stats.step_seconds += output.seconds;
-  auto applied = state.core->apply(output);
+  auto applied = self->state.core->apply(output);
   deliver_all(self, applied.updates);
   if (!output.failed) record_metrics(self, applied);
-  state.stats.schedule_seconds += seconds_since(start);
   if (applied.worker_lost) replace_worker(self);
   maybe_step(self);
 }
@@ -92,42 +66,16 @@ void on_output(Self self, const engine::StepOutput& output) {
 void maybe_step(Self self) {
   auto& state = self->state;
   if (!state.worker_ready) return;
-  const auto start = Clock::now();
   auto work = state.core->next_step();
-  state.stats.schedule_seconds += seconds_since(start);
   if (!work) return;
   const std::uint64_t step_id = work->step_id;
   self->request(state.worker, caf::infinite, step_atom::value, std::move(*work))
       .then([self](const engine::StepOutput& output) { on_output(self, output); },
             [self, step_id](const caf::error& err) {
               // The worker died under the step: its requests fail, a new worker takes over.
-              engine::StepOutput output;
-              output.step_id = step_id;
-              output.failed = true;
-              output.error = {ErrorCode::internal,
-                              "the worker stopped: " + self->system().render(err), true};
-              on_output(self, output);
+              const std::string why = "the worker stopped: " + self->system().render(err);
+              on_output(self, engine::failed_step(step_id, {ErrorCode::internal, why, true}));
             });
-}
-
-EngineStats stats_of(const SchedulerState& state) {
-  const auto& scheduler = state.core->scheduler();
-  const auto& counters = state.core->counters();
-  EngineStats s = state.stats;
-  s.num_running = static_cast<std::int32_t>(scheduler.num_running());
-  s.num_waiting = static_cast<std::int32_t>(scheduler.num_waiting());
-  s.kv_usage = scheduler.kv_cache().usage();
-  s.peak_kv_usage = counters.peak_kv_usage;
-  s.num_preemptions = scheduler.num_preemptions();
-  s.prefix_queried_tokens = scheduler.kv_cache().prefix_stats().num_queried_tokens;
-  s.prefix_hit_tokens = scheduler.kv_cache().prefix_stats().num_hit_tokens;
-  s.num_steps = counters.num_steps;
-  s.num_step_tokens = counters.num_step_tokens;
-  s.num_step_sequences = counters.num_step_sequences;
-  s.num_worker_restarts = counters.num_worker_restarts;
-  s.num_kv_blocks = scheduler.config().num_blocks;
-  s.block_size = scheduler.config().block_size;
-  return s;
 }
 
 }  // namespace
@@ -168,7 +116,7 @@ scheduler_actor::behavior_type scheduler(scheduler_actor::stateful_pointer<Sched
         // Blocks are free before the next step is planned.
         if (auto update = self->state.core->cancel(id, reason)) deliver(self, *update);
       },
-      [self](stats_atom) -> EngineStats { return stats_of(self->state); },
+      [self](stats_atom) -> EngineStats { return self->state.core->stats(); },
   };
 }
 

@@ -19,10 +19,9 @@ struct SchedulerState {
   engine::WorkerSpec spec;            // for a replacement worker
   std::function<void()> before_step;  // tests only: handed to every worker
   bool worker_ready = true;           // false while a replacement loads
-  EngineStats stats;
+  double step_seconds = 0.0;          // in the worker
+  double schedule_seconds = 0.0;      // in the loop's own logic
   std::shared_ptr<monitoring::Metrics> metrics;
-  std::int64_t reported_preemptions = 0;  // what the metrics have seen already
-  std::int64_t reported_queried = 0, reported_hits = 0;
   static inline const char* name = "troupe.scheduler";
 };
 

@@ -7,7 +7,7 @@ void add_message_types(caf::actor_system_config& config) {
       .add_message_type<engine::LoadReport>("troupe.LoadReport")
       .add_message_type<engine::StepWork>("troupe.StepWork")
       .add_message_type<engine::StepOutput>("troupe.StepOutput")
-      .add_message_type<TokenUpdate>("troupe.TokenUpdate")
+      .add_message_type<engine::RequestEvent>("troupe.RequestEvent")
       .add_message_type<Submission>("troupe.Submission")
       .add_message_type<EngineStats>("troupe.EngineStats");
 }

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <optional>
 
+#include "engine/engine_core.hpp"
 #include "engine/worker_protocol.hpp"
 #include "troupe/engine.hpp"
 
@@ -106,6 +107,12 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepWork& x) {
   return f(caf::meta::type_name("troupe.StepWork"), x.step_id, x.step, x.sampled_ids,
            x.new_sequences, x.removed);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RequestEvent& x) {
+  return f(caf::meta::type_name("troupe.RequestEvent"), x.id, x.token, x.finish_reason, x.error,
+           x.num_cached_tokens, x.first_scheduled);
 }
 
 template <class Inspector>

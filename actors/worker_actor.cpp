@@ -21,11 +21,8 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       },
       [self](step_atom, const engine::StepWork& work) -> engine::StepOutput {
         if (!self->state.worker) {
-          engine::StepOutput out;
-          out.step_id = work.step_id;
-          out.failed = true;
-          out.error = {ErrorCode::internal, "the worker has no model loaded", true};
-          return out;
+          return engine::failed_step(work.step_id,
+                                     {ErrorCode::internal, "the worker has no model loaded", true});
         }
         return self->state.worker->step(work);
       },

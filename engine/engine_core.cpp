@@ -56,8 +56,22 @@ std::vector<RequestUpdate> EngineCore::end_all(FinishReason reason, const std::s
   return updates;
 }
 
+namespace {
+
+// Adds the time until it goes out of scope to `total`.
+struct Timed {
+  double& total;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~Timed() {
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
+}  // namespace
+
 std::optional<StepWork> EngineCore::next_step() {
   if (in_flight_ || !scheduler_.has_unfinished()) return std::nullopt;
+  const Timed timed{counters_.schedule_seconds};
   InFlight flight;
   flight.plan = scheduler_.schedule();
   if (flight.plan.chunks.empty()) return std::nullopt;
@@ -99,6 +113,8 @@ AppliedStep EngineCore::fail_step(const InFlight& step, const WorkerError& error
 
 AppliedStep EngineCore::apply(const StepOutput& output) {
   TROUPE_ASSERT(in_flight_.has_value(), "a step output with no step in flight");
+  const Timed timed{counters_.schedule_seconds};
+  counters_.step_seconds += output.seconds;
   const InFlight step = std::move(*in_flight_);
   in_flight_.reset();
   AppliedStep applied;
@@ -143,6 +159,27 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
   applied.num_decodes = step.plan.num_decodes;
   applied.worker_seconds = output.seconds;
   return applied;
+}
+
+EngineStats EngineCore::stats() const {
+  EngineStats s;
+  const auto& kv = scheduler_.kv_cache();
+  s.num_running = static_cast<std::int32_t>(scheduler_.num_running());
+  s.num_waiting = static_cast<std::int32_t>(scheduler_.num_waiting());
+  s.kv_usage = kv.usage();
+  s.peak_kv_usage = counters_.peak_kv_usage;
+  s.num_preemptions = scheduler_.num_preemptions();
+  s.prefix_queried_tokens = kv.prefix_stats().num_queried_tokens;
+  s.prefix_hit_tokens = kv.prefix_stats().num_hit_tokens;
+  s.num_steps = counters_.num_steps;
+  s.num_step_tokens = counters_.num_step_tokens;
+  s.num_step_sequences = counters_.num_step_sequences;
+  s.num_worker_restarts = counters_.num_worker_restarts;
+  s.step_seconds = counters_.step_seconds;
+  s.schedule_seconds = counters_.schedule_seconds;
+  s.num_kv_blocks = scheduler_.config().num_blocks;
+  s.block_size = scheduler_.config().block_size;
+  return s;
 }
 
 void EngineCore::reset_worker() {

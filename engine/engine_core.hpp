@@ -15,6 +15,7 @@
 
 #include "engine/scheduler.hpp"
 #include "engine/worker_protocol.hpp"
+#include "troupe/engine.hpp"
 
 namespace troupe::engine {
 
@@ -26,15 +27,20 @@ struct CoreRequest {
   std::any reply_to;  // the driver's handle for whoever hears of this request
 };
 
-// What happened to one request in a step (or when it was cancelled).
-struct RequestUpdate {
+// What happened to one request in a step (or when it was cancelled): what the one
+// who listens for the request hears. A plain value (it may cross to another process).
+struct RequestEvent {
   SeqId id = 0;
-  std::any reply_to;
-  model::SampledToken token;  // token.id is kNoToken when the update carries none
+  model::SampledToken token;  // token.id is kNoToken when the event carries none
   FinishReason finish_reason = FinishReason::none;
   std::string error;
   std::int32_t num_cached_tokens = 0;                     // prompt tokens the prefix cache served
   std::chrono::steady_clock::time_point first_scheduled;  // its first step
+};
+
+// An event with the driver's handle for its listener.
+struct RequestUpdate : RequestEvent {
+  std::any reply_to;
 };
 
 struct AppliedStep {
@@ -51,6 +57,8 @@ struct CoreCounters {
   std::int64_t num_step_sequences = 0;
   double peak_kv_usage = 0.0;
   std::int64_t num_worker_restarts = 0;
+  double step_seconds = 0.0;      // in the worker, as it reported
+  double schedule_seconds = 0.0;  // in next_step() and apply()
 };
 
 class EngineCore {
@@ -79,6 +87,8 @@ class EngineCore {
   std::size_t num_requests() const { return requests_.size(); }
   const Scheduler& scheduler() const { return scheduler_; }
   const CoreCounters& counters() const { return counters_; }
+  // The engine's numbers as far as the loop knows them (all but the live actors).
+  EngineStats stats() const;
 
  private:
   struct LiveRequest {

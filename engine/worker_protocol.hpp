@@ -92,4 +92,13 @@ struct StepOutput {
   bool operator==(const StepOutput&) const = default;
 };
 
+// The output of a step that failed.
+inline StepOutput failed_step(std::uint64_t step_id, WorkerError error) {
+  StepOutput out;
+  out.step_id = step_id;
+  out.failed = true;
+  out.error = std::move(error);
+  return out;
+}
+
 }  // namespace troupe::engine

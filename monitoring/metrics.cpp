@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <atomic>
 #include <sstream>
 
 namespace troupe::monitoring {
@@ -36,6 +37,8 @@ p::Histogram& histogram(p::Registry& r, const char* name, const char* help,
 
 struct Metrics::Impl {
   std::shared_ptr<p::Registry> registry = std::make_shared<p::Registry>();
+  // The engine totals the counters have taken in so far.
+  std::atomic<std::int64_t> reported_preemptions{0}, reported_queried{0}, reported_hits{0};
   p::Gauge& running =
       gauge(*registry, "troupe_num_requests_running", "Requests running (holding KV blocks)");
   p::Gauge& waiting =
@@ -108,29 +111,22 @@ std::string Metrics::serialize() const {
   return out.str();
 }
 
-void Metrics::observe_iteration(double seconds, std::int64_t num_tokens) {
-  impl_->iteration.Observe(seconds);
-  impl_->iteration_tokens.Observe(static_cast<double>(num_tokens));
-}
-
-void Metrics::set_queue(std::int64_t num_running, std::int64_t num_waiting, double kv_usage) {
-  impl_->running.Set(static_cast<double>(num_running));
-  impl_->waiting.Set(static_cast<double>(num_waiting));
-  impl_->kv_usage.Set(kv_usage);
-}
-
-void Metrics::add_tokens(std::int64_t num_prompt, std::int64_t num_generated) {
-  if (num_prompt > 0) impl_->prompt_tokens.Increment(static_cast<double>(num_prompt));
-  if (num_generated > 0) impl_->generation_tokens.Increment(static_cast<double>(num_generated));
-}
-
-void Metrics::add_preemptions(std::int64_t n) {
-  if (n > 0) impl_->preemptions.Increment(static_cast<double>(n));
-}
-
-void Metrics::add_prefix_cache(std::int64_t queried_tokens, std::int64_t hit_tokens) {
-  if (queried_tokens > 0) impl_->prefix_queries.Increment(static_cast<double>(queried_tokens));
-  if (hit_tokens > 0) impl_->prefix_hits.Increment(static_cast<double>(hit_tokens));
+void Metrics::record_iteration(const Iteration& it) {
+  auto& m = *impl_;
+  m.iteration.Observe(it.seconds);
+  m.iteration_tokens.Observe(static_cast<double>(it.num_tokens));
+  m.running.Set(static_cast<double>(it.num_running));
+  m.waiting.Set(static_cast<double>(it.num_waiting));
+  m.kv_usage.Set(it.kv_usage);
+  auto add = [](p::Counter& counter, std::int64_t n) {
+    if (n > 0) counter.Increment(static_cast<double>(n));
+  };
+  add(m.prompt_tokens, it.num_prompt_tokens);
+  add(m.generation_tokens, it.num_generated);
+  add(m.preemptions, it.preemptions_total - m.reported_preemptions.exchange(it.preemptions_total));
+  add(m.prefix_queries,
+      it.prefix_queried_total - m.reported_queried.exchange(it.prefix_queried_total));
+  add(m.prefix_hits, it.prefix_hits_total - m.reported_hits.exchange(it.prefix_hits_total));
 }
 
 void Metrics::observe_queue_time(double seconds) {

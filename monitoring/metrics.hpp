@@ -21,11 +21,21 @@ class Metrics {
   std::string serialize() const;
 
   // --- one model iteration (the scheduler actor) ---
-  void observe_iteration(double seconds, std::int64_t num_tokens);
-  void set_queue(std::int64_t num_running, std::int64_t num_waiting, double kv_usage);
-  void add_tokens(std::int64_t num_prompt, std::int64_t num_generated);
-  void add_preemptions(std::int64_t n);
-  void add_prefix_cache(std::int64_t queried_tokens, std::int64_t hit_tokens);
+  struct Iteration {
+    double seconds = 0.0;  // in the worker
+    std::int64_t num_tokens = 0;
+    std::int64_t num_prompt_tokens = 0;
+    std::int64_t num_generated = 0;
+    std::int64_t num_running = 0;
+    std::int64_t num_waiting = 0;
+    double kv_usage = 0.0;
+    // The engine's totals since it started: the counters move by what is new since the
+    // last iteration recorded.
+    std::int64_t preemptions_total = 0;
+    std::int64_t prefix_queried_total = 0;
+    std::int64_t prefix_hits_total = 0;
+  };
+  void record_iteration(const Iteration& iteration);
   void observe_queue_time(double seconds);
 
   // --- one request (its actor, when it ends) ---

@@ -39,12 +39,8 @@ Result<std::int32_t> kv_blocks_for_budget(const engine::WorkerSpec& spec, std::i
 }
 
 engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work) {
-  engine::StepOutput out;
-  out.step_id = work.step_id;
-  auto fail = [&out](Error error) {
-    out.failed = true;
-    out.error = {error.code, std::move(error.message), false};
-    return out;
+  auto fail = [&work](Error error) {
+    return engine::failed_step(work.step_id, {error.code, std::move(error.message), false});
   };
   for (std::uint64_t id : work.removed) runner.remove_sequence(id);
   for (const auto& s : work.new_sequences) {
@@ -54,6 +50,8 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   }
   auto tokens = runner.execute(work.step, work.sampled_ids);
   if (!tokens) return fail(tokens.error());
+  engine::StepOutput out;
+  out.step_id = work.step_id;
   out.tokens = std::move(*tokens);
   return out;
 }
@@ -104,15 +102,12 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
     if (before_step_) before_step_();
     out = run_step(*runner_, work);
   } catch (const std::exception& e) {
-    out = {};
-    out.failed = true;
-    out.error = {ErrorCode::internal, std::string("the step failed: ") + e.what(), true};
+    out = engine::failed_step(
+        work.step_id, {ErrorCode::internal, std::string("the step failed: ") + e.what(), true});
   } catch (...) {
-    out = {};
-    out.failed = true;
-    out.error = {ErrorCode::internal, "the step failed with an unknown exception", true};
+    out = engine::failed_step(
+        work.step_id, {ErrorCode::internal, "the step failed with an unknown exception", true});
   }
-  out.step_id = work.step_id;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
