@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "actors/engine_hooks.hpp"
 #include "actors/messages.hpp"
 #include "actors/request_actor.hpp"
 #include "actors/scheduler_actor.hpp"
@@ -79,6 +80,11 @@ Engine::~Engine() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  return create(config, EngineHooks{});
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
+                                               const EngineHooks& hooks) {
   if (config.model_path.empty()) {
     return make_error(ErrorCode::invalid_argument, "no model path given");
   }
@@ -107,7 +113,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   impl->actor_config.set("scheduler.policy", caf::atom("sharing"));
   actors::add_message_types(impl->actor_config);
   impl->system = std::make_unique<caf::actor_system>(impl->actor_config);
-  auto worker = impl->system->spawn<caf::detached>(actors::worker, config.before_step);
+  auto worker = impl->system->spawn<caf::detached>(actors::worker, hooks.before_step);
   auto report = load_worker(*impl->system, worker, spec);
   if (!report) {
     caf::anon_send_exit(worker, caf::exit_reason::kill);
@@ -117,7 +123,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   impl->scheduler = impl->system->spawn(
       actors::scheduler, scheduler_config(config, impl->max_model_len, report->num_kv_blocks),
       impl->tokenizer->vocabulary().end_of_generation, std::move(worker), std::move(spec),
-      config.before_step, config.metrics);
+      hooks.before_step, config.metrics);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

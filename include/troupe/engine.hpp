@@ -26,6 +26,8 @@ class Metrics;
 
 using RequestId = std::uint64_t;
 
+struct EngineHooks;  // tests only: actors/engine_hooks.hpp
+
 enum class BatchingPolicy { fcfs, priority };
 enum class BatchingMode { continuous, static_batch };
 enum class Device { cpu, cuda };
@@ -47,9 +49,6 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   BatchingPolicy policy = BatchingPolicy::fcfs;
   BatchingMode mode = BatchingMode::continuous;
-  // Called by the worker before every step; a test makes it throw to check that a
-  // failing step ends its requests with an error and the engine keeps serving.
-  std::function<void()> before_step;
   // Requests without a seed of their own get one derived from this and their id,
   // so that a whole run repeats (vLLM's --seed). Unset: unseeded requests are random.
   std::optional<std::uint64_t> seed;
@@ -116,6 +115,9 @@ class Engine {
  public:
   // Loads the model and starts the actors.
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  // Tests only: the same, with hooks into the worker (actors/engine_hooks.hpp).
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config,
+                                                const EngineHooks& hooks);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

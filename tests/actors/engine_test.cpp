@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "actors/engine_hooks.hpp"
 #include "model/tokenizer.hpp"
 #include "support/engine_support.hpp"
 #include "support/small_model.hpp"
@@ -140,8 +141,9 @@ TEST_CASE("outputs through the actors do not depend on what else runs", "[actors
 
 TEST_CASE("cancelling a request frees its KV blocks at once", "[actors]") {
   auto config = small_config();
-  config.before_step = [] { std::this_thread::sleep_for(1ms); };  // 400 steps outlast the cancel
-  auto engine = Engine::create(config);
+  EngineHooks hooks;
+  hooks.before_step = [] { std::this_thread::sleep_for(1ms); };  // 400 steps outlast the cancel
+  auto engine = Engine::create(config, hooks);
   REQUIRE(engine.has_value());
   Collector c;
   auto id = (*engine)->submit(greedy({1, 2, 3}, 400), c.callback());
@@ -157,11 +159,12 @@ TEST_CASE("cancelling a request frees its KV blocks at once", "[actors]") {
 TEST_CASE("a failing step ends its requests with an error and the engine keeps serving",
           "[actors]") {
   auto config = small_config();
+  EngineHooks hooks;
   auto fail_next = std::make_shared<std::atomic<bool>>(false);
-  config.before_step = [fail_next] {
+  hooks.before_step = [fail_next] {
     if (fail_next->exchange(false)) throw std::runtime_error("injected fault");
   };
-  auto engine = Engine::create(config);
+  auto engine = Engine::create(config, hooks);
   REQUIRE(engine.has_value());
   Collector c;
   fail_next->store(true);
@@ -180,8 +183,9 @@ TEST_CASE("a failing step ends its requests with an error and the engine keeps s
 
 TEST_CASE("a request's deadline ends it with timeout", "[actors]") {
   auto config = small_config();
-  config.before_step = [] { std::this_thread::sleep_for(5ms); };  // a slow model
-  auto engine = Engine::create(config);
+  EngineHooks hooks;
+  hooks.before_step = [] { std::this_thread::sleep_for(5ms); };  // a slow model
+  auto engine = Engine::create(config, hooks);
   REQUIRE(engine.has_value());
   Collector c;
   auto request = greedy({1, 2, 3}, 400);
@@ -235,8 +239,9 @@ TEST_CASE("destroying the engine ends every open request", "[actors]") {
   Collector c;
   {
     auto config = small_config();
-    config.before_step = [] { std::this_thread::sleep_for(2ms); };
-    auto engine = Engine::create(config);
+    EngineHooks hooks;
+    hooks.before_step = [] { std::this_thread::sleep_for(2ms); };
+    auto engine = Engine::create(config, hooks);
     REQUIRE(engine.has_value());
     for (int i = 0; i < 4; ++i)
       REQUIRE((*engine)->submit(greedy({1, 2, 3}, 400), c.callback()).has_value());
@@ -248,12 +253,13 @@ TEST_CASE("destroying the engine ends every open request", "[actors]") {
 TEST_CASE("a GPU worker serves through the actors and is replaced when a step fails",
           "[actors][gpu]") {
   auto config = small_config();
+  EngineHooks hooks;
   config.device = Device::cuda;
   auto fail_next = std::make_shared<std::atomic<bool>>(false);
-  config.before_step = [fail_next] {
+  hooks.before_step = [fail_next] {
     if (fail_next->exchange(false)) throw std::runtime_error("injected fault");
   };
-  auto engine = Engine::create(config);
+  auto engine = Engine::create(config, hooks);
   if (!engine) {
     const auto& why = engine.error().message;
     if (why.find("no CUDA device") != std::string::npos ||

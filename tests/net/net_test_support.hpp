@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "actors/engine_hooks.hpp"
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
 #include "support/engine_support.hpp"
@@ -30,9 +31,8 @@ struct ServedEngine {
     e.num_threads = 2;
     e.block_size = 4;
     e.num_kv_blocks = num_kv_blocks;
-    e.before_step = std::move(before_step);
     e.metrics = metrics;
-    auto created = Engine::create(e);
+    auto created = Engine::create(e, EngineHooks{std::move(before_step)});
     INFO((created ? std::string() : created.error().message));
     REQUIRE(created.has_value());
     engine = std::move(*created);
