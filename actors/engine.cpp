@@ -19,7 +19,7 @@ namespace troupe {
 struct Engine::Impl {
   EngineConfig config;
   std::shared_ptr<model::LoadedModel> model;  // tokenizer and shape; no weights
-  std::shared_ptr<const model::Tokenizer> tokenizer;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
   std::int32_t max_model_len = 0;
   std::string device_description;
   caf::actor_system_config actor_config;
@@ -97,7 +97,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   TROUPE_TRY(auto opened, model::LoadedModel::open(config.model_path));
   impl->model = std::make_shared<model::LoadedModel>(std::move(opened));
   impl->tokenizer =
-      std::shared_ptr<const model::Tokenizer>(impl->model, impl->model->tokenizer.get());
+      std::shared_ptr<const text::Tokenizer>(impl->model, impl->model->tokenizer.get());
   const std::int32_t context_length = impl->model->config.context_length;
   impl->max_model_len = config.max_model_len > 0 ? config.max_model_len : context_length;
   if (impl->max_model_len > context_length) {
@@ -186,7 +186,7 @@ EngineStats Engine::stats() const {
   return result;
 }
 
-const model::Tokenizer& Engine::tokenizer() const {
+const text::Tokenizer& Engine::tokenizer() const {
   return *impl_->tokenizer;
 }
 

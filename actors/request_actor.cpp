@@ -108,8 +108,8 @@ request_actor::behavior_type request(request_actor::stateful_pointer<RequestStat
   state.id = setup->id;
   state.on_event = std::move(setup->on_event);
   state.tokenizer = setup->tokenizer;
-  state.detokenizer = std::make_unique<model::IncrementalDetokenizer>(*state.tokenizer);
-  state.stop = std::make_unique<model::StopStringFilter>(setup->stop);
+  state.detokenizer = std::make_unique<text::IncrementalDetokenizer>(*state.tokenizer);
+  state.stop = std::make_unique<text::StopStringFilter>(setup->stop);
   state.scheduler = setup->scheduler;
   state.num_prompt_tokens = setup->num_prompt_tokens;
   state.metrics = setup->metrics;

@@ -5,19 +5,19 @@
 #include <memory>
 
 #include "actors/messages.hpp"
-#include "model/incremental_detokenizer.hpp"
-#include "model/stop_strings.hpp"
-#include "model/tokenizer.hpp"
 #include "monitoring/metrics.hpp"
+#include "text/incremental_detokenizer.hpp"
+#include "text/stop_strings.hpp"
+#include "text/tokenizer.hpp"
 
 namespace troupe::actors {
 
 struct RequestState {
   RequestId id = 0;
   TokenCallback on_event;
-  std::shared_ptr<const model::Tokenizer> tokenizer;
-  std::unique_ptr<model::IncrementalDetokenizer> detokenizer;
-  std::unique_ptr<model::StopStringFilter> stop;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  std::unique_ptr<text::IncrementalDetokenizer> detokenizer;
+  std::unique_ptr<text::StopStringFilter> stop;
   scheduler_actor scheduler;
   request_actor keep_alive;  // itself, until it ends: nobody else must hold it
   std::int32_t num_prompt_tokens = 0;
@@ -32,7 +32,7 @@ struct RequestState {
 struct RequestSetup {
   RequestId id = 0;
   TokenCallback on_event;
-  std::shared_ptr<const model::Tokenizer> tokenizer;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
   std::vector<std::string> stop;
   std::int32_t num_prompt_tokens = 0;
   std::chrono::milliseconds timeout{0};

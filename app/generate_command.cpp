@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "app/commands.hpp"
-#include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::app {

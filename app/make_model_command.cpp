@@ -12,11 +12,11 @@ namespace troupe::app {
 
 namespace {
 
-const std::map<std::string, model::TensorType> kTypes = {{"f32", model::TensorType::f32},
-                                                         {"f16", model::TensorType::f16},
-                                                         {"bf16", model::TensorType::bf16},
-                                                         {"q8_0", model::TensorType::q8_0},
-                                                         {"q4_0", model::TensorType::q4_0}};
+const std::map<std::string, gguf::TensorType> kTypes = {{"f32", gguf::TensorType::f32},
+                                                        {"f16", gguf::TensorType::f16},
+                                                        {"bf16", gguf::TensorType::bf16},
+                                                        {"q8_0", gguf::TensorType::q8_0},
+                                                        {"q4_0", gguf::TensorType::q4_0}};
 
 }  // namespace
 

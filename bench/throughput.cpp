@@ -7,7 +7,7 @@
 #include <mutex>
 #include <optional>
 
-#include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 namespace troupe::bench {
 

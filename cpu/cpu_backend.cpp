@@ -8,12 +8,12 @@
 #include <new>
 
 #include "cpu/kernels.hpp"
-#include "model/dequantize.hpp"
+#include "gguf/dequantize.hpp"
 
 namespace troupe::cpu {
 
+using gguf::TensorType;
 using model::Tensor;
-using model::TensorType;
 using model::Weight;
 
 namespace {
@@ -49,7 +49,7 @@ std::string CpuBackend::describe() const {
   return "CPU, " + std::to_string(num_threads()) + " threads, SIMD " + simd_target_name();
 }
 
-Result<Weight> CpuBackend::load_weight(const model::GgufTensorInfo& info) {
+Result<Weight> CpuBackend::load_weight(const gguf::GgufTensorInfo& info) {
   return Weight{info.data, info.type, info.dims[1] * info.dims[2] * info.dims[3], info.dims[0]};
 }
 
@@ -110,11 +110,11 @@ Result<model::StepPlan> CpuBackend::begin_step(const model::StepInput& step) {
 }
 
 void CpuBackend::embed(const Weight& table, Tensor out) {
-  const std::size_t bytes = model::row_bytes(table.type, table.cols);
+  const std::size_t bytes = gguf::row_bytes(table.type, table.cols);
   const auto* base = static_cast<const std::byte*>(table.data);
   pool_.parallel_for(out.rows, [&](std::int64_t t) {
     const auto status =
-        model::dequantize_row(table.type, base + step_->tokens[t] * bytes, table.cols, row(out, t));
+        gguf::dequantize_row(table.type, base + step_->tokens[t] * bytes, table.cols, row(out, t));
     TROUPE_ASSERT(status.has_value(), "embedding table of an undecodable type");
   });
 }
@@ -134,7 +134,7 @@ void CpuBackend::rms_norm(Tensor x, const Weight& weight, float eps, Tensor out)
 void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
   TROUPE_ASSERT(x.cols == weight.cols && out.cols == weight.rows && out.rows == x.rows,
                 "matmul shapes disagree");
-  const std::size_t w_row_bytes = model::row_bytes(weight.type, weight.cols);
+  const std::size_t w_row_bytes = gguf::row_bytes(weight.type, weight.cols);
   const auto* w = static_cast<const std::byte*>(weight.data);
   const std::int64_t chunk = rows_per_task(weight.rows, pool_.num_threads());
   const std::int64_t num_tasks = (weight.rows + chunk - 1) / chunk;
@@ -170,8 +170,8 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
     const std::int64_t n = std::min(chunk, weight.rows - r0);
     rows.resize(static_cast<std::size_t>(n * weight.cols));
     for (std::int64_t r = 0; r < n; ++r) {
-      const auto decoded = model::dequantize_row(weight.type, w + (r0 + r) * w_row_bytes,
-                                                 weight.cols, rows.data() + r * weight.cols);
+      const auto decoded = gguf::dequantize_row(weight.type, w + (r0 + r) * w_row_bytes,
+                                                weight.cols, rows.data() + r * weight.cols);
       TROUPE_ASSERT(decoded.has_value(), "matmul weight of an undecodable type");
     }
     matmul_tile_float(TensorType::f32, x.data, x.cols, x.rows,

@@ -20,7 +20,7 @@ class CpuBackend final : public model::Backend {
   int num_threads() const { return pool_.num_threads(); }
   std::string describe() const override;
 
-  Result<model::Weight> load_weight(const model::GgufTensorInfo& info) override;
+  Result<model::Weight> load_weight(const gguf::GgufTensorInfo& info) override;
   Result<model::Tensor> allocate(std::int64_t rows, std::int64_t cols) override;
   void release(model::Tensor tensor) override;
   Result<void> allocate_kv_cache(const model::KvCacheShape& shape) override;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/half.hpp"
+#include "gguf/half.hpp"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kernels.cpp"
@@ -16,7 +16,7 @@ HWY_BEFORE_NAMESPACE();
 namespace troupe::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using model::TensorType;
+using gguf::TensorType;
 
 // ---- float weights -------------------------------------------------------
 
@@ -42,7 +42,7 @@ HWY_INLINE float weight_scalar(const std::byte* w, std::int64_t k) {
   } else {
     std::uint16_t bits;
     std::memcpy(&bits, w + 2 * k, 2);
-    return kType == TensorType::f16 ? model::f16_to_f32(bits) : model::bf16_to_f32(bits);
+    return kType == TensorType::f16 ? gguf::f16_to_f32(bits) : gguf::bf16_to_f32(bits);
   }
 }
 
@@ -135,7 +135,7 @@ template <TensorType kType>
 HWY_INLINE float block_scale(const std::byte* block) {
   std::uint16_t bits;
   std::memcpy(&bits, block, 2);
-  return model::f16_to_f32(bits);
+  return gguf::f16_to_f32(bits);
 }
 
 // Integer dot of one weight block with one activation block.
@@ -365,14 +365,14 @@ void attention_block_values(const float* p, std::int64_t p_stride, int num_q, co
   HWY_DYNAMIC_DISPATCH(AttentionBlockValues)(p, p_stride, num_q, v_block, head_dim, num_slots, out);
 }
 
-void matmul_tile_float(model::TensorType type, const float* x, std::int64_t x_stride,
+void matmul_tile_float(gguf::TensorType type, const float* x, std::int64_t x_stride,
                        std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,
                        std::int64_t num_w, std::int64_t cols, float* out, std::int64_t out_stride) {
   HWY_DYNAMIC_DISPATCH(MatmulTileFloat)
   (type, x, x_stride, num_x, w, w_row_bytes, num_w, cols, out, out_stride);
 }
 
-void matmul_tile_quantized(model::TensorType type, const std::int8_t* xq, const float* xd,
+void matmul_tile_quantized(gguf::TensorType type, const std::int8_t* xq, const float* xd,
                            std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,
                            std::int64_t num_w, std::int64_t cols, float* out,
                            std::int64_t out_stride) {

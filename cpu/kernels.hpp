@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/tensor_type.hpp"
+#include "gguf/tensor_type.hpp"
 
 namespace troupe::cpu {
 
@@ -17,13 +17,13 @@ inline constexpr std::int64_t kQ8Block = 32;
 // out[t * out_stride + r] = dot(x[t], w[r]) for t < num_x, r < num_w, with
 // float32 activations and F32, F16 or BF16 weight rows.
 //   x: [num_x, cols] floats, row stride x_stride; w: [num_w] rows of w_row_bytes
-void matmul_tile_float(model::TensorType type, const float* x, std::int64_t x_stride,
+void matmul_tile_float(gguf::TensorType type, const float* x, std::int64_t x_stride,
                        std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,
                        std::int64_t num_w, std::int64_t cols, float* out, std::int64_t out_stride);
 
 // The same for Q8_0 or Q4_0 weights against activations quantized by quantize_row_q8.
 //   xq: [num_x, cols] int8; xd: [num_x, cols / 32] block scales; cols % 32 == 0
-void matmul_tile_quantized(model::TensorType type, const std::int8_t* xq, const float* xd,
+void matmul_tile_quantized(gguf::TensorType type, const std::int8_t* xq, const float* xd,
                            std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,
                            std::int64_t num_w, std::int64_t cols, float* out,
                            std::int64_t out_stride);

@@ -11,20 +11,20 @@
 #include <string>
 
 #include "fuzz_support.hpp"
-#include "model/gguf_file.hpp"
+#include "gguf/gguf_file.hpp"
 #include "model/random_model.hpp"
-#include "model/tokenizer.hpp"
 #include "net/openai_api.hpp"
+#include "text/tokenizer.hpp"
 
 namespace troupe::fuzz {
 
-inline const model::Tokenizer& api_tokenizer() {
-  static const model::Tokenizer tokenizer = builtin_spm_tokenizer(512);
+inline const text::Tokenizer& api_tokenizer() {
+  static const text::Tokenizer tokenizer = builtin_spm_tokenizer(512);
   return tokenizer;
 }
 
 // The context every net target parses against; `family` picks the chat template.
-inline const net::ApiContext& api_context(model::ChatFamily family = model::ChatFamily::chatml) {
+inline const net::ApiContext& api_context(text::ChatFamily family = text::ChatFamily::chatml) {
   static net::ApiContext contexts[] = {
       net::make_api_context(api_tokenizer(), 256, "troupe", ""),
       net::make_api_context(api_tokenizer(), 256, "troupe", "[INST] <<SYS>>"),
@@ -32,11 +32,11 @@ inline const net::ApiContext& api_context(model::ChatFamily family = model::Chat
       net::make_api_context(api_tokenizer(), 256, "troupe", "<start_of_turn>"),
   };
   switch (family) {
-    case model::ChatFamily::llama2:
+    case text::ChatFamily::llama2:
       return contexts[1];
-    case model::ChatFamily::llama3:
+    case text::ChatFamily::llama3:
       return contexts[2];
-    case model::ChatFamily::gemma:
+    case text::ChatFamily::gemma:
       return contexts[3];
     default:
       return contexts[0];

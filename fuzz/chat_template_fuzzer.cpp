@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "fuzz_support.hpp"
-#include "model/chat_template.hpp"
+#include "text/chat_template.hpp"
 
-using namespace troupe::model;
+using namespace troupe::text;
 
 namespace {
 

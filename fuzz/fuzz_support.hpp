@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <string>
 
-#include "model/gguf_file.hpp"
+#include "gguf/gguf_file.hpp"
 #include "model/random_model.hpp"
-#include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 // A fuzz target checks what must hold for every input, beyond "no crash": when it
 // does not, the message says which invariant broke and abort() makes it a crash.
@@ -33,7 +33,7 @@ inline std::filesystem::path shared_dir() {
 
 // The built-in vocabulary of troupe's random models (SentencePiece, byte fallback),
 // written once to a temporary GGUF and read back; aborts when that fails.
-inline model::Tokenizer builtin_spm_tokenizer(std::int32_t vocab_size) {
+inline text::Tokenizer builtin_spm_tokenizer(std::int32_t vocab_size) {
   model::RandomModelSpec spec;
   spec.dim = 8;
   spec.num_layers = 1;
@@ -50,9 +50,9 @@ inline model::Tokenizer builtin_spm_tokenizer(std::int32_t vocab_size) {
   if (auto written = model::write_random_model(spec, path.string()); !written) {
     fail(written.error().message);
   }
-  auto file = model::GgufFile::open(path.string());
+  auto file = gguf::GgufFile::open(path.string());
   if (!file) fail(file.error().message);
-  auto tokenizer = model::Tokenizer::from_gguf(*file);
+  auto tokenizer = text::Tokenizer::from_gguf(*file);
   std::filesystem::remove(path);
   if (!tokenizer) fail(tokenizer.error().message);
   return std::move(*tokenizer);

@@ -12,16 +12,18 @@
 #include <vector>
 
 #include "fuzz_support.hpp"
+#include "gguf/dequantize.hpp"
+#include "gguf/gguf_file.hpp"
 #include "model/backend.hpp"
-#include "model/chat_template.hpp"
-#include "model/dequantize.hpp"
-#include "model/gguf_file.hpp"
 #include "model/llama_config.hpp"
 #include "model/llama_model.hpp"
-#include "model/tokenizer.hpp"
+#include "text/chat_template.hpp"
+#include "text/tokenizer.hpp"
 
 using namespace troupe;
+using namespace troupe::gguf;
 using namespace troupe::model;
+using namespace troupe::text;
 
 namespace {
 

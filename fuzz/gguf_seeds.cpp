@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "model/dequantize.hpp"
-#include "model/gguf_writer.hpp"
+#include "gguf/dequantize.hpp"
+#include "gguf/gguf_writer.hpp"
 
-using namespace troupe::model;
+using namespace troupe::gguf;
 
 namespace {
 

@@ -20,9 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::uint8_t selector = data[0];
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
-  static constexpr model::ChatFamily kFamilies[] = {
-      model::ChatFamily::chatml, model::ChatFamily::llama2, model::ChatFamily::llama3,
-      model::ChatFamily::gemma};
+  static constexpr text::ChatFamily kFamilies[] = {
+      text::ChatFamily::chatml, text::ChatFamily::llama2, text::ChatFamily::llama3,
+      text::ChatFamily::gemma};
   const auto& context = fuzz::api_context(kFamilies[(selector >> 2) % 4]);
   switch (selector % 4) {
     case 0:

@@ -27,15 +27,17 @@
 #include <vector>
 
 #include "fuzz_support.hpp"
-#include "model/gguf_file.hpp"
-#include "model/incremental_detokenizer.hpp"
-#include "model/pre_tokenizer.hpp"
+#include "gguf/gguf_file.hpp"
 #include "model/random_model.hpp"
-#include "model/tokenizer.hpp"
-#include "model/unicode.hpp"
+#include "text/incremental_detokenizer.hpp"
+#include "text/pre_tokenizer.hpp"
+#include "text/tokenizer.hpp"
+#include "text/unicode.hpp"
 
 using namespace troupe;
+using namespace troupe::gguf;
 using namespace troupe::model;
+using namespace troupe::text;
 
 namespace {
 

@@ -7,14 +7,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "gguf/dequantize.hpp"
+#include "gguf/half.hpp"
 #include "gpu/kernels.hpp"
-#include "model/dequantize.hpp"
-#include "model/half.hpp"
 
 namespace troupe::gpu {
 
+using gguf::TensorType;
 using model::Tensor;
-using model::TensorType;
 using model::Weight;
 
 namespace {
@@ -266,7 +266,7 @@ Result<std::int32_t> CudaBackend::kv_blocks_that_fit(const model::KvCacheShape& 
   return static_cast<std::int32_t>(std::min<std::int64_t>(blocks, 1 << 30));
 }
 
-Result<Weight> CudaBackend::load_weight(const model::GgufTensorInfo& info) {
+Result<Weight> CudaBackend::load_weight(const gguf::GgufTensorInfo& info) {
   const std::int64_t cols = info.dims[0];
   const std::int64_t rows = info.dims[1] * info.dims[2] * info.dims[3];
   // Vectors (norm weights, RoPE factors) stay F32.
@@ -296,12 +296,12 @@ Result<Weight> CudaBackend::load_weight(const model::GgufTensorInfo& info) {
     host.resize(static_cast<std::size_t>(rows * cols));
     upload = host.data();
     std::vector<float> row(static_cast<std::size_t>(cols));
-    const std::size_t row_bytes = model::row_bytes(info.type, cols);
+    const std::size_t row_bytes = gguf::row_bytes(info.type, cols);
     for (std::int64_t r = 0; r < rows; ++r) {
-      TROUPE_TRY_VOID(model::dequantize_row(info.type, src + r * row_bytes, cols, row.data()));
+      TROUPE_TRY_VOID(gguf::dequantize_row(info.type, src + r * row_bytes, cols, row.data()));
       std::uint16_t* out = host.data() + r * cols;
       for (std::int64_t c = 0; c < cols; ++c) {
-        out[c] = target == TensorType::f16 ? model::f32_to_f16(row[c]) : model::f32_to_bf16(row[c]);
+        out[c] = target == TensorType::f16 ? gguf::f32_to_f16(row[c]) : gguf::f32_to_bf16(row[c]);
       }
     }
   }

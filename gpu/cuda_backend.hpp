@@ -95,7 +95,7 @@ class CudaBackend final : public model::Backend {
   // The raw stream, for benchmarks that time with events.
   void* stream() const { return stream_; }
 
-  Result<model::Weight> load_weight(const model::GgufTensorInfo& info) override;
+  Result<model::Weight> load_weight(const gguf::GgufTensorInfo& info) override;
   Result<model::Tensor> allocate(std::int64_t rows, std::int64_t cols) override;
   void release(model::Tensor tensor) override;
   Result<void> allocate_kv_cache(const model::KvCacheShape& shape) override;
@@ -151,7 +151,7 @@ class CudaBackend final : public model::Backend {
   struct CastCopy {
     const float* source = nullptr;
     std::int64_t rows = 0, cols = 0;
-    model::TensorType type = model::TensorType::bf16;
+    gguf::TensorType type = gguf::TensorType::bf16;
   };
   // The copy an op writing `out` should also make (none if the buffer is too small).
   kernels::Copy16 copy_for(model::Tensor out);
@@ -181,7 +181,7 @@ class CudaBackend final : public model::Backend {
   std::int64_t num_replays_ = 0;
   std::int32_t num_heads_ = 0;  // learnt from the first attention call
   CastCopy cast_;
-  model::TensorType matmul_type_ = model::TensorType::bf16;  // of the weights matmuls read
+  gguf::TensorType matmul_type_ = gguf::TensorType::bf16;  // of the weights matmuls read
 };
 
 }  // namespace troupe::gpu

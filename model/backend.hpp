@@ -7,10 +7,10 @@
 #include <span>
 #include <string>
 
-#include "model/gguf_file.hpp"
+#include "gguf/gguf_file.hpp"
+#include "gguf/tensor_type.hpp"
 #include "model/sampler.hpp"
 #include "model/step_input.hpp"
-#include "model/tensor_type.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::model {
@@ -26,7 +26,7 @@ struct Tensor {
 // with cols the input (contiguous) dimension, as in ggml.
 struct Weight {
   const void* data = nullptr;
-  TensorType type = TensorType::f32;
+  gguf::TensorType type = gguf::TensorType::f32;
   std::int64_t rows = 0;
   std::int64_t cols = 0;
 };
@@ -68,7 +68,7 @@ class Backend {
 
   // --- memory ---
   // Makes a weight usable by the ops (the CPU maps it in place; a GPU uploads).
-  virtual Result<Weight> load_weight(const GgufTensorInfo& info) = 0;
+  virtual Result<Weight> load_weight(const gguf::GgufTensorInfo& info) = 0;
   virtual Result<Tensor> allocate(std::int64_t rows, std::int64_t cols) = 0;
   virtual void release(Tensor tensor) = 0;
   virtual Result<void> allocate_kv_cache(const KvCacheShape& shape) = 0;

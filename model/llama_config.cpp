@@ -6,7 +6,8 @@ namespace troupe::model {
 
 namespace {
 
-Result<std::int32_t> read_count(const GgufFile& file, const std::string& key, std::int64_t max) {
+Result<std::int32_t> read_count(const gguf::GgufFile& file, const std::string& key,
+                                std::int64_t max) {
   TROUPE_TRY(const auto value, file.get_uint(key));
   if (value == 0 || value > static_cast<std::uint64_t>(max)) {
     return make_error(ErrorCode::invalid_file, "metadata key '" + key + "' is " +
@@ -18,7 +19,7 @@ Result<std::int32_t> read_count(const GgufFile& file, const std::string& key, st
 
 }  // namespace
 
-Result<LlamaConfig> LlamaConfig::from_gguf(const GgufFile& file) {
+Result<LlamaConfig> LlamaConfig::from_gguf(const gguf::GgufFile& file) {
   LlamaConfig c;
   TROUPE_TRY(const auto arch, file.get_string("general.architecture"));
   c.architecture = std::string(arch);
@@ -84,7 +85,7 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const GgufFile& file) {
                       "rope scaling '" + scaling + "' is not supported yet");
   }
 
-  const GgufTensorInfo* embedding = file.find_tensor("token_embd.weight");
+  const gguf::GgufTensorInfo* embedding = file.find_tensor("token_embd.weight");
   if (embedding == nullptr) {
     return make_error(ErrorCode::invalid_file, "missing tensor 'token_embd.weight'");
   }

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "gguf/gguf_file.hpp"
 #include "model/backend.hpp"
-#include "model/gguf_file.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::model {
@@ -26,7 +26,7 @@ struct LlamaConfig {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
 
-  static Result<LlamaConfig> from_gguf(const GgufFile& file);
+  static Result<LlamaConfig> from_gguf(const gguf::GgufFile& file);
 };
 
 }  // namespace troupe::model

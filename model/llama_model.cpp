@@ -1,6 +1,6 @@
 #include "model/llama_model.hpp"
 
-#include "model/dequantize.hpp"
+#include "gguf/dequantize.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,11 +16,11 @@ Tensor view(Tensor t, std::int64_t rows) {
 
 class WeightLoader {
  public:
-  WeightLoader(const GgufFile& file, Backend& backend) : file_(file), backend_(backend) {}
+  WeightLoader(const gguf::GgufFile& file, Backend& backend) : file_(file), backend_(backend) {}
 
   // Loads `name`, a matrix of [rows, cols] in ggml's order (cols contiguous).
   Result<Weight> matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
-    const GgufTensorInfo* info = file_.find_tensor(name);
+    const gguf::GgufTensorInfo* info = file_.find_tensor(name);
     if (info == nullptr)
       return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
     if (info->dims[0] != cols || info->dims[1] != rows || info->dims[2] != 1 ||
@@ -30,19 +30,20 @@ class WeightLoader {
                             std::to_string(info->dims[1]) + "], expected [" + std::to_string(cols) +
                             ", " + std::to_string(rows) + "]");
     }
-    if (!can_dequantize(info->type)) {
-      return make_error(ErrorCode::unsupported, "tensor '" + name + "' has type " +
-                                                    std::string(tensor_type_name(info->type)) +
-                                                    ", which troupe cannot compute with yet");
+    if (!gguf::can_dequantize(info->type)) {
+      return make_error(ErrorCode::unsupported,
+                        "tensor '" + name + "' has type " +
+                            std::string(gguf::tensor_type_name(info->type)) +
+                            ", which troupe cannot compute with yet");
     }
     return backend_.load_weight(*info);
   }
 
   Result<Weight> vector(const std::string& name, std::int64_t size) {
-    const GgufTensorInfo* info = file_.find_tensor(name);
+    const gguf::GgufTensorInfo* info = file_.find_tensor(name);
     if (info == nullptr)
       return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
-    if (info->type != TensorType::f32 || info->num_elements() != size) {
+    if (info->type != gguf::TensorType::f32 || info->num_elements() != size) {
       return make_error(ErrorCode::invalid_file,
                         "tensor '" + name + "' must be " + std::to_string(size) + " F32 values");
     }
@@ -50,7 +51,7 @@ class WeightLoader {
   }
 
  private:
-  const GgufFile& file_;
+  const gguf::GgufFile& file_;
   Backend& backend_;
 };
 
@@ -90,7 +91,7 @@ LlamaModel::~LlamaModel() {
   release_workspace();
 }
 
-Result<LlamaModel> LlamaModel::load(const GgufFile& file, Backend& backend) {
+Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend) {
   TROUPE_TRY(const auto config, LlamaConfig::from_gguf(file));
   WeightLoader loader(file, backend);
   WeightSource source;

@@ -34,7 +34,7 @@ struct WeightSource {
 class LlamaModel {
  public:
   // Loads every weight into `backend`, checking each one's shape and type.
-  static Result<LlamaModel> load(const GgufFile& file, Backend& backend);
+  static Result<LlamaModel> load(const gguf::GgufFile& file, Backend& backend);
   // Builds the model from `config` with weights from `source`.
   static Result<LlamaModel> assemble(const LlamaConfig& config, Backend& backend,
                                      const WeightSource& source);

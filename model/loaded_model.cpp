@@ -23,7 +23,7 @@ struct Fnv {
 
 }  // namespace
 
-std::string file_fingerprint(const GgufFile& file) {
+std::string file_fingerprint(const gguf::GgufFile& file) {
   Fnv fnv;
   fnv.add_value(static_cast<std::uint64_t>(file.file_size()));
   for (const auto& [key, value] : file.metadata()) {
@@ -46,10 +46,10 @@ std::string file_fingerprint(const GgufFile& file) {
 Result<LoadedModel> LoadedModel::open(const std::string& path) {
   LoadedModel m;
   m.path = path;
-  TROUPE_TRY(auto file, GgufFile::open(path));
-  m.file = std::make_unique<GgufFile>(std::move(file));
-  TROUPE_TRY(auto tokenizer, Tokenizer::from_gguf(*m.file));
-  m.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
+  TROUPE_TRY(auto file, gguf::GgufFile::open(path));
+  m.file = std::make_unique<gguf::GgufFile>(std::move(file));
+  TROUPE_TRY(auto tokenizer, text::Tokenizer::from_gguf(*m.file));
+  m.tokenizer = std::make_unique<text::Tokenizer>(std::move(tokenizer));
   TROUPE_TRY(m.config, LlamaConfig::from_gguf(*m.file));
   if (m.config.vocab_size != static_cast<std::int32_t>(m.tokenizer->size())) {
     return make_error(ErrorCode::invalid_file,

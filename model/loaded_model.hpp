@@ -8,18 +8,18 @@
 #include <memory>
 #include <string>
 
+#include "gguf/gguf_file.hpp"
 #include "model/backend.hpp"
-#include "model/gguf_file.hpp"
 #include "model/llama_config.hpp"
 #include "model/llama_model.hpp"
-#include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 namespace troupe::model {
 
 struct LoadedModel {
   std::string path;
-  std::unique_ptr<GgufFile> file;  // the mapping the tokenizer and CPU weights view
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<gguf::GgufFile> file;  // the mapping the tokenizer and CPU weights view
+  std::unique_ptr<text::Tokenizer> tokenizer;
   LlamaConfig config;
   std::string chat_template;         // tokenizer.chat_template, empty when none
   std::unique_ptr<Backend> backend;  // with the weights: the backend they live on
@@ -36,6 +36,6 @@ struct LoadedModel {
 
 // Names a model file's contents cheaply (its size, shape, metadata and a sample of each
 // tensor's bytes), so that a worker can check that its copy is the engine's.
-std::string file_fingerprint(const GgufFile& file);
+std::string file_fingerprint(const gguf::GgufFile& file);
 
 }  // namespace troupe::model

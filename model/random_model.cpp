@@ -4,9 +4,9 @@
 #include <numbers>
 #include <vector>
 
-#include "model/dequantize.hpp"
-#include "model/gguf_file.hpp"
-#include "model/gguf_writer.hpp"
+#include "gguf/dequantize.hpp"
+#include "gguf/gguf_file.hpp"
+#include "gguf/gguf_writer.hpp"
 
 namespace troupe::model {
 
@@ -48,7 +48,7 @@ std::vector<float> normal_values(std::size_t n, float stddev, std::uint64_t seed
   return v;
 }
 
-void add_builtin_vocabulary(GgufWriter& w, std::int32_t vocab_size) {
+void add_builtin_vocabulary(gguf::GgufWriter& w, std::int32_t vocab_size) {
   // <unk> <s> </s>, the 256 byte tokens, then pieces: characters, common words,
   // and letter pairs and triples, with and without the leading-space mark.
   static const char* const kWords[] = {
@@ -117,9 +117,9 @@ void add_builtin_vocabulary(GgufWriter& w, std::int32_t vocab_size) {
   w.add_bool("tokenizer.ggml.add_eos_token", false);
 }
 
-Result<std::int32_t> copy_vocabulary(GgufWriter& w, const std::string& path) {
-  TROUPE_TRY(const auto source, GgufFile::open(path));
-  TROUPE_TRY(const auto* tokens, source.get_array("tokenizer.ggml.tokens", GgufType::string));
+Result<std::int32_t> copy_vocabulary(gguf::GgufWriter& w, const std::string& path) {
+  TROUPE_TRY(const auto source, gguf::GgufFile::open(path));
+  TROUPE_TRY(const auto* tokens, source.get_array("tokenizer.ggml.tokens", gguf::GgufType::string));
   for (const auto& [key, value] : source.metadata()) {
     if (key.rfind("tokenizer.", 0) == 0) w.add_value(key, value);
   }
@@ -158,10 +158,10 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
                           std::to_string(spec.ffn_dim) +
                           "): dim must split into heads of an even size, and heads into KV heads");
   }
-  const auto traits = tensor_type_traits(static_cast<std::uint32_t>(spec.type));
-  if (spec.type != TensorType::f32 && spec.type != TensorType::f16 &&
-      spec.type != TensorType::bf16 && spec.type != TensorType::q8_0 &&
-      spec.type != TensorType::q4_0) {
+  const auto traits = gguf::tensor_type_traits(static_cast<std::uint32_t>(spec.type));
+  if (spec.type != gguf::TensorType::f32 && spec.type != gguf::TensorType::f16 &&
+      spec.type != gguf::TensorType::bf16 && spec.type != gguf::TensorType::q8_0 &&
+      spec.type != gguf::TensorType::q4_0) {
     return make_error(ErrorCode::invalid_argument,
                       "random models are F32, F16, BF16, Q8_0 or Q4_0");
   }
@@ -170,7 +170,7 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     return make_error(ErrorCode::invalid_argument,
                       "dim and ffn_dim must be multiples of 32 for quantized types");
   }
-  GgufWriter w;
+  gguf::GgufWriter w;
   w.add_string("general.architecture", "llama");
   w.add_string("general.name", spec.name);
   w.add_string("general.description", "random weights (normal, seeded); for tests and benchmarks");
@@ -198,14 +198,14 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
   auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) -> Result<void> {
     const auto values = normal_values(static_cast<std::size_t>(rows * cols), spec.stddev,
                                       spec.seed ^ hash_name(name));
-    TROUPE_TRY(auto data, quantize(spec.type, values, cols));
+    TROUPE_TRY(auto data, gguf::quantize(spec.type, values, cols));
     w.add_tensor(name, spec.type, {cols, rows}, std::move(data));
     return {};
   };
   auto ones = [&](const std::string& name, std::int64_t n) {
     std::vector<float> values(static_cast<std::size_t>(n), 1.0f);
-    auto data = quantize(TensorType::f32, values, n);
-    w.add_tensor(name, TensorType::f32, {n}, std::move(*data));
+    auto data = gguf::quantize(gguf::TensorType::f32, values, n);
+    w.add_tensor(name, gguf::TensorType::f32, {n}, std::move(*data));
   };
   const std::int64_t head_dim = spec.dim / spec.num_heads;
   const std::int64_t kv_dim = head_dim * spec.num_kv_heads;

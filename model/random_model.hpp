@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/tensor_type.hpp"
+#include "gguf/tensor_type.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::model {
@@ -19,7 +19,7 @@ struct RandomModelSpec {
   std::int32_t ffn_dim = 768;
   std::int32_t vocab_size = 32000;  // for the built-in vocabulary; a copied one brings its own
   std::int32_t context_length = 2048;
-  TensorType type = TensorType::f32;  // of the matrices; norms are always F32
+  gguf::TensorType type = gguf::TensorType::f32;  // of the matrices; norms are always F32
   bool tied_output = true;
   std::uint64_t seed = 1234;
   float stddev = 0.02f;

@@ -4,9 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "model/llama_config.hpp"
-#include "model/tokenizer.hpp"
-#include "model/unicode.hpp"
+#include "text/tokenizer.hpp"
+#include "text/unicode.hpp"
 
 namespace troupe::net {
 
@@ -120,15 +119,15 @@ tl::expected<json::object, ApiError> parse_object(std::string_view body) {
     return tl::unexpected(std::move(TROUPE_TRY_CAT(api_, __LINE__)).error()); \
   lhs = std::move(*TROUPE_TRY_CAT(api_, __LINE__))
 
-json::object logprobs_json(const model::Tokenizer& tokenizer,
+json::object logprobs_json(const text::Tokenizer& tokenizer,
                            const std::vector<TokenEvent>& events) {
   json::array tokens, token_logprobs, top;
   for (const auto& e : events) {
-    tokens.emplace_back(model::to_valid_utf8(tokenizer.piece(e.token)));
+    tokens.emplace_back(text::to_valid_utf8(tokenizer.piece(e.token)));
     token_logprobs.emplace_back(e.logprob);
     json::object entries;
     for (const auto& t : e.top_logprobs)
-      entries[model::to_valid_utf8(tokenizer.piece(t.id))] = t.logprob;
+      entries[text::to_valid_utf8(tokenizer.piece(t.id))] = t.logprob;
     top.emplace_back(std::move(entries));
   }
   return json::object{{"tokens", std::move(tokens)},
@@ -137,7 +136,7 @@ json::object logprobs_json(const model::Tokenizer& tokenizer,
 }
 
 // Chat's shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
-json::object chat_logprobs_json(const model::Tokenizer& tokenizer,
+json::object chat_logprobs_json(const text::Tokenizer& tokenizer,
                                 const std::vector<TokenEvent>& events) {
   auto entry = [&](TokenId id, float logprob) {
     const std::string_view piece = tokenizer.piece(id);
@@ -185,7 +184,7 @@ std::string_view chunk_object(bool chat) {
 json::object error_fields(const ApiError& error) {
   // Messages quote what the client sent (a path, a model name): never as bytes that
   // would make the answer invalid JSON.
-  return json::object{{"message", model::to_valid_utf8(error.message)},
+  return json::object{{"message", text::to_valid_utf8(error.message)},
                       {"type", error.type},
                       {"code", error.status}};
 }
@@ -202,7 +201,7 @@ std::string_view openai_finish_reason(FinishReason reason) {
 std::string error_json(const ApiError& error) {
   json::object inner = error_fields(error);
   inner["param"] =
-      error.param.empty() ? json::value(nullptr) : json::value(model::to_valid_utf8(error.param));
+      error.param.empty() ? json::value(nullptr) : json::value(text::to_valid_utf8(error.param));
   return json::serialize(json::object{{"error", std::move(inner)}});
 }
 
@@ -387,7 +386,7 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   if (messages == nullptr || !messages->is_array() || messages->as_array().empty()) {
     return tl::unexpected(bad("'messages' must be a non-empty array", "messages"));
   }
-  std::vector<model::ChatMessage> chat;
+  std::vector<text::ChatMessage> chat;
   for (const auto& m : messages->as_array()) {
     if (!m.is_object()) return tl::unexpected(bad("each message must be an object", "messages"));
     const auto& mo = m.as_object();
@@ -414,7 +413,7 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
     }
     chat.push_back({std::string(role->get_string()), std::move(content)});
   }
-  const std::string prompt = model::render_chat(context.chat_family, chat, true);
+  const std::string prompt = text::render_chat(context.chat_family, chat, true);
   if (auto fits = check_prompt_bytes(prompt.size(), context, "messages"); !fits) {
     return tl::unexpected(fits.error());
   }
@@ -441,13 +440,13 @@ tl::expected<CompletionRequest, ApiError> parse_chat_request(std::string_view bo
   return chat_request(o, context);
 }
 
-ApiContext make_api_context(const model::Tokenizer& tokenizer, std::int32_t max_model_len,
+ApiContext make_api_context(const text::Tokenizer& tokenizer, std::int32_t max_model_len,
                             std::string served_model_name, std::string_view chat_template) {
   ApiContext context;
   context.tokenizer = &tokenizer;
   context.max_model_len = max_model_len;
   context.served_model_name = std::move(served_model_name);
-  context.chat_family = model::detect_chat_family(chat_template);
+  context.chat_family = text::detect_chat_family(chat_template);
   // A token stands for at most its vocabulary text (SentencePiece's "▁" is three bytes
   // for one space; byte-level BPE spells a byte in one or two) or its decoded piece;
   // an unknown token for one UTF-8 character.
@@ -472,12 +471,12 @@ std::string completion_response(const ApiContext& context, const std::string& id
     json::object choice{{"index", i}};
     if (request.chat) {
       choice["message"] =
-          json::object{{"role", "assistant"}, {"content", model::to_valid_utf8(output.text)}};
+          json::object{{"role", "assistant"}, {"content", text::to_valid_utf8(output.text)}};
       choice["logprobs"] = request.want_logprobs
                                ? json::value(chat_logprobs_json(*context.tokenizer, output.tokens))
                                : json::value(nullptr);
     } else {
-      choice["text"] = model::to_valid_utf8(output.text);
+      choice["text"] = text::to_valid_utf8(output.text);
       choice["logprobs"] = request.want_logprobs
                                ? json::value(logprobs_json(*context.tokenizer, output.tokens))
                                : json::value(nullptr);
@@ -501,14 +500,14 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
     if (event.finished && event.text.empty()) {
       // The last chunk of a chat stream carries only the finish reason.
     } else {
-      delta["content"] = model::to_valid_utf8(event.text);
+      delta["content"] = text::to_valid_utf8(event.text);
     }
     choice["delta"] = std::move(delta);
     choice["logprobs"] = with_logprobs
                              ? json::value(chat_logprobs_json(*context.tokenizer, {event}))
                              : json::value(nullptr);
   } else {
-    choice["text"] = model::to_valid_utf8(event.text);
+    choice["text"] = text::to_valid_utf8(event.text);
     choice["logprobs"] = with_logprobs ? json::value(logprobs_json(*context.tokenizer, {event}))
                                        : json::value(nullptr);
   }
@@ -573,14 +572,14 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
   }
   json::object o{{"type", event.finished ? "done" : "token"},
                  {"id", id},
-                 {"text", model::to_valid_utf8(event.text)}};
+                 {"text", text::to_valid_utf8(event.text)}};
   if (event.token != kNoToken) o["token"] = event.token;
   if (want_logprobs && event.token != kNoToken) {
     o["logprob"] = event.logprob;
     json::array top;
     for (const auto& t : event.top_logprobs) {
       top.emplace_back(json::object{{"token", t.id},
-                                    {"text", model::to_valid_utf8(context.tokenizer->piece(t.id))},
+                                    {"text", text::to_valid_utf8(context.tokenizer->piece(t.id))},
                                     {"logprob", t.logprob}});
     }
     o["top_logprobs"] = std::move(top);
@@ -594,7 +593,7 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
 
 std::string websocket_error(std::string_view id, const ApiError& error) {
   return json::serialize(json::object{
-      {"type", "error"}, {"id", model::to_valid_utf8(id)}, {"error", error_fields(error)}});
+      {"type", "error"}, {"id", text::to_valid_utf8(id)}, {"error", error_fields(error)}});
 }
 
 std::string models_response(const ApiContext& context) {
@@ -637,7 +636,7 @@ tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
   }
   TROUPE_API_TRY(const auto ids, token_array(*tokens, "tokens", context.tokenizer->size()));
   return json::serialize(
-      json::object{{"prompt", model::to_valid_utf8(context.tokenizer->decode(ids))}});
+      json::object{{"prompt", text::to_valid_utf8(context.tokenizer->decode(ids))}});
 }
 
 }  // namespace troupe::net

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "model/chat_template.hpp"
-#include "model/tokenizer.hpp"
+#include "text/chat_template.hpp"
+#include "text/tokenizer.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::net {
@@ -43,16 +43,16 @@ struct CompletionRequest {
 // What parsing needs of the served model; no engine, so that the parsers run (and are
 // fuzzed) alone.
 struct ApiContext {
-  const model::Tokenizer* tokenizer = nullptr;
+  const text::Tokenizer* tokenizer = nullptr;
   std::int32_t max_model_len = 0;
   std::string served_model_name;
-  model::ChatFamily chat_family = model::ChatFamily::chatml;
+  text::ChatFamily chat_family = text::ChatFamily::chatml;
   // The most bytes of text one token can stand for: a prompt longer than max_model_len
   // times this cannot fit the context, and is refused before it is tokenized.
   std::size_t max_token_bytes = 4;
 };
 
-ApiContext make_api_context(const model::Tokenizer& tokenizer, std::int32_t max_model_len,
+ApiContext make_api_context(const text::Tokenizer& tokenizer, std::int32_t max_model_len,
                             std::string served_model_name, std::string_view chat_template);
 
 // Parses a /v1/completions body: the prompt (text or token ids) is tokenized here.

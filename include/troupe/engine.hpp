@@ -17,9 +17,9 @@
 
 namespace troupe {
 
-namespace model {
+namespace text {
 class Tokenizer;
-}  // namespace model
+}  // namespace text
 namespace monitoring {
 class Metrics;
 }  // namespace monitoring
@@ -129,7 +129,7 @@ class Engine {
   void cancel(RequestId id);
   EngineStats stats() const;
 
-  const model::Tokenizer& tokenizer() const;
+  const text::Tokenizer& tokenizer() const;
   std::int32_t max_model_len() const;
   // The model's tokenizer.chat_template (empty when it has none).
   const std::string& chat_template() const;

@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "actors/engine_hooks.hpp"
-#include "model/tokenizer.hpp"
 #include "support/engine_support.hpp"
 #include "support/small_model.hpp"
+#include "text/tokenizer.hpp"
 #include "troupe/engine.hpp"
 
 using namespace troupe;

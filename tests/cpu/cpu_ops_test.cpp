@@ -12,10 +12,11 @@
 #include "cpu/cpu_backend.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/thread_pool.hpp"
-#include "model/dequantize.hpp"
-#include "model/half.hpp"
+#include "gguf/dequantize.hpp"
+#include "gguf/half.hpp"
 
 using namespace troupe;
+using namespace troupe::gguf;
 using namespace troupe::model;
 using troupe::cpu::CpuBackend;
 

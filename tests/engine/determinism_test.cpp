@@ -9,7 +9,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "engine/engine_core.hpp"
-#include "model/gguf_file.hpp"
+#include "gguf/gguf_file.hpp"
 #include "model/model_runner.hpp"
 #include "support/small_model.hpp"
 #include "worker/worker.hpp"
@@ -52,7 +52,7 @@ std::map<engine::SeqId, std::vector<TokenId>> serve(model::ModelRunner& runner,
 TEST_CASE("64 concurrent requests give exactly the outputs each gives alone",
           "[engine][determinism]") {
   const std::string path = test::write_small_model("determinism");
-  auto file = model::GgufFile::open(path);
+  auto file = gguf::GgufFile::open(path);
   REQUIRE(file.has_value());
   cpu::CpuBackend backend(2);
   auto llama = model::LlamaModel::load(*file, backend);

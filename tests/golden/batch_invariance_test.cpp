@@ -8,6 +8,7 @@
 #include "support/small_model.hpp"
 
 using namespace troupe;
+using namespace troupe::gguf;
 using namespace troupe::model;
 
 namespace {

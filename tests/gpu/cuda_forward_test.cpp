@@ -52,7 +52,7 @@ void compare_models(const std::string& path, gpu::WeightDtype dtype, double tole
   gpu::CudaBackendOptions options;
   options.weight_dtype = dtype;
   auto gpu_backend = test::gpu_or_skip(options);
-  auto file = model::GgufFile::open(path);
+  auto file = gguf::GgufFile::open(path);
   REQUIRE(file.has_value());
   cpu::CpuBackend cpu_backend(0);
   auto cpu_model = model::LlamaModel::load(*file, cpu_backend);
@@ -129,7 +129,7 @@ TEST_CASE("a random 110M model: the GPU forward pass matches the CPU backend", "
   (void)test::gpu_or_skip();  // skip before writing 220 MB when there is no device
   auto spec = model::random_model_preset("110m");
   REQUIRE(spec.has_value());
-  spec->type = model::TensorType::f16;
+  spec->type = gguf::TensorType::f16;
   spec->seed = test::rng()();
   const auto path = test::temp_path("gpu-110m.gguf");
   REQUIRE(model::write_random_model(*spec, path).has_value());
@@ -141,7 +141,7 @@ TEST_CASE("a Q8_0 model is decoded on upload and matches the CPU's int8 kernels"
           "[gpu][forward]") {
   (void)test::gpu_or_skip();
   const auto path = test::write_small_model(
-      "gpu-q8", [](model::RandomModelSpec& spec) { spec.type = model::TensorType::q8_0; });
+      "gpu-q8", [](model::RandomModelSpec& spec) { spec.type = gguf::TensorType::q8_0; });
   // The CPU quantizes activations to int8 per block; the GPU computes in F16 from the
   // decoded weights: the two differ by both roundings.
   compare_models(path, gpu::WeightDtype::f16, 3e-2, false);

@@ -7,13 +7,13 @@
 #include <cstring>
 
 #include "cpu/cpu_backend.hpp"
+#include "gguf/half.hpp"
 #include "gpu/gpu_test_support.hpp"
 #include "gpu/steps.hpp"
-#include "model/half.hpp"
 
 using namespace troupe;
+using gguf::TensorType;
 using model::Tensor;
-using model::TensorType;
 using model::Weight;
 
 namespace {
@@ -26,9 +26,9 @@ struct Both {
   std::vector<std::vector<std::uint16_t>> halves;
   std::vector<std::vector<float>> floats;
 
-  static model::GgufTensorInfo info(TensorType type, std::int64_t rows, std::int64_t cols,
-                                    const void* data, std::size_t bytes) {
-    model::GgufTensorInfo i;
+  static gguf::GgufTensorInfo info(TensorType type, std::int64_t rows, std::int64_t cols,
+                                   const void* data, std::size_t bytes) {
+    gguf::GgufTensorInfo i;
     i.type = type;
     i.num_dims = rows == 1 ? 1 : 2;
     i.dims[0] = cols;
@@ -45,8 +45,8 @@ struct Both {
     auto& h = halves.emplace_back(values.size());
     auto& f = floats.emplace_back(values.size());
     for (std::size_t i = 0; i < values.size(); ++i) {
-      h[i] = type == TensorType::f16 ? model::f32_to_f16(values[i]) : model::f32_to_bf16(values[i]);
-      f[i] = type == TensorType::f16 ? model::f16_to_f32(h[i]) : model::bf16_to_f32(h[i]);
+      h[i] = type == TensorType::f16 ? gguf::f32_to_f16(values[i]) : gguf::f32_to_bf16(values[i]);
+      f[i] = type == TensorType::f16 ? gguf::f16_to_f32(h[i]) : gguf::bf16_to_f32(h[i]);
     }
     auto g = gpu->load_weight(info(type, rows, cols, h.data(), h.size() * 2));
     auto c = cpu.load_weight(info(TensorType::f32, rows, cols, f.data(), f.size() * 4));

@@ -5,15 +5,17 @@
 #include <filesystem>
 #include <random>
 
-#include "model/dequantize.hpp"
-#include "model/gguf_file.hpp"
-#include "model/gguf_writer.hpp"
+#include "gguf/dequantize.hpp"
+#include "gguf/gguf_file.hpp"
+#include "gguf/gguf_writer.hpp"
 #include "model/llama_config.hpp"
-#include "model/tokenizer.hpp"
 #include "support/test_support.hpp"
+#include "text/tokenizer.hpp"
 
 using namespace troupe;
+using namespace troupe::gguf;
 using namespace troupe::model;
+using namespace troupe::text;
 
 namespace {
 

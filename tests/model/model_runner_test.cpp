@@ -21,7 +21,7 @@ class SamplingCpuBackend final : public model::Backend {
   int samples = 0;
   std::vector<model::DeviceSamplingRow> last_rows;
 
-  Result<model::Weight> load_weight(const model::GgufTensorInfo& i) override {
+  Result<model::Weight> load_weight(const gguf::GgufTensorInfo& i) override {
     return cpu_.load_weight(i);
   }
   Result<Tensor> allocate(std::int64_t r, std::int64_t c) override { return cpu_.allocate(r, c); }
@@ -65,7 +65,7 @@ class SamplingCpuBackend final : public model::Backend {
 
 std::vector<TokenId> generate(model::Backend& backend, const std::string& path,
                               const SamplingParams& params) {
-  auto file = model::GgufFile::open(path);
+  auto file = gguf::GgufFile::open(path);
   REQUIRE(file.has_value());
   auto llama = model::LlamaModel::load(*file, backend);
   REQUIRE(llama.has_value());

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/unicode.hpp"
+#include "text/unicode.hpp"
 
 namespace troupe::test {
 
@@ -97,7 +97,7 @@ class JsonParser {
             i_ += 2;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4() - 0xDC00);
           }
-          model::append_utf8(out, cp);
+          text::append_utf8(out, cp);
           break;
         }
         default:

@@ -1,0 +1,264 @@
+#include "gguf/dequantize.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "gguf/half.hpp"
+
+namespace troupe::gguf {
+
+namespace {
+
+std::uint16_t load_u16(const std::uint8_t* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Q4_K and Q5_K pack eight 6-bit scales and mins into 12 bytes.
+void k_scale_min(int j, const std::uint8_t* q, std::uint8_t& scale, std::uint8_t& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void dequantize_q4_k(const std::uint8_t* block, float* out) {
+  const float d = f16_to_f32(load_u16(block));
+  const float dmin = f16_to_f32(load_u16(block + 2));
+  const std::uint8_t* scales = block + 4;
+  const std::uint8_t* q = block + 16;
+  int is = 0;
+  for (int j = 0; j < 256; j += 64) {
+    std::uint8_t sc, m;
+    k_scale_min(is, scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    k_scale_min(is + 1, scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *out++ = d1 * (q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) *out++ = d2 * (q[l] >> 4) - m2;
+    q += 32;
+    is += 2;
+  }
+}
+
+void dequantize_q5_k(const std::uint8_t* block, float* out) {
+  const float d = f16_to_f32(load_u16(block));
+  const float dmin = f16_to_f32(load_u16(block + 2));
+  const std::uint8_t* scales = block + 4;
+  const std::uint8_t* qh = block + 16;
+  const std::uint8_t* ql = block + 48;
+  int is = 0;
+  std::uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < 256; j += 64) {
+    std::uint8_t sc, m;
+    k_scale_min(is, scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    k_scale_min(is + 1, scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *out++ = d1 * ((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) *out++ = d2 * ((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    ql += 32;
+    is += 2;
+    u1 = static_cast<std::uint8_t>(u1 << 2);
+    u2 = static_cast<std::uint8_t>(u2 << 2);
+  }
+}
+
+void dequantize_q6_k(const std::uint8_t* block, float* out) {
+  const std::uint8_t* ql = block;
+  const std::uint8_t* qh = block + 128;
+  const auto* sc = reinterpret_cast<const std::int8_t*>(block + 192);
+  const float d = f16_to_f32(load_u16(block + 208));
+  for (int n = 0; n < 256; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = static_cast<std::int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = static_cast<std::int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = static_cast<std::int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = static_cast<std::int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      out[l] = d * sc[is] * q1;
+      out[l + 32] = d * sc[is + 2] * q2;
+      out[l + 64] = d * sc[is + 4] * q3;
+      out[l + 96] = d * sc[is + 6] * q4;
+    }
+    out += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+}  // namespace
+
+bool can_dequantize(TensorType type) {
+  switch (type) {
+    case TensorType::f32:
+    case TensorType::f16:
+    case TensorType::bf16:
+    case TensorType::q8_0:
+    case TensorType::q4_0:
+    case TensorType::q4_1:
+    case TensorType::q5_0:
+    case TensorType::q5_1:
+    case TensorType::q4_k:
+    case TensorType::q5_k:
+    case TensorType::q6_k:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::size_t row_bytes(TensorType type, std::int64_t cols) {
+  const auto traits = tensor_type_traits(static_cast<std::uint32_t>(type));
+  if (!traits) return 0;
+  return static_cast<std::size_t>(cols) / traits->block_elements * traits->block_bytes;
+}
+
+Result<void> dequantize_row(TensorType type, const void* data, std::int64_t cols, float* out) {
+  const auto* bytes = static_cast<const std::uint8_t*>(data);
+  switch (type) {
+    case TensorType::f32:
+      std::memcpy(out, data, static_cast<std::size_t>(cols) * sizeof(float));
+      return {};
+    case TensorType::f16:
+      for (std::int64_t i = 0; i < cols; ++i) out[i] = f16_to_f32(load_u16(bytes + 2 * i));
+      return {};
+    case TensorType::bf16:
+      for (std::int64_t i = 0; i < cols; ++i) out[i] = bf16_to_f32(load_u16(bytes + 2 * i));
+      return {};
+    case TensorType::q8_0:
+      for (std::int64_t b = 0; b < cols / 32; ++b) {
+        const std::uint8_t* block = bytes + b * 34;
+        const float d = f16_to_f32(load_u16(block));
+        for (int i = 0; i < 32; ++i) out[b * 32 + i] = d * static_cast<std::int8_t>(block[2 + i]);
+      }
+      return {};
+    case TensorType::q4_0:
+      for (std::int64_t b = 0; b < cols / 32; ++b) {
+        const std::uint8_t* block = bytes + b * 18;
+        const float d = f16_to_f32(load_u16(block));
+        for (int i = 0; i < 16; ++i) {
+          out[b * 32 + i] = d * ((block[2 + i] & 0xF) - 8);
+          out[b * 32 + 16 + i] = d * ((block[2 + i] >> 4) - 8);
+        }
+      }
+      return {};
+    case TensorType::q4_1:
+      for (std::int64_t b = 0; b < cols / 32; ++b) {
+        const std::uint8_t* block = bytes + b * 20;
+        const float d = f16_to_f32(load_u16(block));
+        const float m = f16_to_f32(load_u16(block + 2));
+        for (int i = 0; i < 16; ++i) {
+          out[b * 32 + i] = d * (block[4 + i] & 0xF) + m;
+          out[b * 32 + 16 + i] = d * (block[4 + i] >> 4) + m;
+        }
+      }
+      return {};
+    case TensorType::q5_0:
+    case TensorType::q5_1: {
+      // d (f16), [m (f16) for Q5_1], 32 high bits, 16 bytes of low nibbles.
+      const bool has_min = type == TensorType::q5_1;
+      const std::size_t block_bytes = has_min ? 24 : 22;
+      for (std::int64_t b = 0; b < cols / 32; ++b) {
+        const std::uint8_t* block = bytes + b * block_bytes;
+        const float d = f16_to_f32(load_u16(block));
+        const float m = has_min ? f16_to_f32(load_u16(block + 2)) : 0.0f;
+        std::uint32_t qh;
+        std::memcpy(&qh, block + (has_min ? 4 : 2), 4);
+        const std::uint8_t* qs = block + (has_min ? 8 : 6);
+        const int offset = has_min ? 0 : 16;
+        for (int i = 0; i < 16; ++i) {
+          const int lo = (qs[i] & 0xF) | static_cast<int>(((qh >> i) & 1u) << 4);
+          const int hi = (qs[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1u) << 4);
+          out[b * 32 + i] = d * (lo - offset) + m;
+          out[b * 32 + 16 + i] = d * (hi - offset) + m;
+        }
+      }
+      return {};
+    }
+    case TensorType::q5_k:
+      for (std::int64_t b = 0; b < cols / 256; ++b) dequantize_q5_k(bytes + b * 176, out + b * 256);
+      return {};
+    case TensorType::q4_k:
+      for (std::int64_t b = 0; b < cols / 256; ++b) dequantize_q4_k(bytes + b * 144, out + b * 256);
+      return {};
+    case TensorType::q6_k:
+      for (std::int64_t b = 0; b < cols / 256; ++b) dequantize_q6_k(bytes + b * 210, out + b * 256);
+      return {};
+    default:
+      return make_error(ErrorCode::unsupported,
+                        "cannot decode tensor type " + std::string(tensor_type_name(type)));
+  }
+}
+
+Result<std::vector<std::byte>> quantize(TensorType type, std::span<const float> values,
+                                        std::int64_t cols) {
+  const auto traits = tensor_type_traits(static_cast<std::uint32_t>(type));
+  if (!traits || cols <= 0 || values.size() % static_cast<std::size_t>(cols) != 0 ||
+      cols % static_cast<std::int64_t>(traits->block_elements) != 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "cannot quantize " + std::to_string(values.size()) + " values in rows of " +
+                          std::to_string(cols));
+  }
+  std::vector<std::byte> out(values.size() / traits->block_elements * traits->block_bytes);
+  auto* o = reinterpret_cast<std::uint8_t*>(out.data());
+  auto put16 = [](std::uint8_t* p, std::uint16_t v) { std::memcpy(p, &v, 2); };
+  switch (type) {
+    case TensorType::f32:
+      std::memcpy(o, values.data(), values.size_bytes());
+      return out;
+    case TensorType::f16:
+      for (std::size_t i = 0; i < values.size(); ++i) put16(o + 2 * i, f32_to_f16(values[i]));
+      return out;
+    case TensorType::bf16:
+      for (std::size_t i = 0; i < values.size(); ++i) put16(o + 2 * i, f32_to_bf16(values[i]));
+      return out;
+    case TensorType::q8_0:
+      for (std::size_t b = 0; b < values.size() / 32; ++b) {
+        const float* x = values.data() + b * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        std::uint8_t* block = o + b * 34;
+        put16(block, f32_to_f16(d));
+        for (int i = 0; i < 32; ++i) {
+          block[2 + i] =
+              static_cast<std::uint8_t>(static_cast<std::int8_t>(std::roundf(x[i] * id)));
+        }
+      }
+      return out;
+    case TensorType::q4_0:
+      for (std::size_t b = 0; b < values.size() / 32; ++b) {
+        const float* x = values.data() + b * 32;
+        float amax = 0.0f, max = 0.0f;
+        for (int i = 0; i < 32; ++i) {
+          if (std::fabs(x[i]) > amax) {
+            amax = std::fabs(x[i]);
+            max = x[i];
+          }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        std::uint8_t* block = o + b * 18;
+        put16(block, f32_to_f16(d));
+        for (int i = 0; i < 16; ++i) {
+          const auto lo = static_cast<std::uint8_t>(std::min(15.0f, x[i] * id + 8.5f));
+          const auto hi = static_cast<std::uint8_t>(std::min(15.0f, x[16 + i] * id + 8.5f));
+          block[2 + i] = static_cast<std::uint8_t>(lo | (hi << 4));
+        }
+      }
+      return out;
+    default:
+      return make_error(ErrorCode::unsupported,
+                        "cannot encode tensor type " + std::string(tensor_type_name(type)));
+  }
+}
+
+}  // namespace troupe::gguf

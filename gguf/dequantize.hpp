@@ -1,0 +1,29 @@
+// Plain scalar decoding of ggml tensor rows to float32: the reference every
+// SIMD kernel is tested against, and what embedding lookups use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gguf/tensor_type.hpp"
+#include "troupe/result.hpp"
+
+namespace troupe::gguf {
+
+// Bytes one row of `cols` elements of `type` takes.
+std::size_t row_bytes(TensorType type, std::int64_t cols);
+
+// Whether dequantize_row decodes this type.
+bool can_dequantize(TensorType type);
+
+// Decodes `cols` elements at `data` into out[0..cols). Types: F32, F16, BF16,
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+Result<void> dequantize_row(TensorType type, const void* data, std::int64_t cols, float* out);
+
+// Encodes floats as `type` (F32, F16, BF16, Q8_0, Q4_0), as ggml's reference quantizers do.
+Result<std::vector<std::byte>> quantize(TensorType type, std::span<const float> values,
+                                        std::int64_t cols);
+
+}  // namespace troupe::gguf

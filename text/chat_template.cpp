@@ -1,0 +1,133 @@
+#include "text/chat_template.hpp"
+
+namespace troupe::text {
+
+namespace {
+
+bool has(std::string_view text, std::string_view what) {
+  return text.find(what) != std::string_view::npos;
+}
+
+// The leading system message, if any, and the rest.
+std::pair<std::string, std::vector<ChatMessage>> split_system(
+    const std::vector<ChatMessage>& messages) {
+  if (!messages.empty() && messages.front().role == "system") {
+    return {messages.front().content, {messages.begin() + 1, messages.end()}};
+  }
+  return {{}, messages};
+}
+
+std::string render_llama2(const std::vector<ChatMessage>& messages) {
+  auto [system, turns] = split_system(messages);
+  std::string out;
+  bool first_user = true;
+  for (const auto& m : turns) {
+    if (m.role == "user") {
+      if (!first_user) out += "<s>";
+      out += "[INST] ";
+      if (first_user && !system.empty()) out += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
+      out += m.content + " [/INST]";
+      first_user = false;
+    } else if (m.role == "assistant") {
+      out += " " + m.content + " </s>";
+    }
+  }
+  return out;
+}
+
+std::string render_mistral(const std::vector<ChatMessage>& messages) {
+  auto [system, turns] = split_system(messages);
+  std::size_t last_user = turns.size();
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    if (turns[i].role == "user") last_user = i;
+  }
+  std::string out;
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const auto& m = turns[i];
+    if (m.role == "user") {
+      out += "[INST]";
+      if (i == last_user && !system.empty()) out += system + "\n\n";
+      out += m.content + "[/INST]";
+    } else if (m.role == "assistant") {
+      out += m.content + "</s>";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view chat_family_name(ChatFamily family) {
+  switch (family) {
+    case ChatFamily::chatml:
+      return "chatml";
+    case ChatFamily::llama2:
+      return "llama-2";
+    case ChatFamily::llama3:
+      return "llama-3";
+    case ChatFamily::mistral:
+      return "mistral";
+    case ChatFamily::zephyr:
+      return "zephyr";
+    case ChatFamily::phi3:
+      return "phi-3";
+    case ChatFamily::gemma:
+      return "gemma";
+  }
+  return "chatml";
+}
+
+ChatFamily detect_chat_family(std::string_view t) {
+  if (has(t, "<|im_start|>")) return ChatFamily::chatml;
+  if (has(t, "<|start_header_id|>")) return ChatFamily::llama3;
+  if (has(t, "<start_of_turn>")) return ChatFamily::gemma;
+  if (has(t, "[INST]")) return has(t, "<<SYS>>") ? ChatFamily::llama2 : ChatFamily::mistral;
+  if (has(t, "<|user|>")) return has(t, "<|end|>") ? ChatFamily::phi3 : ChatFamily::zephyr;
+  return ChatFamily::chatml;
+}
+
+std::string render_chat(ChatFamily family, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt) {
+  std::string out;
+  switch (family) {
+    case ChatFamily::chatml:
+      for (const auto& m : messages)
+        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      if (add_generation_prompt) out += "<|im_start|>assistant\n";
+      return out;
+    case ChatFamily::llama3:
+      for (const auto& m : messages) {
+        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+      }
+      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      return out;
+    case ChatFamily::llama2:
+      return render_llama2(messages);
+    case ChatFamily::mistral:
+      return render_mistral(messages);
+    case ChatFamily::zephyr:
+      for (const auto& m : messages) out += "<|" + m.role + "|>\n" + m.content + "</s>\n";
+      if (add_generation_prompt) out += "<|assistant|>\n";
+      return out;
+    case ChatFamily::phi3:
+      for (const auto& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+      if (add_generation_prompt) out += "<|assistant|>\n";
+      return out;
+    case ChatFamily::gemma: {
+      // No system role: it opens the first user turn.
+      auto [system, turns] = split_system(messages);
+      for (std::size_t i = 0; i < turns.size(); ++i) {
+        const auto& m = turns[i];
+        const std::string role = m.role == "assistant" ? "model" : m.role;
+        std::string content = m.content;
+        if (i == 0 && !system.empty()) content = system + "\n\n" + content;
+        out += "<start_of_turn>" + role + "\n" + content + "<end_of_turn>\n";
+      }
+      if (add_generation_prompt) out += "<start_of_turn>model\n";
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace troupe::text
