@@ -27,6 +27,7 @@
 #include "gpu/cuda_backend.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_runner.hpp"
+#include "worker/kv_sizing.hpp"
 #include "worker/worker.hpp"
 
 using namespace troupe;
@@ -334,7 +335,10 @@ int main(int argc, char** argv) {
   ok_or_die(llama.prepare(max_rows, std::max({o.max_num_seqs, largest_batch, 256})),
             "activation buffers");
   model::KvCacheShape kv{shape.num_layers, 0, block_size, shape.num_kv_heads, shape.head_dim};
-  kv.num_blocks = value_or_die(backend->kv_blocks_that_fit(kv, o.gpu_memory_utilization), "KV");
+  const std::int64_t free_bytes = value_or_die(backend->free_memory_bytes(), "free GPU memory");
+  kv.num_blocks = static_cast<std::int32_t>(worker::kv_blocks_for_memory(
+      free_bytes, o.gpu_memory_utilization, backend->kv_block_bytes(kv), 1 << 30));
+  if (kv.num_blocks <= 0) fail("KV: no GPU memory is left for the KV cache after the weights");
   ok_or_die(backend->allocate_kv_cache(kv), "KV cache");
   ok_or_die(backend->randomize_kv_cache(o.seed + 7), "KV contents");
   std::printf("KV cache: %d blocks of %d tokens (%.1f GB)\n", kv.num_blocks, block_size,

@@ -35,7 +35,7 @@ net::ServerConfig server_config(bool with_key) {
 void check_routed(const net::Request& request, const net::ServerConfig& config) {
   const auto& context = fuzz::api_context();
   if (net::is_generation(request) && net::is_authorized(request, config)) {
-    const bool chat = net::request_path(request) == "/v1/chat/completions";
+    const bool chat = net::route_kind(request) == net::RouteKind::chat_completion;
     auto parsed = chat ? net::parse_chat_request(request.body(), context)
                        : net::parse_completion_request(request.body(), context);
     if (parsed) {

@@ -250,22 +250,6 @@ std::int64_t CudaBackend::kv_block_bytes(const model::KvCacheShape& shape) const
   return 2 * kv_elements(one_block) * 2;  // K and V, half
 }
 
-Result<std::int32_t> CudaBackend::kv_blocks_that_fit(const model::KvCacheShape& shape,
-                                                     double utilization) const {
-  if (!(utilization > 0.0 && utilization <= 1.0)) {
-    return make_error(ErrorCode::invalid_argument, "gpu_memory_utilization must be in (0, 1]");
-  }
-  TROUPE_TRY(const std::int64_t free, free_bytes());
-  const std::int64_t blocks =
-      kv_blocks_for_memory(free, utilization, kv_block_bytes(shape), 1 << 30);
-  if (blocks <= 0) {
-    return make_error(ErrorCode::out_of_range,
-                      "no GPU memory is left for the KV cache after the weights (" +
-                          std::to_string(free) + " bytes free)");
-  }
-  return static_cast<std::int32_t>(std::min<std::int64_t>(blocks, 1 << 30));
-}
-
 Result<Weight> CudaBackend::load_weight(const gguf::GgufTensorInfo& info) {
   const std::int64_t cols = info.dims[0];
   const std::int64_t rows = info.dims[1] * info.dims[2] * info.dims[3];

@@ -72,10 +72,6 @@ class CudaBackend final : public model::Backend {
   Result<std::int64_t> free_memory_bytes() const override { return free_bytes(); }
   // Keys and values in half precision.
   std::int64_t kv_block_bytes(const model::KvCacheShape& shape) const override;
-  // Blocks of `shape` (its num_blocks ignored) that fit in `utilization` of the memory
-  // free now: call after the weights are loaded.
-  Result<std::int32_t> kv_blocks_that_fit(const model::KvCacheShape& shape,
-                                          double utilization) const;
 
   // A random matrix made on the device in the backend's 16-bit type (benchmarks): values
   // uniform in [-scale, scale], from a counter-based generator keyed by `seed`.

@@ -1,7 +1,6 @@
 #include "gpu/step_layout.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace troupe::gpu {
 
@@ -110,15 +109,6 @@ StepLayout plan_step(const model::StepInput& step, std::int32_t block_size,
     l.logit_row_index[t] = t;
   }
   return l;
-}
-
-std::int64_t kv_blocks_for_memory(std::int64_t free_bytes, double utilization,
-                                  std::int64_t block_bytes, std::int64_t max_blocks) {
-  if (free_bytes <= 0 || block_bytes <= 0 || !(utilization > 0.0)) return 0;
-  const double budget = static_cast<double>(free_bytes) * std::min(utilization, 1.0);
-  const auto blocks =
-      static_cast<std::int64_t>(std::floor(budget / static_cast<double>(block_bytes)));
-  return max_blocks > 0 ? std::min(blocks, max_blocks) : blocks;
 }
 
 }  // namespace troupe::gpu

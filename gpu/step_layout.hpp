@@ -46,9 +46,4 @@ std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& polic
 StepLayout plan_step(const model::StepInput& step, std::int32_t block_size,
                      const GraphPolicy& policy);
 
-// KV blocks that fit in `utilization` of `free_bytes` (what is free after weights and
-// buffers), each block taking `block_bytes`; at most `max_blocks`.
-std::int64_t kv_blocks_for_memory(std::int64_t free_bytes, double utilization,
-                                  std::int64_t block_bytes, std::int64_t max_blocks);
-
 }  // namespace troupe::gpu

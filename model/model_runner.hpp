@@ -26,7 +26,6 @@ class ModelRunner {
   Result<void> add_sequence(std::uint64_t id, const SamplingParams& params,
                             std::span<const TokenId> prompt);
   void remove_sequence(std::uint64_t id) { samplers_.erase(id); }
-  std::size_t num_sequences() const { return samplers_.size(); }
 
   // Runs `step`; logit row i samples for sequence sampled_ids[i].
   Result<std::vector<SampledToken>> execute(const StepInput& step,
@@ -34,8 +33,6 @@ class ModelRunner {
 
   // With an observer, every row is sampled on the host from logits read back.
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
-
-  LlamaModel& model() { return model_; }
 
  private:
   LlamaModel& model_;

@@ -1,42 +1,12 @@
 #include "worker/worker.hpp"
 
 #include <chrono>
-#include <cmath>
 #include <exception>
 
 #include "worker/backend_factory.hpp"
+#include "worker/kv_sizing.hpp"
 
 namespace troupe::worker {
-
-Result<std::int32_t> kv_blocks_for_budget(const engine::WorkerSpec& spec, std::int64_t block_bytes,
-                                          std::optional<std::int64_t> free_bytes) {
-  std::int64_t blocks = spec.num_kv_blocks;
-  if (blocks <= 0 && block_bytes > 0) {
-    if (free_bytes) {
-      if (!(spec.gpu_memory_utilization > 0.0 && spec.gpu_memory_utilization <= 1.0)) {
-        return make_error(ErrorCode::invalid_argument, "gpu_memory_utilization must be in (0, 1]");
-      }
-      const double budget = static_cast<double>(*free_bytes) * spec.gpu_memory_utilization;
-      blocks = static_cast<std::int64_t>(std::floor(budget / static_cast<double>(block_bytes)));
-      if (blocks <= 0) {
-        return make_error(ErrorCode::out_of_range,
-                          "no GPU memory is left for the KV cache after the weights (" +
-                              std::to_string(*free_bytes) + " bytes free)");
-      }
-    } else {
-      blocks = spec.kv_cache_bytes / block_bytes;
-    }
-  }
-  const std::int64_t needed = (spec.max_model_len + spec.block_size - 1) / spec.block_size;
-  if (blocks < needed) {
-    return make_error(ErrorCode::out_of_range,
-                      "the KV cache of " + std::to_string(blocks) + " blocks of " +
-                          std::to_string(spec.block_size) + " tokens cannot hold one sequence of " +
-                          std::to_string(spec.max_model_len) +
-                          " tokens: give it more memory or lower max_model_len");
-  }
-  return static_cast<std::int32_t>(std::min<std::int64_t>(blocks, 1 << 30));
-}
 
 engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work) {
   auto fail = [&work](Error error) {

@@ -13,12 +13,6 @@
 
 namespace troupe::worker {
 
-// Turns a spec's KV budget into blocks of `block_bytes`: num_kv_blocks when set, else
-// the bytes available (`free_bytes` scaled by gpu_memory_utilization on a GPU, else
-// kv_cache_bytes). The pool must hold one whole sequence of max_model_len tokens.
-Result<std::int32_t> kv_blocks_for_budget(const engine::WorkerSpec& spec, std::int64_t block_bytes,
-                                          std::optional<std::int64_t> free_bytes);
-
 // One step on a runner: samplers for new sequences, the forward pass, sampling. Errors
 // are in the output; an exception is not caught here.
 engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work);

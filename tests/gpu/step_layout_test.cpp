@@ -116,13 +116,3 @@ TEST_CASE("a mixed step sends single queries to decode and the rest in tiles of 
     CHECK(l.slots[t] == l.block_tables[s * l.block_stride + pos / 4] * 4 + pos % 4);
   }
 }
-
-TEST_CASE("the KV pool takes its share of free memory, in whole blocks", "[gpu][layout]") {
-  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
-  CHECK(gpu::kv_blocks_for_memory(10 * kGiB, 0.9, 2 << 20, 0) == 4608);
-  CHECK(gpu::kv_blocks_for_memory(10 * kGiB, 0.9, 2 << 20, 100) == 100);
-  CHECK(gpu::kv_blocks_for_memory(10 * kGiB, 1.5, 1 << 30, 0) == 10);
-  CHECK(gpu::kv_blocks_for_memory(0, 0.9, 1024, 0) == 0);
-  CHECK(gpu::kv_blocks_for_memory(kGiB, 0.0, 1024, 0) == 0);
-  CHECK(gpu::kv_blocks_for_memory(kGiB, 0.9, 0, 0) == 0);
-}

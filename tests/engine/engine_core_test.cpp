@@ -1,0 +1,224 @@
+// The step loop on its own, with a fake worker: what a driver sends and hears.
+#include <catch2/catch.hpp>
+#include <map>
+#include <numeric>
+
+#include "engine/engine_core.hpp"
+
+using namespace troupe;
+using namespace troupe::engine;
+
+namespace {
+
+constexpr TokenId kEos = 2;
+
+SchedulerConfig small_config() {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 64;
+  c.max_num_seqs = 8;
+  c.max_model_len = 64;
+  c.num_blocks = 32;
+  c.block_size = 4;
+  return c;
+}
+
+CoreRequest request(SeqId id, std::int32_t max_tokens, std::int32_t prompt_len = 5) {
+  CoreRequest r;
+  r.id = id;
+  r.prompt.resize(static_cast<std::size_t>(prompt_len));
+  std::iota(r.prompt.begin(), r.prompt.end(), 10);
+  r.params.max_tokens = max_tokens;
+  r.reply_to = static_cast<int>(id * 100);  // what a driver keeps for the listener
+  return r;
+}
+
+// A worker that samples `token` for every row.
+StepOutput answer(const StepWork& work, TokenId token = 7) {
+  StepOutput out;
+  out.step_id = work.step_id;
+  out.tokens.assign(work.sampled_ids.size(), model::SampledToken{token, -0.5f, {}});
+  return out;
+}
+
+// Runs steps until nothing is left, collecting each request's tokens and end.
+struct Run {
+  std::map<SeqId, std::vector<TokenId>> tokens;
+  std::map<SeqId, FinishReason> ends;
+};
+Run run_all(EngineCore& core, TokenId token = 7) {
+  Run run;
+  while (auto work = core.next_step()) {
+    for (const auto& u : core.apply(answer(*work, token)).updates) {
+      if (u.token.id != kNoToken) run.tokens[u.id].push_back(u.token.id);
+      if (u.finish_reason != FinishReason::none) run.ends[u.id] = u.finish_reason;
+    }
+  }
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("a request's tokens come back as updates and it ends on max_tokens", "[engine][core]") {
+  EngineCore core(small_config(), {kEos});
+  REQUIRE(core.add(request(1, 3)).has_value());
+  REQUIRE(core.add(request(2, 5)).has_value());
+  const auto run = run_all(core);
+  CHECK(run.tokens.at(1) == std::vector<TokenId>{7, 7, 7});
+  CHECK(run.tokens.at(2).size() == 5u);
+  CHECK(run.ends.at(1) == FinishReason::length);
+  CHECK(run.ends.at(2) == FinishReason::length);
+  CHECK(core.num_requests() == 0u);
+  CHECK_FALSE(core.has_work());
+  CHECK(core.scheduler().kv_cache().usage() == 0.0);
+  CHECK(core.stats().num_steps == 5);
+}
+
+TEST_CASE("the updates carry the driver's handle, the cached count and the first step",
+          "[engine][core]") {
+  EngineCore core(small_config(), {kEos});
+  REQUIRE(core.add(request(4, 1)).has_value());
+  auto work = core.next_step();
+  REQUIRE(work.has_value());
+  const auto applied = core.apply(answer(*work));
+  REQUIRE(applied.updates.size() == 1u);
+  const auto& u = applied.updates[0];
+  CHECK(std::any_cast<int>(u.reply_to) == 400);
+  CHECK(u.token.logprob == -0.5f);
+  CHECK(u.first_scheduled.time_since_epoch().count() != 0);
+  CHECK(applied.num_tokens == 5);
+}
+
+TEST_CASE("end-of-generation and stop ids end a request with stop; ignore_eos does not",
+          "[engine][core]") {
+  EngineCore core(small_config(), {kEos});
+  REQUIRE(core.add(request(1, 10)).has_value());
+  auto ignoring = request(2, 4);
+  ignoring.params.ignore_eos = true;
+  REQUIRE(core.add(ignoring).has_value());
+  auto stop_id = request(3, 10);
+  stop_id.params.stop_token_ids = {kEos};
+  stop_id.params.ignore_eos = true;
+  REQUIRE(core.add(stop_id).has_value());
+  auto at_least = request(4, 10);
+  at_least.params.min_tokens = 3;
+  REQUIRE(core.add(at_least).has_value());
+  const auto run = run_all(core, kEos);
+  CHECK(run.tokens.at(1).size() == 1u);
+  CHECK(run.ends.at(1) == FinishReason::stop);
+  CHECK(run.tokens.at(2).size() == 4u);
+  CHECK(run.ends.at(2) == FinishReason::length);
+  CHECK(run.ends.at(3) == FinishReason::stop);
+  CHECK(run.tokens.at(4).size() == 3u);  // not before min_tokens
+  CHECK(run.ends.at(4) == FinishReason::stop);
+}
+
+TEST_CASE("a worker hears of a sequence once, of its end once, and of all again after a reset",
+          "[engine][core]") {
+  EngineCore core(small_config(), {kEos});
+  auto r = request(1, 10);
+  r.params.temperature = 0.5f;
+  r.params.seed = 99;
+  REQUIRE(core.add(r).has_value());
+  REQUIRE(core.add(request(2, 10)).has_value());
+  auto first = core.next_step();
+  REQUIRE(first.has_value());
+  REQUIRE(first->new_sequences.size() == 2u);
+  CHECK(first->new_sequences[0].id == 1);
+  CHECK(first->new_sequences[0].prompt == r.prompt);
+  CHECK(first->new_sequences[0].params == r.params);
+  core.apply(answer(*first));
+  auto second = core.next_step();
+  REQUIRE(second.has_value());
+  CHECK(second->new_sequences.empty());
+  core.apply(answer(*second));
+
+  const auto cancelled = core.cancel(2, FinishReason::abort);
+  REQUIRE(cancelled.has_value());
+  CHECK(cancelled->finish_reason == FinishReason::abort);
+  CHECK_FALSE(core.cancel(2, FinishReason::abort).has_value());  // once
+  auto third = core.next_step();
+  REQUIRE(third.has_value());
+  CHECK(third->removed == std::vector<std::uint64_t>{2});
+  core.apply(answer(*third));
+
+  core.reset_worker();
+  auto fourth = core.next_step();
+  REQUIRE(fourth.has_value());
+  REQUIRE(fourth->new_sequences.size() == 1u);
+  CHECK(fourth->new_sequences[0].id == 1);
+  CHECK(fourth->new_sequences[0].prompt == r.prompt);  // the prompt, not what it generated
+  CHECK(fourth->step.num_tokens() == 5 + 3);           // its KV is recomputed
+  CHECK(core.stats().num_worker_restarts == 1);
+}
+
+TEST_CASE("a request cancelled while its step runs gets no token from that step",
+          "[engine][core]") {
+  EngineCore core(small_config(), {kEos});
+  REQUIRE(core.add(request(1, 10)).has_value());
+  REQUIRE(core.add(request(2, 10)).has_value());
+  auto work = core.next_step();
+  REQUIRE(work.has_value());
+  CHECK_FALSE(core.next_step().has_value());  // one step in flight at a time
+  REQUIRE(core.cancel(1, FinishReason::abort).has_value());
+  const auto applied = core.apply(answer(*work));
+  REQUIRE(applied.updates.size() == 1u);
+  CHECK(applied.updates[0].id == 2);
+  REQUIRE(core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("a failed step ends its sequences with the error, and the others go on",
+          "[engine][core]") {
+  auto config = small_config();
+  config.max_num_batched_tokens = 5;  // one prompt per step
+  EngineCore core(config, {kEos});
+  REQUIRE(core.add(request(1, 4)).has_value());
+  REQUIRE(core.add(request(2, 4)).has_value());
+  auto work = core.next_step();
+  REQUIRE(work.has_value());
+  REQUIRE(work->sampled_ids == std::vector<std::uint64_t>{1});
+  const auto applied =
+      core.apply(failed_step(work->step_id, {ErrorCode::out_of_range, "no room", false}));
+  REQUIRE(applied.updates.size() == 1u);
+  CHECK(applied.updates[0].id == 1);
+  CHECK(applied.updates[0].finish_reason == FinishReason::error);
+  CHECK(applied.updates[0].error == "no room");
+  CHECK_FALSE(applied.worker_lost);
+  const auto run = run_all(core);
+  CHECK(run.tokens.at(2).size() == 4u);
+  CHECK(core.scheduler().kv_cache().usage() == 0.0);
+}
+
+TEST_CASE("a worker that answers another step, or fails fatally, is lost", "[engine][core]") {
+  EngineCore core(small_config(), {kEos});
+  REQUIRE(core.add(request(1, 4)).has_value());
+  auto work = core.next_step();
+  REQUIRE(work.has_value());
+  auto wrong = answer(*work);
+  wrong.step_id += 1;
+  const auto applied = core.apply(wrong);
+  CHECK(applied.worker_lost);
+  REQUIRE(applied.updates.size() == 1u);
+  CHECK(applied.updates[0].finish_reason == FinishReason::error);
+
+  REQUIRE(core.add(request(2, 4)).has_value());
+  work = core.next_step();
+  REQUIRE(work.has_value());
+  CHECK(core.apply(failed_step(work->step_id, {ErrorCode::internal, "boom", true})).worker_lost);
+}
+
+TEST_CASE("end_all ends every request with the reason; a refused request is not kept",
+          "[engine][core]") {
+  EngineCore core(small_config(), {kEos});
+  REQUIRE(core.add(request(1, 4)).has_value());
+  REQUIRE(core.add(request(2, 4)).has_value());
+  CHECK_FALSE(core.add(request(2, 4)).has_value());      // a duplicate id
+  CHECK_FALSE(core.add(request(3, 4, 64)).has_value());  // no room to generate
+  const auto ended = core.end_all(FinishReason::abort, "shutting down");
+  REQUIRE(ended.size() == 2u);
+  for (const auto& u : ended) {
+    CHECK(u.finish_reason == FinishReason::abort);
+    CHECK(u.error == "shutting down");
+  }
+  CHECK(core.num_requests() == 0u);
+  CHECK_FALSE(core.has_work());
+}
