@@ -65,10 +65,15 @@ Result<LoadedModel> LoadedModel::open(const std::string& path) {
 
 Result<LoadedModel> LoadedModel::open(const std::string& path, std::unique_ptr<Backend> backend) {
   TROUPE_TRY(auto m, open(path));
-  m.backend = std::move(backend);
-  TROUPE_TRY(auto llama, LlamaModel::load(*m.file, *m.backend));
-  m.model = std::make_unique<LlamaModel>(std::move(llama));
+  TROUPE_TRY_VOID(m.load_weights(std::move(backend)));
   return m;
+}
+
+Result<void> LoadedModel::load_weights(std::unique_ptr<Backend> on) {
+  backend = std::move(on);
+  TROUPE_TRY(auto llama, LlamaModel::load(*file, *backend));
+  model = std::make_unique<LlamaModel>(std::move(llama));
+  return {};
 }
 
 KvCacheShape LoadedModel::kv_cache_shape(std::int32_t num_blocks, std::int32_t block_size) const {

@@ -29,6 +29,8 @@ struct LoadedModel {
   static Result<LoadedModel> open(const std::string& path);
   // Opens a model file and loads its weights on `backend`.
   static Result<LoadedModel> open(const std::string& path, std::unique_ptr<Backend> backend);
+  // Loads the weights of a model opened without them on `backend`.
+  Result<void> load_weights(std::unique_ptr<Backend> backend);
 
   Result<void> allocate_kv_cache(std::int32_t num_blocks, std::int32_t block_size);
   KvCacheShape kv_cache_shape(std::int32_t num_blocks, std::int32_t block_size) const;

@@ -55,9 +55,19 @@ Result<void> check_model(const engine::WorkerSpec& spec, const model::LlamaConfi
 }
 
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec) {
-  TROUPE_TRY(auto backend, make_backend(spec));
-  TROUPE_TRY(auto m, model::LoadedModel::open(spec.model_path, std::move(backend)));
+  // Everything that can refuse the model comes before the weights are loaded.
+  TROUPE_TRY(auto m, model::LoadedModel::open(spec.model_path));
+  if (!spec.model_fingerprint.empty()) {
+    const std::string fingerprint = model::file_fingerprint(*m.file);
+    if (fingerprint != spec.model_fingerprint) {
+      return make_error(ErrorCode::invalid_file,
+                        spec.model_path + " is not the engine's model file (fingerprint " +
+                            fingerprint + ", expected " + spec.model_fingerprint + ")");
+    }
+  }
   TROUPE_TRY_VOID(check_model(spec, m.config));
+  TROUPE_TRY(auto backend, make_backend(spec));
+  TROUPE_TRY_VOID(m.load_weights(std::move(backend)));
   return m;
 }
 

@@ -22,8 +22,9 @@ Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& s
 // Whether the spec's device can run a model of this shape (the CUDA kernels' limits).
 Result<void> check_model(const engine::WorkerSpec& spec, const model::LlamaConfig& config);
 
-// The model at spec.model_path with its weights on a backend for the spec's device,
-// checked against the device (its KV cache not yet allocated).
+// The model at spec.model_path with its weights on a backend for the spec's device:
+// checked first against the spec's fingerprint (when it has one) and the device's
+// limits, then loaded (its KV cache not yet allocated).
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec);
 
 }  // namespace troupe::worker

@@ -35,12 +35,6 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec) {
   }
   std::unique_ptr<Worker> w(new Worker());
   TROUPE_TRY(w->model_, open_model(spec));
-  const std::string fingerprint = model::file_fingerprint(*w->model_.file);
-  if (!spec.model_fingerprint.empty() && spec.model_fingerprint != fingerprint) {
-    return make_error(ErrorCode::invalid_file,
-                      spec.model_path + " is not the engine's model file (fingerprint " +
-                          fingerprint + ", expected " + spec.model_fingerprint + ")");
-  }
   auto& llama = *w->model_.model;
   auto& backend = *w->model_.backend;
   // Activations first (a step holds at most max_num_batched_tokens tokens, a decode batch

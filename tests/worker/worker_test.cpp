@@ -1,0 +1,115 @@
+// A worker speaks only the protocol: a spec in, a load report out; a step's work in,
+// its output out. The engine core drives it here as the scheduler actor would.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <stdexcept>
+
+#include "engine/engine_core.hpp"
+#include "gguf/gguf_file.hpp"
+#include "model/loaded_model.hpp"
+#include "support/small_model.hpp"
+#include "worker/worker.hpp"
+
+using namespace troupe;
+
+namespace {
+
+engine::WorkerSpec cpu_spec(const std::string& path) {
+  engine::WorkerSpec spec;
+  spec.model_path = path;
+  spec.num_threads = 1;
+  spec.block_size = 4;
+  spec.max_model_len = 128;
+  spec.max_num_seqs = 8;
+  spec.max_num_batched_tokens = 64;
+  spec.kv_cache_bytes = 64 * 2048;  // 64 blocks: K and V x 2 layers x 2 heads x 16 dims x 4 slots
+  return spec;
+}
+
+std::string fingerprint_of(const std::string& path) {
+  auto file = gguf::GgufFile::open(path);
+  REQUIRE(file.has_value());
+  return model::file_fingerprint(*file);
+}
+
+}  // namespace
+
+TEST_CASE("a worker loads from a spec and reports what it holds", "[worker]") {
+  const auto path = test::write_small_model("worker-load");
+  auto spec = cpu_spec(path);
+  spec.model_fingerprint = fingerprint_of(path);
+  auto worker = worker::Worker::load(spec);
+  INFO((worker ? std::string() : worker.error().message));
+  REQUIRE(worker.has_value());
+  const auto& report = (*worker)->report();
+  CHECK(report.bytes_per_block == 2 * 2 * 2 * 16 * 4 * 4);  // K and V, layers, heads, dims, slots
+  CHECK(report.num_kv_blocks == 64);
+  CHECK(report.vocab_size == 512);
+  CHECK(report.device_name.find("CPU") != std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a worker refuses a file that is not the engine's, before loading it", "[worker]") {
+  const auto path = test::write_small_model("worker-mine");
+  const auto other = test::write_small_model("worker-other", [](model::RandomModelSpec& s) {
+    s.seed = 12345;  // same shape, other weights
+  });
+  auto spec = cpu_spec(path);
+  spec.model_fingerprint = fingerprint_of(other);
+  CHECK(fingerprint_of(path) != fingerprint_of(other));
+  auto worker = worker::Worker::load(spec);
+  REQUIRE_FALSE(worker.has_value());
+  CHECK(worker.error().code == ErrorCode::invalid_file);
+  CHECK(worker.error().message.find("is not the engine's model file") != std::string::npos);
+  spec.num_kv_blocks = 2;  // cannot hold one sequence of 128 tokens
+  spec.model_fingerprint.clear();
+  auto small = worker::Worker::load(spec);
+  REQUIRE_FALSE(small.has_value());
+  CHECK(small.error().message.find("cannot hold one sequence") != std::string::npos);
+  std::filesystem::remove(path);
+  std::filesystem::remove(other);
+}
+
+TEST_CASE("a worker runs the engine core's steps; a step that throws loses the worker",
+          "[worker]") {
+  const auto path = test::write_small_model("worker-steps");
+  auto worker = worker::Worker::load(cpu_spec(path));
+  REQUIRE(worker.has_value());
+  engine::SchedulerConfig config;
+  config.num_blocks = (*worker)->report().num_kv_blocks;
+  config.block_size = 4;
+  config.max_model_len = 128;
+  engine::EngineCore core(config, {});
+  engine::CoreRequest request;
+  request.id = 1;
+  request.prompt = {5, 6, 7, 8, 9};
+  request.params.temperature = 0.0f;
+  request.params.max_tokens = 6;
+  request.params.ignore_eos = true;
+  REQUIRE(core.add(request).has_value());
+  int tokens = 0;
+  FinishReason end = FinishReason::none;
+  while (auto work = core.next_step()) {
+    const auto output = (*worker)->step(*work);
+    REQUIRE_FALSE(output.failed);
+    CHECK(output.seconds >= 0.0);
+    for (const auto& u : core.apply(output).updates) {
+      if (u.token.id != kNoToken) ++tokens;
+      if (u.finish_reason != FinishReason::none) end = u.finish_reason;
+    }
+  }
+  CHECK(tokens == 6);
+  CHECK(end == FinishReason::length);
+
+  (*worker)->set_before_step([] { throw std::runtime_error("injected fault"); });
+  request.id = 2;
+  REQUIRE(core.add(request).has_value());
+  auto work = core.next_step();
+  REQUIRE(work.has_value());
+  const auto output = (*worker)->step(*work);
+  CHECK(output.failed);
+  CHECK(output.error.fatal);
+  CHECK(output.error.message.find("injected fault") != std::string::npos);
+  CHECK(core.apply(output).worker_lost);
+  std::filesystem::remove(path);
+}
