@@ -60,7 +60,7 @@ void add_bench_forward_command(CLI::App& bench) {
     };
     // Decode steps replay CUDA graphs up to the longest sequence the run makes.
     auto loaded =
-        LoadedModel::open(opts->model, opts->engine, std::max(opts->prompt_len, opts->gen_len) + 1);
+        open_model(opts->model, opts->engine, std::max(opts->prompt_len, opts->gen_len) + 1);
     if (!loaded) fail(loaded.error());
     const auto& config = loaded->model->config();
     const std::int32_t bs = opts->block_size;

@@ -5,8 +5,8 @@
 
 namespace troupe::app {
 
-Result<model::LoadedModel> LoadedModel::open(std::string path, const EngineConfig& device,
-                                             std::int32_t max_model_len) {
+Result<model::LoadedModel> open_model(std::string path, const EngineConfig& device,
+                                      std::int32_t max_model_len) {
   if (path.empty()) {
     path = builtin_model_path();
     if (path.empty()) return make_error(ErrorCode::io, "the built-in model could not be written");

@@ -9,11 +9,9 @@
 
 namespace troupe::app {
 
-struct LoadedModel {
-  // path empty: the built-in model. `device`: the engine's device settings (device,
-  // threads, graphs); `max_model_len`: the longest sequence a recorded step serves.
-  static Result<model::LoadedModel> open(std::string path, const EngineConfig& device,
-                                         std::int32_t max_model_len);
-};
+// path empty: the built-in model. `device`: the engine's device settings (device,
+// threads, graphs); `max_model_len`: the longest sequence a recorded step serves.
+Result<model::LoadedModel> open_model(std::string path, const EngineConfig& device,
+                                      std::int32_t max_model_len);
 
 }  // namespace troupe::app

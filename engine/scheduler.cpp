@@ -213,9 +213,10 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
     kv_.cache_full_blocks(seq);
     if (result == nullptr) continue;
     seq.tokens.push_back(result->token);
-    FinishReason reason = seq.stop.after(result->token, seq.num_generated());
-    if (reason == FinishReason::none &&
-        (seq.num_generated() >= seq.max_tokens || seq.num_tokens() >= config_.max_model_len)) {
+    FinishReason reason = FinishReason::none;
+    if (seq.stop.stops_on(result->token, seq.num_generated())) {
+      reason = FinishReason::stop;
+    } else if (seq.num_generated() >= seq.max_tokens || seq.num_tokens() >= config_.max_model_len) {
       reason = FinishReason::length;
     }
     if (reason != FinishReason::none) {

@@ -42,7 +42,7 @@ struct SequenceRequest {
   std::vector<TokenId> prompt;
   std::int32_t max_tokens = 16;
   std::int32_t priority = 0;
-  StopRule stop = {};  // stop and end-of-generation ids (max_tokens above bounds it as well)
+  StopRule stop = {};  // stop and end-of-generation ids
 };
 
 // One sequence's share of an iteration: its next num_new_tokens tokens.

@@ -148,13 +148,41 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     failed.error = {ErrorCode::out_of_range, "a block id is outside the cache", false};
     CHECK(round_trip(system, failed) == failed);
   }
-  SECTION("the engine's numbers") {
+  SECTION("the engine's numbers: every field") {
     EngineStats stats;
     stats.num_running = 3;
+    stats.num_waiting = 4;
     stats.kv_usage = 0.5;
+    stats.peak_kv_usage = 0.75;
     stats.num_preemptions = 7;
+    stats.prefix_queried_tokens = 8;
+    stats.prefix_hit_tokens = 9;
+    stats.num_steps = 10;
+    stats.num_step_tokens = 11;
+    stats.num_step_sequences = 12;
     stats.step_seconds = 1.5;
+    stats.schedule_seconds = 0.25;
+    stats.num_worker_restarts = 13;
+    stats.num_live_actors = 14;
     stats.num_kv_blocks = 100;
+    stats.block_size = 16;
     CHECK(round_trip(system, stats) == stats);
+    CHECK(message_round_trip(system, stats) == stats);
+  }
+  SECTION("what a request actor hears") {
+    engine::RequestEvent event;
+    event.id = 77;
+    event.token = {42, -1.25f, {{42, -1.25f}, {7, -3.0f}}};
+    event.finish_reason = FinishReason::length;
+    event.error = "none";
+    event.num_cached_tokens = 16;
+    event.first_scheduled = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(123456));
+    const auto back = message_round_trip(system, event);
+    CHECK(back.id == event.id);
+    CHECK(back.token == event.token);
+    CHECK(back.finish_reason == event.finish_reason);
+    CHECK(back.error == event.error);
+    CHECK(back.num_cached_tokens == event.num_cached_tokens);
+    CHECK(back.first_scheduled == event.first_scheduled);
   }
 }

@@ -123,18 +123,19 @@ TEST_CASE("stop rules: end of generation, stop ids, max and min tokens", "[sampl
     auto s = make(greedy(), {}, eos);
     const engine::StopRule rule(greedy(), eos);
     CHECK(s.sample(eos_first).id == 2);
-    CHECK(rule.after(2, s.num_generated()) == FinishReason::stop);
+    CHECK(rule.stops_on(2, s.num_generated()));
   }
-  SECTION("ignore_eos keeps going to the length limit") {
+  SECTION("ignore_eos keeps going (to the length limit: engine_core_test)") {
     auto p = greedy();
     p.ignore_eos = true;
     p.max_tokens = 2;
     auto s = make(p, {}, eos);
     const engine::StopRule rule(p, eos);
     TokenId t = s.sample(eos_first).id;
-    CHECK(rule.after(t, s.num_generated()) == FinishReason::none);
+    CHECK(t == 2);
+    CHECK_FALSE(rule.stops_on(t, s.num_generated()));
     t = s.sample(eos_first).id;
-    CHECK(rule.after(t, s.num_generated()) == FinishReason::length);
+    CHECK_FALSE(rule.stops_on(t, s.num_generated()));
   }
   SECTION("min_tokens masks EOS until reached") {
     auto p = greedy();
@@ -144,7 +145,8 @@ TEST_CASE("stop rules: end of generation, stop ids, max and min tokens", "[sampl
     CHECK(s.sample(eos_first).id == 3);
     CHECK(s.sample(eos_first).id == 3);
     CHECK(s.sample(eos_first).id == 2);
-    CHECK(rule.after(2, s.num_generated()) == FinishReason::stop);
+    CHECK(rule.stops_on(2, s.num_generated()));
+    CHECK_FALSE(rule.stops_on(2, 1));  // EOS before min_tokens does not stop
   }
   SECTION("a stop token id stops") {
     auto p = greedy();
@@ -152,7 +154,7 @@ TEST_CASE("stop rules: end of generation, stop ids, max and min tokens", "[sampl
     auto s = make(p);
     const engine::StopRule rule(p, {});
     CHECK(s.sample(std::vector<float>{0, 0, 0, 9, 0, 0, 0, 0}).id == 3);
-    CHECK(rule.after(3, s.num_generated()) == FinishReason::stop);
+    CHECK(rule.stops_on(3, s.num_generated()));
   }
 }
 
@@ -227,9 +229,9 @@ TEST_CASE("a device may draw a row only when the host has nothing to add", "[sam
   CHECK(s.accept(3).id == 3);
   CHECK(s.device_row()->counter == 1u);
   const engine::StopRule rule(p, std::vector<TokenId>{6});
-  CHECK(rule.after(3, s.num_generated()) == FinishReason::none);
+  CHECK_FALSE(rule.stops_on(3, s.num_generated()));
   s.accept(6);  // the end-of-generation token ends it, as if the host had drawn it
-  CHECK(rule.after(6, s.num_generated()) == FinishReason::stop);
+  CHECK(rule.stops_on(6, s.num_generated()));
   CHECK(s.output() == std::vector<TokenId>{3, 6});
 
   auto needs_host = [](auto change) {

@@ -49,7 +49,7 @@ TEST_CASE("a worker loads from a spec and reports what it holds", "[worker]") {
   std::filesystem::remove(path);
 }
 
-TEST_CASE("a worker refuses a file that is not the engine's, before loading it", "[worker]") {
+TEST_CASE("a worker refuses a file that is not the engine's, and a pool too small", "[worker]") {
   const auto path = test::write_small_model("worker-mine");
   const auto other = test::write_small_model("worker-other", [](model::RandomModelSpec& s) {
     s.seed = 12345;  // same shape, other weights
