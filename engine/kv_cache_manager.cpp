@@ -22,6 +22,12 @@ std::vector<BlockId> KvCacheManager::find_cached_prefix(const Sequence& seq) con
   return cache_.match(seq.tokens, max_blocks);
 }
 
+std::int32_t KvCacheManager::cached_prefix_tokens(std::span<const TokenId> prompt) const {
+  if (!enable_prefix_caching_ || prompt.empty()) return 0;
+  const auto max_blocks = static_cast<std::int32_t>((prompt.size() - 1) / block_size_);
+  return static_cast<std::int32_t>(cache_.match(prompt, max_blocks).size()) * block_size_;
+}
+
 bool KvCacheManager::allocate_slots(Sequence& seq, std::int32_t num_new_tokens,
                                     std::span<const BlockId> cached_prefix) {
   TROUPE_ASSERT(cached_prefix.empty() || seq.block_table.empty(),

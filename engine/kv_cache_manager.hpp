@@ -38,6 +38,9 @@ class KvCacheManager {
   // For a sequence holding no blocks: its longest cached prefix, in whole blocks,
   // never all of its tokens (the last one must run to produce logits).
   std::vector<BlockId> find_cached_prefix(const Sequence& seq) const;
+  // How many of `prompt`'s tokens a new sequence would find cached (whole blocks, never
+  // all of them): what a router compares across replicas. Counts in no statistic.
+  std::int32_t cached_prefix_tokens(std::span<const TokenId> prompt) const;
 
   // Gives `seq` blocks for num_computed_tokens + num_new_tokens tokens. For a
   // sequence holding none, `cached_prefix` (from find_cached_prefix) is taken

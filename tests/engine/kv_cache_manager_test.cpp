@@ -128,3 +128,23 @@ TEST_CASE("without prefix caching nothing is shared", "[engine][kv]") {
   CHECK(kv.find_cached_prefix(make_seq(2, range(0, 5))).empty());
   CHECK(kv.prefix_cache().size() == 0);
 }
+
+TEST_CASE("a router's question, how much of a prompt is cached, changes no statistic",
+          "[engine][kv]") {
+  KvCacheManager kv(16, 4, true);
+  Sequence first = make_seq(1, range(0, 10));  // 2 full blocks enter the cache
+  run_prompt(kv, first);
+  const PrefixCacheStats before = kv.prefix_stats();
+  CHECK(kv.cached_prefix_tokens(range(0, 12)) == 8);
+  CHECK(kv.cached_prefix_tokens(range(0, 6)) == 4);  // whole blocks only
+  CHECK(kv.cached_prefix_tokens(range(0, 8)) == 4);  // never the whole prompt
+  CHECK(kv.cached_prefix_tokens(range(1, 12)) == 0);
+  CHECK(kv.cached_prefix_tokens({}) == 0);
+  CHECK(kv.prefix_stats().num_queried_tokens == before.num_queried_tokens);
+  CHECK(kv.prefix_stats().num_hit_tokens == before.num_hit_tokens);
+
+  KvCacheManager off(16, 4, false);
+  Sequence again = make_seq(1, range(0, 10));
+  run_prompt(off, again);
+  CHECK(off.cached_prefix_tokens(range(0, 12)) == 0);
+}
