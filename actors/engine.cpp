@@ -4,10 +4,12 @@
 #include "troupe/engine.hpp"
 
 #include <atomic>
+#include <thread>
 
 #include "actors/engine_hooks.hpp"
 #include "actors/messages.hpp"
 #include "actors/request_actor.hpp"
+#include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_actor.hpp"
 #include "model/loaded_model.hpp"
@@ -24,7 +26,7 @@ struct Engine::Impl {
   std::string device_description;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
-  actors::scheduler_actor scheduler;
+  actors::scheduler_actor scheduler;  // the one replica's, or the router
   std::atomic<RequestId> next_id{1};
 };
 
@@ -67,6 +69,22 @@ Result<engine::LoadReport> load_worker(caf::actor_system& system,
   return result;
 }
 
+// One replica: a worker loaded from `spec`, and the scheduler sized from its report.
+Result<actors::replica_actor> start_replica(Engine::Impl& impl, const engine::WorkerSpec& spec,
+                                            const EngineHooks& hooks) {
+  auto worker = impl.system->spawn<caf::detached>(actors::worker, hooks.before_step);
+  auto report = load_worker(*impl.system, worker, spec);
+  if (!report) {
+    caf::anon_send_exit(worker, caf::exit_reason::kill);
+    return tl::unexpected(report.error());
+  }
+  impl.device_description = report->device_name;
+  return impl.system->spawn(
+      actors::scheduler, scheduler_config(impl.config, impl.max_model_len, report->num_kv_blocks),
+      impl.tokenizer->vocabulary().end_of_generation, std::move(worker), spec, hooks.before_step,
+      impl.config.metrics);
+}
+
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -92,6 +110,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     return make_error(ErrorCode::invalid_argument,
                       "block_size, max_num_seqs and max_num_batched_tokens must be positive");
   }
+  if (config.data_parallel_size < 1) {
+    return make_error(ErrorCode::invalid_argument, "data_parallel_size must be at least 1");
+  }
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   TROUPE_TRY(auto opened, model::LoadedModel::open(config.model_path));
@@ -113,17 +134,29 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   impl->actor_config.set("scheduler.policy", caf::atom("sharing"));
   actors::add_message_types(impl->actor_config);
   impl->system = std::make_unique<caf::actor_system>(impl->actor_config);
-  auto worker = impl->system->spawn<caf::detached>(actors::worker, hooks.before_step);
-  auto report = load_worker(*impl->system, worker, spec);
-  if (!report) {
-    caf::anon_send_exit(worker, caf::exit_reason::kill);
-    return tl::unexpected(report.error());
+  const std::int32_t num_replicas = config.data_parallel_size;
+  if (num_replicas > 1 && spec.num_threads == 0) {
+    // Local replicas share the cores rather than each taking all of them.
+    const auto cores = static_cast<std::int32_t>(std::max(1U, std::thread::hardware_concurrency()));
+    spec.num_threads = std::max(1, cores / num_replicas);
   }
-  impl->device_description = report->device_name;
-  impl->scheduler = impl->system->spawn(
-      actors::scheduler, scheduler_config(config, impl->max_model_len, report->num_kv_blocks),
-      impl->tokenizer->vocabulary().end_of_generation, std::move(worker), std::move(spec),
-      hooks.before_step, config.metrics);
+  std::vector<actors::replica_actor> replicas;
+  for (std::int32_t i = 0; i < num_replicas; ++i) {
+    auto replica = start_replica(*impl, spec, hooks);
+    if (!replica) {
+      for (auto& r : replicas) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+      impl->system->await_all_actors_done();
+      return tl::unexpected(replica.error());
+    }
+    replicas.push_back(std::move(*replica));
+  }
+  if (num_replicas == 1) {
+    impl->scheduler = std::move(replicas.front());
+  } else {
+    engine::RouterConfig routing;
+    routing.policy = config.routing;
+    impl->scheduler = impl->system->spawn(actors::router, std::move(replicas), routing);
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -183,6 +216,15 @@ EngineStats Engine::stats() const {
   self->request(impl_->scheduler, caf::infinite, actors::stats_atom::value)
       .receive([&](const EngineStats& s) { result = s; }, [](const caf::error&) {});
   result.num_live_actors = static_cast<std::int64_t>(impl_->system->registry().running());
+  return result;
+}
+
+std::vector<ReplicaStats> Engine::replicas() const {
+  std::vector<ReplicaStats> result;
+  caf::scoped_actor self{*impl_->system};
+  self->request(impl_->scheduler, caf::infinite, actors::replicas_atom::value)
+      .receive([&](std::vector<ReplicaStats>& r) { result = std::move(r); },
+               [](const caf::error&) {});
   return result;
 }
 

@@ -22,6 +22,8 @@ using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using token_atom = caf::atom_constant<caf::atom("token")>;
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
+using replicas_atom = caf::atom_constant<caf::atom("replicas")>;
 
 // The worker owns the backend, the model and the KV cache.
 using worker_actor = caf::typed_actor<
@@ -48,19 +50,41 @@ struct Submission {
   request_actor requester;
 };
 
-// Runs the iteration loop: plans each step, sends it to the worker, fans out tokens.
+// What the engine talks to: one replica's scheduler, or the router in front of several.
 using scheduler_actor = caf::typed_actor<
     // Queues a request.
     caf::reacts_to<submit_atom, Submission>,
     // Ends a request now (cancelled, stop string, deadline); frees its blocks.
     caf::reacts_to<abort_atom, RequestId, FinishReason>,
     // The engine's numbers.
-    caf::replies_to<stats_atom>::with<EngineStats>>;
+    caf::replies_to<stats_atom>::with<EngineStats>,
+    // Each replica's numbers.
+    caf::replies_to<replicas_atom>::with<std::vector<ReplicaStats>>>;
+
+// What a replica tells the router about itself and one prompt.
+struct ReplicaProbe {
+  std::int32_t num_waiting = 0;
+  std::int32_t num_running = 0;
+  double kv_usage = 0.0;
+  std::int32_t cached_prefix_tokens = 0;
+};
+
+// One replica's scheduler: runs the iteration loop (plans each step, sends it to the
+// worker, fans out tokens), and answers the router's probes.
+using replica_actor = scheduler_actor::extend<
+    // Its load, and how much of this prompt its prefix cache holds.
+    caf::replies_to<probe_atom, std::vector<TokenId>>::with<ReplicaProbe>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {
   return f(caf::meta::type_name("troupe.Submission"), x.id, x.prompt, x.params, x.priority,
            x.requester);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaProbe& x) {
+  return f(caf::meta::type_name("troupe.ReplicaProbe"), x.num_waiting, x.num_running, x.kv_usage,
+           x.cached_prefix_tokens);
 }
 
 }  // namespace troupe::actors

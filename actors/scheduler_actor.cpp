@@ -8,7 +8,7 @@ namespace troupe::actors {
 
 namespace {
 
-using Self = scheduler_actor::stateful_pointer<SchedulerState>;
+using Self = replica_actor::stateful_pointer<SchedulerState>;
 void deliver(Self self, engine::RequestUpdate& u) {
   self->send(std::any_cast<const request_actor&>(u.reply_to), token_atom::value,
              static_cast<engine::RequestEvent&&>(std::move(u)));
@@ -80,12 +80,11 @@ void maybe_step(Self self) {
 
 }  // namespace
 
-scheduler_actor::behavior_type scheduler(scheduler_actor::stateful_pointer<SchedulerState> self,
-                                         engine::SchedulerConfig config,
-                                         std::vector<TokenId> end_of_generation,
-                                         worker_actor worker, engine::WorkerSpec spec,
-                                         std::function<void()> before_step,
-                                         std::shared_ptr<monitoring::Metrics> metrics) {
+replica_actor::behavior_type scheduler(replica_actor::stateful_pointer<SchedulerState> self,
+                                       engine::SchedulerConfig config,
+                                       std::vector<TokenId> end_of_generation, worker_actor worker,
+                                       engine::WorkerSpec spec, std::function<void()> before_step,
+                                       std::shared_ptr<monitoring::Metrics> metrics) {
   auto& state = self->state;
   state.core = std::make_unique<engine::EngineCore>(config, std::move(end_of_generation));
   state.worker = std::move(worker);
@@ -117,6 +116,17 @@ scheduler_actor::behavior_type scheduler(scheduler_actor::stateful_pointer<Sched
         if (auto update = self->state.core->cancel(id, reason)) deliver(self, *update);
       },
       [self](stats_atom) -> EngineStats { return self->state.core->stats(); },
+      [self](replicas_atom) -> std::vector<ReplicaStats> {
+        ReplicaStats alone;
+        alone.stats = self->state.core->stats();
+        return {alone};
+      },
+      [self](probe_atom, const std::vector<TokenId>& prompt) -> ReplicaProbe {
+        const engine::Scheduler& s = self->state.core->scheduler();
+        return {static_cast<std::int32_t>(s.num_waiting()),
+                static_cast<std::int32_t>(s.num_running()), s.kv_cache().usage(),
+                s.kv_cache().cached_prefix_tokens(prompt)};
+      },
   };
 }
 

@@ -26,11 +26,10 @@ struct SchedulerState {
 };
 
 // `worker` has loaded `spec` already; `config` is sized from its load report.
-scheduler_actor::behavior_type scheduler(scheduler_actor::stateful_pointer<SchedulerState> self,
-                                         engine::SchedulerConfig config,
-                                         std::vector<TokenId> end_of_generation,
-                                         worker_actor worker, engine::WorkerSpec spec,
-                                         std::function<void()> before_step,
-                                         std::shared_ptr<monitoring::Metrics> metrics);
+replica_actor::behavior_type scheduler(replica_actor::stateful_pointer<SchedulerState> self,
+                                       engine::SchedulerConfig config,
+                                       std::vector<TokenId> end_of_generation, worker_actor worker,
+                                       engine::WorkerSpec spec, std::function<void()> before_step,
+                                       std::shared_ptr<monitoring::Metrics> metrics);
 
 }  // namespace troupe::actors

@@ -57,6 +57,12 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
            x.num_worker_restarts, x.num_live_actors, x.num_kv_blocks, x.block_size);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaStats& x) {
+  return f(caf::meta::type_name("troupe.ReplicaStats"), x.index, x.up, x.num_routed,
+           x.num_prefix_routed, x.stats);
+}
+
 namespace model {
 
 template <class Inspector>

@@ -18,9 +18,11 @@
 #include <span>
 #include <string_view>
 
+#include "troupe/engine.hpp"
+
 namespace troupe::engine {
 
-enum class RoutingPolicy { prefix, least_loaded, round_robin };
+using troupe::RoutingPolicy;
 
 std::optional<RoutingPolicy> parse_routing_policy(std::string_view name);
 std::string_view to_string(RoutingPolicy policy);

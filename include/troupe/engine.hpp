@@ -31,6 +31,8 @@ struct EngineHooks;  // tests only: actors/engine_hooks.hpp
 enum class BatchingPolicy { fcfs, priority };
 enum class BatchingMode { continuous, static_batch };
 enum class Device { cpu, cuda };
+// Which data-parallel replica takes a request (engine/router.hpp says how each decides).
+enum class RoutingPolicy { prefix, least_loaded, round_robin };
 
 struct EngineConfig {
   std::string model_path;  // empty: the built-in random model
@@ -54,6 +56,10 @@ struct EngineConfig {
   std::optional<std::uint64_t> seed;
   // Where the engine records its Prometheus metrics (none when null).
   std::shared_ptr<monitoring::Metrics> metrics;
+  // Data parallelism: this many replicas, each a scheduler with its own worker, model
+  // and KV cache, behind a router. Local replicas share num_threads between them.
+  std::int32_t data_parallel_size = 1;
+  RoutingPolicy routing = RoutingPolicy::prefix;
 };
 
 struct GenerateRequest {
@@ -111,6 +117,17 @@ struct EngineStats {
   bool operator==(const EngineStats&) const = default;
 };
 
+// One data-parallel replica: its scheduler's numbers and how many requests it took.
+struct ReplicaStats {
+  std::int32_t index = 0;
+  bool up = true;
+  std::int64_t num_routed = 0;         // requests the router sent it
+  std::int64_t num_prefix_routed = 0;  // of those, for the prefix it held
+  EngineStats stats;
+
+  bool operator==(const ReplicaStats&) const = default;
+};
+
 class Engine {
  public:
   // Loads the model and starts the actors.
@@ -127,7 +144,10 @@ class Engine {
   Result<RequestId> submit(GenerateRequest request, TokenCallback on_event);
   // Ends a request now; its KV blocks are freed in the scheduler's next turn.
   void cancel(RequestId id);
+  // The whole engine's numbers (summed over its replicas).
   EngineStats stats() const;
+  // Each replica's, in order (one entry without data parallelism).
+  std::vector<ReplicaStats> replicas() const;
 
   const text::Tokenizer& tokenizer() const;
   std::int32_t max_model_len() const;

@@ -9,6 +9,7 @@
 
 #include "actors/engine_hooks.hpp"
 #include "support/engine_support.hpp"
+#include "support/event_collector.hpp"
 #include "support/small_model.hpp"
 #include "text/tokenizer.hpp"
 #include "troupe/engine.hpp"
@@ -18,46 +19,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Collects the events of many requests; waits for their ends.
-class Collector {
- public:
-  TokenCallback callback() {
-    return [this](const TokenEvent& e) {
-      std::lock_guard lock(mutex_);
-      auto& r = results_[e.request_id];
-      if (e.token != kNoToken) r.tokens.push_back(e.token);
-      r.text += e.text;
-      if (e.finished) {
-        r.end = e;
-        ++num_finished_;
-        done_.notify_all();
-      }
-    };
-  }
-  struct Result {
-    std::vector<TokenId> tokens;
-    std::string text;
-    std::optional<TokenEvent> end;
-  };
-  bool wait(std::size_t n, std::chrono::milliseconds timeout = 20s) {
-    std::unique_lock lock(mutex_);
-    return done_.wait_for(lock, timeout, [&] { return num_finished_ >= n; });
-  }
-  Result get(RequestId id) {
-    std::lock_guard lock(mutex_);
-    return results_[id];
-  }
-  std::size_t num_tokens(RequestId id) {
-    std::lock_guard lock(mutex_);
-    return results_[id].tokens.size();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable done_;
-  std::map<RequestId, Result> results_;
-  std::size_t num_finished_ = 0;
-};
+using test::Collector;
 
 std::string small_model() {
   static const std::string path = test::write_small_model(

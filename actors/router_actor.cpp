@@ -1,0 +1,180 @@
+#include "actors/router_actor.hpp"
+
+#include <algorithm>
+#include <memory>
+
+namespace troupe::actors {
+
+namespace {
+
+using Self = scheduler_actor::stateful_pointer<RouterState>;
+
+// Probes answer at once (the replicas' schedulers never block); this only bounds a
+// replica that is wedged.
+constexpr auto kProbeTimeout = std::chrono::seconds(10);
+
+void end_request(Self self, const Submission& s, FinishReason reason, std::string why) {
+  TokenUpdate end;
+  end.id = s.id;
+  end.finish_reason = reason;
+  end.error = std::move(why);
+  self->send(s.requester, token_atom::value, std::move(end));
+}
+
+// Every probe is in: the router picks, the submission goes there.
+void route(Self self, RequestId id) {
+  auto& state = self->state;
+  auto it = state.pending.find(id);
+  RouterState::Pending pending = std::move(it->second);
+  state.pending.erase(it);
+  const auto route = state.router.pick(pending.views);
+  if (!route) {
+    end_request(self, pending.submission, FinishReason::error, "no replica is up");
+    return;
+  }
+  auto& replica = state.replicas[route->replica];
+  ++replica.num_routed;
+  if (route->reason == engine::RouteReason::prefix_hit) ++replica.num_prefix_routed;
+  self->send(replica.actor, submit_atom::value, std::move(pending.submission));
+}
+
+void on_probe(Self self, RequestId id, std::size_t replica, std::optional<ReplicaProbe> probe) {
+  auto it = self->state.pending.find(id);
+  if (it == self->state.pending.end()) return;  // aborted meanwhile
+  engine::ReplicaView& view = it->second.views[replica];
+  view.up = probe.has_value();
+  if (probe) {
+    view.num_waiting = probe->num_waiting;
+    view.num_running = probe->num_running;
+    view.kv_usage = probe->kv_usage;
+    view.cached_prefix_tokens = probe->cached_prefix_tokens;
+  }
+  if (--it->second.num_unanswered == 0) route(self, id);
+}
+
+// Asks every replica for `Answer` to `atom`, then hands `done` the answers in order
+// (a replica that could not answer leaves its slot empty).
+template <class Answer, class Atom, class Done>
+void gather(Self self, Atom atom, Done done) {
+  struct Gathered {
+    std::vector<std::optional<Answer>> answers;
+    std::size_t left = 0;
+    Done done;
+  };
+  const std::size_t n = self->state.replicas.size();
+  auto g = std::make_shared<Gathered>(Gathered{std::vector<std::optional<Answer>>(n), n, done});
+  for (std::size_t i = 0; i < n; ++i) {
+    self->request(self->state.replicas[i].actor, kProbeTimeout, atom)
+        .then(
+            [g, i](const Answer& a) {
+              g->answers[i] = a;
+              if (--g->left == 0) g->done(g->answers);
+            },
+            [g](const caf::error&) {
+              if (--g->left == 0) g->done(g->answers);
+            });
+  }
+}
+
+std::vector<ReplicaStats> replica_stats(Self self,
+                                        const std::vector<std::optional<EngineStats>>& answers) {
+  std::vector<ReplicaStats> out;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    const auto& r = self->state.replicas[i];
+    ReplicaStats s;
+    s.index = static_cast<std::int32_t>(i);
+    s.up = answers[i].has_value();
+    s.num_routed = r.num_routed;
+    s.num_prefix_routed = r.num_prefix_routed;
+    if (answers[i]) s.stats = *answers[i];
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
+  EngineStats sum;
+  double held_blocks = 0.0;
+  for (const ReplicaStats& r : replicas) {
+    const EngineStats& s = r.stats;
+    sum.num_running += s.num_running;
+    sum.num_waiting += s.num_waiting;
+    held_blocks += s.kv_usage * s.num_kv_blocks;
+    sum.peak_kv_usage = std::max(sum.peak_kv_usage, s.peak_kv_usage);
+    sum.num_preemptions += s.num_preemptions;
+    sum.prefix_queried_tokens += s.prefix_queried_tokens;
+    sum.prefix_hit_tokens += s.prefix_hit_tokens;
+    sum.num_steps += s.num_steps;
+    sum.num_step_tokens += s.num_step_tokens;
+    sum.num_step_sequences += s.num_step_sequences;
+    sum.step_seconds += s.step_seconds;
+    sum.schedule_seconds += s.schedule_seconds;
+    sum.num_worker_restarts += s.num_worker_restarts;
+    sum.num_kv_blocks += s.num_kv_blocks;
+    sum.block_size = std::max(sum.block_size, s.block_size);
+  }
+  sum.kv_usage = sum.num_kv_blocks > 0 ? held_blocks / sum.num_kv_blocks : 0.0;
+  return sum;
+}
+
+scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> replicas,
+                                      engine::RouterConfig config) {
+  auto& state = self->state;
+  for (auto& r : replicas) state.replicas.push_back({std::move(r)});
+  state.router = engine::Router(config);
+  // Shutting down: the replicas end their requests; those still being routed end here.
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    for (auto& [id, p] : self->state.pending) {
+      end_request(self, p.submission, FinishReason::abort, "the engine is shutting down");
+    }
+    self->state.pending.clear();
+    for (auto& r : self->state.replicas) self->send_exit(r.actor, msg.reason);
+    self->quit(msg.reason);
+  });
+  return {
+      [self](submit_atom, Submission& s) {
+        auto& state = self->state;
+        const RequestId id = s.id;
+        const std::size_t n = state.replicas.size();
+        auto& pending = state.pending[id];
+        pending.views.resize(n);
+        pending.num_unanswered = n;
+        const std::vector<TokenId> prompt = s.prompt;
+        pending.submission = std::move(s);
+        for (std::size_t i = 0; i < n; ++i) {
+          self->request(state.replicas[i].actor, kProbeTimeout, probe_atom::value, prompt)
+              .then([self, id, i](const ReplicaProbe& p) { on_probe(self, id, i, p); },
+                    [self, id, i](const caf::error&) { on_probe(self, id, i, std::nullopt); });
+        }
+      },
+      [self](abort_atom, RequestId id, FinishReason reason) {
+        auto& state = self->state;
+        if (auto it = state.pending.find(id); it != state.pending.end()) {
+          end_request(self, it->second.submission, reason, "");
+          state.pending.erase(it);
+          return;
+        }
+        for (auto& r : state.replicas) self->send(r.actor, abort_atom::value, id, reason);
+      },
+      [self](stats_atom) {
+        auto rp = self->make_response_promise<EngineStats>();
+        gather<EngineStats>(self, stats_atom::value,
+                            [self, rp](const std::vector<std::optional<EngineStats>>& a) mutable {
+                              rp.deliver(sum_stats(replica_stats(self, a)));
+                            });
+        return rp;
+      },
+      [self](replicas_atom) {
+        auto rp = self->make_response_promise<std::vector<ReplicaStats>>();
+        gather<EngineStats>(self, stats_atom::value,
+                            [self, rp](const std::vector<std::optional<EngineStats>>& a) mutable {
+                              rp.deliver(replica_stats(self, a));
+                            });
+        return rp;
+      },
+  };
+}
+
+}  // namespace troupe::actors
