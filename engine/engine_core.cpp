@@ -189,4 +189,35 @@ void EngineCore::reset_worker() {
   ++counters_.num_worker_restarts;
 }
 
+EngineCore::LostWorker EngineCore::lose_worker(const std::string& error) {
+  in_flight_.reset();
+  std::vector<SeqId> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, request] : requests_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  LostWorker lost;
+  for (SeqId id : ids) {
+    const Sequence* seq = scheduler_.find(id);
+    if (seq != nullptr && seq->num_generated() == 0) {
+      auto& request = requests_.at(id);
+      CoreRequest again;
+      again.id = id;
+      again.prompt.assign(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens);
+      again.params = std::move(request.params);
+      again.priority = seq->priority;
+      again.reply_to = std::move(request.reply_to);
+      scheduler_.abort(id);
+      requests_.erase(id);
+      lost.unstarted.push_back(std::move(again));
+    } else {
+      lost.ended.push_back(*cancel(id, FinishReason::error, error));
+    }
+  }
+  // The next worker starts empty: nothing to recompute, nothing to tell it to forget.
+  scheduler_.reset_kv_cache();
+  removed_.clear();
+  ++counters_.num_worker_restarts;
+  return lost;
+}
+
 }  // namespace troupe::engine

@@ -82,7 +82,18 @@ class EngineCore {
   // recomputed and every live request is announced to the worker again.
   void reset_worker();
 
+  // The worker is gone with its KV memory and its samplers' state (a lost node), and
+  // the step in flight with it. Requests that have produced no token leave this core
+  // unseen by their callers, to run elsewhere; the others end with `error`.
+  struct LostWorker {
+    std::vector<CoreRequest> unstarted;  // in arrival order
+    std::vector<RequestUpdate> ended;
+  };
+  LostWorker lose_worker(const std::string& error);
+
   bool step_in_flight() const { return in_flight_.has_value(); }
+  // The id of the step in flight (0 when none).
+  std::uint64_t step_in_flight_id() const { return in_flight_ ? in_flight_->step_id : 0; }
   bool has_work() const { return scheduler_.has_unfinished(); }
   std::size_t num_requests() const { return requests_.size(); }
   const Scheduler& scheduler() const { return scheduler_; }

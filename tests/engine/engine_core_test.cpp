@@ -222,3 +222,50 @@ TEST_CASE("end_all ends every request with the reason; a refused request is not 
   CHECK(core.num_requests() == 0u);
   CHECK_FALSE(core.has_work());
 }
+
+TEST_CASE("a lost worker hands back the requests with no token and ends the others",
+          "[engine][core]") {
+  SchedulerConfig config = small_config();
+  config.max_num_seqs = 2;  // request 3 waits
+  EngineCore core(config, {kEos});
+  REQUIRE(core.add(request(1, 8)).has_value());
+  REQUIRE(core.add(request(2, 8, 9)).has_value());
+  auto first = core.next_step();
+  REQUIRE(first);
+  core.apply(answer(*first));  // 1 and 2 have a token each
+  auto r3 = request(3, 4, 6);
+  r3.params.temperature = 0.25f;
+  r3.priority = 5;
+  REQUIRE(core.add(r3).has_value());
+  auto second = core.next_step();
+  REQUIRE(second);
+  CHECK(core.step_in_flight_id() == second->step_id);
+
+  auto lost = core.lose_worker("node a was lost");
+  REQUIRE(lost.unstarted.size() == 1u);
+  const CoreRequest& back = lost.unstarted.front();
+  CHECK(back.id == 3);
+  CHECK(back.prompt == r3.prompt);
+  CHECK(back.params.temperature == 0.25f);
+  CHECK(back.priority == 5);
+  CHECK(std::any_cast<int>(back.reply_to) == 300);
+  REQUIRE(lost.ended.size() == 2u);
+  for (const auto& u : lost.ended) {
+    CHECK(u.finish_reason == FinishReason::error);
+    CHECK(u.error == "node a was lost");
+  }
+  // Nothing is left: no step in flight, no blocks, nothing cached, nothing to tell a
+  // new worker.
+  CHECK_FALSE(core.step_in_flight());
+  CHECK(core.step_in_flight_id() == 0u);
+  CHECK(core.num_requests() == 0u);
+  CHECK(core.scheduler().kv_cache().usage() == 0.0);
+  CHECK(core.scheduler().kv_cache().prefix_cache().size() == 0u);
+  CHECK(core.scheduler().check_invariants().has_value());
+  REQUIRE(core.add(request(4, 2)).has_value());
+  auto next = core.next_step();
+  REQUIRE(next);
+  CHECK(next->removed.empty());
+  core.apply(answer(*next));
+  CHECK(run_all(core).ends.at(4) == FinishReason::length);
+}
