@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   troupe::app::add_bench_forward_command(*bench);
   troupe::app::add_bench_throughput_command(*bench);
   troupe::app::add_bench_serve_command(*bench);
+  troupe::app::add_bench_cluster_sim_command(*bench);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
