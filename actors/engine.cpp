@@ -3,13 +3,16 @@
 // turns calls into messages.
 #include "troupe/engine.hpp"
 
+#include <caf/io/all.hpp>
+
 #include <atomic>
 #include <thread>
 
+#include "actors/cluster/registry_actor.hpp"
+#include "actors/cluster/router_actor.hpp"
 #include "actors/engine_hooks.hpp"
 #include "actors/messages.hpp"
 #include "actors/request_actor.hpp"
-#include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_actor.hpp"
 #include "model/loaded_model.hpp"
@@ -26,7 +29,10 @@ struct Engine::Impl {
   std::string device_description;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
-  actors::scheduler_actor scheduler;  // the one replica's, or the router
+  actors::scheduler_actor scheduler;         // the one replica's, or the router
+  actors::cluster::registry_actor registry;  // a cluster's head: where nodes join
+  std::shared_ptr<std::atomic<std::int32_t>> replicas_up =
+      std::make_shared<std::atomic<std::int32_t>>(0);
   std::atomic<RequestId> next_id{1};
 };
 
@@ -51,10 +57,11 @@ engine::SchedulerConfig scheduler_config(const EngineConfig& config, std::int32_
 // Asks a fresh worker to load, and waits for its answer.
 Result<engine::LoadReport> load_worker(caf::actor_system& system,
                                        const actors::worker_actor& worker,
-                                       const engine::WorkerSpec& spec) {
+                                       const engine::WorkerSpec& spec,
+                                       caf::duration timeout = caf::infinite) {
   Result<engine::LoadReport> result = make_error(ErrorCode::internal, "the worker did not answer");
   caf::scoped_actor self{system};
-  self->request(worker, caf::infinite, actors::load_atom::value, spec)
+  self->request(worker, timeout, actors::load_atom::value, spec)
       .receive(
           [&](const engine::LoadReport& report) {
             if (report.failed) {
@@ -69,20 +76,90 @@ Result<engine::LoadReport> load_worker(caf::actor_system& system,
   return result;
 }
 
-// One replica: a worker loaded from `spec`, and the scheduler sized from its report.
-Result<actors::replica_actor> start_replica(Engine::Impl& impl, const engine::WorkerSpec& spec,
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// Opens the cluster port: the registry nodes join.
+Result<void> start_head(Engine::Impl& impl, const ClusterConfig& cluster) {
+  if (cluster.token.empty()) {
+    return make_error(ErrorCode::invalid_argument, "a cluster needs a token for its nodes");
+  }
+  impl.registry = impl.system->spawn<caf::detached>(actors::cluster::registry, cluster.token,
+                                                    impl.config.metrics);
+  auto port = impl.system->middleman().publish(impl.registry, cluster.port, cluster.host.c_str(),
+                                               /*reuse_addr=*/true);
+  if (!port) {
+    return make_error(ErrorCode::io, "cannot open the cluster port " + cluster.host + ":" +
+                                         std::to_string(cluster.port) + ": " +
+                                         impl.system->render(port.error()));
+  }
+  if (cluster.on_listening) cluster.on_listening(*port);
+  return {};
+}
+
+// A worker on a node for replica `index`: waits for a free node up to the cluster's wait.
+Result<actors::cluster::Placement> place_replica(Engine::Impl& impl, std::int32_t index) {
+  const ClusterConfig& cluster = *impl.config.cluster;
+  Result<actors::cluster::Placement> result = make_error(ErrorCode::internal, "");
+  caf::scoped_actor self{*impl.system};
+  self->request(impl.registry, cluster.wait, actors::cluster::place_atom::value, index)
+      .receive([&](actors::cluster::Placement& p) { result = std::move(p); },
+               [&](const caf::error&) {
+                 std::vector<std::string> names;
+                 self->request(impl.registry, std::chrono::seconds(5),
+                               actors::cluster::nodes_atom::value)
+                     .receive(
+                         [&](const std::vector<actors::cluster::NodeView>& nodes) {
+                           for (const auto& n : nodes) names.push_back(n.info.name);
+                         },
+                         [](const caf::error&) {});
+                 std::string joined;
+                 for (const auto& n : names) joined += (joined.empty() ? "" : ", ") + n;
+                 result = make_error(ErrorCode::unavailable,
+                                     "no node to place replica " + std::to_string(index) +
+                                         " on within " + std::to_string(cluster.wait.count()) +
+                                         " s: " + std::to_string(impl.config.data_parallel_size) +
+                                         " replicas need as many nodes, and " +
+                                         std::to_string(names.size()) + " joined" +
+                                         (joined.empty() ? "" : " (" + joined + ")"));
+               });
+  return result;
+}
+
+// One replica: a worker (here, or on a node of the cluster) loaded from `spec`, and the
+// scheduler sized from its report.
+Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t index,
+                                            const engine::WorkerSpec& spec,
                                             const EngineHooks& hooks) {
-  auto worker = impl.system->spawn<caf::detached>(actors::worker, hooks.before_step);
-  auto report = load_worker(*impl.system, worker, spec);
+  actors::ReplicaSetup setup;
+  setup.index = index;
+  setup.spec = spec;
+  setup.before_step = hooks.before_step;
+  setup.metrics = impl.config.metrics;
+  setup.replicas_up = impl.replicas_up;
+  setup.end_of_generation = impl.tokenizer->vocabulary().end_of_generation;
+  caf::duration load_timeout = caf::infinite;
+  if (impl.config.cluster) {
+    TROUPE_TRY(auto placed, place_replica(impl, index));
+    setup.worker = std::move(placed.worker);
+    setup.node = std::move(placed.node);
+    setup.registry = impl.registry;
+    setup.step_timeout = caf::duration{impl.config.cluster->step_timeout};
+    load_timeout = caf::duration{std::chrono::minutes(10)};
+  } else {
+    setup.worker = impl.system->spawn<caf::detached>(actors::worker, hooks.before_step);
+  }
+  auto report = load_worker(*impl.system, setup.worker, spec, load_timeout);
   if (!report) {
-    caf::anon_send_exit(worker, caf::exit_reason::kill);
-    return tl::unexpected(report.error());
+    caf::anon_send_exit(setup.worker, caf::exit_reason::kill);
+    Error e = report.error();
+    if (!setup.node.empty()) e.message = "node " + setup.node + ": " + e.message;
+    return tl::unexpected(e);
   }
   impl.device_description = report->device_name;
-  return impl.system->spawn(
-      actors::scheduler, scheduler_config(impl.config, impl.max_model_len, report->num_kv_blocks),
-      impl.tokenizer->vocabulary().end_of_generation, std::move(worker), spec, hooks.before_step,
-      impl.config.metrics);
+  setup.config = scheduler_config(impl.config, impl.max_model_len, report->num_kv_blocks);
+  return impl.system->spawn(actors::scheduler, std::move(setup));
 }
 
 }  // namespace
@@ -93,6 +170,9 @@ Engine::~Engine() {
   if (!impl_ || !impl_->system) return;
   caf::anon_send_exit(impl_->scheduler, caf::exit_reason::user_shutdown);
   impl_->scheduler = nullptr;
+  // A published actor left alive hangs the actor system's end (STACK.md).
+  if (impl_->registry) caf::anon_send_exit(impl_->registry, caf::exit_reason::user_shutdown);
+  impl_->registry = nullptr;
   impl_->system->await_all_actors_done();
   impl_->system.reset();
 }
@@ -112,6 +192,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   }
   if (config.data_parallel_size < 1) {
     return make_error(ErrorCode::invalid_argument, "data_parallel_size must be at least 1");
+  }
+  if (config.cluster && config.cluster->token.empty() && !is_loopback(config.cluster->host)) {
+    return make_error(ErrorCode::invalid_argument, "refusing to open the cluster port on " +
+                                                       config.cluster->host +
+                                                       " without a cluster token");
   }
   auto impl = std::make_unique<Impl>();
   impl->config = config;
@@ -133,23 +218,39 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   // Blocking calls and cross-thread round trips are faster under the sharing policy.
   impl->actor_config.set("scheduler.policy", caf::atom("sharing"));
   actors::add_message_types(impl->actor_config);
+  if (config.cluster) {
+    actors::cluster::load_middleman(impl->actor_config);
+    actors::cluster::add_cluster_types(impl->actor_config);
+  }
   impl->system = std::make_unique<caf::actor_system>(impl->actor_config);
+  // Whatever fails below, the actors started so far end with the system.
+  auto abandon = [&impl](std::vector<actors::replica_actor>& started) {
+    for (auto& r : started) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+    if (impl->registry) caf::anon_send_exit(impl->registry, caf::exit_reason::user_shutdown);
+    impl->system->await_all_actors_done();
+  };
+  std::vector<actors::replica_actor> replicas;
+  if (config.cluster) {
+    if (auto opened = start_head(*impl, *config.cluster); !opened) {
+      abandon(replicas);
+      return tl::unexpected(opened.error());
+    }
+  }
   const std::int32_t num_replicas = config.data_parallel_size;
-  if (num_replicas > 1 && spec.num_threads == 0) {
+  if (num_replicas > 1 && spec.num_threads == 0 && !config.cluster) {
     // Local replicas share the cores rather than each taking all of them.
     const auto cores = static_cast<std::int32_t>(std::max(1U, std::thread::hardware_concurrency()));
     spec.num_threads = std::max(1, cores / num_replicas);
   }
-  std::vector<actors::replica_actor> replicas;
   for (std::int32_t i = 0; i < num_replicas; ++i) {
-    auto replica = start_replica(*impl, spec, hooks);
+    auto replica = start_replica(*impl, i, spec, hooks);
     if (!replica) {
-      for (auto& r : replicas) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
-      impl->system->await_all_actors_done();
+      abandon(replicas);
       return tl::unexpected(replica.error());
     }
     replicas.push_back(std::move(*replica));
   }
+  *impl->replicas_up = num_replicas;  // each has loaded its worker
   if (num_replicas == 1) {
     impl->scheduler = std::move(replicas.front());
   } else {
@@ -184,6 +285,10 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
   // The sampler's own checks, now, so that bad parameters are the caller's error.
   TROUPE_TRY_VOID(model::Sampler::create(request.params, {}, {}, vocab).map([](auto&&) {}));
   if (!on_event) return make_error(ErrorCode::invalid_argument, "no event callback");
+  if (*impl.replicas_up == 0) {
+    return make_error(ErrorCode::unavailable,
+                      "no replica is up: every worker was lost; try again when a node joins");
+  }
 
   const RequestId id = impl.next_id.fetch_add(1);
   if (!request.params.seed && impl.config.seed) {
@@ -225,6 +330,34 @@ std::vector<ReplicaStats> Engine::replicas() const {
   self->request(impl_->scheduler, caf::infinite, actors::replicas_atom::value)
       .receive([&](std::vector<ReplicaStats>& r) { result = std::move(r); },
                [](const caf::error&) {});
+  return result;
+}
+
+std::int32_t Engine::num_replicas_up() const {
+  return impl_->replicas_up->load();
+}
+
+std::int32_t Engine::num_replicas() const {
+  return impl_->config.data_parallel_size;
+}
+
+bool Engine::is_cluster_head() const {
+  return impl_->registry != nullptr;
+}
+
+std::vector<NodeStatus> Engine::nodes() const {
+  std::vector<NodeStatus> result;
+  if (!impl_->registry) return result;
+  caf::scoped_actor self{*impl_->system};
+  self->request(impl_->registry, std::chrono::seconds(5), actors::cluster::nodes_atom::value)
+      .receive(
+          [&](const std::vector<actors::cluster::NodeView>& nodes) {
+            for (const auto& n : nodes) {
+              result.push_back({n.info.name, n.address, n.info.device, n.info.num_cores,
+                                n.info.memory_bytes, n.replica});
+            }
+          },
+          [](const caf::error&) {});
   return result;
 }
 

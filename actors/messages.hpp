@@ -24,6 +24,7 @@ using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
 using replicas_atom = caf::atom_constant<caf::atom("replicas")>;
+using router_atom = caf::atom_constant<caf::atom("router")>;
 
 // The worker owns the backend, the model and the KV cache.
 using worker_actor = caf::typed_actor<
@@ -63,6 +64,7 @@ using scheduler_actor = caf::typed_actor<
 
 // What a replica tells the router about itself and one prompt.
 struct ReplicaProbe {
+  bool up = true;  // it has a worker
   std::int32_t num_waiting = 0;
   std::int32_t num_running = 0;
   double kv_usage = 0.0;
@@ -73,7 +75,9 @@ struct ReplicaProbe {
 // worker, fans out tokens), and answers the router's probes.
 using replica_actor = scheduler_actor::extend<
     // Its load, and how much of this prompt its prefix cache holds.
-    caf::replies_to<probe_atom, std::vector<TokenId>>::with<ReplicaProbe>>;
+    caf::replies_to<probe_atom, std::vector<TokenId>>::with<ReplicaProbe>,
+    // The router in front of it, which takes back the requests of a lost worker.
+    caf::reacts_to<router_atom, scheduler_actor>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {
@@ -83,8 +87,8 @@ typename Inspector::result_type inspect(Inspector& f, Submission& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaProbe& x) {
-  return f(caf::meta::type_name("troupe.ReplicaProbe"), x.num_waiting, x.num_running, x.kv_usage,
-           x.cached_prefix_tokens);
+  return f(caf::meta::type_name("troupe.ReplicaProbe"), x.up, x.num_waiting, x.num_running,
+           x.kv_usage, x.cached_prefix_tokens);
 }
 
 }  // namespace troupe::actors

@@ -1,6 +1,7 @@
 #include "actors/scheduler_actor.hpp"
 
 #include <any>
+#include <cstdio>
 
 #include "actors/worker_actor.hpp"
 
@@ -9,8 +10,13 @@ namespace troupe::actors {
 namespace {
 
 using Self = replica_actor::stateful_pointer<SchedulerState>;
+
+const request_actor& requester_of(const std::any& reply_to) {
+  return std::any_cast<const request_actor&>(reply_to);
+}
+
 void deliver(Self self, engine::RequestUpdate& u) {
-  self->send(std::any_cast<const request_actor&>(u.reply_to), token_atom::value,
+  self->send(requester_of(u.reply_to), token_atom::value,
              static_cast<engine::RequestEvent&&>(std::move(u)));
 }
 
@@ -20,23 +26,37 @@ void deliver_all(Self self, std::vector<engine::RequestUpdate>& updates) {
 
 void record_metrics(Self self, const engine::AppliedStep& step) {
   auto& state = self->state;
-  if (!state.metrics) return;
+  if (!state.setup.metrics) return;
   const EngineStats s = state.core->stats();
-  state.metrics->record_iteration(
-      {step.worker_seconds, step.num_tokens, step.num_tokens - step.num_decodes,
-       static_cast<std::int64_t>(step.updates.size()), s.num_running, s.num_waiting, s.kv_usage,
-       s.num_preemptions, s.prefix_queried_tokens, s.prefix_hit_tokens});
+  state.setup.metrics->record_iteration(
+      {state.setup.index, s.num_kv_blocks, step.worker_seconds, step.num_tokens,
+       step.num_tokens - step.num_decodes, static_cast<std::int64_t>(step.updates.size()),
+       s.num_running, s.num_waiting, s.kv_usage, s.num_preemptions, s.prefix_queried_tokens,
+       s.prefix_hit_tokens});
+}
+
+bool remote(Self self) {
+  return self->state.setup.registry != nullptr;
+}
+
+void set_ready(Self self, bool ready) {
+  auto& state = self->state;
+  if (state.worker_ready == ready) return;
+  state.worker_ready = ready;
+  if (state.setup.replicas_up) *state.setup.replicas_up += ready ? 1 : -1;
+  if (state.setup.metrics) state.setup.metrics->set_replica_up(state.setup.index, ready);
 }
 
 void maybe_step(Self self);
+void place_worker(Self self);
 
-// A fresh worker loads the same spec; steps wait for it. The lost KV is recomputed.
-void replace_worker(Self self) {
+// A fresh local worker loads the same spec; steps wait for it. The lost KV is recomputed.
+void replace_local_worker(Self self) {
   auto& state = self->state;
-  self->send_exit(state.worker, caf::exit_reason::kill);
+  self->send_exit(state.setup.worker, caf::exit_reason::kill);
   state.core->reset_worker();
   state.worker_ready = false;
-  state.worker = self->home_system().spawn<caf::detached>(worker, state.before_step);
+  state.setup.worker = self->home_system().spawn<caf::detached>(worker, state.setup.before_step);
   auto give_up = [self](const std::string& why) {
     // No worker could be made: the open requests end with the reason; the next
     // request's step tries another worker.
@@ -44,7 +64,7 @@ void replace_worker(Self self) {
     deliver_all(self, updates);
     self->state.worker_ready = true;
   };
-  self->request(state.worker, caf::infinite, load_atom::value, state.spec)
+  self->request(state.setup.worker, caf::infinite, load_atom::value, state.setup.spec)
       .then(
           [self, give_up](const engine::LoadReport& report) {
             if (report.failed) return give_up(report.error.message);
@@ -54,11 +74,92 @@ void replace_worker(Self self) {
           [self, give_up](const caf::error& err) { give_up(self->system().render(err)); });
 }
 
+// The remote worker is gone, and its KV cache and samplers with it.
+void lose_remote_worker(Self self, const std::string& why) {
+  auto& state = self->state;
+  if (!state.worker_ready) return;  // already lost
+  std::fprintf(stderr, "troupe: replica %d lost its worker on node %s: %s\n", state.setup.index,
+               state.setup.node.c_str(), why.c_str());
+  self->demonitor(state.setup.worker.address());
+  self->send_exit(state.setup.worker, caf::exit_reason::kill);
+  set_ready(self, false);
+  auto lost = state.core->lose_worker("replica " + std::to_string(state.setup.index) +
+                                      " lost its node " + state.setup.node + ": " + why);
+  deliver_all(self, lost.ended);
+  for (auto& r : lost.unstarted) {
+    if (state.router) {
+      // Unseen by its caller, it runs on another replica.
+      self->send(state.router, submit_atom::value,
+                 Submission{r.id, std::move(r.prompt), std::move(r.params), r.priority,
+                            requester_of(r.reply_to)});
+    } else {
+      engine::RequestEvent end;
+      end.id = r.id;
+      end.finish_reason = FinishReason::error;
+      end.error = "no replica is up: " + why;
+      self->send(requester_of(r.reply_to), token_atom::value, std::move(end));
+    }
+  }
+  if (state.setup.metrics) {
+    const EngineStats now = state.core->stats();
+    state.setup.metrics->set_replica_load(state.setup.index, now.num_running, now.num_waiting,
+                                          now.kv_usage, now.num_kv_blocks);
+    state.setup.metrics->record_replica_loss(
+        state.setup.index, state.router ? static_cast<std::int64_t>(lost.unstarted.size()) : 0);
+  }
+  place_worker(self);
+}
+
+// Asks the registry for a worker on a node; the replica is down until it has loaded.
+void place_worker(Self self) {
+  auto& state = self->state;
+  // The same KV cache as before: the scheduler's block count does not change.
+  state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
+  self->request(state.setup.registry, caf::infinite, cluster::place_atom::value, state.setup.index)
+      .then(
+          [self](const cluster::Placement& placed) {
+            auto& state = self->state;
+            state.setup.worker = placed.worker;
+            state.setup.node = placed.node;
+            self->monitor(placed.worker);
+            self->request(placed.worker, std::chrono::minutes(10), load_atom::value,
+                          state.setup.spec)
+                .then(
+                    [self](const engine::LoadReport& report) {
+                      auto& state = self->state;
+                      if (report.failed) {
+                        std::fprintf(stderr, "troupe: replica %d cannot load on node %s: %s\n",
+                                     state.setup.index, state.setup.node.c_str(),
+                                     report.error.message.c_str());
+                        self->demonitor(state.setup.worker.address());
+                        self->send_exit(state.setup.worker, caf::exit_reason::kill);
+                        self->delayed_send(self, std::chrono::seconds(1), router_atom::value,
+                                           scheduler_actor{});
+                        return;
+                      }
+                      std::fprintf(stderr, "troupe: replica %d is up again on node %s\n",
+                                   state.setup.index, state.setup.node.c_str());
+                      set_ready(self, true);
+                      maybe_step(self);
+                    },
+                    [self](const caf::error& err) {
+                      std::fprintf(stderr, "troupe: replica %d: its new worker did not load: %s\n",
+                                   self->state.setup.index, self->system().render(err).c_str());
+                      self->delayed_send(self, std::chrono::seconds(1), router_atom::value,
+                                         scheduler_actor{});
+                    });
+          },
+          [self](const caf::error& err) {
+            std::fprintf(stderr, "troupe: replica %d cannot be placed: %s\n",
+                         self->state.setup.index, self->system().render(err).c_str());
+          });
+}
+
 void on_output(Self self, const engine::StepOutput& output) {
   auto applied = self->state.core->apply(output);
   deliver_all(self, applied.updates);
   if (!output.failed) record_metrics(self, applied);
-  if (applied.worker_lost) replace_worker(self);
+  if (applied.worker_lost) replace_local_worker(self);
   maybe_step(self);
 }
 
@@ -69,33 +170,46 @@ void maybe_step(Self self) {
   auto work = state.core->next_step();
   if (!work) return;
   const std::uint64_t step_id = work->step_id;
-  self->request(state.worker, caf::infinite, step_atom::value, std::move(*work))
-      .then([self](const engine::StepOutput& output) { on_output(self, output); },
-            [self, step_id](const caf::error& err) {
-              // The worker died under the step: its requests fail, a new worker takes over.
-              const std::string why = "the worker stopped: " + self->system().render(err);
-              on_output(self, engine::failed_step(step_id, {ErrorCode::internal, why, true}));
-            });
+  self->request(state.setup.worker, state.setup.step_timeout, step_atom::value, std::move(*work))
+      .then(
+          [self, step_id](const engine::StepOutput& output) {
+            if (self->state.core->step_in_flight_id() != step_id) return;  // its worker was lost
+            if (remote(self) && output.failed && output.error.fatal) {
+              return lose_remote_worker(self, output.error.message);
+            }
+            on_output(self, output);
+          },
+          [self, step_id](const caf::error& err) {
+            if (self->state.core->step_in_flight_id() != step_id) return;
+            const std::string why = "the worker stopped: " + self->system().render(err);
+            if (remote(self)) return lose_remote_worker(self, why);
+            // A new local worker takes over; this step's requests fail.
+            on_output(self, engine::failed_step(step_id, {ErrorCode::internal, why, true}));
+          });
 }
 
 }  // namespace
 
-replica_actor::behavior_type scheduler(replica_actor::stateful_pointer<SchedulerState> self,
-                                       engine::SchedulerConfig config,
-                                       std::vector<TokenId> end_of_generation, worker_actor worker,
-                                       engine::WorkerSpec spec, std::function<void()> before_step,
-                                       std::shared_ptr<monitoring::Metrics> metrics) {
+replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
   auto& state = self->state;
-  state.core = std::make_unique<engine::EngineCore>(config, std::move(end_of_generation));
-  state.worker = std::move(worker);
-  state.spec = std::move(spec);
-  state.before_step = std::move(before_step);
-  state.metrics = std::move(metrics);
+  state.core = std::make_unique<engine::EngineCore>(setup.config, setup.end_of_generation);
+  state.setup = std::move(setup);
+  if (state.setup.metrics) state.setup.metrics->set_replica_up(state.setup.index, true);
+  if (remote(self)) {
+    // A node that dies or is cut off: its worker's proxy goes down at once.
+    self->monitor(state.setup.worker);
+    self->set_down_handler([self](const caf::down_msg& down) {
+      if (down.source == self->state.setup.worker.address()) {
+        lose_remote_worker(self, "its node is gone (" + self->system().render(down.reason) + ")");
+      }
+    });
+  }
   // On shutdown every open request hears of it, so that none waits forever.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     auto updates = self->state.core->end_all(FinishReason::abort, "the engine is shutting down");
     deliver_all(self, updates);
-    self->send_exit(self->state.worker, caf::exit_reason::kill);
+    if (self->state.worker_ready) set_ready(self, false);
+    self->send_exit(self->state.setup.worker, caf::exit_reason::kill);
     self->quit(msg.reason);
   });
   return {
@@ -118,14 +232,25 @@ replica_actor::behavior_type scheduler(replica_actor::stateful_pointer<Scheduler
       [self](stats_atom) -> EngineStats { return self->state.core->stats(); },
       [self](replicas_atom) -> std::vector<ReplicaStats> {
         ReplicaStats alone;
+        alone.index = self->state.setup.index;
+        alone.up = self->state.worker_ready;
+        alone.node = self->state.setup.node;
         alone.stats = self->state.core->stats();
         return {alone};
       },
       [self](probe_atom, const std::vector<TokenId>& prompt) -> ReplicaProbe {
         const engine::Scheduler& s = self->state.core->scheduler();
-        return {static_cast<std::int32_t>(s.num_waiting()),
+        return {self->state.worker_ready, static_cast<std::int32_t>(s.num_waiting()),
                 static_cast<std::int32_t>(s.num_running()), s.kv_cache().usage(),
                 s.kv_cache().cached_prefix_tokens(prompt)};
+      },
+      [self](router_atom, const scheduler_actor& router) {
+        // From the router, once; from itself (null), to retry a placement that failed.
+        if (router) {
+          self->state.router = router;
+        } else if (remote(self) && !self->state.worker_ready) {
+          place_worker(self);
+        }
       },
   };
 }

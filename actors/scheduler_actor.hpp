@@ -1,35 +1,54 @@
-// The scheduler actor: a shell around engine::EngineCore. One step is in flight at a
-// time; while it runs, submissions and aborts are taken in, and the next step is
-// planned when it returns. A worker whose step threw is replaced by a fresh one
-// loaded from the same spec.
+// The scheduler actor: one replica, a shell around engine::EngineCore. One step is in
+// flight at a time; while it runs, submissions and aborts are taken in, and the next
+// step is planned when it returns.
+//
+// Its worker is local (a thread of this process) or remote (on a node, in a cluster).
+// A local worker whose step threw is replaced by a fresh one loaded from the same spec,
+// and the running sequences are recomputed. A remote worker that is lost (its node
+// died, its connection was cut, a step timed out) takes its KV cache and samplers with
+// it: requests that have streamed nothing go back to the router for another replica,
+// the others end with an error, and the replica is down until the registry places a
+// new worker on a node.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 
+#include "actors/cluster/cluster_messages.hpp"
 #include "actors/messages.hpp"
 #include "engine/engine_core.hpp"
 #include "monitoring/metrics.hpp"
 
 namespace troupe::actors {
 
+struct ReplicaSetup {
+  std::int32_t index = 0;
+  engine::SchedulerConfig config;  // sized from the worker's load report
+  std::vector<TokenId> end_of_generation;
+  worker_actor worker;  // loaded with `spec` already
+  engine::WorkerSpec spec;
+  std::function<void()> before_step;  // tests only: handed to every local worker
+  std::shared_ptr<monitoring::Metrics> metrics;
+  // A remote worker: where it runs, where its replacement comes from, how long a step
+  // may take before the worker counts as lost.
+  std::string node;
+  cluster::registry_actor registry;  // null: the worker is local
+  caf::duration step_timeout = caf::infinite;
+  // How many replicas have a worker (the engine refuses requests at zero); counted
+  // with this one already, which gives it up when it loses its worker.
+  std::shared_ptr<std::atomic<std::int32_t>> replicas_up;
+};
+
 struct SchedulerState {
   std::unique_ptr<engine::EngineCore> core;
-  worker_actor worker;
-  engine::WorkerSpec spec;            // for a replacement worker
-  std::function<void()> before_step;  // tests only: handed to every worker
-  bool worker_ready = true;           // false while a replacement loads
-  double step_seconds = 0.0;          // in the worker
-  double schedule_seconds = 0.0;      // in the loop's own logic
-  std::shared_ptr<monitoring::Metrics> metrics;
+  ReplicaSetup setup;
+  scheduler_actor router;    // where a lost worker's unstarted requests go (null: none)
+  bool worker_ready = true;  // false while a replacement is placed or loads
   static inline const char* name = "troupe.scheduler";
 };
 
-// `worker` has loaded `spec` already; `config` is sized from its load report.
 replica_actor::behavior_type scheduler(replica_actor::stateful_pointer<SchedulerState> self,
-                                       engine::SchedulerConfig config,
-                                       std::vector<TokenId> end_of_generation, worker_actor worker,
-                                       engine::WorkerSpec spec, std::function<void()> before_step,
-                                       std::shared_ptr<monitoring::Metrics> metrics);
+                                       ReplicaSetup setup);
 
 }  // namespace troupe::actors

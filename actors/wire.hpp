@@ -54,12 +54,13 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
   return f(caf::meta::type_name("troupe.EngineStats"), x.num_running, x.num_waiting, x.kv_usage,
            x.peak_kv_usage, x.num_preemptions, x.prefix_queried_tokens, x.prefix_hit_tokens,
            x.num_steps, x.num_step_tokens, x.num_step_sequences, x.step_seconds, x.schedule_seconds,
-           x.num_worker_restarts, x.num_live_actors, x.num_kv_blocks, x.block_size);
+           x.num_worker_restarts, x.num_live_actors, x.num_kv_blocks, x.block_size,
+           x.prefix_cache_blocks);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaStats& x) {
-  return f(caf::meta::type_name("troupe.ReplicaStats"), x.index, x.up, x.num_routed,
+  return f(caf::meta::type_name("troupe.ReplicaStats"), x.index, x.up, x.node, x.num_routed,
            x.num_prefix_routed, x.stats);
 }
 

@@ -18,6 +18,7 @@ void add_device_options(CLI::App* cmd, EngineConfig& engine);
 
 void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_node_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_bench_forward_command(CLI::App& bench);
 void add_bench_throughput_command(CLI::App& bench);

@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "troupe 0.1.0");
   troupe::app::add_serve_command(app);
+  troupe::app::add_node_command(app);
   troupe::app::add_generate_command(app);
   troupe::app::add_make_model_command(app);
   auto* bench = app.add_subcommand("bench", "benchmarks");

@@ -2,15 +2,30 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <random>
 #include <thread>
 
 #include "app/commands.hpp"
+#include "engine/router.hpp"
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
 
 namespace troupe::app {
 
 namespace {
+
+// A cluster token for a head given none: 128 bits from the system's entropy, in hex.
+std::string random_token() {
+  std::random_device device;
+  std::string token;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(device()));
+    token += part;
+  }
+  return token;
+}
+
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) {
   g_stop = 1;
@@ -25,6 +40,10 @@ void add_serve_command(CLI::App& app) {
     bool prefix_caching = true;  // vLLM's flag, accepted; on by default
     double kv_cache_gb = 1.0;
     std::uint64_t seed = 0;
+    std::string router = "prefix";
+    ClusterConfig cluster;
+    int cluster_wait_s = 60;
+    int step_timeout_s = 60;
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
@@ -43,9 +62,29 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-enable-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
   cmd->add_flag("--enable-prefix-caching", opts->prefix_caching,
                 "the prefix cache (on by default)");
-  cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
-  cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)");
+  cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB (per replica)");
+  cmd->add_option("--threads,-t", opts->engine.num_threads,
+                  "compute threads per replica (0: the cores shared among replicas)");
+  cmd->add_option("--data-parallel-size,--dp", opts->engine.data_parallel_size,
+                  "replicas, each with its own worker and KV cache, behind the router")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--router", opts->router,
+                  "which replica takes a request: prefix, least-loaded or round-robin")
+      ->check(CLI::IsMember({"prefix", "least-loaded", "round-robin"}));
   add_device_options(cmd, opts->engine);
+  cmd->add_option("--cluster-port", opts->cluster.port,
+                  "be a cluster's head: nodes join here, and each replica's worker runs on one "
+                  "(0: any free port)");
+  cmd->add_option("--cluster-host", opts->cluster.host,
+                  "address of the cluster port (loopback unless told otherwise)");
+  cmd->add_option("--cluster-token", opts->cluster.token,
+                  "the token nodes must present (default: one is generated and printed); "
+                  "required off loopback; also $TROUPE_CLUSTER_TOKEN")
+      ->envname("TROUPE_CLUSTER_TOKEN");
+  cmd->add_option("--cluster-wait", opts->cluster_wait_s,
+                  "seconds to wait for enough nodes to place every replica");
+  cmd->add_option("--step-timeout", opts->step_timeout_s,
+                  "seconds a node's worker may take for one step before it counts as lost");
   cmd->add_option("--seed", opts->seed, "seed for requests that bring none");
   cmd->add_option("--max-concurrent-requests", opts->server.max_concurrent_requests,
                   "generation requests in flight before 429");
@@ -67,6 +106,32 @@ void add_serve_command(CLI::App& app) {
     if (config.model_path.empty()) fail("the built-in model could not be written");
     config.enable_prefix_caching = !opts->no_prefix_caching;
     if (cmd->count("--seed")) config.seed = opts->seed;
+    config.routing = *engine::parse_routing_policy(opts->router);
+    if (cmd->count("--cluster-port")) {
+      ClusterConfig cluster = opts->cluster;
+      cluster.wait = std::chrono::seconds(opts->cluster_wait_s);
+      cluster.step_timeout = std::chrono::seconds(opts->step_timeout_s);
+      // Off loopback the token must be the user's (STACK.md: the link is not authenticated
+      // by itself); on loopback one is made and printed for the nodes.
+      const bool loopback = cluster.host == "localhost" || cluster.host.rfind("127.", 0) == 0;
+      const bool generated = cluster.token.empty();
+      if (generated && !loopback) {
+        fail("refusing to open the cluster port on " + cluster.host +
+             " without a cluster token: give one with --cluster-token");
+      }
+      if (generated) cluster.token = random_token();
+      cluster.on_listening = [cluster, generated,
+                              replicas = config.data_parallel_size](std::uint16_t port) {
+        std::fprintf(stderr, "troupe: cluster port %s:%u; waiting for %d node(s)\n",
+                     cluster.host.c_str(), port, replicas);
+        if (generated) {
+          std::fprintf(stderr,
+                       "troupe: cluster token %s (troupe node --join %s:%u --cluster-token %s)\n",
+                       cluster.token.c_str(), cluster.host.c_str(), port, cluster.token.c_str());
+        }
+      };
+      config.cluster = std::move(cluster);
+    }
     auto metrics = std::make_shared<monitoring::Metrics>();
     config.metrics = metrics;
     opts->server.metrics = metrics;
@@ -75,6 +140,10 @@ void add_serve_command(CLI::App& app) {
     auto engine = Engine::create(config);
     if (!engine) fail(engine.error().message);
     const auto stats = (*engine)->stats();
+    if (config.data_parallel_size > 1) {
+      std::fprintf(stderr, "troupe: %d replicas behind the %s router\n", config.data_parallel_size,
+                   opts->router.c_str());
+    }
     std::fprintf(
         stderr, "troupe: %s; KV cache: %d blocks of %d tokens = %lld tokens; max model length %d\n",
         (*engine)->device_description().c_str(), stats.num_kv_blocks, stats.block_size,

@@ -179,6 +179,7 @@ EngineStats EngineCore::stats() const {
   s.schedule_seconds = counters_.schedule_seconds;
   s.num_kv_blocks = scheduler_.config().num_blocks;
   s.block_size = scheduler_.config().block_size;
+  s.prefix_cache_blocks = static_cast<std::int64_t>(kv.prefix_cache().size());
   return s;
 }
 

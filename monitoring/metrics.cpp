@@ -6,8 +6,10 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
-#include <atomic>
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <utility>
 
 namespace troupe::monitoring {
 
@@ -37,14 +39,47 @@ p::Histogram& histogram(p::Registry& r, const char* name, const char* help,
 
 struct Metrics::Impl {
   std::shared_ptr<p::Registry> registry = std::make_shared<p::Registry>();
-  // The engine totals the counters have taken in so far.
-  std::atomic<std::int64_t> reported_preemptions{0}, reported_queried{0}, reported_hits{0};
+  // Each replica's last state and the totals its counters have taken in so far.
+  struct Replica {
+    std::int64_t running = 0, waiting = 0, blocks = 0;
+    double kv_usage = 0.0;
+    std::int64_t reported_preemptions = 0, reported_queried = 0, reported_hits = 0;
+  };
+  std::mutex mutex;
+  std::map<std::int32_t, Replica> replicas;
+  // The whole engine (every replica summed) ...
   p::Gauge& running =
       gauge(*registry, "troupe_num_requests_running", "Requests running (holding KV blocks)");
   p::Gauge& waiting =
       gauge(*registry, "troupe_num_requests_waiting", "Requests waiting to be scheduled");
   p::Gauge& kv_usage = gauge(*registry, "troupe_kv_cache_usage_ratio",
                              "Fraction of KV-cache blocks held by requests");
+  // ... and each replica.
+  p::Family<p::Gauge>& replica_running = p::BuildGauge()
+                                             .Name("troupe_replica_num_requests_running")
+                                             .Help("Requests running, by replica")
+                                             .Register(*registry);
+  p::Family<p::Gauge>& replica_waiting = p::BuildGauge()
+                                             .Name("troupe_replica_num_requests_waiting")
+                                             .Help("Requests waiting, by replica")
+                                             .Register(*registry);
+  p::Family<p::Gauge>& replica_kv_usage = p::BuildGauge()
+                                              .Name("troupe_replica_kv_cache_usage_ratio")
+                                              .Help("Fraction of KV-cache blocks held, by replica")
+                                              .Register(*registry);
+  p::Family<p::Gauge>& replica_up = p::BuildGauge()
+                                        .Name("troupe_replica_up")
+                                        .Help("1 while a replica has a worker, by replica")
+                                        .Register(*registry);
+  p::Family<p::Counter>& replica_losses = p::BuildCounter()
+                                              .Name("troupe_replica_losses_total")
+                                              .Help("Workers a replica lost, by replica")
+                                              .Register(*registry);
+  p::Counter& resubmitted =
+      counter(*registry, "troupe_resubmitted_requests_total",
+              "Requests moved unseen to another replica when theirs lost its worker");
+  p::Gauge& nodes = gauge(*registry, "troupe_cluster_nodes", "Nodes joined to the head");
+  p::Counter& node_joins = counter(*registry, "troupe_cluster_node_joins_total", "Node joins");
   p::Counter& prompt_tokens =
       counter(*registry, "troupe_prompt_tokens_total", "Prompt tokens computed");
   p::Counter& generation_tokens =
@@ -115,18 +150,69 @@ void Metrics::record_iteration(const Iteration& it) {
   auto& m = *impl_;
   m.iteration.Observe(it.seconds);
   m.iteration_tokens.Observe(static_cast<double>(it.num_tokens));
-  m.running.Set(static_cast<double>(it.num_running));
-  m.waiting.Set(static_cast<double>(it.num_waiting));
-  m.kv_usage.Set(it.kv_usage);
   auto add = [](p::Counter& counter, std::int64_t n) {
     if (n > 0) counter.Increment(static_cast<double>(n));
   };
   add(m.prompt_tokens, it.num_prompt_tokens);
   add(m.generation_tokens, it.num_generated);
-  add(m.preemptions, it.preemptions_total - m.reported_preemptions.exchange(it.preemptions_total));
-  add(m.prefix_queries,
-      it.prefix_queried_total - m.reported_queried.exchange(it.prefix_queried_total));
-  add(m.prefix_hits, it.prefix_hits_total - m.reported_hits.exchange(it.prefix_hits_total));
+  {
+    std::lock_guard lock(m.mutex);
+    auto& r = m.replicas[it.replica];
+    add(m.preemptions,
+        it.preemptions_total - std::exchange(r.reported_preemptions, it.preemptions_total));
+    add(m.prefix_queries,
+        it.prefix_queried_total - std::exchange(r.reported_queried, it.prefix_queried_total));
+    add(m.prefix_hits, it.prefix_hits_total - std::exchange(r.reported_hits, it.prefix_hits_total));
+  }
+  set_replica_load(it.replica, it.num_running, it.num_waiting, it.kv_usage, it.num_kv_blocks);
+}
+
+void Metrics::set_replica_load(std::int32_t replica, std::int64_t num_running,
+                               std::int64_t num_waiting, double kv_usage,
+                               std::int32_t num_kv_blocks) {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  auto& r = m.replicas[replica];
+  r.running = num_running;
+  r.waiting = num_waiting;
+  r.kv_usage = kv_usage;
+  r.blocks = num_kv_blocks;
+  const p::Labels label{{"replica", std::to_string(replica)}};
+  m.replica_running.Add(label).Set(static_cast<double>(r.running));
+  m.replica_waiting.Add(label).Set(static_cast<double>(r.waiting));
+  m.replica_kv_usage.Add(label).Set(r.kv_usage);
+  std::int64_t running = 0, waiting = 0, blocks = 0;
+  double held = 0.0, usage_sum = 0.0;
+  for (const auto& [index, each] : m.replicas) {
+    running += each.running;
+    waiting += each.waiting;
+    blocks += each.blocks;
+    held += each.kv_usage * static_cast<double>(each.blocks);
+    usage_sum += each.kv_usage;
+  }
+  m.running.Set(static_cast<double>(running));
+  m.waiting.Set(static_cast<double>(waiting));
+  // Over all blocks; a caller that gives no block counts gets the plain mean.
+  m.kv_usage.Set(blocks > 0 ? held / static_cast<double>(blocks)
+                            : usage_sum / static_cast<double>(m.replicas.size()));
+}
+
+void Metrics::set_replica_up(std::int32_t replica, bool up) {
+  impl_->replica_up.Add({{"replica", std::to_string(replica)}}).Set(up ? 1.0 : 0.0);
+}
+
+void Metrics::record_replica_loss(std::int32_t replica, std::int64_t num_resubmitted) {
+  impl_->replica_losses.Add({{"replica", std::to_string(replica)}}).Increment();
+  if (num_resubmitted > 0) impl_->resubmitted.Increment(static_cast<double>(num_resubmitted));
+}
+
+void Metrics::record_node_join(std::int64_t num_nodes) {
+  impl_->node_joins.Increment();
+  impl_->nodes.Set(static_cast<double>(num_nodes));
+}
+
+void Metrics::set_num_nodes(std::int64_t num_nodes) {
+  impl_->nodes.Set(static_cast<double>(num_nodes));
 }
 
 void Metrics::observe_queue_time(double seconds) {

@@ -20,23 +20,38 @@ class Metrics {
   // The Prometheus text exposition of every metric.
   std::string serialize() const;
 
-  // --- one model iteration (the scheduler actor) ---
+  // --- one model iteration (a replica's scheduler actor) ---
   struct Iteration {
-    double seconds = 0.0;  // in the worker
+    std::int32_t replica = 0;        // which data-parallel replica ran it
+    std::int32_t num_kv_blocks = 0;  // the replica's, to weigh its KV usage
+    double seconds = 0.0;            // in the worker
     std::int64_t num_tokens = 0;
     std::int64_t num_prompt_tokens = 0;
     std::int64_t num_generated = 0;
     std::int64_t num_running = 0;
     std::int64_t num_waiting = 0;
     double kv_usage = 0.0;
-    // The engine's totals since it started: the counters move by what is new since the
-    // last iteration recorded.
+    // The replica's totals since it started: the counters move by what is new since the
+    // last iteration it recorded.
     std::int64_t preemptions_total = 0;
     std::int64_t prefix_queried_total = 0;
     std::int64_t prefix_hits_total = 0;
   };
   void record_iteration(const Iteration& iteration);
   void observe_queue_time(double seconds);
+
+  // A replica's load now (record_iteration sets it too): after it lost its worker, say.
+  void set_replica_load(std::int32_t replica, std::int64_t num_running, std::int64_t num_waiting,
+                        double kv_usage, std::int32_t num_kv_blocks);
+
+  // --- the cluster (the head) ---
+  // A replica has a worker (up) or lost it and waits for a node (down).
+  void set_replica_up(std::int32_t replica, bool up);
+  // A replica lost its worker; `num_resubmitted` of its requests went to other replicas.
+  void record_replica_loss(std::int32_t replica, std::int64_t num_resubmitted);
+  // The nodes joined now, and one more join.
+  void record_node_join(std::int64_t num_nodes);
+  void set_num_nodes(std::int64_t num_nodes);
 
   // --- one request (its actor, when it ends) ---
   void observe_request(std::string_view finish_reason, double e2e_seconds, double ttft_seconds,

@@ -29,9 +29,14 @@ struct RouteSpec {
 
 // Every route the server knows, once. Paths under /v1/ that are not here need the key
 // as well (401 before 404).
-constexpr std::array<RouteSpec, 9> kRoutes = {{
+constexpr std::array<RouteSpec, 10> kRoutes = {{
     {"/health", http::verb::get, RouteKind::plain, false,
-     [](const Request& request, const RouteContext&) { return ok(request, ""); }},
+     [](const Request& request, const RouteContext& context) {
+       if (!context.replicas_up) return ok(request, "");
+       const auto [up, all] = context.replicas_up();
+       return make_response(request, up > 0 ? http::status::ok : http::status::service_unavailable,
+                            health_json(up, all));
+     }},
     {"/version", http::verb::get, RouteKind::plain, false,
      [](const Request& request, const RouteContext&) {
        return ok(request, R"({"version":"0.1.0"})");
@@ -53,6 +58,10 @@ constexpr std::array<RouteSpec, 9> kRoutes = {{
      [](const Request& request, const RouteContext& context) {
        return json_answer(request, detokenize_response(request.body(), *context.api));
      }},
+    {"/v1/cluster", http::verb::get, RouteKind::heavy, true,
+     [](const Request& request, const RouteContext& context) {
+       return ok(request, context.cluster_json());
+     }},
     {"/v1/completions", http::verb::post, RouteKind::completion, true, nullptr},
     {"/v1/chat/completions", http::verb::post, RouteKind::chat_completion, true, nullptr},
     {"/v1/ws", http::verb::get, RouteKind::websocket, true, nullptr},
@@ -67,7 +76,8 @@ const RouteSpec* find_route(std::string_view path) {
 // Whether route() answers this path at all (404 otherwise): the socket is reached by an
 // upgrade alone, and /metrics only when there are metrics to serve.
 bool is_routed(const RouteSpec& r, const RouteContext& context) {
-  return r.kind != RouteKind::websocket && (r.path != "/metrics" || context.metrics_text);
+  return r.kind != RouteKind::websocket && (r.path != "/metrics" || context.metrics_text) &&
+         (r.path != "/v1/cluster" || context.cluster_json);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "net/cluster_json.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_api.hpp"
 
@@ -66,6 +67,10 @@ struct RouteContext {
   const ApiContext* api = nullptr;
   // The Prometheus exposition; empty: /metrics is a 404.
   std::function<std::string()> metrics_text;
+  // Replicas up and in all, for /health (503 at none up); empty: always healthy.
+  std::function<std::pair<std::int32_t, std::int32_t>()> replicas_up;
+  // GET /v1/cluster's body: nodes and replicas; empty: a 404.
+  std::function<std::string()> cluster_json;
 };
 
 // Every route but generation and the WebSocket upgrade: the API key, /health,

@@ -94,6 +94,12 @@ RouteContext HttpServer::Impl::route_context() {
       return config.metrics->serialize();
     };
   }
+  if (engine.num_replicas() > 1 || engine.is_cluster_head()) {
+    r.replicas_up = [this] {
+      return std::make_pair(engine.num_replicas_up(), engine.num_replicas());
+    };
+    r.cluster_json = [this] { return cluster_json(engine.nodes(), engine.replicas()); };
+  }
   return r;
 }
 
@@ -421,6 +427,11 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     if (event.finished) {
       --num_open;
       completion_tokens += event.num_generated_tokens;
+      // Cut short by a failure (a lost node mid-stream): the client hears why, as an
+      // error event after the choice's last chunk (finish_reason "error").
+      if (event.finish_reason == FinishReason::error) {
+        data += "data: " + error_json(api_error(event)) + "\n\n";
+      }
       if (num_open == 0 && completion.include_usage) {
         data += "data: " + usage_chunk(context, id, created, completion, event, completion_tokens) +
                 "\n\n";

@@ -207,6 +207,9 @@ std::string error_json(const ApiError& error) {
 
 ApiError api_error(const Error& error) {
   if (error.code == ErrorCode::internal) return ApiError{500, error.message, "internal_error", ""};
+  if (error.code == ErrorCode::unavailable) {
+    return ApiError{503, error.message, "service_unavailable", ""};
+  }
   return ApiError{400, error.message, "invalid_request_error", ""};
 }
 

@@ -25,7 +25,8 @@ struct ApiError {
 std::string error_json(const ApiError& error);
 
 // An engine error as the client sees it, over HTTP and on the socket alike: 500 when the
-// engine failed (ErrorCode::internal), else 400 (the engine refused the request).
+// engine failed (ErrorCode::internal), 503 when nothing can serve it now (no replica is
+// up), else 400 (the engine refused the request).
 ApiError api_error(const Error& error);
 // The error of a request that ended on FinishReason::error: the engine failed (500).
 ApiError api_error(const TokenEvent& end);

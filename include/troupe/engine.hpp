@@ -34,6 +34,17 @@ enum class Device { cpu, cuda };
 // Which data-parallel replica takes a request (engine/router.hpp says how each decides).
 enum class RoutingPolicy { prefix, least_loaded, round_robin };
 
+// The head of a cluster: nodes (`troupe node --join`) connect to this port, and each
+// replica's worker is placed on one of them.
+struct ClusterConfig {
+  std::string host = "127.0.0.1";         // where nodes connect; loopback unless told otherwise
+  std::uint16_t port = 0;                 // 0: any free one (on_listening says which)
+  std::string token;                      // nodes must present it; required off loopback
+  std::chrono::seconds wait{60};          // for enough nodes to place every replica
+  std::chrono::seconds step_timeout{60};  // a worker slower than this counts as lost
+  std::function<void(std::uint16_t port)> on_listening;  // once the port is open
+};
+
 struct EngineConfig {
   std::string model_path;  // empty: the built-in random model
   int num_threads = 0;     // compute threads (0: all cores)
@@ -60,6 +71,8 @@ struct EngineConfig {
   // and KV cache, behind a router. Local replicas share num_threads between them.
   std::int32_t data_parallel_size = 1;
   RoutingPolicy routing = RoutingPolicy::prefix;
+  // Set: this engine is a cluster's head and its replicas' workers run on nodes.
+  std::optional<ClusterConfig> cluster;
 };
 
 struct GenerateRequest {
@@ -113,6 +126,7 @@ struct EngineStats {
   std::int64_t num_live_actors = 0;  // in the engine's actor system (request actors included)
   std::int32_t num_kv_blocks = 0;
   std::int32_t block_size = 0;
+  std::int64_t prefix_cache_blocks = 0;  // blocks the prefix cache holds (in use or not)
 
   bool operator==(const EngineStats&) const = default;
 };
@@ -121,11 +135,22 @@ struct EngineStats {
 struct ReplicaStats {
   std::int32_t index = 0;
   bool up = true;
+  std::string node;                    // where its worker runs (empty: in this process)
   std::int64_t num_routed = 0;         // requests the router sent it
   std::int64_t num_prefix_routed = 0;  // of those, for the prefix it held
   EngineStats stats;
 
   bool operator==(const ReplicaStats&) const = default;
+};
+
+// A node of the cluster as the head sees it.
+struct NodeStatus {
+  std::string name;
+  std::string id;      // CAF's node id: host hash and process id
+  std::string device;  // cpu or cuda
+  std::int32_t num_cores = 0;
+  std::int64_t memory_bytes = 0;
+  std::int32_t replica = -1;  // the replica whose worker it runs (-1: none)
 };
 
 class Engine {
@@ -148,6 +173,13 @@ class Engine {
   EngineStats stats() const;
   // Each replica's, in order (one entry without data parallelism).
   std::vector<ReplicaStats> replicas() const;
+  // A cluster's nodes (empty without a cluster).
+  std::vector<NodeStatus> nodes() const;
+  // Replicas with a worker now, and in all; cheap (no message), for /health.
+  std::int32_t num_replicas_up() const;
+  std::int32_t num_replicas() const;
+  // Whether nodes join this engine (EngineConfig::cluster).
+  bool is_cluster_head() const;
 
   const text::Tokenizer& tokenizer() const;
   std::int32_t max_model_len() const;

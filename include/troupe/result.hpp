@@ -17,6 +17,7 @@ enum class ErrorCode {
   io,                // the operating system refused (open, mmap, write)
   out_of_range,      // a request that does not fit (context, memory)
   unsupported,       // valid but not implemented (a tensor type, an architecture)
+  unavailable,       // nothing can serve it now (no replica up); worth retrying later
   internal,
 };
 

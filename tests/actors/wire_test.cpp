@@ -4,6 +4,7 @@
 #include <caf/binary_serializer.hpp>
 #include <catch2/catch.hpp>
 
+#include "actors/cluster/cluster_messages.hpp"
 #include "actors/messages.hpp"
 
 using namespace troupe;
@@ -15,6 +16,7 @@ struct System {
   std::unique_ptr<caf::actor_system> system;
   System() {
     actors::add_message_types(config);
+    actors::cluster::add_cluster_types(config);
     system = std::make_unique<caf::actor_system>(config);
   }
 };
@@ -166,8 +168,32 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     stats.num_live_actors = 14;
     stats.num_kv_blocks = 100;
     stats.block_size = 16;
+    stats.prefix_cache_blocks = 15;
     CHECK(round_trip(system, stats) == stats);
     CHECK(message_round_trip(system, stats) == stats);
+  }
+  SECTION("a node's join and the head's answer") {
+    actors::cluster::NodeInfo info;
+    info.name = "node-a";
+    info.token = "0123abcd";
+    info.num_cores = 64;
+    info.memory_bytes = std::int64_t{512} << 30;
+    info.device = "cuda";
+    info.gpu_names = {"H200", "H200"};
+    info.gpu_memory_bytes = {std::int64_t{141} << 30, std::int64_t{141} << 30};
+    info.num_threads = 8;
+    const auto back = message_round_trip(system, info);
+    CHECK(back.name == info.name);
+    CHECK(back.token == info.token);
+    CHECK(back.num_cores == info.num_cores);
+    CHECK(back.memory_bytes == info.memory_bytes);
+    CHECK(back.device == info.device);
+    CHECK(back.gpu_names == info.gpu_names);
+    CHECK(back.gpu_memory_bytes == info.gpu_memory_bytes);
+    CHECK(back.num_threads == info.num_threads);
+    const auto reply = message_round_trip(system, actors::cluster::JoinReply{true, "welcome"});
+    CHECK(reply.accepted);
+    CHECK(reply.message == "welcome");
   }
   SECTION("what a request actor hears") {
     engine::RequestEvent event;

@@ -1,4 +1,4 @@
-#include "actors/router_actor.hpp"
+#include "actors/cluster/router_actor.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -42,7 +42,7 @@ void on_probe(Self self, RequestId id, std::size_t replica, std::optional<Replic
   auto it = self->state.pending.find(id);
   if (it == self->state.pending.end()) return;  // aborted meanwhile
   engine::ReplicaView& view = it->second.views[replica];
-  view.up = probe.has_value();
+  view.up = probe.has_value() && probe->up;
   if (probe) {
     view.num_waiting = probe->num_waiting;
     view.num_running = probe->num_running;
@@ -76,18 +76,23 @@ void gather(Self self, Atom atom, Done done) {
   }
 }
 
-std::vector<ReplicaStats> replica_stats(Self self,
-                                        const std::vector<std::optional<EngineStats>>& answers) {
+using Answers = std::vector<std::optional<std::vector<ReplicaStats>>>;
+
+// Each replica's own numbers, with what the router sent it.
+std::vector<ReplicaStats> replica_stats(Self self, const Answers& answers) {
   std::vector<ReplicaStats> out;
   for (std::size_t i = 0; i < answers.size(); ++i) {
     const auto& r = self->state.replicas[i];
     ReplicaStats s;
+    if (answers[i] && answers[i]->size() == 1) {
+      s = answers[i]->front();
+    } else {
+      s.up = false;  // it did not answer
+    }
     s.index = static_cast<std::int32_t>(i);
-    s.up = answers[i].has_value();
     s.num_routed = r.num_routed;
     s.num_prefix_routed = r.num_prefix_routed;
-    if (answers[i]) s.stats = *answers[i];
-    out.push_back(s);
+    out.push_back(std::move(s));
   }
   return out;
 }
@@ -113,6 +118,7 @@ EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
     sum.schedule_seconds += s.schedule_seconds;
     sum.num_worker_restarts += s.num_worker_restarts;
     sum.num_kv_blocks += s.num_kv_blocks;
+    sum.prefix_cache_blocks += s.prefix_cache_blocks;
     sum.block_size = std::max(sum.block_size, s.block_size);
   }
   sum.kv_usage = sum.num_kv_blocks > 0 ? held_blocks / sum.num_kv_blocks : 0.0;
@@ -122,7 +128,11 @@ EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
 scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> replicas,
                                       engine::RouterConfig config) {
   auto& state = self->state;
-  for (auto& r : replicas) state.replicas.push_back({std::move(r)});
+  for (auto& r : replicas) {
+    // Each replica hands back to the router the requests of a worker it lost.
+    self->send(r, router_atom::value, caf::actor_cast<scheduler_actor>(self));
+    state.replicas.push_back({std::move(r)});
+  }
   state.router = engine::Router(config);
   // Shutting down: the replicas end their requests; those still being routed end here.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
@@ -160,18 +170,17 @@ scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> repl
       },
       [self](stats_atom) {
         auto rp = self->make_response_promise<EngineStats>();
-        gather<EngineStats>(self, stats_atom::value,
-                            [self, rp](const std::vector<std::optional<EngineStats>>& a) mutable {
-                              rp.deliver(sum_stats(replica_stats(self, a)));
-                            });
+        gather<std::vector<ReplicaStats>>(self, replicas_atom::value,
+                                          [self, rp](const Answers& a) mutable {
+                                            rp.deliver(sum_stats(replica_stats(self, a)));
+                                          });
         return rp;
       },
       [self](replicas_atom) {
         auto rp = self->make_response_promise<std::vector<ReplicaStats>>();
-        gather<EngineStats>(self, stats_atom::value,
-                            [self, rp](const std::vector<std::optional<EngineStats>>& a) mutable {
-                              rp.deliver(replica_stats(self, a));
-                            });
+        gather<std::vector<ReplicaStats>>(
+            self, replicas_atom::value,
+            [self, rp](const Answers& a) mutable { rp.deliver(replica_stats(self, a)); });
         return rp;
       },
   };

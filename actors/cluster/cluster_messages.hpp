@@ -1,0 +1,89 @@
+// What the head and its nodes say to each other. A node joins the head's registry
+// with its resources and the cluster token; the head spawns workers on it by name
+// (kWorkerType) and places replicas through the registry. Plain values only: they
+// cross the network (both ends register them: add_cluster_types).
+#pragma once
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+
+namespace troupe::actors::cluster {
+
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using place_atom = caf::atom_constant<caf::atom("place")>;
+using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
+
+// The name a node offers the worker actor under, for remote spawn.
+inline constexpr const char* kWorkerType = "troupe.worker";
+
+// A node's resources, as it announces them when it joins.
+struct NodeInfo {
+  std::string name;
+  std::string token;  // the cluster token: the head refuses a node without it
+  std::int32_t num_cores = 0;
+  std::int64_t memory_bytes = 0;
+  std::string device;  // "cpu" or "cuda"
+  std::vector<std::string> gpu_names;
+  std::vector<std::int64_t> gpu_memory_bytes;
+  std::int32_t num_threads = 0;  // compute threads a worker there gets (0: all cores)
+};
+
+struct JoinReply {
+  bool accepted = false;
+  std::string message;  // why not, or the head's welcome
+};
+
+// A node as the head sees it (GET /v1/cluster, the join log).
+struct NodeView {
+  NodeInfo info;  // without the token
+  std::string address;
+  std::int32_t replica = -1;  // the replica whose worker runs there (-1: none)
+};
+
+// A worker placed on a node for a replica.
+struct Placement {
+  worker_actor worker;
+  std::string node;  // its name
+};
+
+// The head's registry: nodes join it, and replicas are placed through it.
+using registry_actor = caf::typed_actor<
+    // A node joins (with its keeper, whose loss is the node's); refused without the token.
+    caf::replies_to<join_atom, NodeInfo, caf::actor>::with<JoinReply>,
+    // A worker for this replica on a node holding none; answered once one can be placed.
+    caf::replies_to<place_atom, std::int32_t>::with<Placement>,
+    // The nodes that have joined.
+    caf::replies_to<nodes_atom>::with<std::vector<NodeView>>>;
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NodeInfo& x) {
+  return f(caf::meta::type_name("troupe.NodeInfo"), x.name, x.token, x.num_cores, x.memory_bytes,
+           x.device, x.gpu_names, x.gpu_memory_bytes, x.num_threads);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JoinReply& x) {
+  return f(caf::meta::type_name("troupe.JoinReply"), x.accepted, x.message);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NodeView& x) {
+  return f(caf::meta::type_name("troupe.NodeView"), x.info, x.address, x.replica);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Placement& x) {
+  return f(caf::meta::type_name("troupe.Placement"), x.worker, x.node);
+}
+
+// Registers the cluster's messages (and the worker's handle type) on a head or a node.
+void add_cluster_types(caf::actor_system_config& config);
+
+// The middleman and its settings: heartbeats both ways, so that a hung peer is found.
+void load_middleman(caf::actor_system_config& config);
+
+}  // namespace troupe::actors::cluster

@@ -1,0 +1,157 @@
+#include "actors/cluster/node.hpp"
+
+#include <unistd.h>
+
+#include <caf/io/all.hpp>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "actors/cluster/cluster_messages.hpp"
+#include "actors/worker_actor.hpp"
+
+namespace troupe::actors::cluster {
+
+namespace {
+
+// The workers the head spawned here, to end when the head is gone (CAF keeps them
+// alive otherwise: STACK.md, "orphaned workers").
+class SpawnedWorkers {
+ public:
+  void add(caf::actor worker) {
+    std::lock_guard lock(mutex_);
+    workers_.push_back(std::move(worker));
+  }
+  void end_all() {
+    std::lock_guard lock(mutex_);
+    for (auto& w : workers_) caf::anon_send_exit(w, caf::exit_reason::kill);
+    workers_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<caf::actor> workers_;
+};
+
+struct NodeWorkerState {
+  worker_actor inner;  // the worker itself, on a thread of its own
+  static inline const char* name = "troupe.node_worker";
+};
+
+// What the head spawns: a remotely spawned actor cannot be detached (CAF 0.17), so it
+// hands every message to a detached worker, which answers the head directly. The
+// node's own settings (threads, device, KV memory, model path) win over the head's.
+worker_actor::behavior_type node_worker(worker_actor::stateful_pointer<NodeWorkerState> self,
+                                        const NodeSettings& settings) {
+  self->state.inner =
+      self->spawn<caf::detached + caf::linked>(actors::worker, std::function<void()>{});
+  return {
+      [self, settings](load_atom load, engine::WorkerSpec& spec) {
+        spec.num_threads = settings.num_threads;
+        spec.device =
+            settings.device == "cuda" ? engine::WorkerDevice::cuda : engine::WorkerDevice::cpu;
+        if (settings.kv_cache_gb > 0 && spec.num_kv_blocks == 0) {
+          spec.kv_cache_bytes = static_cast<std::int64_t>(settings.kv_cache_gb * (1 << 30));
+        }
+        if (!settings.model_path.empty()) spec.model_path = settings.model_path;
+        return self->delegate(self->state.inner, load, std::move(spec));
+      },
+      [self](step_atom step, engine::StepWork& work) {
+        return self->delegate(self->state.inner, step, std::move(work));
+      },
+  };
+}
+
+NodeInfo describe_node(const NodeSettings& settings) {
+  NodeInfo info;
+  info.name = settings.name;
+  if (info.name.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    info.name = std::string(host) + "-" + std::to_string(::getpid());
+  }
+  info.token = settings.token;
+  info.num_cores = static_cast<std::int32_t>(std::thread::hardware_concurrency());
+  info.memory_bytes =
+      static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  info.device = settings.device;
+  info.num_threads = settings.num_threads;
+  return info;
+}
+
+void sleep_unless_stopped(std::chrono::milliseconds total, const std::atomic<bool>& stop) {
+  const auto until = std::chrono::steady_clock::now() + total;
+  while (!stop && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+int run_node(const NodeSettings& settings, const std::atomic<bool>& stop) {
+  auto spawned = std::make_shared<SpawnedWorkers>();
+  caf::actor_system_config config;
+  config.set("scheduler.policy", caf::atom("sharing"));
+  // A worker's compute runs on its own thread; messages must reach it meanwhile.
+  config.set("middleman.workers", std::size_t{0});
+  load_middleman(config);
+  add_message_types(config);
+  config.add_actor_type(kWorkerType,
+                        [settings, spawned](worker_actor::stateful_pointer<NodeWorkerState> self) {
+                          spawned->add(caf::actor_cast<caf::actor>(self));
+                          return node_worker(self, settings);
+                        });
+  add_cluster_types(config);
+  caf::actor_system system(config);
+  const NodeInfo info = describe_node(settings);
+  const std::string head = settings.head_host + ":" + std::to_string(settings.head_port);
+  auto backoff = std::chrono::milliseconds(250);
+  int result = 0;
+  while (!stop) {
+    auto registry =
+        system.middleman().remote_actor<registry_actor>(settings.head_host, settings.head_port);
+    if (!registry) {
+      std::fprintf(stderr, "troupe node: cannot reach the head at %s (%s); retrying in %lld ms\n",
+                   head.c_str(), system.render(registry.error()).c_str(),
+                   static_cast<long long>(backoff.count()));
+      sleep_unless_stopped(backoff, stop);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      continue;
+    }
+    caf::scoped_actor self{system};
+    JoinReply reply{false, "the head did not answer"};
+    self->request(*registry, std::chrono::seconds(10), join_atom::value, info,
+                  caf::actor_cast<caf::actor>(self))
+        .receive([&](JoinReply& r) { reply = std::move(r); },
+                 [&](const caf::error& e) { reply.message = system.render(e); });
+    if (!reply.accepted) {
+      std::fprintf(stderr, "troupe node: the head at %s refused %s: %s\n", head.c_str(),
+                   info.name.c_str(), reply.message.c_str());
+      if (reply.message == "wrong cluster token") {
+        result = 1;
+        break;
+      }
+      sleep_unless_stopped(backoff, stop);
+      continue;
+    }
+    backoff = std::chrono::milliseconds(250);
+    std::fprintf(stderr, "troupe node: %s joined the head at %s\n", info.name.c_str(),
+                 head.c_str());
+    self->monitor(*registry);
+    bool lost = false;
+    while (!lost && !stop) {
+      self->receive([&](const caf::down_msg&) { lost = true; },
+                    caf::after(std::chrono::milliseconds(100)) >> [] {});
+    }
+    spawned->end_all();
+    if (lost) {
+      std::fprintf(stderr, "troupe node: lost the head at %s; joining again\n", head.c_str());
+    }
+  }
+  spawned->end_all();
+  return result;
+}
+
+}  // namespace troupe::actors::cluster

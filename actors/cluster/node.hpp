@@ -1,0 +1,27 @@
+// A node: `troupe node --join HOST:PORT`. It joins the head's registry with its
+// resources and the cluster token, offers the worker actor for remote spawn, and holds
+// no model until the head spawns a worker on it. When the head goes, the node ends
+// the workers it held and joins again with backoff, until it is stopped.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace troupe::actors::cluster {
+
+struct NodeSettings {
+  std::string head_host = "127.0.0.1";
+  std::uint16_t head_port = 0;
+  std::string token;
+  std::string name;              // empty: host name and pid
+  std::int32_t num_threads = 0;  // per worker (0: all cores)
+  std::string device = "cpu";    // cpu or cuda
+  double kv_cache_gb = 0.0;      // 0: what the head asks for
+  std::string model_path;        // empty: the head's path
+};
+
+// Runs until `stop` is set (0) or the head refuses the node (1).
+int run_node(const NodeSettings& settings, const std::atomic<bool>& stop);
+
+}  // namespace troupe::actors::cluster

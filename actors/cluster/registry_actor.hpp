@@ -1,0 +1,41 @@
+// The head's registry: the nodes that joined with the cluster token, and the
+// placement of replicas' workers on them (one replica per node). It spawns a worker
+// on a node by name (CAF's remote spawn, which blocks: the registry runs detached).
+// A placement that finds no free node waits until one joins.
+#pragma once
+
+#include <caf/all.hpp>
+#include <deque>
+#include <map>
+#include <string>
+
+#include "actors/cluster/cluster_messages.hpp"
+#include "monitoring/metrics.hpp"
+
+namespace troupe::actors::cluster {
+
+struct RegistryState {
+  struct Node {
+    NodeInfo info;
+    caf::actor keeper;  // its loss is the node's
+    std::int32_t replica = -1;
+  };
+  struct Waiting {
+    std::int32_t replica = 0;
+    caf::typed_response_promise<Placement> promise;
+  };
+  std::string token;
+  std::map<caf::node_id, Node> nodes;
+  std::deque<Waiting> waiting;
+  std::shared_ptr<monitoring::Metrics> metrics;
+  static inline const char* name = "troupe.registry";
+};
+
+registry_actor::behavior_type registry(registry_actor::stateful_pointer<RegistryState> self,
+                                       std::string token,
+                                       std::shared_ptr<monitoring::Metrics> metrics);
+
+// Whether two tokens are equal, in time independent of where they differ.
+bool tokens_match(const std::string& a, const std::string& b);
+
+}  // namespace troupe::actors::cluster

@@ -1,0 +1,61 @@
+// `troupe node --join HOST:PORT`: a machine that lends its cores (or GPUs) to a head.
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+#include "actors/cluster/node.hpp"
+#include "app/commands.hpp"
+
+namespace troupe::app {
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop = true;
+}
+}  // namespace
+
+void add_node_command(CLI::App& app) {
+  struct Options {
+    actors::cluster::NodeSettings node;
+    std::string join;
+  };
+  auto opts = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("node", "join a head (troupe serve --cluster-port) as a node");
+  cmd->add_option("--join", opts->join, "the head's cluster address, HOST:PORT")->required();
+  cmd->add_option("--cluster-token", opts->node.token,
+                  "the token the head printed (or was given); also $TROUPE_CLUSTER_TOKEN")
+      ->envname("TROUPE_CLUSTER_TOKEN");
+  cmd->add_option("--name", opts->node.name, "this node's name (default: host name and pid)");
+  cmd->add_option("--threads,-t", opts->node.num_threads,
+                  "compute threads for a worker here (0: all cores)");
+  cmd->add_option("--device", opts->node.device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--kv-cache-gb", opts->node.kv_cache_gb,
+                  "KV cache memory in GiB for a worker here (default: the head's)");
+  cmd->add_option("--model,-m", opts->node.model_path,
+                  "this node's copy of the model (default: the head's path); the head checks "
+                  "that it is the same file");
+  cmd->callback([opts] {
+    const auto colon = opts->join.rfind(':');
+    unsigned long port = 0;
+    try {
+      if (colon != std::string::npos) port = std::stoul(opts->join.substr(colon + 1));
+    } catch (const std::exception&) {
+      port = 0;
+    }
+    if (colon == std::string::npos || colon == 0 || port == 0 || port > 65535) {
+      std::fprintf(stderr, "troupe node: --join wants HOST:PORT, not '%s'\n", opts->join.c_str());
+      throw CLI::RuntimeError(1);
+    }
+    opts->node.head_host = opts->join.substr(0, colon);
+    opts->node.head_port = static_cast<std::uint16_t>(port);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    const int rc = actors::cluster::run_node(opts->node, g_stop);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace troupe::app

@@ -1,0 +1,47 @@
+#include "net/cluster_json.hpp"
+
+#include <boost/json.hpp>
+
+namespace troupe::net {
+
+namespace json = boost::json;
+
+std::string health_json(std::int32_t replicas_up, std::int32_t replicas) {
+  return json::serialize(json::object{{"status", replicas_up > 0 ? "ok" : "unavailable"},
+                                      {"replicas_up", replicas_up},
+                                      {"replicas", replicas}});
+}
+
+std::string cluster_json(const std::vector<NodeStatus>& nodes,
+                         const std::vector<ReplicaStats>& replicas) {
+  json::array node_list;
+  for (const NodeStatus& n : nodes) {
+    node_list.emplace_back(json::object{{"name", n.name},
+                                        {"id", n.id},
+                                        {"device", n.device},
+                                        {"cores", n.num_cores},
+                                        {"memory_bytes", n.memory_bytes},
+                                        {"replica", n.replica}});
+  }
+  json::array replica_list;
+  for (const ReplicaStats& r : replicas) {
+    const EngineStats& s = r.stats;
+    replica_list.emplace_back(json::object{{"index", r.index},
+                                           {"up", r.up},
+                                           {"node", r.node},
+                                           {"num_routed", r.num_routed},
+                                           {"num_prefix_routed", r.num_prefix_routed},
+                                           {"num_running", s.num_running},
+                                           {"num_waiting", s.num_waiting},
+                                           {"kv_usage", s.kv_usage},
+                                           {"num_kv_blocks", s.num_kv_blocks},
+                                           {"prefix_cache_blocks", s.prefix_cache_blocks},
+                                           {"prefix_hit_tokens", s.prefix_hit_tokens},
+                                           {"prefix_queried_tokens", s.prefix_queried_tokens},
+                                           {"num_worker_restarts", s.num_worker_restarts}});
+  }
+  return json::serialize(
+      json::object{{"nodes", std::move(node_list)}, {"replicas", std::move(replica_list)}});
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,310 @@
+// The cluster on loopback: a head (`troupe serve --cluster-port 0`) and node processes
+// (`troupe node --join`), each started and ended by its test, on a small random model.
+#include <catch2/catch.hpp>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "support/child_process.hpp"
+#include "support/mini_json.hpp"
+#include "support/raw_client.hpp"
+#include "support/small_model.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using test::ChildProcess;
+
+namespace {
+
+const std::string kToken = "test-cluster-token";
+
+// Large enough that a step takes a moment (the kill lands mid-generation).
+std::string cluster_model() {
+  static const std::string path =
+      test::write_small_model("cluster-model", [](model::RandomModelSpec& s) {
+        s.dim = 256;
+        s.num_layers = 4;
+        s.ffn_dim = 512;
+        s.context_length = 2048;
+      });
+  return path;
+}
+
+struct Reply {
+  int status = 0;
+  std::string body;
+};
+
+Reply http(std::uint16_t port, const std::string& method, const std::string& path,
+           const std::string& body = "", std::chrono::milliseconds timeout = 60s) {
+  test::RawClient c(port);
+  REQUIRE(c.connected());
+  REQUIRE(c.send(method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+                 "Content-Type: application/json\r\nContent-Length: " +
+                 std::to_string(body.size()) + "\r\n\r\n" + body));
+  const std::string all = c.read_all(timeout);
+  Reply r;
+  if (all.size() > 12) r.status = std::stoi(all.substr(9, 3));
+  const auto at = all.find("\r\n\r\n");
+  if (at != std::string::npos) r.body = all.substr(at + 4);
+  return r;
+}
+
+test::Json json_of(const std::string& body) {
+  return test::JsonParser(body).parse();
+}
+
+std::string ids(const std::vector<int>& tokens) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < tokens.size(); ++i) out += (i ? "," : "") + std::to_string(tokens[i]);
+  return out + "]";
+}
+
+std::vector<int> prompt_for(int i, int length) {
+  std::vector<int> p;
+  for (int k = 0; k < length; ++k) p.push_back(1 + (i * 37 + k * 11) % 500);
+  return p;
+}
+
+std::string completion(const std::vector<int>& prompt, int max_tokens, bool stream = false) {
+  return R"({"prompt":)" + ids(prompt) + R"(,"max_tokens":)" + std::to_string(max_tokens) +
+         R"(,"temperature":0,"ignore_eos":true)" + (stream ? R"(,"stream":true)" : "") + "}";
+}
+
+// A head and its nodes. The head waits for `replicas` nodes before it serves.
+class Cluster {
+ public:
+  Cluster(int replicas, const std::string& router, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{TROUPE_BINARY,
+                                  "serve",
+                                  "-m",
+                                  cluster_model(),
+                                  "--port",
+                                  "0",
+                                  "--cluster-port",
+                                  "0",
+                                  "--cluster-token",
+                                  kToken,
+                                  "--dp",
+                                  std::to_string(replicas),
+                                  "--router",
+                                  router,
+                                  "--kv-cache-gb",
+                                  "0.02",
+                                  "--cluster-wait",
+                                  "30"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    head = std::make_unique<ChildProcess>(argv);
+    const auto port = head->wait_for(R"(cluster port 127\.0\.0\.1:(\d+))", 30s);
+    REQUIRE(port.has_value());
+    cluster_port = std::stoi(*port);
+    for (int i = 0; i < replicas; ++i) add_node("n" + std::to_string(i));
+    const auto http_port = head->wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+    INFO(head->output());
+    REQUIRE(http_port.has_value());
+    port_ = static_cast<std::uint16_t>(std::stoi(*http_port));
+  }
+
+  ChildProcess& add_node(const std::string& name, const std::string& token = kToken) {
+    nodes[name] = std::make_unique<ChildProcess>(std::vector<std::string>{
+        TROUPE_BINARY, "node", "--join", "127.0.0.1:" + std::to_string(cluster_port),
+        "--cluster-token", token, "--name", name, "--threads", "1"});
+    return *nodes[name];
+  }
+
+  std::uint16_t port() const { return port_; }
+  Reply get(const std::string& path) { return http(port_, "GET", path); }
+  Reply post(const std::string& path, const std::string& body) {
+    return http(port_, "POST", path, body);
+  }
+  test::Json cluster() { return json_of(get("/v1/cluster").body); }
+  std::string metrics() { return get("/metrics").body; }
+
+  // A metric's value (the first line that starts with `name`), or -1.
+  double metric(const std::string& name) {
+    const std::string text = metrics();
+    const auto at = text.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + name.size() + 2));
+  }
+
+  template <class Predicate>
+  bool eventually(Predicate done, std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (done()) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return done();
+  }
+
+  std::unique_ptr<ChildProcess> head;
+  std::map<std::string, std::unique_ptr<ChildProcess>> nodes;
+  int cluster_port = 0;
+
+ private:
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a head and two nodes give one process's greedy outputs, over both replicas",
+          "[cluster]") {
+  ChildProcess single({TROUPE_BINARY, "serve", "-m", cluster_model(), "--port", "0", "--threads",
+                       "1", "--kv-cache-gb", "0.02"});
+  const auto single_port = single.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  REQUIRE(single_port.has_value());
+  Cluster cluster(2, "least-loaded");
+
+  for (int i = 0; i < 6; ++i) {
+    const std::string body = completion(prompt_for(i, 5 + i), 12);
+    const Reply alone =
+        http(static_cast<std::uint16_t>(std::stoi(*single_port)), "POST", "/v1/completions", body);
+    const Reply spread = cluster.post("/v1/completions", body);
+    REQUIRE(alone.status == 200);
+    REQUIRE(spread.status == 200);
+    CHECK(json_of(spread.body)["choices"].array[0]["text"].string ==
+          json_of(alone.body)["choices"].array[0]["text"].string);
+  }
+  const test::Json state = cluster.cluster();
+  REQUIRE(state["nodes"].array.size() == 2u);
+  REQUIRE(state["replicas"].array.size() == 2u);
+  for (const auto& r : state["replicas"].array) {
+    CHECK(r["up"].boolean);
+    CHECK(r["num_routed"].number >= 1);
+    CHECK_FALSE(r["node"].string.empty());
+  }
+  const Reply health = cluster.get("/health");
+  CHECK(health.status == 200);
+  CHECK(json_of(health.body)["replicas_up"].number == 2);
+}
+
+TEST_CASE("with the prefix router, a chat's next turn goes to the replica holding its history",
+          "[cluster]") {
+  Cluster cluster(2, "prefix");
+  std::vector<std::vector<int>> first;
+  for (int i = 0; i < 4; ++i) {
+    first.push_back(prompt_for(i, 40));
+    REQUIRE(cluster.post("/v1/completions", completion(first.back(), 4)).status == 200);
+  }
+  const test::Json before = cluster.cluster();
+  for (const auto& r : before["replicas"].array) CHECK(r["num_routed"].number >= 1);
+  for (const auto& p : first) {
+    auto next = p;
+    for (int t : {7, 8, 9, 10}) next.push_back(t);
+    const Reply turn = cluster.post("/v1/completions", completion(next, 4));
+    REQUIRE(turn.status == 200);
+    // The first turn's 40 prompt tokens hold 2 full blocks of 16.
+    CHECK(json_of(turn.body)["usage"]["prompt_tokens_details"]["cached_tokens"].number == 32);
+  }
+  double prefix_routed = 0;
+  const test::Json after = cluster.cluster();
+  for (const auto& r : after["replicas"].array) {
+    prefix_routed += r["num_prefix_routed"].number;
+  }
+  CHECK(prefix_routed == 4);
+}
+
+TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves again",
+          "[cluster]") {
+  // One sequence at a time per replica, so that some requests wait in each queue.
+  Cluster cluster(2, "round-robin", {"--max-num-seqs", "1"});
+  const double idle_actors = cluster.metric("troupe_live_actors");
+  REQUIRE(idle_actors > 0);
+  std::vector<std::unique_ptr<test::RawClient>> streams;
+  for (int i = 0; i < 6; ++i) {
+    const std::string body = completion(prompt_for(i, 8), 300, /*stream=*/true);
+    auto c = std::make_unique<test::RawClient>(cluster.port());
+    REQUIRE(
+        c->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                "Content-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body));
+    streams.push_back(std::move(c));
+  }
+  // Both replicas run one request and hold two in their queues.
+  REQUIRE(cluster.eventually([&] {
+    const test::Json state = cluster.cluster();
+    for (const auto& r : state["replicas"].array) {
+      if (r["num_running"].number != 1 || r["num_waiting"].number != 2) return false;
+    }
+    return true;
+  }));
+  std::string lost_node;
+  const test::Json loaded = cluster.cluster();
+  for (const auto& r : loaded["replicas"].array) {
+    if (r["index"].number == 0) lost_node = r["node"].string;
+  }
+  cluster.nodes.at(lost_node)->kill(SIGKILL);
+
+  // Every stream ends: the one running on the lost node with an error event, the rest
+  // (its two queued ones resubmitted unseen) at their length.
+  int errors = 0, complete = 0;
+  for (auto& c : streams) {
+    const std::string all = c->read_all(120s);
+    REQUIRE(c->closed_by_peer());
+    if (all.find(R"("finish_reason":"error")") != std::string::npos) {
+      ++errors;
+      CHECK(all.find(R"(data: {"error")") != std::string::npos);
+    } else if (all.find(R"("finish_reason":"length")") != std::string::npos) {
+      ++complete;
+    }
+  }
+  CHECK(errors == 1);
+  CHECK(complete == 5);
+  CHECK(cluster.metric("troupe_resubmitted_requests_total") == 2);
+  // The head holds nothing more than before.
+  INFO("running " << cluster.metric("troupe_num_requests_running") << ", KV "
+                  << cluster.metric("troupe_kv_cache_usage_ratio") << ", actors "
+                  << cluster.metric("troupe_live_actors") << " (idle: " << idle_actors << ")");
+  CHECK(cluster.eventually([&] {
+    return cluster.metric("troupe_num_requests_running") == 0 &&
+           cluster.metric("troupe_kv_cache_usage_ratio") == 0 &&
+           cluster.metric("troupe_live_actors") == idle_actors;
+  }));
+  const Reply half = cluster.get("/health");
+  CHECK(half.status == 200);
+  CHECK(json_of(half.body)["replicas_up"].number == 1);
+
+  // No replica left: 503, at once.
+  for (auto& [name, node] : cluster.nodes) node->kill(SIGKILL);
+  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
+  CHECK(cluster.post("/v1/completions", completion(prompt_for(1, 8), 4)).status == 503);
+
+  // Nodes join again: both replicas are placed and serve.
+  cluster.add_node("back-1");
+  cluster.add_node("back-2");
+  REQUIRE(cluster.eventually(
+      [&] {
+        return cluster.get("/health").status == 200 &&
+               json_of(cluster.get("/health").body)["replicas_up"].number == 2;
+      },
+      60s));
+  for (int i = 0; i < 2; ++i) {
+    CHECK(cluster.post("/v1/completions", completion(prompt_for(i, 8), 4)).status == 200);
+  }
+  const test::Json back = cluster.cluster();
+  for (const auto& r : back["replicas"].array) {
+    CHECK(r["up"].boolean);
+    CHECK(r["node"].string.rfind("back-", 0) == 0);
+  }
+}
+
+TEST_CASE("a node with the wrong token is refused, and the head says so", "[cluster]") {
+  Cluster cluster(1, "prefix");
+  auto& rogue = cluster.add_node("rogue", "not-the-token");
+  const auto code = rogue.wait_exit(20s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(rogue.output().find("refused rogue: wrong cluster token") != std::string::npos);
+  CHECK(cluster.head->wait_for("refused node 'rogue'.*wrong cluster token", 5s).has_value());
+  CHECK(cluster.cluster()["nodes"].array.size() == 1u);
+}
+
+TEST_CASE("a cluster port off loopback needs a token", "[cluster]") {
+  ChildProcess head({TROUPE_BINARY, "serve", "-m", cluster_model(), "--port", "0", "--cluster-port",
+                     "0", "--cluster-host", "0.0.0.0"});
+  const auto code = head.wait_exit(30s);
+  REQUIRE(code.has_value());
+  CHECK(*code != 0);
+  CHECK(head.output().find("without a cluster token") != std::string::npos);
+}
