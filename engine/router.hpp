@@ -41,8 +41,12 @@ struct ReplicaView {
 struct RouterConfig {
   RoutingPolicy policy = RoutingPolicy::prefix;
   // prefix: how many more requests (waiting + running) than the least-loaded replica
-  // the cache-holding one may carry before the request goes to the least loaded.
-  std::int32_t max_load_gap = 16;
+  // the cache-holding one may carry before the request goes to the least loaded. Small:
+  // with a larger gap, new chat sessions (whose longest cached prefix is the system
+  // prompt) pile onto the few replicas that served first and evict each other's
+  // histories (`troupe bench cluster-sim`, BENCHMARKS.md: 2 met both targets at 512 and
+  // 2730 blocks per replica; 16 missed both at 512).
+  std::int32_t max_load_gap = 2;
   // prefix: a replica whose KV usage is above this is passed over for the least loaded
   // (taking the request would preempt).
   double max_kv_usage = 0.95;
