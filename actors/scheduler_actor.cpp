@@ -24,12 +24,12 @@ void deliver_all(Self self, std::vector<engine::RequestUpdate>& updates) {
   for (auto& u : updates) deliver(self, u);
 }
 
-void record_metrics(Self self, const engine::AppliedStep& step) {
+void record_metrics(Self self, const engine::AppliedStep& step, double round_trip_seconds) {
   auto& state = self->state;
   if (!state.setup.metrics) return;
   const EngineStats s = state.core->stats();
   state.setup.metrics->record_iteration(
-      {state.setup.index, s.num_kv_blocks, step.worker_seconds, step.num_tokens,
+      {state.setup.index, s.num_kv_blocks, step.worker_seconds, round_trip_seconds, step.num_tokens,
        step.num_tokens - step.num_decodes, static_cast<std::int64_t>(step.updates.size()),
        s.num_running, s.num_waiting, s.kv_usage, s.num_preemptions, s.prefix_queried_tokens,
        s.prefix_hit_tokens});
@@ -155,10 +155,10 @@ void place_worker(Self self) {
           });
 }
 
-void on_output(Self self, const engine::StepOutput& output) {
+void on_output(Self self, const engine::StepOutput& output, double round_trip_seconds = 0.0) {
   auto applied = self->state.core->apply(output);
   deliver_all(self, applied.updates);
-  if (!output.failed) record_metrics(self, applied);
+  if (!output.failed) record_metrics(self, applied, round_trip_seconds);
   if (applied.worker_lost) replace_local_worker(self);
   maybe_step(self);
 }
@@ -170,14 +170,17 @@ void maybe_step(Self self) {
   auto work = state.core->next_step();
   if (!work) return;
   const std::uint64_t step_id = work->step_id;
+  const auto sent = std::chrono::steady_clock::now();
   self->request(state.setup.worker, state.setup.step_timeout, step_atom::value, std::move(*work))
       .then(
-          [self, step_id](const engine::StepOutput& output) {
+          [self, step_id, sent](const engine::StepOutput& output) {
             if (self->state.core->step_in_flight_id() != step_id) return;  // its worker was lost
             if (remote(self) && output.failed && output.error.fatal) {
               return lose_remote_worker(self, output.error.message);
             }
-            on_output(self, output);
+            on_output(
+                self, output,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
           },
           [self, step_id](const caf::error& err) {
             if (self->state.core->step_in_flight_id() != step_id) return;

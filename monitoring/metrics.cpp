@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -114,6 +115,10 @@ struct Metrics::Impl {
                 "Time from a request's first token to its last", latency_buckets());
   p::Histogram& iteration = histogram(*registry, "troupe_iteration_duration_seconds",
                                       "Model step time (forward and sampling)", latency_buckets());
+  p::Histogram& step_overhead = histogram(
+      *registry, "troupe_step_overhead_seconds",
+      "Per step, the round trip to the worker minus the worker's own time (messaging, network)",
+      {0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1});
   p::Histogram& iteration_tokens =
       histogram(*registry, "troupe_iteration_tokens", "Tokens run through the model per iteration",
                 {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
@@ -149,6 +154,7 @@ std::string Metrics::serialize() const {
 void Metrics::record_iteration(const Iteration& it) {
   auto& m = *impl_;
   m.iteration.Observe(it.seconds);
+  m.step_overhead.Observe(std::max(0.0, it.round_trip_seconds - it.seconds));
   m.iteration_tokens.Observe(static_cast<double>(it.num_tokens));
   auto add = [](p::Counter& counter, std::int64_t n) {
     if (n > 0) counter.Increment(static_cast<double>(n));

@@ -25,6 +25,9 @@ class Metrics {
     std::int32_t replica = 0;        // which data-parallel replica ran it
     std::int32_t num_kv_blocks = 0;  // the replica's, to weigh its KV usage
     double seconds = 0.0;            // in the worker
+    // From sending the step to hearing its output: the worker's time plus the way
+    // there and back (an actor hop in process, the network to a node).
+    double round_trip_seconds = 0.0;
     std::int64_t num_tokens = 0;
     std::int64_t num_prompt_tokens = 0;
     std::int64_t num_generated = 0;
