@@ -15,6 +15,9 @@ TEST_CASE("every dashboard query names an exposed metric", "[monitoring]") {
   // Labelled families appear once they have a child.
   metrics.observe_request("stop", 1.0, 0.1, 0.01, true);
   metrics.count_http("/v1/completions", 200);
+  metrics.set_replica_up(0, true);
+  metrics.set_replica_load(0, 1, 2, 0.5, 100);
+  metrics.record_replica_loss(0, 1);
   const std::string exposition = metrics.serialize();
   std::set<std::string> exposed;
   const std::regex sample(R"(^(troupe_[a-z_]+))");
@@ -41,7 +44,7 @@ TEST_CASE("every dashboard query names an exposed metric", "[monitoring]") {
       }
     }
   }
-  CHECK(num_queries >= 14);
+  CHECK(num_queries >= 24);
 }
 
 TEST_CASE("the Prometheus scrape config points at the server's /metrics", "[monitoring]") {
