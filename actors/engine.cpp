@@ -354,7 +354,7 @@ std::vector<NodeStatus> Engine::nodes() const {
           [&](const std::vector<actors::cluster::NodeView>& nodes) {
             for (const auto& n : nodes) {
               result.push_back({n.info.name, n.address, n.info.device, n.info.num_cores,
-                                n.info.memory_bytes, n.replica});
+                                n.info.memory_bytes, n.replica, n.unfit});
             }
           },
           [](const caf::error&) {});

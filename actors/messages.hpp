@@ -76,7 +76,7 @@ struct ReplicaProbe {
 using replica_actor = scheduler_actor::extend<
     // Its load, and how much of this prompt its prefix cache holds.
     caf::replies_to<probe_atom, std::vector<TokenId>>::with<ReplicaProbe>,
-    // The router in front of it, which takes back the requests of a lost worker.
+    // The router in front of it, which takes back the requests of a lost worker (once).
     caf::reacts_to<router_atom, scheduler_actor>>;
 
 template <class Inspector>

@@ -133,8 +133,10 @@ void place_worker(Self self) {
                                      report.error.message.c_str());
                         self->demonitor(state.setup.worker.address());
                         self->send_exit(state.setup.worker, caf::exit_reason::kill);
-                        self->delayed_send(self, std::chrono::seconds(1), router_atom::value,
-                                           scheduler_actor{});
+                        // That node will not do: the replica waits for another.
+                        self->send(state.setup.registry, cluster::unfit_atom::value,
+                                   state.setup.node, report.error.message);
+                        place_worker(self);
                         return;
                       }
                       std::fprintf(stderr, "troupe: replica %d is up again on node %s\n",
@@ -145,8 +147,9 @@ void place_worker(Self self) {
                     [self](const caf::error& err) {
                       std::fprintf(stderr, "troupe: replica %d: its new worker did not load: %s\n",
                                    self->state.setup.index, self->system().render(err).c_str());
-                      self->delayed_send(self, std::chrono::seconds(1), router_atom::value,
-                                         scheduler_actor{});
+                      // Its node went under it: another node, when one is free.
+                      self->demonitor(self->state.setup.worker.address());
+                      place_worker(self);
                     });
           },
           [self](const caf::error& err) {
@@ -247,14 +250,7 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
                 static_cast<std::int32_t>(s.num_running()), s.kv_cache().usage(),
                 s.kv_cache().cached_prefix_tokens(prompt)};
       },
-      [self](router_atom, const scheduler_actor& router) {
-        // From the router, once; from itself (null), to retry a placement that failed.
-        if (router) {
-          self->state.router = router;
-        } else if (remote(self) && !self->state.worker_ready) {
-          place_worker(self);
-        }
-      },
+      [self](router_atom, const scheduler_actor& router) { self->state.router = router; },
   };
 }
 

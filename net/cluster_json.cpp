@@ -21,7 +21,8 @@ std::string cluster_json(const std::vector<NodeStatus>& nodes,
                                         {"device", n.device},
                                         {"cores", n.num_cores},
                                         {"memory_bytes", n.memory_bytes},
-                                        {"replica", n.replica}});
+                                        {"replica", n.replica},
+                                        {"unfit", n.unfit}});
   }
   json::array replica_list;
   for (const ReplicaStats& r : replicas) {

@@ -16,6 +16,7 @@ namespace troupe::actors::cluster {
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using place_atom = caf::atom_constant<caf::atom("place")>;
 using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
+using unfit_atom = caf::atom_constant<caf::atom("unfit")>;
 
 // The name a node offers the worker actor under, for remote spawn.
 inline constexpr const char* kWorkerType = "troupe.worker";
@@ -42,6 +43,7 @@ struct NodeView {
   NodeInfo info;  // without the token
   std::string address;
   std::int32_t replica = -1;  // the replica whose worker runs there (-1: none)
+  std::string unfit;          // why no worker is placed there (empty: it is fit)
 };
 
 // A worker placed on a node for a replica.
@@ -57,7 +59,10 @@ using registry_actor = caf::typed_actor<
     // A worker for this replica on a node holding none; answered once one can be placed.
     caf::replies_to<place_atom, std::int32_t>::with<Placement>,
     // The nodes that have joined.
-    caf::replies_to<nodes_atom>::with<std::vector<NodeView>>>;
+    caf::replies_to<nodes_atom>::with<std::vector<NodeView>>,
+    // A node whose worker could not load (another model file, too little memory): no
+    // replica is placed there again.
+    caf::reacts_to<unfit_atom, std::string, std::string>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeInfo& x) {
@@ -72,7 +77,7 @@ typename Inspector::result_type inspect(Inspector& f, JoinReply& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeView& x) {
-  return f(caf::meta::type_name("troupe.NodeView"), x.info, x.address, x.replica);
+  return f(caf::meta::type_name("troupe.NodeView"), x.info, x.address, x.replica, x.unfit);
 }
 
 template <class Inspector>

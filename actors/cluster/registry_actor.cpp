@@ -30,8 +30,9 @@ bool from_here(Self self) {
 void place_waiting(Self self) {
   auto& state = self->state;
   while (!state.waiting.empty()) {
-    auto node = std::find_if(state.nodes.begin(), state.nodes.end(),
-                             [](const auto& n) { return n.second.replica < 0; });
+    auto node = std::find_if(state.nodes.begin(), state.nodes.end(), [](const auto& n) {
+      return n.second.replica < 0 && n.second.unfit.empty();
+    });
     if (node == state.nodes.end()) return;
     auto& mm = self->home_system().middleman();
     auto worker =
@@ -93,7 +94,7 @@ registry_actor::behavior_type registry(Self self, std::string token,
           self->demonitor(old->second.keeper.address());
         }
         self->monitor(keeper);
-        state.nodes[from] = {info, std::move(keeper), -1};
+        state.nodes[from] = {info, std::move(keeper), -1, {}};
         if (state.metrics) state.metrics->record_node_join(state.nodes.size());
         std::fprintf(stderr, "troupe: node %s joined (%s); %zu node(s)\n", info.name.c_str(),
                      describe(info).c_str(), state.nodes.size());
@@ -116,9 +117,20 @@ registry_actor::behavior_type registry(Self self, std::string token,
         if (!from_here(self)) return caf::sec::request_receiver_down;
         std::vector<NodeView> out;
         for (const auto& [id, node] : self->state.nodes) {
-          out.push_back({node.info, to_string(id), node.replica});
+          out.push_back({node.info, to_string(id), node.replica, node.unfit});
         }
         return out;
+      },
+      [self](unfit_atom, const std::string& name, const std::string& why) {
+        if (!from_here(self)) return;
+        for (auto& [id, node] : self->state.nodes) {
+          if (node.info.name != name) continue;
+          node.unfit = why;
+          node.replica = -1;
+          std::fprintf(stderr, "troupe: no replica is placed on node %s again: %s\n", name.c_str(),
+                       why.c_str());
+        }
+        place_waiting(self);
       },
   };
 }

@@ -19,6 +19,7 @@ struct RegistryState {
     NodeInfo info;
     caf::actor keeper;  // its loss is the node's
     std::int32_t replica = -1;
+    std::string unfit;  // why no worker is placed there
   };
   struct Waiting {
     std::int32_t replica = 0;

@@ -151,6 +151,7 @@ struct NodeStatus {
   std::int32_t num_cores = 0;
   std::int64_t memory_bytes = 0;
   std::int32_t replica = -1;  // the replica whose worker it runs (-1: none)
+  std::string unfit;          // why no replica is placed there (empty: none)
 };
 
 class Engine {

@@ -289,6 +289,83 @@ TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves
   }
 }
 
+TEST_CASE("a node that stops answering is lost within seconds, and its requests go on",
+          "[cluster]") {
+  Cluster cluster(2, "round-robin", {"--max-num-seqs", "1"});
+  std::vector<std::unique_ptr<test::RawClient>> streams;
+  for (int i = 0; i < 4; ++i) {
+    const std::string body = completion(prompt_for(i, 8), 300, /*stream=*/true);
+    auto c = std::make_unique<test::RawClient>(cluster.port());
+    REQUIRE(
+        c->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                "Content-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body));
+    streams.push_back(std::move(c));
+  }
+  REQUIRE(cluster.eventually([&] {
+    const test::Json state = cluster.cluster();
+    for (const auto& r : state["replicas"].array) {
+      if (r["num_running"].number != 1) return false;
+    }
+    return true;
+  }));
+  // Hung, its socket open: the heartbeats tell (3 s without one), well before the 60 s
+  // step timeout would.
+  cluster.nodes.at("n0")->kill(SIGSTOP);
+  CHECK(cluster.head->wait_for("lost its worker on node n0", 20s).has_value());
+  int errors = 0, complete = 0;
+  for (auto& c : streams) {
+    const std::string all = c->read_all(120s);
+    REQUIRE(c->closed_by_peer());
+    if (all.find(R"("finish_reason":"error")") != std::string::npos) ++errors;
+    if (all.find(R"("finish_reason":"length")") != std::string::npos) ++complete;
+  }
+  CHECK(errors == 1);
+  CHECK(complete == 3);
+  cluster.nodes.at("n0")->kill(SIGKILL);
+}
+
+TEST_CASE("a node with another model file is refused, naming it and both fingerprints",
+          "[cluster]") {
+  const std::string other = test::write_small_model("cluster-other-model");
+  ChildProcess head({TROUPE_BINARY, "serve", "-m", cluster_model(), "--port", "0", "--cluster-port",
+                     "0", "--cluster-token", kToken, "--kv-cache-gb", "0.02"});
+  const auto port = head.wait_for(R"(cluster port 127\.0\.0\.1:(\d+))", 30s);
+  REQUIRE(port.has_value());
+  ChildProcess node({TROUPE_BINARY, "node", "--join", "127.0.0.1:" + *port, "--cluster-token",
+                     kToken, "--name", "stale", "-m", other});
+  const auto code = head.wait_exit(60s);
+  REQUIRE(code.has_value());
+  CHECK(*code != 0);
+  const std::string out = head.output();
+  INFO(out);
+  CHECK(out.find("node stale: ") != std::string::npos);
+  CHECK(out.find("is not the engine's model file (fingerprint ") != std::string::npos);
+  CHECK(out.find(", expected ") != std::string::npos);
+}
+
+TEST_CASE("a replica placed again skips a node with another model file", "[cluster]") {
+  Cluster cluster(1, "prefix");
+  cluster.nodes.at("n0")->kill(SIGKILL);
+  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
+  ChildProcess stale({TROUPE_BINARY, "node", "--join",
+                      "127.0.0.1:" + std::to_string(cluster.cluster_port), "--cluster-token",
+                      kToken, "--name", "stale", "-m",
+                      test::write_small_model("cluster-stale-model")});
+  CHECK(cluster.head->wait_for("no replica is placed on node stale again: .*fingerprint", 30s)
+            .has_value());
+  CHECK(cluster.get("/health").status == 503);
+  cluster.add_node("good");
+  CHECK(cluster.head->wait_for("replica 0 is up again on node good", 30s).has_value());
+  CHECK(cluster.post("/v1/completions", completion(prompt_for(1, 8), 4)).status == 200);
+  const test::Json state = cluster.cluster();
+  for (const auto& n : state["nodes"].array) {
+    if (n["name"].string != "stale") continue;
+    CHECK(n["replica"].number == -1);
+    CHECK(n["unfit"].string.find("fingerprint") != std::string::npos);
+  }
+}
+
 TEST_CASE("a node with the wrong token is refused, and the head says so", "[cluster]") {
   Cluster cluster(1, "prefix");
   auto& rogue = cluster.add_node("rogue", "not-the-token");
