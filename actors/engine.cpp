@@ -76,6 +76,10 @@ Result<engine::LoadReport> load_worker(caf::actor_system& system,
   return result;
 }
 
+actors::cluster::TlsFiles tls_of(const ClusterConfig& cluster) {
+  return {cluster.tls_certificate, cluster.tls_key, cluster.tls_ca};
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -87,8 +91,8 @@ Result<void> start_head(Engine::Impl& impl, const ClusterConfig& cluster) {
   }
   impl.registry = impl.system->spawn<caf::detached>(actors::cluster::registry, cluster.token,
                                                     impl.config.metrics);
-  auto port = impl.system->middleman().publish(impl.registry, cluster.port, cluster.host.c_str(),
-                                               /*reuse_addr=*/true);
+  auto port =
+      actors::cluster::publish_registry(impl.registry, cluster.port, cluster.host, tls_of(cluster));
   if (!port) {
     return make_error(ErrorCode::io, "cannot open the cluster port " + cluster.host + ":" +
                                          std::to_string(cluster.port) + ": " +
@@ -219,7 +223,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   impl->actor_config.set("scheduler.policy", caf::atom("sharing"));
   actors::add_message_types(impl->actor_config);
   if (config.cluster) {
-    actors::cluster::load_middleman(impl->actor_config);
+    if (auto bad = actors::cluster::check_tls_files(tls_of(*config.cluster)); !bad.empty()) {
+      return make_error(ErrorCode::invalid_argument, bad);
+    }
+    actors::cluster::load_middleman(impl->actor_config, tls_of(*config.cluster));
     actors::cluster::add_cluster_types(impl->actor_config);
   }
   impl->system = std::make_unique<caf::actor_system>(impl->actor_config);

@@ -83,6 +83,11 @@ void add_serve_command(CLI::App& app) {
       ->envname("TROUPE_CLUSTER_TOKEN");
   cmd->add_option("--cluster-wait", opts->cluster_wait_s,
                   "seconds to wait for enough nodes to place every replica");
+  cmd->add_option("--cluster-tls-cert", opts->cluster.tls_certificate,
+                  "mutual TLS on the cluster port: this head's certificate (PEM)");
+  cmd->add_option("--cluster-tls-key", opts->cluster.tls_key, "mutual TLS: its private key");
+  cmd->add_option("--cluster-tls-ca", opts->cluster.tls_ca,
+                  "mutual TLS: the authority every node's certificate must be signed by");
   cmd->add_option("--step-timeout", opts->step_timeout_s,
                   "seconds a node's worker may take for one step before it counts as lost");
   cmd->add_option("--seed", opts->seed, "seed for requests that bring none");

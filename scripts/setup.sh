@@ -17,6 +17,7 @@ packages=(
   clang-format                           # style check
   clang libfuzzer-14-dev                 # fuzz targets (scripts/fuzz.sh)
   slowhttptest                           # slow-client tests of the HTTP server
+  openssl                                # the cluster TLS test makes its certificates
 )
 
 # Node.js runs the official openai client in the tests; any recent one will do.

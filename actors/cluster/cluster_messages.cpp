@@ -1,6 +1,8 @@
 #include "actors/cluster/cluster_messages.hpp"
 
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+#include <cstdio>
 
 namespace troupe::actors::cluster {
 
@@ -14,11 +16,48 @@ void add_cluster_types(caf::actor_system_config& config) {
       .add_message_type<registry_actor>("troupe.registry");
 }
 
-void load_middleman(caf::actor_system_config& config) {
+std::string check_tls_files(const TlsFiles& tls) {
+  if (!tls.enabled()) return "";
+  const std::pair<const char*, const std::string*> files[] = {
+      {"certificate", &tls.certificate}, {"key", &tls.key}, {"CA", &tls.ca}};
+  for (const auto& [what, path] : files) {
+    if (path->empty())
+      return std::string("TLS needs a certificate, a key and a CA; the ") + what + " is missing";
+    if (std::FILE* f = std::fopen(path->c_str(), "r")) {
+      std::fclose(f);
+    } else {
+      return std::string("cannot read the TLS ") + what + " " + *path;
+    }
+  }
+  return "";
+}
+
+void load_middleman(caf::actor_system_config& config, const TlsFiles& tls) {
   config.load<caf::io::middleman>();
   // Every peer must send heartbeats, or an idle healthy one is dropped (STACK.md).
   config.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
   config.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(3)});
+  if (tls.enabled()) {
+    // With a certificate, a key and a CA on both sides the link is mutual TLS: a peer
+    // without a certificate from that CA fails the handshake (STACK.md).
+    config.load<caf::openssl::manager>();
+    config.openssl_certificate = tls.certificate;
+    config.openssl_key = tls.key;
+    config.openssl_cafile = tls.ca;
+  }
+}
+
+caf::expected<std::uint16_t> publish_registry(const registry_actor& registry, std::uint16_t port,
+                                              const std::string& host, const TlsFiles& tls) {
+  // reuse_addr: a head restarted on its port must bind it again (STACK.md).
+  if (tls.enabled()) return caf::openssl::publish(registry, port, host.c_str(), true);
+  return registry.home_system().middleman().publish(registry, port, host.c_str(), true);
+}
+
+caf::expected<registry_actor> connect_registry(caf::actor_system& system, const std::string& host,
+                                               std::uint16_t port, const TlsFiles& tls) {
+  if (tls.enabled()) return caf::openssl::remote_actor<registry_actor>(system, host, port);
+  return system.middleman().remote_actor<registry_actor>(host, port);
 }
 
 }  // namespace troupe::actors::cluster

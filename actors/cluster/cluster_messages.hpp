@@ -88,7 +88,28 @@ typename Inspector::result_type inspect(Inspector& f, Placement& x) {
 // Registers the cluster's messages (and the worker's handle type) on a head or a node.
 void add_cluster_types(caf::actor_system_config& config);
 
-// The middleman and its settings: heartbeats both ways, so that a hung peer is found.
-void load_middleman(caf::actor_system_config& config);
+// PEM files for mutual TLS: all three, or none (plain BASP, for loopback or a private
+// network).
+struct TlsFiles {
+  std::string certificate;
+  std::string key;
+  std::string ca;
+  bool enabled() const { return !certificate.empty() || !key.empty() || !ca.empty(); }
+};
+
+// Why these files cannot be used (one missing, or unreadable); empty when they can.
+std::string check_tls_files(const TlsFiles& tls);
+
+// The middleman and its settings: heartbeats both ways, so that a hung peer is found;
+// and CAF's OpenSSL module with these files when TLS is enabled.
+void load_middleman(caf::actor_system_config& config, const TlsFiles& tls);
+
+// The registry published on the cluster port (over TLS when `tls` is enabled).
+caf::expected<std::uint16_t> publish_registry(const registry_actor& registry, std::uint16_t port,
+                                              const std::string& host, const TlsFiles& tls);
+
+// A head's registry, from a node (over TLS when `tls` is enabled).
+caf::expected<registry_actor> connect_registry(caf::actor_system& system, const std::string& host,
+                                               std::uint16_t port, const TlsFiles& tls);
 
 }  // namespace troupe::actors::cluster

@@ -96,7 +96,12 @@ int run_node(const NodeSettings& settings, const std::atomic<bool>& stop) {
   config.set("scheduler.policy", caf::atom("sharing"));
   // A worker's compute runs on its own thread; messages must reach it meanwhile.
   config.set("middleman.workers", std::size_t{0});
-  load_middleman(config);
+  const TlsFiles tls{settings.tls_certificate, settings.tls_key, settings.tls_ca};
+  if (auto bad = check_tls_files(tls); !bad.empty()) {
+    std::fprintf(stderr, "troupe node: %s\n", bad.c_str());
+    return 1;
+  }
+  load_middleman(config, tls);
   add_message_types(config);
   config.add_actor_type(kWorkerType,
                         [settings, spawned](worker_actor::stateful_pointer<NodeWorkerState> self) {
@@ -110,8 +115,7 @@ int run_node(const NodeSettings& settings, const std::atomic<bool>& stop) {
   auto backoff = std::chrono::milliseconds(250);
   int result = 0;
   while (!stop) {
-    auto registry =
-        system.middleman().remote_actor<registry_actor>(settings.head_host, settings.head_port);
+    auto registry = connect_registry(system, settings.head_host, settings.head_port, tls);
     if (!registry) {
       std::fprintf(stderr, "troupe node: cannot reach the head at %s (%s); retrying in %lld ms\n",
                    head.c_str(), system.render(registry.error()).c_str(),

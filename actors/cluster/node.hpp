@@ -19,6 +19,9 @@ struct NodeSettings {
   std::string device = "cpu";    // cpu or cuda
   double kv_cache_gb = 0.0;      // 0: what the head asks for
   std::string model_path;        // empty: the head's path
+  std::string tls_certificate;   // mutual TLS with the head: all three or none
+  std::string tls_key;
+  std::string tls_ca;
 };
 
 // Runs until `stop` is set (0) or the head refuses the node (1).

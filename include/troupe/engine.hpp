@@ -43,6 +43,11 @@ struct ClusterConfig {
   std::chrono::seconds wait{60};          // for enough nodes to place every replica
   std::chrono::seconds step_timeout{60};  // a worker slower than this counts as lost
   std::function<void(std::uint16_t port)> on_listening;  // once the port is open
+  // Mutual TLS (PEM files; all three or none): the head and every node present a
+  // certificate signed by the `tls_ca` authority, and a peer without one is refused.
+  std::string tls_certificate;
+  std::string tls_key;
+  std::string tls_ca;
 };
 
 struct EngineConfig {

@@ -1,6 +1,7 @@
 // The cluster on loopback: a head (`troupe serve --cluster-port 0`) and node processes
 // (`troupe node --join`), each started and ended by its test, on a small random model.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <thread>
@@ -375,6 +376,76 @@ TEST_CASE("a node with the wrong token is refused, and the head says so", "[clus
   CHECK(rogue.output().find("refused rogue: wrong cluster token") != std::string::npos);
   CHECK(cluster.head->wait_for("refused node 'rogue'.*wrong cluster token", 5s).has_value());
   CHECK(cluster.cluster()["nodes"].array.size() == 1u);
+}
+
+namespace {
+
+// A CA, and a certificate with its key signed by it, made with the openssl tool in `dir`.
+bool make_certificates(const std::string& dir) {
+  const std::string q = " >/dev/null 2>&1";
+  auto run = [&](const std::string& command) { return std::system((command + q).c_str()) == 0; };
+  auto ca = [&](const std::string& name) {
+    return run("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=" + name + " -keyout " +
+               dir + "/" + name + ".key -out " + dir + "/" + name + ".pem");
+  };
+  auto cert = [&](const std::string& name, const std::string& by) {
+    return run("openssl req -newkey rsa:2048 -nodes -subj /CN=" + name + " -keyout " + dir + "/" +
+               name + ".key -out " + dir + "/" + name + ".csr") &&
+           run("openssl x509 -req -days 2 -in " + dir + "/" + name + ".csr -CA " + dir + "/" + by +
+               ".pem -CAkey " + dir + "/" + by + ".key -CAcreateserial -out " + dir + "/" + name +
+               ".pem");
+  };
+  return run("mkdir -p " + dir) && ca("ca") && ca("other") && cert("head", "ca") &&
+         cert("node", "ca") && cert("rogue", "other");
+}
+
+std::vector<std::string> tls_args(const std::string& dir, const std::string& who,
+                                  const std::string& ca = "ca") {
+  return {"--cluster-tls-cert",     dir + "/" + who + ".pem", "--cluster-tls-key",
+          dir + "/" + who + ".key", "--cluster-tls-ca",       dir + "/" + ca + ".pem"};
+}
+
+}  // namespace
+
+TEST_CASE("with mutual TLS, only a node with a certificate from the cluster's CA joins",
+          "[cluster]") {
+  if (std::system("openssl version >/dev/null 2>&1") != 0) {
+    std::printf("skipped: the openssl tool is absent (scripts/setup.sh installs it)\n");
+    std::fflush(stdout);
+    std::exit(test::kSkipExitCode);
+  }
+  const std::string dir = test::temp_path("cluster-tls");
+  REQUIRE(make_certificates(dir));
+  std::vector<std::string> head_argv{
+      TROUPE_BINARY, "serve",           "-m",   cluster_model(), "--port", "0", "--cluster-port",
+      "0",           "--cluster-token", kToken, "--kv-cache-gb", "0.02"};
+  for (auto& a : tls_args(dir, "head")) head_argv.push_back(a);
+  ChildProcess head(head_argv);
+  const auto port = head.wait_for(R"(cluster port 127\.0\.0\.1:(\d+))", 30s);
+  REQUIRE(port.has_value());
+  auto node_argv = [&](const std::string& name, std::vector<std::string> tls) {
+    std::vector<std::string> argv{TROUPE_BINARY,     "node", "--join", "127.0.0.1:" + *port,
+                                  "--cluster-token", kToken, "--name", name,
+                                  "--threads",       "1"};
+    argv.insert(argv.end(), tls.begin(), tls.end());
+    return argv;
+  };
+  // No certificate, or one from another authority: the handshake fails, it never joins.
+  ChildProcess plain(node_argv("plain", {}));
+  ChildProcess rogue(node_argv("rogue", tls_args(dir, "rogue")));
+  CHECK(plain.wait_for("disconnect_during_handshake", 20s).has_value());
+  CHECK(rogue.wait_for("disconnect_during_handshake", 20s).has_value());
+  CHECK(head.output().find("joined") == std::string::npos);
+  ChildProcess good(node_argv("good", tls_args(dir, "node")));
+  const auto http_port = head.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  INFO(head.output());
+  REQUIRE(http_port.has_value());
+  const Reply r = http(static_cast<std::uint16_t>(std::stoi(*http_port)), "POST", "/v1/completions",
+                       completion(prompt_for(1, 8), 4));
+  CHECK(r.status == 200);
+  CHECK(head.output().find("node good joined") != std::string::npos);
+  CHECK(head.output().find("node plain") == std::string::npos);
+  CHECK(head.output().find("node rogue") == std::string::npos);
 }
 
 TEST_CASE("a cluster port off loopback needs a token", "[cluster]") {
