@@ -105,6 +105,8 @@ Result<void> start_head(Engine::Impl& impl, const ClusterConfig& cluster) {
 // A worker on a node for replica `index`: waits for a free node up to the cluster's wait.
 Result<actors::cluster::Placement> place_replica(Engine::Impl& impl, std::int32_t index) {
   const ClusterConfig& cluster = *impl.config.cluster;
+  const std::int32_t nodes_needed =
+      impl.config.data_parallel_size - (cluster.head_hosts_replica ? 1 : 0);
   Result<actors::cluster::Placement> result = make_error(ErrorCode::internal, "");
   caf::scoped_actor self{*impl.system};
   self->request(impl.registry, cluster.wait, actors::cluster::place_atom::value, index)
@@ -124,9 +126,9 @@ Result<actors::cluster::Placement> place_replica(Engine::Impl& impl, std::int32_
                                      "no node to place replica " + std::to_string(index) +
                                          " on within " + std::to_string(cluster.wait.count()) +
                                          " s: " + std::to_string(impl.config.data_parallel_size) +
-                                         " replicas need as many nodes, and " +
-                                         std::to_string(names.size()) + " joined" +
-                                         (joined.empty() ? "" : " (" + joined + ")"));
+                                         " replica(s) need " + std::to_string(nodes_needed) +
+                                         " node(s), and " + std::to_string(names.size()) +
+                                         " joined" + (joined.empty() ? "" : " (" + joined + ")"));
                });
   return result;
 }
@@ -144,7 +146,9 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
   setup.replicas_up = impl.replicas_up;
   setup.end_of_generation = impl.tokenizer->vocabulary().end_of_generation;
   caf::duration load_timeout = caf::infinite;
-  if (impl.config.cluster) {
+  const bool on_node =
+      impl.config.cluster && !(impl.config.cluster->head_hosts_replica && index == 0);
+  if (on_node) {
     TROUPE_TRY(auto placed, place_replica(impl, index));
     setup.worker = std::move(placed.worker);
     setup.node = std::move(placed.node);
@@ -361,7 +365,8 @@ std::vector<NodeStatus> Engine::nodes() const {
           [&](const std::vector<actors::cluster::NodeView>& nodes) {
             for (const auto& n : nodes) {
               result.push_back({n.info.name, n.address, n.info.device, n.info.num_cores,
-                                n.info.memory_bytes, n.replica, n.unfit});
+                                n.info.memory_bytes, n.info.gpu_names, n.info.gpu_memory_bytes,
+                                n.replica, n.unfit});
             }
           },
           [](const caf::error&) {});

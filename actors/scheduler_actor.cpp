@@ -220,6 +220,21 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
   });
   return {
       [self](submit_atom, Submission& s) {
+        auto& state = self->state;
+        if (remote(self) && !state.worker_ready) {
+          // Routed here as its worker was lost: another replica takes it (the router ends
+          // it when none is up), or, alone, it ends now rather than wait for a node.
+          if (state.router) {
+            self->send(state.router, submit_atom::value, std::move(s));
+          } else {
+            TokenUpdate end;
+            end.id = s.id;
+            end.finish_reason = FinishReason::error;
+            end.error = "no replica is up: its worker was lost";
+            self->send(s.requester, token_atom::value, std::move(end));
+          }
+          return;
+        }
         auto added = self->state.core->add(
             {s.id, std::move(s.prompt), std::move(s.params), s.priority, s.requester});
         if (!added) {

@@ -32,6 +32,9 @@ void add_node_command(CLI::App& app) {
                   "compute threads for a worker here (0: all cores)");
   cmd->add_option("--device", opts->node.device, "cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--gpus", opts->node.num_gpus,
+                  "GPUs this node announces to the head (default: every one it has)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-cache-gb", opts->node.kv_cache_gb,
                   "KV cache memory in GiB for a worker here (default: the head's)");
   cmd->add_option("--model,-m", opts->node.model_path,

@@ -88,6 +88,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--cluster-tls-key", opts->cluster.tls_key, "mutual TLS: its private key");
   cmd->add_option("--cluster-tls-ca", opts->cluster.tls_ca,
                   "mutual TLS: the authority every node's certificate must be signed by");
+  cmd->add_flag("--head-replica", opts->cluster.head_hosts_replica,
+                "with --cluster-port: replica 0 runs in the head itself, the others on nodes");
   cmd->add_option("--step-timeout", opts->step_timeout_s,
                   "seconds a node's worker may take for one step before it counts as lost");
   cmd->add_option("--seed", opts->seed, "seed for requests that bring none");
@@ -128,7 +130,7 @@ void add_serve_command(CLI::App& app) {
       cluster.on_listening = [cluster, generated,
                               replicas = config.data_parallel_size](std::uint16_t port) {
         std::fprintf(stderr, "troupe: cluster port %s:%u; waiting for %d node(s)\n",
-                     cluster.host.c_str(), port, replicas);
+                     cluster.host.c_str(), port, replicas - (cluster.head_hosts_replica ? 1 : 0));
         if (generated) {
           std::fprintf(stderr,
                        "troupe: cluster token %s (troupe node --join %s:%u --cluster-token %s)\n",

@@ -12,6 +12,20 @@ std::string health_json(std::int32_t replicas_up, std::int32_t replicas) {
                                       {"replicas", replicas}});
 }
 
+namespace {
+
+json::array gpus_of(const NodeStatus& n) {
+  json::array gpus;
+  for (std::size_t i = 0; i < n.gpu_names.size(); ++i) {
+    gpus.emplace_back(
+        json::object{{"name", n.gpu_names[i]},
+                     {"memory_bytes", i < n.gpu_memory_bytes.size() ? n.gpu_memory_bytes[i] : 0}});
+  }
+  return gpus;
+}
+
+}  // namespace
+
 std::string cluster_json(const std::vector<NodeStatus>& nodes,
                          const std::vector<ReplicaStats>& replicas) {
   json::array node_list;
@@ -21,6 +35,7 @@ std::string cluster_json(const std::vector<NodeStatus>& nodes,
                                         {"device", n.device},
                                         {"cores", n.num_cores},
                                         {"memory_bytes", n.memory_bytes},
+                                        {"gpus", gpus_of(n)},
                                         {"replica", n.replica},
                                         {"unfit", n.unfit}});
   }

@@ -44,6 +44,18 @@ Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& s
 #endif
 }
 
+std::vector<GpuInfo> list_gpus() {
+  std::vector<GpuInfo> gpus;
+#ifdef TROUPE_HAVE_CUDA
+  for (int i = 0;; ++i) {
+    auto device = gpu::probe_device(i);
+    if (!device) break;
+    gpus.push_back({device->name, device->total_bytes});
+  }
+#endif
+  return gpus;
+}
+
 Result<void> check_model(const engine::WorkerSpec& spec, const model::LlamaConfig& config) {
 #ifdef TROUPE_HAVE_CUDA
   if (spec.device == engine::WorkerDevice::cuda) {

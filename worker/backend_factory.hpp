@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "engine/worker_protocol.hpp"
 #include "model/backend.hpp"
@@ -18,6 +20,14 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
                             std::int32_t max_model_len);
 
 Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& spec);
+
+// The GPUs this process can use (none without CUDA, a driver or a device): what a node
+// announces when it joins a cluster.
+struct GpuInfo {
+  std::string name;
+  std::int64_t memory_bytes = 0;
+};
+std::vector<GpuInfo> list_gpus();
 
 // Whether the spec's device can run a model of this shape (the CUDA kernels' limits).
 Result<void> check_model(const engine::WorkerSpec& spec, const model::LlamaConfig& config);

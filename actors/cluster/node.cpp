@@ -11,6 +11,7 @@
 
 #include "actors/cluster/cluster_messages.hpp"
 #include "actors/worker_actor.hpp"
+#include "worker/backend_factory.hpp"
 
 namespace troupe::actors::cluster {
 
@@ -78,6 +79,14 @@ NodeInfo describe_node(const NodeSettings& settings) {
       static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
   info.device = settings.device;
   info.num_threads = settings.num_threads;
+  for (const auto& gpu : worker::list_gpus()) {
+    if (settings.num_gpus >= 0 &&
+        static_cast<std::int32_t>(info.gpu_names.size()) >= settings.num_gpus) {
+      break;
+    }
+    info.gpu_names.push_back(gpu.name);
+    info.gpu_memory_bytes.push_back(gpu.memory_bytes);
+  }
   return info;
 }
 

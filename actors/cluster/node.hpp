@@ -17,6 +17,7 @@ struct NodeSettings {
   std::string name;              // empty: host name and pid
   std::int32_t num_threads = 0;  // per worker (0: all cores)
   std::string device = "cpu";    // cpu or cuda
+  std::int32_t num_gpus = -1;    // GPUs it announces (-1: every one it has)
   double kv_cache_gb = 0.0;      // 0: what the head asks for
   std::string model_path;        // empty: the head's path
   std::string tls_certificate;   // mutual TLS with the head: all three or none

@@ -42,6 +42,9 @@ struct ClusterConfig {
   std::string token;                      // nodes must present it; required off loopback
   std::chrono::seconds wait{60};          // for enough nodes to place every replica
   std::chrono::seconds step_timeout{60};  // a worker slower than this counts as lost
+  // Replica 0's worker runs in the head itself (as vLLM's head node hosts workers); the
+  // others wait for nodes.
+  bool head_hosts_replica = false;
   std::function<void(std::uint16_t port)> on_listening;  // once the port is open
   // Mutual TLS (PEM files; all three or none): the head and every node present a
   // certificate signed by the `tls_ca` authority, and a peer without one is refused.
@@ -155,6 +158,8 @@ struct NodeStatus {
   std::string device;  // cpu or cuda
   std::int32_t num_cores = 0;
   std::int64_t memory_bytes = 0;
+  std::vector<std::string> gpu_names;
+  std::vector<std::int64_t> gpu_memory_bytes;
   std::int32_t replica = -1;  // the replica whose worker it runs (-1: none)
   std::string unfit;          // why no replica is placed there (empty: none)
 };

@@ -180,6 +180,30 @@ TEST_CASE("a head and two nodes give one process's greedy outputs, over both rep
   CHECK(json_of(health.body)["replicas_up"].number == 2);
 }
 
+TEST_CASE("with --head-replica the head runs replica 0 itself and a node the other", "[cluster]") {
+  ChildProcess head({TROUPE_BINARY, "serve", "-m", cluster_model(), "--port", "0", "--threads", "1",
+                     "--cluster-port", "0", "--cluster-token", kToken, "--dp", "2",
+                     "--head-replica", "--router", "round-robin", "--kv-cache-gb", "0.02"});
+  const auto port = head.wait_for(R"(cluster port 127\.0\.0\.1:(\d+); waiting for 1 node)", 30s);
+  REQUIRE(port.has_value());
+  ChildProcess node({TROUPE_BINARY, "node", "--join", "127.0.0.1:" + *port, "--cluster-token",
+                     kToken, "--name", "only", "--threads", "1"});
+  const auto http_port = head.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  INFO(head.output());
+  REQUIRE(http_port.has_value());
+  const auto p = static_cast<std::uint16_t>(std::stoi(*http_port));
+  for (int i = 0; i < 4; ++i) {
+    CHECK(http(p, "POST", "/v1/completions", completion(prompt_for(i, 8), 4)).status == 200);
+  }
+  const test::Json state = json_of(http(p, "GET", "/v1/cluster").body);
+  REQUIRE(state["replicas"].array.size() == 2u);
+  CHECK(state["replicas"].array[0]["node"].string.empty());  // in the head
+  CHECK(state["replicas"].array[1]["node"].string == "only");
+  for (const auto& r : state["replicas"].array) CHECK(r["num_routed"].number == 2);
+  REQUIRE(state["nodes"].array.size() == 1u);
+  CHECK(state["nodes"].array[0]["gpus"].array.empty());  // this machine has none
+}
+
 TEST_CASE("with the prefix router, a chat's next turn goes to the replica holding its history",
           "[cluster]") {
   Cluster cluster(2, "prefix");
