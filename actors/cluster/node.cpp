@@ -4,6 +4,7 @@
 
 #include <caf/io/all.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -21,12 +22,17 @@ namespace {
 // alive otherwise: STACK.md, "orphaned workers").
 class SpawnedWorkers {
  public:
-  void add(caf::actor worker) {
+  // False once the node is closing: the new worker must end at once (the head may place
+  // a replica here again before it hears that the node is leaving).
+  bool add(caf::actor worker) {
     std::lock_guard lock(mutex_);
+    if (closing_) return false;
     workers_.push_back(std::move(worker));
+    return true;
   }
-  void end_all() {
+  void end_all(bool closing) {
     std::lock_guard lock(mutex_);
+    closing_ = closing_ || closing;
     for (auto& w : workers_) caf::anon_send_exit(w, caf::exit_reason::kill);
     workers_.clear();
   }
@@ -34,6 +40,7 @@ class SpawnedWorkers {
  private:
   std::mutex mutex_;
   std::vector<caf::actor> workers_;
+  bool closing_ = false;
 };
 
 struct NodeWorkerState {
@@ -114,7 +121,9 @@ int run_node(const NodeSettings& settings, const std::atomic<bool>& stop) {
   add_message_types(config);
   config.add_actor_type(kWorkerType,
                         [settings, spawned](worker_actor::stateful_pointer<NodeWorkerState> self) {
-                          spawned->add(caf::actor_cast<caf::actor>(self));
+                          if (!spawned->add(caf::actor_cast<caf::actor>(self))) {
+                            self->quit(caf::exit_reason::user_shutdown);
+                          }
                           return node_worker(self, settings);
                         });
   add_cluster_types(config);
@@ -133,37 +142,56 @@ int run_node(const NodeSettings& settings, const std::atomic<bool>& stop) {
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
       continue;
     }
-    caf::scoped_actor self{system};
-    JoinReply reply{false, "the head did not answer"};
-    self->request(*registry, std::chrono::seconds(10), join_atom::value, info,
-                  caf::actor_cast<caf::actor>(self))
-        .receive([&](JoinReply& r) { reply = std::move(r); },
-                 [&](const caf::error& e) { reply.message = system.render(e); });
-    if (!reply.accepted) {
-      std::fprintf(stderr, "troupe node: the head at %s refused %s: %s\n", head.c_str(),
-                   info.name.c_str(), reply.message.c_str());
-      if (reply.message == "wrong cluster token") {
-        result = 1;
-        break;
+    // The keeper: its end tells the head this node is gone. It goes before the workers
+    // do, so that the head does not place a replica here again.
+    bool refused = false, lost = false;
+    {
+      caf::scoped_actor self{system};
+      JoinReply reply{false, ""};
+      std::string failed;
+      self->request(*registry, std::chrono::seconds(10), join_atom::value, info,
+                    caf::actor_cast<caf::actor>(self))
+          .receive([&](JoinReply& r) { reply = std::move(r); },
+                   [&](const caf::error& e) { failed = system.render(e); });
+      if (!failed.empty()) {
+        std::fprintf(stderr, "troupe node: could not join the head at %s (%s); retrying\n",
+                     head.c_str(), failed.c_str());
+      } else if (!reply.accepted) {
+        std::fprintf(stderr, "troupe node: the head at %s refused %s: %s\n", head.c_str(),
+                     info.name.c_str(), reply.message.c_str());
+        refused = true;
+      } else {
+        backoff = std::chrono::milliseconds(250);
+        std::fprintf(stderr, "troupe node: %s joined the head at %s\n", info.name.c_str(),
+                     head.c_str());
+        self->monitor(*registry);
+        while (!lost && !stop) {
+          self->receive([&](const caf::down_msg&) { lost = true; },
+                        caf::after(std::chrono::milliseconds(100)) >> [] {});
+        }
       }
-      sleep_unless_stopped(backoff, stop);
-      continue;
     }
-    backoff = std::chrono::milliseconds(250);
-    std::fprintf(stderr, "troupe node: %s joined the head at %s\n", info.name.c_str(),
-                 head.c_str());
-    self->monitor(*registry);
-    bool lost = false;
-    while (!lost && !stop) {
-      self->receive([&](const caf::down_msg&) { lost = true; },
-                    caf::after(std::chrono::milliseconds(100)) >> [] {});
+    spawned->end_all(stop);
+    if (refused) {
+      result = 1;
+      break;
     }
-    spawned->end_all();
     if (lost) {
       std::fprintf(stderr, "troupe node: lost the head at %s; joining again\n", head.c_str());
+    } else if (!stop) {
+      sleep_unless_stopped(backoff, stop);
     }
   }
-  spawned->end_all();
+  spawned->end_all(true);
+  // CAF 0.17 can wait forever in ~actor_system for a detached worker that answered the
+  // head (its thread waits for the last reference, which the middleman holds until it
+  // stops, after that wait). Nothing of a node needs flushing: past a grace period the
+  // process ends anyway.
+  std::thread([result] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::fprintf(stderr, "troupe node: the actor system did not stop within 3 s; exiting\n");
+    std::_Exit(result);
+  }).detach();
   return result;
 }
 
