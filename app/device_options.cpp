@@ -17,4 +17,13 @@ void add_device_options(CLI::App* cmd, EngineConfig& engine) {
                 "cuda: run every step eagerly (no CUDA graphs)");
 }
 
+void add_cluster_tls_options(CLI::App* cmd, std::string& certificate, std::string& key,
+                             std::string& ca) {
+  cmd->add_option("--cluster-tls-cert", certificate,
+                  "mutual TLS on the cluster link: this side's certificate (PEM)");
+  cmd->add_option("--cluster-tls-key", key, "mutual TLS: its private key");
+  cmd->add_option("--cluster-tls-ca", ca,
+                  "mutual TLS: the authority the other side's certificate must be signed by");
+}
+
 }  // namespace troupe::app

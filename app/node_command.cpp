@@ -40,11 +40,7 @@ void add_node_command(CLI::App& app) {
   cmd->add_option("--model,-m", opts->node.model_path,
                   "this node's copy of the model (default: the head's path); the head checks "
                   "that it is the same file");
-  cmd->add_option("--cluster-tls-cert", opts->node.tls_certificate,
-                  "mutual TLS with the head: this node's certificate (PEM)");
-  cmd->add_option("--cluster-tls-key", opts->node.tls_key, "mutual TLS: its private key");
-  cmd->add_option("--cluster-tls-ca", opts->node.tls_ca,
-                  "mutual TLS: the authority the head's certificate must be signed by");
+  add_cluster_tls_options(cmd, opts->node.tls_certificate, opts->node.tls_key, opts->node.tls_ca);
   cmd->callback([opts] {
     const auto colon = opts->join.rfind(':');
     unsigned long port = 0;

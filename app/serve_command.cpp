@@ -83,11 +83,8 @@ void add_serve_command(CLI::App& app) {
       ->envname("TROUPE_CLUSTER_TOKEN");
   cmd->add_option("--cluster-wait", opts->cluster_wait_s,
                   "seconds to wait for enough nodes to place every replica");
-  cmd->add_option("--cluster-tls-cert", opts->cluster.tls_certificate,
-                  "mutual TLS on the cluster port: this head's certificate (PEM)");
-  cmd->add_option("--cluster-tls-key", opts->cluster.tls_key, "mutual TLS: its private key");
-  cmd->add_option("--cluster-tls-ca", opts->cluster.tls_ca,
-                  "mutual TLS: the authority every node's certificate must be signed by");
+  add_cluster_tls_options(cmd, opts->cluster.tls_certificate, opts->cluster.tls_key,
+                          opts->cluster.tls_ca);
   cmd->add_flag("--head-replica", opts->cluster.head_hosts_replica,
                 "with --cluster-port: replica 0 runs in the head itself, the others on nodes");
   cmd->add_option("--step-timeout", opts->step_timeout_s,

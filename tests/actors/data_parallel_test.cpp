@@ -29,14 +29,7 @@ EngineConfig replicated(std::int32_t replicas, RoutingPolicy routing) {
   return c;
 }
 
-GenerateRequest greedy(std::vector<TokenId> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
+using test::greedy;
 
 std::vector<TokenId> prompt_for(int i, int length) {
   std::vector<TokenId> p;

@@ -37,14 +37,7 @@ EngineConfig small_config() {
   return c;
 }
 
-GenerateRequest greedy(std::vector<TokenId> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
+using test::greedy;
 
 using test::kv_drains;
 

@@ -72,6 +72,22 @@ std::string completion(const std::vector<int>& prompt, int max_tokens, bool stre
          R"(,"temperature":0,"ignore_eos":true)" + (stream ? R"(,"stream":true)" : "") + "}";
 }
 
+// `n` streamed greedy completions of `max_tokens` each, sent and not yet read.
+std::vector<std::unique_ptr<test::RawClient>> open_streams(std::uint16_t port, int n,
+                                                           int max_tokens) {
+  std::vector<std::unique_ptr<test::RawClient>> streams;
+  for (int i = 0; i < n; ++i) {
+    const std::string body = completion(prompt_for(i, 8), max_tokens, /*stream=*/true);
+    auto c = std::make_unique<test::RawClient>(port);
+    REQUIRE(
+        c->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                "Content-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body));
+    streams.push_back(std::move(c));
+  }
+  return streams;
+}
+
 // A head and its nodes. The head waits for `replicas` nodes before it serves.
 class Cluster {
  public:
@@ -236,16 +252,7 @@ TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves
   Cluster cluster(2, "round-robin", {"--max-num-seqs", "1"});
   const double idle_actors = cluster.metric("troupe_live_actors");
   REQUIRE(idle_actors > 0);
-  std::vector<std::unique_ptr<test::RawClient>> streams;
-  for (int i = 0; i < 6; ++i) {
-    const std::string body = completion(prompt_for(i, 8), 1500, /*stream=*/true);
-    auto c = std::make_unique<test::RawClient>(cluster.port());
-    REQUIRE(
-        c->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                "Content-Type: application/json\r\nContent-Length: " +
-                std::to_string(body.size()) + "\r\n\r\n" + body));
-    streams.push_back(std::move(c));
-  }
+  auto streams = open_streams(cluster.port(), 6, 1500);
   // Both replicas run one request and hold two in their queues: replica 0's node goes
   // at once (each request runs for most of a second, so the snapshot still holds).
   std::string lost_node;
@@ -315,16 +322,7 @@ TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves
 TEST_CASE("a node that stops answering is lost within seconds, and its requests go on",
           "[cluster]") {
   Cluster cluster(2, "round-robin", {"--max-num-seqs", "1"});
-  std::vector<std::unique_ptr<test::RawClient>> streams;
-  for (int i = 0; i < 4; ++i) {
-    const std::string body = completion(prompt_for(i, 8), 300, /*stream=*/true);
-    auto c = std::make_unique<test::RawClient>(cluster.port());
-    REQUIRE(
-        c->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                "Content-Type: application/json\r\nContent-Length: " +
-                std::to_string(body.size()) + "\r\n\r\n" + body));
-    streams.push_back(std::move(c));
-  }
+  auto streams = open_streams(cluster.port(), 4, 300);
   REQUIRE(cluster.eventually([&] {
     const test::Json state = cluster.cluster();
     for (const auto& r : state["replicas"].array) {

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "troupe/engine.hpp"
 
@@ -16,6 +17,16 @@ inline bool kv_drains(const Engine& engine) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;
+}
+
+// A greedy request that runs to max_tokens (EOS ignored).
+inline GenerateRequest greedy(std::vector<TokenId> prompt, int max_tokens) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
 }
 
 }  // namespace troupe::test
