@@ -167,6 +167,9 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
   }
   impl.device_description = report->device_name;
   setup.config = scheduler_config(impl.config, impl.max_model_len, report->num_kv_blocks);
+  // Counted up as it starts with a worker; the scheduler counts itself down and up again
+  // as it loses and regains one (while later replicas are still being placed).
+  ++*impl.replicas_up;
   return impl.system->spawn(actors::scheduler, std::move(setup));
 }
 
@@ -261,7 +264,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     }
     replicas.push_back(std::move(*replica));
   }
-  *impl->replicas_up = num_replicas;  // each has loaded its worker
   if (num_replicas == 1) {
     impl->scheduler = std::move(replicas.front());
   } else {

@@ -122,11 +122,14 @@ void place_worker(Self self) {
             state.setup.worker = placed.worker;
             state.setup.node = placed.node;
             self->monitor(placed.worker);
+            // Answers about a worker that was lost meanwhile (and replaced) are stale.
+            const caf::actor_addr loading = placed.worker.address();
             self->request(placed.worker, std::chrono::minutes(10), load_atom::value,
                           state.setup.spec)
                 .then(
-                    [self](const engine::LoadReport& report) {
+                    [self, loading](const engine::LoadReport& report) {
                       auto& state = self->state;
+                      if (state.setup.worker.address() != loading) return;
                       if (report.failed) {
                         std::fprintf(stderr, "troupe: replica %d cannot load on node %s: %s\n",
                                      state.setup.index, state.setup.node.c_str(),
@@ -144,11 +147,18 @@ void place_worker(Self self) {
                       set_ready(self, true);
                       maybe_step(self);
                     },
-                    [self](const caf::error& err) {
+                    [self, loading](const caf::error& err) {
+                      auto& state = self->state;
+                      if (state.setup.worker.address() != loading) return;
+                      const std::string why = self->system().render(err);
                       std::fprintf(stderr, "troupe: replica %d: its new worker did not load: %s\n",
-                                   self->state.setup.index, self->system().render(err).c_str());
-                      // Its node went under it: another node, when one is free.
-                      self->demonitor(self->state.setup.worker.address());
+                                   state.setup.index, why.c_str());
+                      // Not that node again (a dead one is dropped anyway): another, when
+                      // one is free.
+                      self->demonitor(state.setup.worker.address());
+                      self->send_exit(state.setup.worker, caf::exit_reason::kill);
+                      self->send(state.setup.registry, cluster::unfit_atom::value, state.setup.node,
+                                 "its worker did not load: " + why);
                       place_worker(self);
                     });
           },
@@ -162,7 +172,10 @@ void on_output(Self self, const engine::StepOutput& output, double round_trip_se
   auto applied = self->state.core->apply(output);
   deliver_all(self, applied.updates);
   if (!output.failed) record_metrics(self, applied, round_trip_seconds);
-  if (applied.worker_lost) replace_local_worker(self);
+  if (applied.worker_lost) {
+    if (remote(self)) return lose_remote_worker(self, "its worker answered another step");
+    replace_local_worker(self);
+  }
   maybe_step(self);
 }
 
@@ -201,21 +214,31 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
   state.core = std::make_unique<engine::EngineCore>(setup.config, setup.end_of_generation);
   state.setup = std::move(setup);
   if (state.setup.metrics) state.setup.metrics->set_replica_up(state.setup.index, true);
-  if (remote(self)) {
-    // A node that dies or is cut off: its worker's proxy goes down at once.
-    self->monitor(state.setup.worker);
-    self->set_down_handler([self](const caf::down_msg& down) {
-      if (down.source == self->state.setup.worker.address()) {
-        lose_remote_worker(self, "its node is gone (" + self->system().render(down.reason) + ")");
-      }
-    });
-  }
+  // A node that dies or is cut off: its worker's proxy goes down at once.
+  if (remote(self)) self->monitor(state.setup.worker);
+  self->set_down_handler([self](const caf::down_msg& down) {
+    auto& state = self->state;
+    if (state.router && down.source == state.router.address()) {
+      // Shutting down: what it would have taken back now ends here.
+      state.router = nullptr;
+      return;
+    }
+    if (!remote(self) || down.source != state.setup.worker.address()) return;
+    const std::string why = "its node is gone (" + self->system().render(down.reason) + ")";
+    if (state.worker_ready) return lose_remote_worker(self, why);
+    // Lost while it loaded: another node, at once (the load's answer would come only at
+    // its timeout, and is ignored as stale).
+    std::fprintf(stderr, "troupe: replica %d: the node %s went while its worker loaded: %s\n",
+                 state.setup.index, state.setup.node.c_str(), why.c_str());
+    state.setup.worker = nullptr;
+    place_worker(self);
+  });
   // On shutdown every open request hears of it, so that none waits forever.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     auto updates = self->state.core->end_all(FinishReason::abort, "the engine is shutting down");
     deliver_all(self, updates);
     if (self->state.worker_ready) set_ready(self, false);
-    self->send_exit(self->state.setup.worker, caf::exit_reason::kill);
+    if (self->state.setup.worker) self->send_exit(self->state.setup.worker, caf::exit_reason::kill);
     self->quit(msg.reason);
   });
   return {
@@ -265,7 +288,10 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
                 static_cast<std::int32_t>(s.num_running()), s.kv_cache().usage(),
                 s.kv_cache().cached_prefix_tokens(prompt)};
       },
-      [self](router_atom, const scheduler_actor& router) { self->state.router = router; },
+      [self](router_atom, const scheduler_actor& router) {
+        self->state.router = router;
+        self->monitor(router);
+      },
   };
 }
 

@@ -13,6 +13,8 @@ using Self = scheduler_actor::stateful_pointer<RouterState>;
 // replica that is wedged.
 constexpr auto kProbeTimeout = std::chrono::seconds(10);
 
+constexpr std::size_t kMaxRecentAborts = 4096;
+
 void end_request(Self self, const Submission& s, FinishReason reason, std::string why) {
   TokenUpdate end;
   end.id = s.id;
@@ -147,6 +149,10 @@ scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> repl
       [self](submit_atom, Submission& s) {
         auto& state = self->state;
         const RequestId id = s.id;
+        if (state.recent_aborts.erase(id) > 0) {
+          end_request(self, s, FinishReason::abort, "");
+          return;
+        }
         const std::size_t n = state.replicas.size();
         auto& pending = state.pending[id];
         pending.views.resize(n);
@@ -167,6 +173,11 @@ scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> repl
           return;
         }
         for (auto& r : state.replicas) self->send(r.actor, abort_atom::value, id, reason);
+        if (state.recent_aborts.insert(id).second) state.recent_abort_order.push_back(id);
+        if (state.recent_abort_order.size() > kMaxRecentAborts) {
+          state.recent_aborts.erase(state.recent_abort_order.front());
+          state.recent_abort_order.pop_front();
+        }
       },
       [self](stats_atom) {
         auto rp = self->make_response_promise<EngineStats>();

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -29,6 +31,10 @@ struct RouterState {
   std::vector<Replica> replicas;
   engine::Router router;
   std::unordered_map<RequestId, Pending> pending;
+  // Ids aborted while not here (the last kMaxRecentAborts): a request that a replica hands
+  // back after losing its worker may be cancelled on its way, and must not run.
+  std::unordered_set<RequestId> recent_aborts;
+  std::deque<RequestId> recent_abort_order;
   static inline const char* name = "troupe.router";
 };
 
