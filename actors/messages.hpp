@@ -36,6 +36,15 @@ using worker_actor = caf::typed_actor<
 // What the scheduler tells a request actor: a token, its end, or both.
 using TokenUpdate = engine::RequestEvent;
 
+// The end of request `id`, with no token: for a request that ends before it runs.
+inline TokenUpdate end_of(RequestId id, FinishReason reason, std::string why) {
+  TokenUpdate end;
+  end.id = id;
+  end.finish_reason = reason;
+  end.error = std::move(why);
+  return end;
+}
+
 // One per request: turns tokens into text events for its caller.
 using request_actor = caf::typed_actor<
     // A token sampled for this request, or its end.

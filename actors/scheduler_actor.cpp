@@ -50,6 +50,17 @@ void set_ready(Self self, bool ready) {
 void maybe_step(Self self);
 void place_worker(Self self);
 
+// A request this replica cannot run (its worker is gone): another replica takes it,
+// unseen by its caller, through the router; alone, it ends with `why`.
+void hand_back(Self self, Submission s, const std::string& why) {
+  if (self->state.router) {
+    self->send(self->state.router, submit_atom::value, std::move(s));
+  } else {
+    self->send(s.requester, token_atom::value,
+               end_of(s.id, FinishReason::error, "no replica is up: " + why));
+  }
+}
+
 // A fresh local worker loads the same spec; steps wait for it. The lost KV is recomputed.
 void replace_local_worker(Self self) {
   auto& state = self->state;
@@ -87,18 +98,10 @@ void lose_remote_worker(Self self, const std::string& why) {
                                       " lost its node " + state.setup.node + ": " + why);
   deliver_all(self, lost.ended);
   for (auto& r : lost.unstarted) {
-    if (state.router) {
-      // Unseen by its caller, it runs on another replica.
-      self->send(state.router, submit_atom::value,
-                 Submission{r.id, std::move(r.prompt), std::move(r.params), r.priority,
-                            requester_of(r.reply_to)});
-    } else {
-      engine::RequestEvent end;
-      end.id = r.id;
-      end.finish_reason = FinishReason::error;
-      end.error = "no replica is up: " + why;
-      self->send(requester_of(r.reply_to), token_atom::value, std::move(end));
-    }
+    hand_back(
+        self,
+        {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to)},
+        why);
   }
   if (state.setup.metrics) {
     const EngineStats now = state.core->stats();
@@ -245,26 +248,17 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
       [self](submit_atom, Submission& s) {
         auto& state = self->state;
         if (remote(self) && !state.worker_ready) {
-          // Routed here as its worker was lost: another replica takes it (the router ends
-          // it when none is up), or, alone, it ends now rather than wait for a node.
-          if (state.router) {
-            self->send(state.router, submit_atom::value, std::move(s));
-          } else {
-            TokenUpdate end;
-            end.id = s.id;
-            end.finish_reason = FinishReason::error;
-            end.error = "no replica is up: its worker was lost";
-            self->send(s.requester, token_atom::value, std::move(end));
-          }
-          return;
+          // Routed here as its worker was lost: it moves on rather than wait for a node
+          // (the router ends it when no replica is up).
+          return hand_back(self, std::move(s), "its worker was lost");
         }
+        const RequestId id = s.id;
+        const request_actor requester = s.requester;
         auto added = self->state.core->add(
-            {s.id, std::move(s.prompt), std::move(s.params), s.priority, s.requester});
+            {id, std::move(s.prompt), std::move(s.params), s.priority, requester});
         if (!added) {
-          TokenUpdate end;
-          end.finish_reason = FinishReason::error;
-          end.error = added.error().message;
-          self->send(s.requester, token_atom::value, std::move(end));
+          self->send(requester, token_atom::value,
+                     end_of(id, FinishReason::error, added.error().message));
           return;
         }
         maybe_step(self);

@@ -16,11 +16,7 @@ constexpr auto kProbeTimeout = std::chrono::seconds(10);
 constexpr std::size_t kMaxRecentAborts = 4096;
 
 void end_request(Self self, const Submission& s, FinishReason reason, std::string why) {
-  TokenUpdate end;
-  end.id = s.id;
-  end.finish_reason = reason;
-  end.error = std::move(why);
-  self->send(s.requester, token_atom::value, std::move(end));
+  self->send(s.requester, token_atom::value, end_of(s.id, reason, std::move(why)));
 }
 
 // Every probe is in: the router picks, the submission goes there.
@@ -157,8 +153,9 @@ scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> repl
         auto& pending = state.pending[id];
         pending.views.resize(n);
         pending.num_unanswered = n;
-        const std::vector<TokenId> prompt = s.prompt;
         pending.submission = std::move(s);
+        // Answers come later, as messages: the entry (and its prompt) stays until then.
+        const std::vector<TokenId>& prompt = pending.submission.prompt;
         for (std::size_t i = 0; i < n; ++i) {
           self->request(state.replicas[i].actor, kProbeTimeout, probe_atom::value, prompt)
               .then([self, id, i](const ReplicaProbe& p) { on_probe(self, id, i, p); },
