@@ -1,5 +1,7 @@
 #include "bench/cluster_sim.hpp"
 
+#include "bench/latency.hpp"
+
 #include <algorithm>
 #include <boost/json/parse.hpp>
 #include <cmath>
@@ -210,11 +212,7 @@ LatencyQuantiles quantiles(std::vector<double> v) {
   LatencyQuantiles q;
   if (v.empty()) return q;
   std::sort(v.begin(), v.end());
-  auto at = [&](double p) {  // nearest rank
-    const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
-    return v[std::clamp<std::size_t>(rank, 1, v.size()) - 1];
-  };
-  return {at(0.50), at(0.90), at(0.99)};
+  return {nearest_rank(v, 0.50), nearest_rank(v, 0.90), nearest_rank(v, 0.99)};
 }
 
 // ---- The simulation: events on simulated time ----

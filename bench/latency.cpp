@@ -12,6 +12,11 @@ namespace {
 using Named = std::pair<const char*, const Percentiles*>;
 }
 
+double nearest_rank(const std::vector<double>& sorted, double p) {
+  const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
+}
+
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   if (v.empty()) return p;
@@ -20,7 +25,7 @@ Percentiles percentiles(std::vector<double> v) {
   for (double x : v) sum += x;
   p.mean = sum / static_cast<double>(v.size());
   p.median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2.0;
-  p.p99 = v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * v.size())) - 1)];
+  p.p99 = nearest_rank(v, 0.99);
   return p;
 }
 

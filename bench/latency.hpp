@@ -17,6 +17,9 @@ struct Percentiles {
 // Mean, median and 99th percentile of a sample (zeros when empty).
 Percentiles percentiles(std::vector<double> values);
 
+// The nearest-rank `p` quantile (0 < p <= 1) of a sorted, non-empty sample.
+double nearest_rank(const std::vector<double>& sorted, double p);
+
 struct Latencies {
   Percentiles ttft_ms, tpot_ms, itl_ms, e2el_ms;
 };
