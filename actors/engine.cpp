@@ -6,6 +6,7 @@
 #include <caf/io/all.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
 #include "actors/cluster/registry_actor.hpp"
@@ -31,6 +32,7 @@ struct Engine::Impl {
   std::unique_ptr<caf::actor_system> system;
   actors::scheduler_actor scheduler;         // the one replica's, or the router
   actors::cluster::registry_actor registry;  // a cluster's head: where nodes join
+  std::uint16_t cluster_port = 0;            // where it is published (0: not yet)
   std::shared_ptr<std::atomic<std::int32_t>> replicas_up =
       std::make_shared<std::atomic<std::int32_t>>(0);
   std::atomic<RequestId> next_id{1};
@@ -80,6 +82,17 @@ actors::cluster::TlsFiles tls_of(const ClusterConfig& cluster) {
   return {cluster.tls_certificate, cluster.tls_key, cluster.tls_ca};
 }
 
+// Ends the registry, off its port first.
+void close_head(Engine::Impl& impl) {
+  if (!impl.registry) return;
+  if (impl.cluster_port != 0) {
+    actors::cluster::unpublish_registry(impl.registry, impl.cluster_port,
+                                        tls_of(*impl.config.cluster));
+  }
+  caf::anon_send_exit(impl.registry, caf::exit_reason::user_shutdown);
+  impl.registry = nullptr;
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -98,6 +111,7 @@ Result<void> start_head(Engine::Impl& impl, const ClusterConfig& cluster) {
                                          std::to_string(cluster.port) + ": " +
                                          impl.system->render(port.error()));
   }
+  impl.cluster_port = *port;
   if (cluster.on_listening) cluster.on_listening(*port);
   return {};
 }
@@ -162,7 +176,11 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
   if (!report) {
     caf::anon_send_exit(setup.worker, caf::exit_reason::kill);
     Error e = report.error();
-    if (!setup.node.empty()) e.message = "node " + setup.node + ": " + e.message;
+    if (!setup.node.empty()) {
+      e.message = "node " + setup.node + ": " + e.message;
+      // Said at once, as a replica placed later says it: the engine's end may take a while.
+      std::fprintf(stderr, "troupe: replica %d cannot load on %s\n", index, e.message.c_str());
+    }
     return tl::unexpected(e);
   }
   impl.device_description = report->device_name;
@@ -181,9 +199,7 @@ Engine::~Engine() {
   if (!impl_ || !impl_->system) return;
   caf::anon_send_exit(impl_->scheduler, caf::exit_reason::user_shutdown);
   impl_->scheduler = nullptr;
-  // A published actor left alive hangs the actor system's end (STACK.md).
-  if (impl_->registry) caf::anon_send_exit(impl_->registry, caf::exit_reason::user_shutdown);
-  impl_->registry = nullptr;
+  close_head(*impl_);
   impl_->system->await_all_actors_done();
   impl_->system.reset();
 }
@@ -240,7 +256,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   // Whatever fails below, the actors started so far end with the system.
   auto abandon = [&impl](std::vector<actors::replica_actor>& started) {
     for (auto& r : started) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
-    if (impl->registry) caf::anon_send_exit(impl->registry, caf::exit_reason::user_shutdown);
+    close_head(*impl);
     impl->system->await_all_actors_done();
   };
   std::vector<actors::replica_actor> replicas;

@@ -54,6 +54,17 @@ caf::expected<std::uint16_t> publish_registry(const registry_actor& registry, st
   return registry.home_system().middleman().publish(registry, port, host.c_str(), true);
 }
 
+void unpublish_registry(const registry_actor& registry, std::uint16_t port, const TlsFiles& tls) {
+  if (tls.enabled()) {
+    // (caf/openssl/unpublish.hpp names an atom CAF 0.17 does not have: the same request
+    // to the OpenSSL manager, spelled for 0.17.)
+    auto manager = caf::make_function_view(registry.home_system().openssl_manager().actor_handle());
+    manager(caf::unpublish_atom::value, registry.address(), port);
+  } else {
+    registry.home_system().middleman().unpublish(registry, port);
+  }
+}
+
 caf::expected<registry_actor> connect_registry(caf::actor_system& system, const std::string& host,
                                                std::uint16_t port, const TlsFiles& tls) {
   if (tls.enabled()) return caf::openssl::remote_actor<registry_actor>(system, host, port);

@@ -108,6 +108,11 @@ void load_middleman(caf::actor_system_config& config, const TlsFiles& tls);
 caf::expected<std::uint16_t> publish_registry(const registry_actor& registry, std::uint16_t port,
                                               const std::string& host, const TlsFiles& tls);
 
+// Takes the registry off the cluster port. Before the head's actor system ends: a
+// published detached actor keeps a reference in the middleman, and ~actor_system can
+// wait for it forever (STACK.md, "shutdown hang").
+void unpublish_registry(const registry_actor& registry, std::uint16_t port, const TlsFiles& tls);
+
 // A head's registry, from a node (over TLS when `tls` is enabled).
 caf::expected<registry_actor> connect_registry(caf::actor_system& system, const std::string& host,
                                                std::uint16_t port, const TlsFiles& tls);
