@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   troupe::app::add_bench_throughput_command(*bench);
   troupe::app::add_bench_serve_command(*bench);
   troupe::app::add_bench_cluster_sim_command(*bench);
+  troupe::app::add_bench_allreduce_command(*bench);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

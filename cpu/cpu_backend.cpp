@@ -101,12 +101,30 @@ float* CpuBackend::kv_block(std::vector<float>& cache, std::int32_t layer, std::
 Result<model::StepPlan> CpuBackend::begin_step(const model::StepInput& step) {
   if (k_cache_.empty()) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
   step_ = &step;
+  step_error_.reset();
   token_seq_.resize(step.tokens.size());
   for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
     for (std::int32_t i = step.query_start[s]; i < step.query_start[s + 1]; ++i) token_seq_[i] = s;
   }
   return model::StepPlan{step.num_tokens(), static_cast<std::int64_t>(step.logit_rows.size()),
                          false};
+}
+
+Result<void> CpuBackend::end_step() {
+  if (step_error_) return tl::make_unexpected(*step_error_);
+  return {};
+}
+
+Result<void> CpuBackend::join_group(std::shared_ptr<model::Communicator> group) {
+  group_ = std::move(group);
+  return {};
+}
+
+void CpuBackend::all_reduce(Tensor x) {
+  TROUPE_ASSERT(group_ != nullptr, "all_reduce on a backend that joined no group");
+  if (step_error_) return;  // the group is broken: the step fails at end_step
+  auto summed = group_->all_reduce_sum({x.data, static_cast<std::size_t>(x.rows * x.cols)});
+  if (!summed) step_error_ = summed.error();
 }
 
 void CpuBackend::embed(const Weight& table, Tensor out) {

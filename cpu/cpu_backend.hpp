@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cpu/thread_pool.hpp"
@@ -27,6 +28,7 @@ class CpuBackend final : public model::Backend {
   const model::KvCacheShape& kv_cache_shape() const override { return kv_shape_; }
 
   Result<model::StepPlan> begin_step(const model::StepInput& step) override;
+  Result<void> end_step() override;
   void embed(const model::Weight& table, model::Tensor out) override;
   void rms_norm(model::Tensor x, const model::Weight& weight, float eps,
                 model::Tensor out) override;
@@ -39,6 +41,8 @@ class CpuBackend final : public model::Backend {
   void add(model::Tensor x, model::Tensor y) override;
   void gather_logit_rows(model::Tensor x, model::Tensor out) override;
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
+  Result<void> join_group(std::shared_ptr<model::Communicator> group) override;
+  void all_reduce(model::Tensor x) override;
 
  private:
   // One KV head's part of a block: keys [head_dim][block_size] (transposed),
@@ -55,6 +59,8 @@ class CpuBackend final : public model::Backend {
   std::vector<std::int32_t> token_seq_;  // [num_tokens] the sequence each flat row belongs to
   std::vector<std::int8_t> xq_;          // quantized activations, reused across matmuls
   std::vector<float> xd_;
+  std::shared_ptr<model::Communicator> group_;
+  std::optional<Error> step_error_;  // the step's first failed collective
 };
 
 }  // namespace troupe::cpu

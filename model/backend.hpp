@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "gguf/gguf_file.hpp"
 #include "gguf/tensor_type.hpp"
+#include "model/collective.hpp"
 #include "model/sampler.hpp"
 #include "model/step_input.hpp"
 #include "troupe/result.hpp"
@@ -129,6 +131,19 @@ class Backend {
   virtual void gather_logit_rows(Tensor x, Tensor out) = 0;
   // Copies a tensor to host memory.                      host: [rows * cols]
   virtual Result<void> read(Tensor tensor, std::span<float> host) = 0;
+
+  // --- tensor parallelism (optional) ---
+  // Makes the backend one rank of a tensor-parallel group: all_reduce sums over `group`.
+  virtual Result<void> join_group(std::shared_ptr<Communicator> group) {
+    (void)group;
+    return make_error(ErrorCode::unsupported, describe() + " cannot be split over ranks yet");
+  }
+  // x = the sum of x over the group's ranks (Communicator::all_reduce_sum: in rank order,
+  // the same bits on every rank). A failed collective is reported by end_step().
+  virtual void all_reduce(Tensor x) {
+    (void)x;
+    TROUPE_ASSERT(false, "all_reduce on a backend that joined no group");
+  }
 
   // --- sampling on the device (optional) ---
   // Whether sample() works; if not, the runner reads logits back and samples on the host.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <string>
 
 namespace troupe::model {
@@ -20,6 +22,47 @@ class WeightLoader {
 
   // Loads `name`, a matrix of [rows, cols] in ggml's order (cols contiguous).
   Result<Weight> matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
+    TROUPE_TRY(const gguf::GgufTensorInfo* info, find_matrix(name, rows, cols));
+    return backend_.load_weight(*info);
+  }
+
+  // Loads a part of `name`: whole rows straight from the mapping, a range of columns
+  // copied out of every row.
+  Result<Weight> matrix_slice(const std::string& name, std::int64_t rows, std::int64_t cols,
+                              const WeightSlice& slice) {
+    TROUPE_TRY(const gguf::GgufTensorInfo* info, find_matrix(name, rows, cols));
+    TROUPE_TRY_VOID(check_slice(name, info->type, cols, slice));
+    const auto traits = gguf::tensor_type_traits(static_cast<std::uint32_t>(info->type));
+    const auto block_elements = static_cast<std::int64_t>(traits->block_elements);
+    const auto block_bytes = static_cast<std::int64_t>(traits->block_bytes);
+    const std::int64_t row_bytes = cols / block_elements * block_bytes;
+    gguf::GgufTensorInfo part = *info;
+    if (slice.axis == WeightSlice::Axis::rows) {
+      part.dims[1] = slice.count;
+      part.data = info->data + slice.begin * row_bytes;
+      part.num_bytes = static_cast<std::uint64_t>(slice.count * row_bytes);
+      return backend_.load_weight(part);
+    }
+    const std::int64_t begin = slice.begin / block_elements * block_bytes;
+    const std::int64_t part_row_bytes = slice.count / block_elements * block_bytes;
+    auto bytes = std::make_unique<std::byte[]>(static_cast<std::size_t>(rows * part_row_bytes));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::memcpy(bytes.get() + r * part_row_bytes, info->data + r * row_bytes + begin,
+                  static_cast<std::size_t>(part_row_bytes));
+    }
+    part.dims[0] = slice.count;
+    part.data = bytes.get();
+    part.num_bytes = static_cast<std::uint64_t>(rows * part_row_bytes);
+    auto weight = backend_.load_weight(part);
+    owned_.push_back(std::move(bytes));
+    return weight;
+  }
+
+  std::vector<std::unique_ptr<std::byte[]>> take_owned() { return std::move(owned_); }
+
+ private:
+  Result<const gguf::GgufTensorInfo*> find_matrix(const std::string& name, std::int64_t rows,
+                                                  std::int64_t cols) {
     const gguf::GgufTensorInfo* info = file_.find_tensor(name);
     if (info == nullptr)
       return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
@@ -36,9 +79,10 @@ class WeightLoader {
                             std::string(gguf::tensor_type_name(info->type)) +
                             ", which troupe cannot compute with yet");
     }
-    return backend_.load_weight(*info);
+    return info;
   }
 
+ public:
   Result<Weight> vector(const std::string& name, std::int64_t size) {
     const gguf::GgufTensorInfo* info = file_.find_tensor(name);
     if (info == nullptr)
@@ -53,12 +97,15 @@ class WeightLoader {
  private:
   const gguf::GgufFile& file_;
   Backend& backend_;
+  std::vector<std::unique_ptr<std::byte[]>> owned_;
 };
 
 }  // namespace
 
 LlamaModel::LlamaModel(LlamaModel&& other) noexcept
     : config_(std::move(other.config_)),
+      local_(std::move(other.local_)),
+      shard_(other.shard_),
       backend_(other.backend_),
       token_embedding_(other.token_embedding_),
       output_norm_(other.output_norm_),
@@ -66,6 +113,7 @@ LlamaModel::LlamaModel(LlamaModel&& other) noexcept
       rope_freqs_(other.rope_freqs_),
       has_rope_freqs_(other.has_rope_freqs_),
       layers_(std::move(other.layers_)),
+      owned_weights_(std::move(other.owned_weights_)),
       ws_(other.ws_) {
   other.ws_ = Workspace{};
 }
@@ -74,6 +122,8 @@ LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
   if (this != &other) {
     release_workspace();
     config_ = std::move(other.config_);
+    local_ = std::move(other.local_);
+    shard_ = other.shard_;
     backend_ = other.backend_;
     token_embedding_ = other.token_embedding_;
     output_norm_ = other.output_norm_;
@@ -81,6 +131,7 @@ LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
     rope_freqs_ = other.rope_freqs_;
     has_rope_freqs_ = other.has_rope_freqs_;
     layers_ = std::move(other.layers_);
+    owned_weights_ = std::move(other.owned_weights_);
     ws_ = other.ws_;
     other.ws_ = Workspace{};
   }
@@ -91,7 +142,8 @@ LlamaModel::~LlamaModel() {
   release_workspace();
 }
 
-Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend) {
+Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend,
+                                    const Shard& shard) {
   TROUPE_TRY(const auto config, LlamaConfig::from_gguf(file));
   WeightLoader loader(file, backend);
   WeightSource source;
@@ -102,18 +154,40 @@ Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend
     return loader.vector(name, size);
   };
   source.has = [&](const std::string& name) { return file.find_tensor(name) != nullptr; };
-  return assemble(config, backend, source);
+  source.matrix_slice = [&](const std::string& name, std::int64_t rows, std::int64_t cols,
+                            const WeightSlice& slice) {
+    return loader.matrix_slice(name, rows, cols, slice);
+  };
+  TROUPE_TRY(auto model, assemble(config, backend, source, shard));
+  model.owned_weights_ = loader.take_owned();
+  return model;
 }
 
 Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& backend,
-                                        const WeightSource& source) {
+                                        const WeightSource& source, const Shard& shard) {
+  TROUPE_TRY(const ShardLayout part, shard_layout(config, shard));
+  if (shard.is_split() && !source.matrix_slice) {
+    return make_error(ErrorCode::unsupported, "these weights cannot be split over ranks");
+  }
   LlamaModel model(config, backend);
+  model.shard_ = shard;
+  model.local_ = model::local_config(config, part);
   const auto& c = model.config_;
-  const std::int64_t q_dim = static_cast<std::int64_t>(c.num_heads) * c.head_dim;
-  const std::int64_t kv_dim = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+  const std::int64_t hd = c.head_dim;
+  const std::int64_t q_dim = static_cast<std::int64_t>(c.num_heads) * hd;
+  const std::int64_t kv_dim = static_cast<std::int64_t>(c.num_kv_heads) * hd;
+  using Axis = WeightSlice::Axis;
+  // The whole matrix on one rank; the rank's part of it in a group.
+  auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols, Axis axis,
+                    std::int64_t begin, std::int64_t count) -> Result<Weight> {
+    if (!shard.is_split()) return source.matrix(name, rows, cols);
+    return source.matrix_slice(name, rows, cols, WeightSlice{axis, begin, count});
+  };
   TROUPE_TRY(model.token_embedding_, source.matrix("token_embd.weight", c.vocab_size, c.dim));
   TROUPE_TRY(model.output_norm_, source.vector("output_norm.weight", c.dim));
-  if (source.has("output.weight")) {
+  if (!shard.computes_logits()) {
+    model.output_ = Weight{};  // only rank 0 computes logits
+  } else if (source.has("output.weight")) {
     TROUPE_TRY(model.output_, source.matrix("output.weight", c.vocab_size, c.dim));
   } else {
     model.output_ = model.token_embedding_;  // tied embeddings
@@ -122,19 +196,24 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
     TROUPE_TRY(model.rope_freqs_, source.vector("rope_freqs.weight", c.rope_dims / 2));
     model.has_rope_freqs_ = true;
   }
+  const std::int64_t q_begin = part.head_begin * hd, q_count = part.num_heads * hd;
+  const std::int64_t kv_begin = part.kv_head_begin * hd, kv_count = part.num_kv_heads * hd;
   model.layers_.reserve(c.num_layers);
   for (std::int32_t i = 0; i < c.num_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     LayerWeights l;
     TROUPE_TRY(l.attn_norm, source.vector(b + "attn_norm.weight", c.dim));
-    TROUPE_TRY(l.wq, source.matrix(b + "attn_q.weight", q_dim, c.dim));
-    TROUPE_TRY(l.wk, source.matrix(b + "attn_k.weight", kv_dim, c.dim));
-    TROUPE_TRY(l.wv, source.matrix(b + "attn_v.weight", kv_dim, c.dim));
-    TROUPE_TRY(l.wo, source.matrix(b + "attn_output.weight", c.dim, q_dim));
+    TROUPE_TRY(l.wq, matrix(b + "attn_q.weight", q_dim, c.dim, Axis::rows, q_begin, q_count));
+    TROUPE_TRY(l.wk, matrix(b + "attn_k.weight", kv_dim, c.dim, Axis::rows, kv_begin, kv_count));
+    TROUPE_TRY(l.wv, matrix(b + "attn_v.weight", kv_dim, c.dim, Axis::rows, kv_begin, kv_count));
+    TROUPE_TRY(l.wo, matrix(b + "attn_output.weight", c.dim, q_dim, Axis::cols, q_begin, q_count));
     TROUPE_TRY(l.ffn_norm, source.vector(b + "ffn_norm.weight", c.dim));
-    TROUPE_TRY(l.w_gate, source.matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim));
-    TROUPE_TRY(l.w_up, source.matrix(b + "ffn_up.weight", c.ffn_dim, c.dim));
-    TROUPE_TRY(l.w_down, source.matrix(b + "ffn_down.weight", c.dim, c.ffn_dim));
+    TROUPE_TRY(l.w_gate, matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, Axis::rows, part.ffn_begin,
+                                part.ffn_dim));
+    TROUPE_TRY(l.w_up, matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, Axis::rows, part.ffn_begin,
+                              part.ffn_dim));
+    TROUPE_TRY(l.w_down, matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, Axis::cols, part.ffn_begin,
+                                part.ffn_dim));
     model.layers_.push_back(l);
   }
   return model;
@@ -154,7 +233,7 @@ Result<void> LlamaModel::reserve(std::int64_t num_tokens, std::int64_t num_logit
   const std::int64_t tokens = std::max(num_tokens, ws_.capacity);
   const std::int64_t logits = std::max<std::int64_t>({num_logits, ws_.logit_capacity, 1});
   release_workspace();
-  const auto& c = config_;
+  const auto& c = local_;
   const std::int64_t q_dim = static_cast<std::int64_t>(c.num_heads) * c.head_dim;
   const std::int64_t kv_dim = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
   Workspace ws;
@@ -168,22 +247,25 @@ Result<void> LlamaModel::reserve(std::int64_t num_tokens, std::int64_t num_logit
   TROUPE_TRY(ws_.attn, backend_->allocate(tokens, q_dim));
   TROUPE_TRY(ws_.gate, backend_->allocate(tokens, c.ffn_dim));
   TROUPE_TRY(ws_.up, backend_->allocate(tokens, c.ffn_dim));
+  ws_.logit_capacity = logits;
+  if (!shard_.computes_logits()) return {};
   TROUPE_TRY(ws_.logit_x, backend_->allocate(logits, c.dim));
   TROUPE_TRY(ws_.logits, backend_->allocate(logits, c.vocab_size));
-  ws_.logit_capacity = logits;
   return {};
 }
 
 Result<Tensor> LlamaModel::run(const StepInput& step) {
-  const auto& c = config_;
+  const auto& c = local_;
   TROUPE_TRY_VOID(validate_step(step, backend_->kv_cache_shape(), c.vocab_size));
   if (step.num_tokens() == 0) return Tensor{};
   Backend& b = *backend_;
   // Buffers first: a backend that records steps must see them settled before it begins.
   const StepPlan shape = b.step_shape(step);
   const std::int64_t n = shape.rows;
-  const std::int64_t num_logits =
-      step.logit_rows.empty() ? 0 : std::max<std::int64_t>(shape.logit_rows, 1);
+  const std::int64_t num_logits = step.logit_rows.empty() || !shard_.computes_logits()
+                                      ? 0
+                                      : std::max<std::int64_t>(shape.logit_rows, 1);
+  const bool split = shard_.is_split();
   TROUPE_TRY_VOID(reserve(n, num_logits));
   TROUPE_TRY(const StepPlan plan, b.begin_step(step));
   TROUPE_ASSERT(plan.rows == shape.rows && plan.logit_rows == shape.logit_rows,
@@ -210,12 +292,14 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
       b.rope_store_kv(layer, q, k, v, c.head_dim, rope);
       b.attention(layer, q, attention, attn);  // per sequence, over its own blocks
       b.matmul(attn, w.wo, h);
+      if (split) b.all_reduce(h);  // each rank's heads' share of the projection
       b.add_rms_norm(x, h, w.ffn_norm, c.norm_eps, h);
       // Feed-forward block (SwiGLU).
       b.matmul(h, w.w_gate, gate);
       b.matmul(h, w.w_up, up);
       b.swiglu(gate, up, gate);
       b.matmul(gate, w.w_down, h);
+      if (split) b.all_reduce(h);  // each rank's FFN slice's share
       if (layer + 1 < c.num_layers) {
         b.add_rms_norm(x, h, layers_[layer + 1].attn_norm, c.norm_eps, h);
       } else {
@@ -235,6 +319,10 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
 Result<void> LlamaModel::forward(const StepInput& step, std::vector<float>& logits) {
   const auto vocab = static_cast<std::size_t>(config_.vocab_size);
   TROUPE_TRY(const Tensor out, run(step));
+  if (!shard_.computes_logits()) {
+    logits.clear();
+    return {};
+  }
   logits.assign(step.logit_rows.size() * vocab, 0.0f);
   if (out.rows == 0) return {};
   // A padded step has more rows: the ones the step asked for come first.

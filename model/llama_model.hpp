@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "model/backend.hpp"
 #include "model/llama_config.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace troupe::model {
 
@@ -29,17 +31,28 @@ struct WeightSource {
   std::function<Result<Weight>(const std::string& name, std::int64_t size)> vector;
   // Whether an optional tensor (output.weight, rope_freqs.weight) is there.
   std::function<bool(const std::string& name)> has;
+  // A rank's part of a matrix [rows, cols], for tensor parallelism; may be empty where
+  // the source cannot be split.
+  std::function<Result<Weight>(const std::string& name, std::int64_t rows, std::int64_t cols,
+                               const WeightSlice& slice)>
+      matrix_slice;
 };
 
 class LlamaModel {
  public:
-  // Loads every weight into `backend`, checking each one's shape and type.
-  static Result<LlamaModel> load(const gguf::GgufFile& file, Backend& backend);
+  // Loads every weight (of `shard`'s part) into `backend`, checking each one's shape and
+  // type. A split model's backend must have joined its group (Backend::join_group).
+  static Result<LlamaModel> load(const gguf::GgufFile& file, Backend& backend,
+                                 const Shard& shard = {});
   // Builds the model from `config` with weights from `source`.
   static Result<LlamaModel> assemble(const LlamaConfig& config, Backend& backend,
-                                     const WeightSource& source);
+                                     const WeightSource& source, const Shard& shard = {});
 
+  // The whole model's shape (what callers see: vocabulary, context, layers).
   const LlamaConfig& config() const { return config_; }
+  // The shape this rank computes with: its heads, KV heads and FFN slice.
+  const LlamaConfig& local_config() const { return local_; }
+  const Shard& shard() const { return shard_; }
   Backend& backend() const { return *backend_; }
 
   // Sizes the activation buffers for steps of up to `max_tokens` tokens and `max_logits`
@@ -48,7 +61,8 @@ class LlamaModel {
     return reserve(max_tokens, max_logits);
   }
 
-  // Runs one step; `logits` receives [step.logit_rows.size(), vocab_size] floats.
+  // Runs one step; `logits` receives [step.logit_rows.size(), vocab_size] floats (on a rank
+  // other than 0 of a split model, which computes none, nothing).
   Result<void> forward(const StepInput& step, std::vector<float>& logits);
   // Runs one step and samples on the device (Backend::can_sample): one id per logit row,
   // `rows[i]` for row i; the logits stay on the device.
@@ -60,7 +74,8 @@ class LlamaModel {
   ~LlamaModel();
 
  private:
-  LlamaModel(const LlamaConfig& config, Backend& backend) : config_(config), backend_(&backend) {}
+  LlamaModel(const LlamaConfig& config, Backend& backend)
+      : config_(config), local_(config), backend_(&backend) {}
   Result<void> reserve(std::int64_t num_tokens, std::int64_t num_logits);
   // The step's ops; the logits in the backend's memory ([num_logits, vocab], rows the
   // step asked for first), or an empty tensor when it asked for none.
@@ -74,11 +89,16 @@ class LlamaModel {
   };
 
   LlamaConfig config_;
+  LlamaConfig local_;
+  Shard shard_;
   Backend* backend_;
   Weight token_embedding_, output_norm_, output_;
   Weight rope_freqs_;
   bool has_rope_freqs_ = false;
   std::vector<LayerWeights> layers_;
+  // Column slices of a split model's weights, copied out of the mapping (their rows are
+  // not contiguous there); the backend's weights may point into them.
+  std::vector<std::unique_ptr<std::byte[]>> owned_weights_;
   Workspace ws_;
 };
 

@@ -69,15 +69,16 @@ Result<LoadedModel> LoadedModel::open(const std::string& path, std::unique_ptr<B
   return m;
 }
 
-Result<void> LoadedModel::load_weights(std::unique_ptr<Backend> on) {
+Result<void> LoadedModel::load_weights(std::unique_ptr<Backend> on, const Shard& shard) {
   backend = std::move(on);
-  TROUPE_TRY(auto llama, LlamaModel::load(*file, *backend));
+  TROUPE_TRY(auto llama, LlamaModel::load(*file, *backend, shard));
   model = std::make_unique<LlamaModel>(std::move(llama));
   return {};
 }
 
 KvCacheShape LoadedModel::kv_cache_shape(std::int32_t num_blocks, std::int32_t block_size) const {
-  return {config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim};
+  const LlamaConfig& c = model != nullptr ? model->local_config() : config;
+  return {c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim};
 }
 
 Result<void> LoadedModel::allocate_kv_cache(std::int32_t num_blocks, std::int32_t block_size) {

@@ -6,6 +6,7 @@ namespace troupe::model {
 
 Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& params,
                                        std::span<const TokenId> prompt) {
+  if (!model_.shard().computes_logits()) return {};  // rank 0 samples for the group
   TROUPE_TRY(auto sampler,
              Sampler::create(params, prompt, end_of_generation_, model_.config().vocab_size));
   samplers_.insert_or_assign(id, std::move(sampler));
@@ -16,6 +17,12 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
                                                        std::span<const std::uint64_t> sampled_ids) {
   if (sampled_ids.size() != step.logit_rows.size()) {
     return make_error(ErrorCode::invalid_argument, "one sequence id per logit row is needed");
+  }
+  // A rank other than 0 of a tensor-parallel group runs its share of the step and
+  // samples nothing: rank 0 holds the logits.
+  if (!model_.shard().computes_logits()) {
+    TROUPE_TRY_VOID(model_.forward(step, logits_));
+    return std::vector<SampledToken>{};
   }
   std::vector<Sampler*> samplers;
   samplers.reserve(sampled_ids.size());

@@ -18,6 +18,7 @@ packages=(
   clang libfuzzer-14-dev                 # fuzz targets (scripts/fuzz.sh)
   slowhttptest                           # slow-client tests of the HTTP server
   openssl                                # the cluster TLS test makes its certificates
+  libgloo-dev                            # CPU collectives for tensor parallelism
 )
 
 # Node.js runs the official openai client in the tests; any recent one will do.

@@ -3,6 +3,10 @@
 #include <algorithm>
 
 #include "cpu/cpu_backend.hpp"
+#include "model/tensor_parallel.hpp"
+#ifdef TROUPE_HAVE_GLOO
+#include "cpu/gloo_communicator.hpp"
+#endif
 #ifdef TROUPE_HAVE_CUDA
 #include "gpu/cuda_backend.hpp"
 #endif
@@ -66,7 +70,31 @@ Result<void> check_model(const engine::WorkerSpec& spec, const model::LlamaConfi
   return {};
 }
 
-Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec) {
+Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerSpec& spec,
+                                                           const GroupLink& link) {
+  if (link.store == nullptr) {
+    return make_error(ErrorCode::invalid_argument, "a rank of a group needs a rendezvous store");
+  }
+  if (spec.device != engine::WorkerDevice::cpu) {
+    return make_error(ErrorCode::unsupported,
+                      "tensor parallelism on CUDA (NCCL) is not built yet: split a model over "
+                      "CPU ranks, or serve it on one GPU");
+  }
+#ifdef TROUPE_HAVE_GLOO
+  cpu::GlooOptions options;
+  options.host = link.host;
+  options.prefix = link.prefix;
+  options.timeout = link.timeout;
+  TROUPE_TRY(auto group,
+             cpu::GlooCommunicator::connect(*link.store, spec.rank, spec.world_size, options));
+  return std::shared_ptr<model::Communicator>(std::move(group));
+#else
+  return make_error(ErrorCode::unsupported,
+                    "this troupe was built without Gloo (libgloo-dev), which CPU ranks need");
+#endif
+}
+
+Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const GroupLink* link) {
   // Everything that can refuse the model comes before the weights are loaded.
   TROUPE_TRY(auto m, model::LoadedModel::open(spec.model_path));
   if (!spec.model_fingerprint.empty()) {
@@ -77,9 +105,20 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec) {
                             fingerprint + ", expected " + spec.model_fingerprint + ")");
     }
   }
-  TROUPE_TRY_VOID(check_model(spec, m.config));
+  const model::Shard shard{spec.rank, spec.world_size};
+  TROUPE_TRY(const auto layout, model::shard_layout(m.config, shard));
+  TROUPE_TRY_VOID(check_model(spec, model::local_config(m.config, layout)));
   TROUPE_TRY(auto backend, make_backend(spec));
-  TROUPE_TRY_VOID(m.load_weights(std::move(backend)));
+  if (shard.is_split()) {
+    if (link == nullptr) {
+      return make_error(ErrorCode::invalid_argument, "rank " + std::to_string(spec.rank) + " of " +
+                                                         std::to_string(spec.world_size) +
+                                                         " was given no group to join");
+    }
+    TROUPE_TRY(auto group, connect_group(spec, *link));
+    TROUPE_TRY_VOID(backend->join_group(std::move(group)));
+  }
+  TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard));
   return m;
 }
 

@@ -3,6 +3,7 @@
 // backends' concrete types; a node process uses it without an Engine.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,9 +33,23 @@ std::vector<GpuInfo> list_gpus();
 // Whether the spec's device can run a model of this shape (the CUDA kernels' limits).
 Result<void> check_model(const engine::WorkerSpec& spec, const model::LlamaConfig& config);
 
+// How a rank of a tensor-parallel group (spec.world_size > 1) meets the others.
+struct GroupLink {
+  model::RendezvousStore* store = nullptr;   // where the ranks exchange their addresses
+  std::string prefix = "tp";                 // the group formation's keys in the store
+  std::string host = "127.0.0.1";            // the address the other ranks reach this one on
+  std::chrono::milliseconds timeout{30000};  // a rendezvous or collective that takes longer fails
+};
+
+// The communicator of rank spec.rank of spec.world_size on the spec's device.
+Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerSpec& spec,
+                                                           const GroupLink& link);
+
 // The model at spec.model_path with its weights on a backend for the spec's device:
 // checked first against the spec's fingerprint (when it has one) and the device's
-// limits, then loaded (its KV cache not yet allocated).
-Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec);
+// limits, then loaded (its KV cache not yet allocated). A rank of a group loads its
+// shard, with its backend joined to the group through `link`.
+Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec,
+                                      const GroupLink* link = nullptr);
 
 }  // namespace troupe::worker

@@ -1,6 +1,8 @@
 #include "worker/batch_generator.hpp"
 
 #include <algorithm>
+#include <future>
+#include <memory>
 
 #include "engine/engine_core.hpp"
 #include "worker/worker.hpp"
@@ -9,8 +11,9 @@ namespace troupe::worker {
 
 Result<std::vector<GenerationResult>> BatchGenerator::run(
     const std::vector<GenerationRequest>& requests, std::int32_t prefill_chunk) {
-  const model::KvCacheShape& cache = model_.backend().kv_cache_shape();
-  const std::int32_t context = model_.config().context_length;
+  model::LlamaModel& model = *ranks_.front();
+  const model::KvCacheShape& cache = model.backend().kv_cache_shape();
+  const std::int32_t context = model.config().context_length;
   const auto n = static_cast<std::int32_t>(requests.size());
   std::int64_t prompt_tokens = 0;
   for (const auto& r : requests) {
@@ -38,7 +41,11 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
                                                   : std::max<std::int64_t>(prompt_tokens, n));
   config.enable_prefix_caching = false;
   engine::EngineCore core(config, end_of_generation_);
-  model::ModelRunner runner(model_, end_of_generation_);
+  std::vector<std::unique_ptr<model::ModelRunner>> runners;
+  for (model::LlamaModel* rank : ranks_) {
+    runners.push_back(std::make_unique<model::ModelRunner>(*rank, end_of_generation_));
+  }
+  model::ModelRunner& runner = *runners.front();
   runner.set_logits_observer([&results](std::uint64_t id, std::span<const float> logits) {
     auto& first = results[id].first_logits;
     if (first.empty()) first.assign(logits.begin(), logits.end());
@@ -53,7 +60,17 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
                                                      std::to_string(cache.num_blocks) +
                                                      " blocks cannot run these sequences");
     }
+    // The other ranks run the same step beside rank 0: their collectives meet its.
+    std::vector<std::future<engine::StepOutput>> others;
+    for (std::size_t r = 1; r < runners.size(); ++r) {
+      others.push_back(
+          std::async(std::launch::async, [&, r] { return run_step(*runners[r], *work); }));
+    }
     const engine::StepOutput output = run_step(runner, *work);
+    for (auto& other : others) {
+      const engine::StepOutput rank_output = other.get();
+      if (rank_output.failed) return make_error(rank_output.error.code, rank_output.error.message);
+    }
     if (output.failed) return make_error(output.error.code, output.error.message);
     for (const auto& update : core.apply(output).updates) {
       GenerationResult& result = results[update.id];

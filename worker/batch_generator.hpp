@@ -2,6 +2,8 @@
 // engine's own step loop (engine::EngineCore) and worker step: the driver of the
 // golden tests, which need neither actors nor a server. It also keeps each
 // sequence's logits at its first generated position, for comparing with llama.cpp.
+// The model may be a tensor-parallel group whose ranks are in this process: every
+// step then runs on every rank at once (a thread each), and rank 0 samples.
 #pragma once
 
 #include <cstdint>
@@ -27,14 +29,17 @@ class BatchGenerator {
  public:
   // The model's KV cache must be allocated; its blocks are the scheduler's pool.
   BatchGenerator(model::LlamaModel& model, std::vector<TokenId> end_of_generation)
-      : model_(model), end_of_generation_(std::move(end_of_generation)) {}
+      : ranks_{&model}, end_of_generation_(std::move(end_of_generation)) {}
+  // The ranks of one group, rank 0 first, each with its KV cache allocated.
+  BatchGenerator(std::vector<model::LlamaModel*> ranks, std::vector<TokenId> end_of_generation)
+      : ranks_(std::move(ranks)), end_of_generation_(std::move(end_of_generation)) {}
 
   // prefill_chunk: most prompt tokens per sequence per step (0: whole prompts).
   Result<std::vector<GenerationResult>> run(const std::vector<GenerationRequest>& requests,
                                             std::int32_t prefill_chunk = 0);
 
  private:
-  model::LlamaModel& model_;
+  std::vector<model::LlamaModel*> ranks_;
   std::vector<TokenId> end_of_generation_;
 };
 

@@ -26,7 +26,8 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   return out;
 }
 
-Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec) {
+Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec,
+                                             const GroupLink* link) {
   if (spec.block_size <= 0 || spec.max_num_seqs <= 0 || spec.max_num_batched_tokens <= 0 ||
       spec.max_model_len <= 0) {
     return make_error(ErrorCode::invalid_argument,
@@ -34,7 +35,7 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec) {
                       "be positive");
   }
   std::unique_ptr<Worker> w(new Worker());
-  TROUPE_TRY(w->model_, open_model(spec));
+  TROUPE_TRY(w->model_, open_model(spec, link));
   auto& llama = *w->model_.model;
   auto& backend = *w->model_.backend;
   // Activations first (a step holds at most max_num_batched_tokens tokens, a decode batch
@@ -72,6 +73,7 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
     out = engine::failed_step(
         work.step_id, {ErrorCode::internal, "the step failed with an unknown exception", true});
   }
+  if (out.failed && model_.model->shard().is_split()) out.error.fatal = true;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

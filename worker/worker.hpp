@@ -10,6 +10,7 @@
 #include "engine/worker_protocol.hpp"
 #include "model/loaded_model.hpp"
 #include "model/model_runner.hpp"
+#include "worker/backend_factory.hpp"
 
 namespace troupe::worker {
 
@@ -20,12 +21,16 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
 class Worker {
  public:
   // Opens the model on the spec's device, checks it is the engine's file, prepares
-  // activations for the spec's batch limits and sizes and allocates the KV cache.
-  static Result<std::unique_ptr<Worker>> load(const engine::WorkerSpec& spec);
+  // activations for the spec's batch limits and sizes and allocates the KV cache. A rank
+  // of a tensor-parallel group (spec.world_size > 1) joins the others through `link`
+  // and loads its shard.
+  static Result<std::unique_ptr<Worker>> load(const engine::WorkerSpec& spec,
+                                              const GroupLink* link = nullptr);
 
   const engine::LoadReport& report() const { return report_; }
   // Runs one step. A failure is in the output; one that loses the worker's state (an
-  // exception) is marked fatal, and the worker must be replaced.
+  // exception, or any failure of a rank of a group, whose ranks may now be out of step)
+  // is marked fatal, and the worker must be replaced.
   engine::StepOutput step(const engine::StepWork& work);
 
   // Tests only: called before every step (one that throws fails it as an exception would).

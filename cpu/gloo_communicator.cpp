@@ -1,0 +1,219 @@
+#include "cpu/gloo_communicator.hpp"
+
+#include <dlfcn.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/alltoall.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+namespace {
+
+// On unless TROUPE_GLOO_KEEP_SNDBUF is set (to compare without rebuilding).
+std::atomic<bool> send_buffer_fix{std::getenv("TROUPE_GLOO_KEEP_SNDBUF") == nullptr};
+
+// Whether code at `address` is Gloo's: only its SO_SNDBUF calls are ignored.
+bool is_gloo_code(void* address) {
+  Dl_info info;
+  return dladdr(address, &info) != 0 && info.dli_fname != nullptr &&
+         std::strstr(info.dli_fname, "libgloo") != nullptr;
+}
+
+}  // namespace
+
+// Interposes the C library's setsockopt for the whole process (an executable's definition
+// comes first in the dynamic linker's search); everything but Gloo's SO_SNDBUF goes
+// through to the kernel unchanged.
+extern "C" int setsockopt(int fd, int level, int name, const void* value,
+                          socklen_t length) noexcept {
+  if (level == SOL_SOCKET && name == SO_SNDBUF && send_buffer_fix.load(std::memory_order_relaxed) &&
+      is_gloo_code(__builtin_return_address(0))) {
+    return 0;  // keep the kernel's autotuned send buffer
+  }
+  return static_cast<int>(syscall(SYS_setsockopt, fd, level, name, value, length));
+}
+
+namespace troupe::cpu {
+
+namespace {
+
+// Gloo's rendezvous over troupe's store; Gloo wants exceptions for failures.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(model::RendezvousStore& store, std::string prefix, std::chrono::milliseconds timeout)
+      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    if (auto done = store_.set(prefix_ + key, data); !done) fail(done.error());
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto value = store_.get(prefix_ + key, timeout_);
+    if (!value) fail(value.error());
+    return std::move(*value);
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    for (const auto& key : keys) {
+      if (auto value = store_.get(prefix_ + key, timeout); !value) fail(value.error());
+    }
+  }
+
+ private:
+  [[noreturn]] static void fail(const Error& error) {
+    throw std::runtime_error("rendezvous: " + error.message);
+  }
+
+  model::RendezvousStore& store_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Up to this many bytes, or with two ranks, one all-gather of whole buffers sends no more
+// than a reduce-scatter and an all-gather would, in one round trip instead of two.
+constexpr std::size_t kGatherSumBytes = 64 * 1024;
+
+}  // namespace
+
+struct GlooCommunicator::Impl {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::chrono::milliseconds timeout;
+  std::vector<float> send, received, owned, gathered;  // scratch, kept between steps
+  // The benchmark's Gloo ring, set up for one buffer.
+  std::unique_ptr<gloo::AllreduceRing<float>> ring;
+  const float* ring_data = nullptr;
+  std::size_t ring_size = 0;
+};
+
+void set_gloo_send_buffer_fix(bool on) {
+  send_buffer_fix.store(on, std::memory_order_relaxed);
+}
+
+GlooCommunicator::GlooCommunicator(std::int32_t rank, std::int32_t size, std::unique_ptr<Impl> impl)
+    : rank_(rank), size_(size), impl_(std::move(impl)) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::connect(model::RendezvousStore& store,
+                                                                    std::int32_t rank,
+                                                                    std::int32_t size,
+                                                                    const GlooOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return make_error(ErrorCode::invalid_argument,
+                      "rank " + std::to_string(rank) + " of a group of " + std::to_string(size));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->timeout = options.timeout;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.host;
+    impl->device = gloo::transport::tcp::CreateDevice(attr);
+    impl->context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    impl->context->setTimeout(options.timeout);
+    StoreAdapter adapter(store, options.prefix + "/", options.timeout);
+    impl->context->connectFullMesh(adapter, impl->device);
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::unavailable, "rank " + std::to_string(rank) + " of " +
+                                                  std::to_string(size) +
+                                                  " could not connect to its group: " + e.what());
+  }
+  return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(impl)));
+}
+
+Result<void> GlooCommunicator::all_reduce_sum(std::span<float> data) {
+  if (!failure_.empty()) {
+    return make_error(ErrorCode::unavailable, "the tensor-parallel group is broken: " + failure_);
+  }
+  if (size_ == 1 || data.empty()) return {};
+  try {
+    if (size_ == 2 || data.size_bytes() <= kGatherSumBytes) {
+      gather_sum(data);
+    } else {
+      scatter_gather_sum(data);
+    }
+  } catch (const std::exception& e) {
+    failure_ = e.what();
+    return make_error(ErrorCode::unavailable,
+                      "rank " + std::to_string(rank_) + "'s all-reduce failed: " + failure_);
+  }
+  return {};
+}
+
+Result<void> GlooCommunicator::gloo_ring_all_reduce(std::span<float> data) {
+  try {
+    auto& ring = impl_->ring;
+    if (ring == nullptr || impl_->ring_data != data.data() || impl_->ring_size != data.size()) {
+      ring = std::make_unique<gloo::AllreduceRing<float>>(
+          impl_->context, std::vector<float*>{data.data()}, static_cast<int>(data.size()));
+      impl_->ring_data = data.data();
+      impl_->ring_size = data.size();
+    }
+    ring->run();
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::unavailable, std::string("Gloo's all-reduce failed: ") + e.what());
+  }
+  return {};
+}
+
+// Every rank gets every rank's buffer and adds them up in rank order.
+void GlooCommunicator::gather_sum(std::span<float> data) {
+  const std::size_t n = data.size();
+  auto& gathered = impl_->gathered;
+  gathered.resize(n * size_);
+  gloo::AllgatherOptions gather(impl_->context);
+  gather.setInput(data.data(), n);
+  gather.setOutput(gathered.data(), gathered.size());
+  gather.setTimeout(impl_->timeout);
+  gloo::allgather(gather);
+  std::copy_n(gathered.data(), n, data.data());
+  for (std::int32_t r = 1; r < size_; ++r) {
+    const float* part = gathered.data() + r * n;
+    for (std::size_t i = 0; i < n; ++i) data[i] += part[i];
+  }
+}
+
+// Rank r owns chunk r: it receives every rank's part of it (all-to-all), adds them in rank
+// order, and the owners' sums are gathered by all.
+void GlooCommunicator::scatter_gather_sum(std::span<float> data) {
+  const std::size_t n = data.size();
+  const std::size_t chunk = (n + size_ - 1) / size_;
+  auto& send = impl_->send;
+  auto& received = impl_->received;
+  auto& owned = impl_->owned;
+  auto& gathered = impl_->gathered;
+  send.assign(chunk * size_, 0.0f);
+  std::copy_n(data.data(), n, send.data());
+  received.resize(chunk * size_);
+  gloo::AlltoallOptions exchange(impl_->context);
+  exchange.setInput(send.data(), send.size());
+  exchange.setOutput(received.data(), received.size());
+  exchange.setTimeout(impl_->timeout);
+  gloo::alltoall(exchange);
+  owned.assign(received.begin(), received.begin() + static_cast<std::ptrdiff_t>(chunk));
+  for (std::int32_t r = 1; r < size_; ++r) {
+    const float* part = received.data() + r * chunk;
+    for (std::size_t i = 0; i < chunk; ++i) owned[i] += part[i];
+  }
+  gathered.resize(chunk * size_);
+  gloo::AllgatherOptions gather(impl_->context);
+  gather.setInput(owned.data(), chunk);
+  gather.setOutput(gathered.data(), gathered.size());
+  gather.setTimeout(impl_->timeout);
+  gloo::allgather(gather);
+  std::copy_n(gathered.data(), n, data.data());
+}
+
+}  // namespace troupe::cpu

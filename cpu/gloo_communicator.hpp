@@ -1,0 +1,61 @@
+// The CPU ranks' communicator: Gloo over TCP (Debian's libgloo-dev). Its all-reduce adds
+// every element in rank order (an all-gather, or an all-to-all then an all-gather of the
+// owners' sums), so the result is the same bits on every rank and for every batch.
+//
+// Gloo's TCP pairs size SO_SNDBUF from their first message, a tiny one, which turns off
+// the kernel's send-buffer autotuning: all-reduces of 64 KB and more then stall on
+// delayed ACKs (../shared/STACK.md measured 1 MB at 90 ms). This library interposes
+// setsockopt() so that Gloo's SO_SNDBUF calls are ignored (set_gloo_send_buffer_fix).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/collective.hpp"
+
+namespace troupe::cpu {
+
+struct GlooOptions {
+  std::string host = "127.0.0.1";  // the address this rank's peers reach it on
+  std::string prefix = "tp";       // the group's keys in the store: one per formation
+  // A rendezvous or collective that takes longer fails (and the group with it).
+  std::chrono::milliseconds timeout{30000};
+};
+
+class GlooCommunicator final : public model::Communicator {
+ public:
+  // Connects rank `rank` of `size` to the others through `store` (every rank calls it;
+  // it returns when all are connected, or fails after the timeout).
+  static Result<std::unique_ptr<GlooCommunicator>> connect(model::RendezvousStore& store,
+                                                           std::int32_t rank, std::int32_t size,
+                                                           const GlooOptions& options);
+  ~GlooCommunicator() override;
+
+  std::int32_t rank() const override { return rank_; }
+  std::int32_t size() const override { return size_; }
+  Result<void> all_reduce_sum(std::span<float> data) override;
+  // Gloo's classic ring all-reduce (gloo::AllreduceRing, pinned buffers, set up again when
+  // `data` changes), whose order of addition depends on the buffer's size (so not
+  // batch-invariant beyond two ranks): the benchmark's point of comparison.
+  Result<void> gloo_ring_all_reduce(std::span<float> data);
+
+ private:
+  struct Impl;
+  GlooCommunicator(std::int32_t rank, std::int32_t size, std::unique_ptr<Impl> impl);
+  void gather_sum(std::span<float> data);
+  void scatter_gather_sum(std::span<float> data);
+
+  std::int32_t rank_;
+  std::int32_t size_;
+  std::unique_ptr<Impl> impl_;
+  std::string failure_;  // why the group broke, once it has
+};
+
+// Whether Gloo's SO_SNDBUF calls are ignored (default: yes, unless the environment sets
+// TROUPE_GLOO_KEEP_SNDBUF). Off only to measure the difference: it applies to the calls
+// Gloo makes after it changes.
+void set_gloo_send_buffer_fix(bool on);
+
+}  // namespace troupe::cpu

@@ -1,0 +1,59 @@
+// What the ranks of a tensor-parallel group share: a communicator that sums a buffer
+// over the group, and the key-value store the ranks meet through to connect. The CPU
+// implementation is Gloo (cpu/gloo_communicator); the store is a map in one process
+// (InProcessStore) or the head's actors across processes (actors/).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "troupe/result.hpp"
+
+namespace troupe::model {
+
+// One rank's end of a group. Not thread-safe: one step at a time calls it.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual std::int32_t rank() const = 0;
+  virtual std::int32_t size() const = 0;
+  // data = the sum of data over the ranks, added element by element in rank order
+  // (rank 0's value, plus rank 1's, ...), so every rank holds the same bits and no element
+  // depends on how many others there are (the batch). A collective that fails or does not
+  // finish within the group's timeout is an error, and every later call fails at once:
+  // the group must be formed again.
+  virtual Result<void> all_reduce_sum(std::span<float> data) = 0;
+};
+
+// A key-value store for the ranks' rendezvous: each rank sets its address under its own
+// key and reads the others'.
+class RendezvousStore {
+ public:
+  virtual ~RendezvousStore() = default;
+
+  virtual Result<void> set(const std::string& key, const std::vector<char>& value) = 0;
+  // Waits until `key` is set, or fails after `timeout`.
+  virtual Result<std::vector<char>> get(const std::string& key,
+                                        std::chrono::milliseconds timeout) = 0;
+};
+
+// The store for ranks in one process (tests, benchmarks).
+class InProcessStore final : public RendezvousStore {
+ public:
+  Result<void> set(const std::string& key, const std::vector<char>& value) override;
+  Result<std::vector<char>> get(const std::string& key, std::chrono::milliseconds timeout) override;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, std::vector<char>> values_;
+};
+
+}  // namespace troupe::model
