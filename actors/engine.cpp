@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "actors/cluster/group_actor.hpp"
 #include "actors/cluster/registry_actor.hpp"
 #include "actors/cluster/router_actor.hpp"
 #include "actors/engine_hooks.hpp"
@@ -18,6 +19,7 @@
 #include "actors/worker_actor.hpp"
 #include "model/loaded_model.hpp"
 #include "model/sampler.hpp"
+#include "model/tensor_parallel.hpp"
 #include "worker/backend_factory.hpp"
 
 namespace troupe {
@@ -123,7 +125,8 @@ Result<actors::cluster::Placement> place_replica(Engine::Impl& impl, std::int32_
       impl.config.data_parallel_size - (cluster.head_hosts_replica ? 1 : 0);
   Result<actors::cluster::Placement> result = make_error(ErrorCode::internal, "");
   caf::scoped_actor self{*impl.system};
-  self->request(impl.registry, cluster.wait, actors::cluster::place_atom::value, index)
+  self->request(impl.registry, cluster.wait, actors::cluster::place_atom::value, index,
+                impl.config.tensor_parallel_size)
       .receive([&](actors::cluster::Placement& p) { result = std::move(p); },
                [&](const caf::error&) {
                  std::vector<std::string> names;
@@ -140,8 +143,10 @@ Result<actors::cluster::Placement> place_replica(Engine::Impl& impl, std::int32_
                                      "no node to place replica " + std::to_string(index) +
                                          " on within " + std::to_string(cluster.wait.count()) +
                                          " s: " + std::to_string(impl.config.data_parallel_size) +
-                                         " replica(s) need " + std::to_string(nodes_needed) +
-                                         " node(s), and " + std::to_string(names.size()) +
+                                         " replica(s) of " +
+                                         std::to_string(impl.config.tensor_parallel_size) +
+                                         " rank(s) need " + std::to_string(nodes_needed) +
+                                         " node(s) at least, and " + std::to_string(names.size()) +
                                          " joined" + (joined.empty() ? "" : " (" + joined + ")"));
                });
   return result;
@@ -159,18 +164,31 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
   setup.metrics = impl.config.metrics;
   setup.replicas_up = impl.replicas_up;
   setup.end_of_generation = impl.tokenizer->vocabulary().end_of_generation;
+  setup.tensor_parallel_size = impl.config.tensor_parallel_size;
+  setup.collective_timeout = impl.config.collective_timeout;
   caf::duration load_timeout = caf::infinite;
   const bool on_node =
       impl.config.cluster && !(impl.config.cluster->head_hosts_replica && index == 0);
   if (on_node) {
     TROUPE_TRY(auto placed, place_replica(impl, index));
-    setup.worker = std::move(placed.worker);
-    setup.node = std::move(placed.node);
+    setup.nodes = placed.nodes;
+    for (const auto& n : placed.nodes) {
+      if (setup.node.find(n) == std::string::npos)
+        setup.node += (setup.node.empty() ? "" : ",") + n;
+    }
+    if (placed.workers.size() == 1) {
+      setup.worker = std::move(placed.workers.front());
+    } else {
+      setup.worker = impl.system->spawn(actors::cluster::group, std::move(placed.workers),
+                                        placed.nodes, impl.config.collective_timeout);
+    }
     setup.registry = impl.registry;
     setup.step_timeout = caf::duration{impl.config.cluster->step_timeout};
     load_timeout = caf::duration{std::chrono::minutes(10)};
   } else {
-    setup.worker = impl.system->spawn<caf::detached>(actors::worker, hooks.before_step);
+    setup.worker =
+        actors::cluster::spawn_local_worker(*impl.system, impl.config.tensor_parallel_size,
+                                            hooks.before_step, impl.config.collective_timeout);
   }
   auto report = load_worker(*impl.system, setup.worker, spec, load_timeout);
   if (!report) {
@@ -217,8 +235,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     return make_error(ErrorCode::invalid_argument,
                       "block_size, max_num_seqs and max_num_batched_tokens must be positive");
   }
-  if (config.data_parallel_size < 1) {
-    return make_error(ErrorCode::invalid_argument, "data_parallel_size must be at least 1");
+  if (config.data_parallel_size < 1 || config.tensor_parallel_size < 1) {
+    return make_error(ErrorCode::invalid_argument,
+                      "data_parallel_size and tensor_parallel_size must be at least 1");
   }
   if (config.cluster && config.cluster->token.empty() && !is_loopback(config.cluster->host)) {
     return make_error(ErrorCode::invalid_argument, "refusing to open the cluster port on " +
@@ -239,6 +258,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                                                        " exceeds the model's context length of " +
                                                        std::to_string(context_length));
   }
+  // A shape that cannot be split is refused before any worker starts (a quantized
+  // tensor's blocks are checked by each rank as it loads).
+  TROUPE_TRY_VOID(
+      model::shard_layout(impl->model->config, {0, config.tensor_parallel_size}).map([](auto) {}));
   auto spec = worker::spec_for(config, config.model_path, impl->max_model_len);
   spec.model_fingerprint = model::file_fingerprint(*impl->model->file);
 
@@ -267,10 +290,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     }
   }
   const std::int32_t num_replicas = config.data_parallel_size;
-  if (num_replicas > 1 && spec.num_threads == 0 && !config.cluster) {
-    // Local replicas share the cores rather than each taking all of them.
+  const std::int32_t local_workers = num_replicas * config.tensor_parallel_size;
+  if (local_workers > 1 && spec.num_threads == 0 && !config.cluster) {
+    // Local replicas and ranks share the cores rather than each taking all of them.
     const auto cores = static_cast<std::int32_t>(std::max(1U, std::thread::hardware_concurrency()));
-    spec.num_threads = std::max(1, cores / num_replicas);
+    spec.num_threads = std::max(1, cores / local_workers);
   }
   for (std::int32_t i = 0; i < num_replicas; ++i) {
     auto replica = start_replica(*impl, i, spec, hooks);
@@ -384,7 +408,8 @@ std::vector<NodeStatus> Engine::nodes() const {
             for (const auto& n : nodes) {
               result.push_back({n.info.name, n.address, n.info.device, n.info.num_cores,
                                 n.info.memory_bytes, n.info.gpu_names, n.info.gpu_memory_bytes,
-                                n.replica, n.unfit});
+                                n.replica, n.unfit, static_cast<std::int32_t>(n.replicas.size()),
+                                n.slots, n.info.collective_host});
             }
           },
           [](const caf::error&) {});

@@ -25,11 +25,31 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
 using replicas_atom = caf::atom_constant<caf::atom("replicas")>;
 using router_atom = caf::atom_constant<caf::atom("router")>;
+using store_set_atom = caf::atom_constant<caf::atom("storeset")>;
+using store_get_atom = caf::atom_constant<caf::atom("storeget")>;
+
+// Where the ranks of a tensor-parallel group meet: a key-value store kept by the actor
+// that leads the group (values are bytes: Gloo's addresses).
+using rendezvous_actor = caf::typed_actor<
+    // Sets a key.
+    caf::replies_to<store_set_atom, std::string, std::string>::with<bool>,
+    // A key's value, answered once some rank has set it.
+    caf::replies_to<store_get_atom, std::string>::with<std::string>>;
+
+// What a rank needs to join its group.
+struct GroupJoin {
+  rendezvous_actor store;
+  std::string prefix;               // this formation's keys in the store
+  std::int64_t timeout_ms = 30000;  // a rendezvous or collective that takes longer fails
+};
 
 // The worker owns the backend, the model and the KV cache.
 using worker_actor = caf::typed_actor<
     // Loads the model and sizes the KV cache; answers what it holds (or why it failed).
     caf::replies_to<load_atom, engine::WorkerSpec>::with<engine::LoadReport>,
+    // Loads rank spec.rank of spec.world_size: its shard, its part of the KV cache, its
+    // end of the group's communicator (through `join`).
+    caf::replies_to<load_atom, engine::WorkerSpec, GroupJoin>::with<engine::LoadReport>,
     // Runs one step: forward pass and sampling; answers the sampled tokens.
     caf::replies_to<step_atom, engine::StepWork>::with<engine::StepOutput>>;
 
@@ -92,6 +112,11 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {
   return f(caf::meta::type_name("troupe.Submission"), x.id, x.prompt, x.params, x.priority,
            x.requester);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GroupJoin& x) {
+  return f(caf::meta::type_name("troupe.GroupJoin"), x.store, x.prefix, x.timeout_ms);
 }
 
 template <class Inspector>

@@ -3,6 +3,7 @@
 #include <any>
 #include <cstdio>
 
+#include "actors/cluster/group_actor.hpp"
 #include "actors/worker_actor.hpp"
 
 namespace troupe::actors {
@@ -67,7 +68,9 @@ void replace_local_worker(Self self) {
   self->send_exit(state.setup.worker, caf::exit_reason::kill);
   state.core->reset_worker();
   state.worker_ready = false;
-  state.setup.worker = self->home_system().spawn<caf::detached>(worker, state.setup.before_step);
+  state.setup.worker =
+      cluster::spawn_local_worker(self->home_system(), state.setup.tensor_parallel_size,
+                                  state.setup.before_step, state.setup.collective_timeout);
   auto give_up = [self](const std::string& why) {
     // No worker could be made: the open requests end with the reason; the next
     // request's step tries another worker.
@@ -113,21 +116,46 @@ void lose_remote_worker(Self self, const std::string& why) {
   place_worker(self);
 }
 
-// Asks the registry for a worker on a node; the replica is down until it has loaded.
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) {
+    if (out.find(n) == std::string::npos) out += (out.empty() ? "" : ",") + n;
+  }
+  return out;
+}
+
+// The replica's worker from what the registry placed: the one worker, or a group (here,
+// on the head) around its ranks.
+worker_actor worker_of(Self self, cluster::Placement& placed) {
+  if (placed.workers.size() == 1) return std::move(placed.workers.front());
+  return self->home_system().spawn(cluster::group, std::move(placed.workers), placed.nodes,
+                                   self->state.setup.collective_timeout);
+}
+
+// The node no replica should be placed on again after a failed load: the failing rank's.
+const std::string& failed_node(Self self, const engine::LoadReport& report) {
+  const auto& nodes = self->state.setup.nodes;
+  const auto rank = static_cast<std::size_t>(std::max(report.failed_rank, 0));
+  return nodes.at(std::min(rank, nodes.size() - 1));
+}
+
+// Asks the registry for workers on nodes; the replica is down until they have loaded.
 void place_worker(Self self) {
   auto& state = self->state;
   // The same KV cache as before: the scheduler's block count does not change.
   state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
-  self->request(state.setup.registry, caf::infinite, cluster::place_atom::value, state.setup.index)
+  self->request(state.setup.registry, caf::infinite, cluster::place_atom::value, state.setup.index,
+                state.setup.tensor_parallel_size)
       .then(
-          [self](const cluster::Placement& placed) {
+          [self](cluster::Placement& placed) {
             auto& state = self->state;
-            state.setup.worker = placed.worker;
-            state.setup.node = placed.node;
-            self->monitor(placed.worker);
+            state.setup.nodes = placed.nodes;
+            state.setup.node = joined(placed.nodes);
+            state.setup.worker = worker_of(self, placed);
+            self->monitor(state.setup.worker);
             // Answers about a worker that was lost meanwhile (and replaced) are stale.
-            const caf::actor_addr loading = placed.worker.address();
-            self->request(placed.worker, std::chrono::minutes(10), load_atom::value,
+            const caf::actor_addr loading = state.setup.worker.address();
+            self->request(state.setup.worker, std::chrono::minutes(10), load_atom::value,
                           state.setup.spec)
                 .then(
                     [self, loading](const engine::LoadReport& report) {
@@ -141,7 +169,7 @@ void place_worker(Self self) {
                         self->send_exit(state.setup.worker, caf::exit_reason::kill);
                         // That node will not do: the replica waits for another.
                         self->send(state.setup.registry, cluster::unfit_atom::value,
-                                   state.setup.node, report.error.message);
+                                   failed_node(self, report), report.error.message);
                         place_worker(self);
                         return;
                       }
@@ -156,12 +184,14 @@ void place_worker(Self self) {
                       const std::string why = self->system().render(err);
                       std::fprintf(stderr, "troupe: replica %d: its new worker did not load: %s\n",
                                    state.setup.index, why.c_str());
-                      // Not that node again (a dead one is dropped anyway): another, when
-                      // one is free.
                       self->demonitor(state.setup.worker.address());
                       self->send_exit(state.setup.worker, caf::exit_reason::kill);
-                      self->send(state.setup.registry, cluster::unfit_atom::value, state.setup.node,
-                                 "its worker did not load: " + why);
+                      // Not that node again (a dead one is dropped anyway): another, when
+                      // one is free. A group's failing node is not known here: all stay.
+                      if (state.setup.nodes.size() == 1) {
+                        self->send(state.setup.registry, cluster::unfit_atom::value,
+                                   state.setup.node, "its worker did not load: " + why);
+                      }
                       place_worker(self);
                     });
           },

@@ -2,16 +2,18 @@
 // flight at a time; while it runs, submissions and aborts are taken in, and the next
 // step is planned when it returns.
 //
-// Its worker is local (a thread of this process) or remote (on a node, in a cluster).
-// A local worker whose step threw is replaced by a fresh one loaded from the same spec,
-// and the running sequences are recomputed. A remote worker that is lost (its node
-// died, its connection was cut, a step timed out) takes its KV cache and samplers with
-// it: requests that have streamed nothing go back to the router for another replica,
-// the others end with an error, and the replica is down until the registry places a
-// new worker on a node.
+// Its worker is local (a thread of this process) or remote (on a node, in a cluster),
+// and may be a tensor-parallel group of ranks' workers (actors/cluster/group_actor),
+// which is replaced as a whole. A local worker whose step threw is replaced by a fresh
+// one loaded from the same spec, and the running sequences are recomputed. A remote
+// worker that is lost (its node died, its connection was cut, a step timed out, a rank
+// of its group failed) takes its KV cache and samplers with it: requests that have
+// streamed nothing go back to the router for another replica, the others end with an
+// error, and the replica is down until the registry places new workers on nodes.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 
@@ -28,11 +30,14 @@ struct ReplicaSetup {
   std::vector<TokenId> end_of_generation;
   worker_actor worker;  // loaded with `spec` already
   engine::WorkerSpec spec;
-  std::function<void()> before_step;  // tests only: handed to every local worker
+  std::function<void()> before_step;                    // tests only: handed to every local worker
+  std::int32_t tensor_parallel_size = 1;                // ranks of its worker
+  std::chrono::milliseconds collective_timeout{30000};  // of a group's rendezvous and collectives
   std::shared_ptr<monitoring::Metrics> metrics;
   // A remote worker: where it runs, where its replacement comes from, how long a step
   // may take before the worker counts as lost.
-  std::string node;
+  std::string node;                  // for people: the node, or a group's nodes
+  std::vector<std::string> nodes;    // each rank's node
   cluster::registry_actor registry;  // null: the worker is local
   caf::duration step_timeout = caf::infinite;
   // How many replicas have a worker (the engine refuses requests at zero); counted

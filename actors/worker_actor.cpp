@@ -2,22 +2,80 @@
 
 namespace troupe::actors {
 
-worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self,
-                                   std::function<void()> before_step) {
+namespace {
+
+using Self = worker_actor::stateful_pointer<WorkerState>;
+
+// The group's store, from a rank's thread: each call waits for the group actor's answer
+// (the worker is detached, so this blocks no one else).
+class ActorStore final : public model::RendezvousStore {
+ public:
+  ActorStore(caf::actor_system& system, rendezvous_actor store)
+      : system_(system), store_(std::move(store)) {}
+
+  Result<void> set(const std::string& key, const std::vector<char>& value) override {
+    Result<void> result = make_error(ErrorCode::unavailable, "the group did not answer");
+    caf::scoped_actor self{system_};
+    self->request(store_, std::chrono::seconds(30), store_set_atom::value, key,
+                  std::string(value.begin(), value.end()))
+        .receive([&](bool) { result = {}; }, [&](const caf::error& e) { result = failure(e); });
+    return result;
+  }
+
+  Result<std::vector<char>> get(const std::string& key,
+                                std::chrono::milliseconds timeout) override {
+    Result<std::vector<char>> result = make_error(ErrorCode::unavailable, "no answer");
+    caf::scoped_actor self{system_};
+    self->request(store_, caf::duration{timeout}, store_get_atom::value, key)
+        .receive([&](const std::string& value) { result.emplace(value.begin(), value.end()); },
+                 [&](const caf::error& e) { result = failure(e); });
+    return result;
+  }
+
+ private:
+  tl::unexpected<Error> failure(const caf::error& e) const {
+    return make_error(ErrorCode::unavailable,
+                      "the group's rendezvous failed: " + system_.render(e));
+  }
+
+  caf::actor_system& system_;
+  rendezvous_actor store_;
+};
+
+engine::LoadReport load(Self self, const engine::WorkerSpec& spec, const worker::GroupLink* link) {
+  auto& state = self->state;
+  state.worker.reset();  // a second load replaces the first
+  auto loaded = worker::Worker::load(spec, link);
+  if (!loaded) {
+    engine::LoadReport failed;
+    failed.failed = true;
+    failed.error = {loaded.error().code, loaded.error().message, true};
+    return failed;
+  }
+  state.worker = std::move(*loaded);
+  state.worker->set_before_step(state.before_step);
+  return state.worker->report();
+}
+
+}  // namespace
+
+worker_actor::behavior_type worker(Self self, std::function<void()> before_step,
+                                   std::string collective_host) {
   self->state.before_step = std::move(before_step);
+  self->state.collective_host = std::move(collective_host);
   return {
       [self](load_atom, const engine::WorkerSpec& spec) -> engine::LoadReport {
-        auto& state = self->state;
-        auto loaded = worker::Worker::load(spec);
-        if (!loaded) {
-          engine::LoadReport failed;
-          failed.failed = true;
-          failed.error = {loaded.error().code, loaded.error().message, true};
-          return failed;
-        }
-        state.worker = std::move(*loaded);
-        state.worker->set_before_step(state.before_step);
-        return state.worker->report();
+        return load(self, spec, nullptr);
+      },
+      [self](load_atom, const engine::WorkerSpec& spec,
+             const GroupJoin& join) -> engine::LoadReport {
+        ActorStore store(self->system(), join.store);
+        worker::GroupLink link;
+        link.store = &store;
+        link.prefix = join.prefix;
+        link.host = self->state.collective_host;
+        link.timeout = std::chrono::milliseconds(join.timeout_ms);
+        return load(self, spec, &link);
       },
       [self](step_atom, const engine::StepWork& work) -> engine::StepOutput {
         if (!self->state.worker) {

@@ -9,9 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "app/commands.hpp"
@@ -26,43 +24,6 @@ using Clock = std::chrono::steady_clock;
 struct Timing {
   double median_ms = 0.0;
   double p90_ms = 0.0;
-};
-
-// The ranks' rendezvous through files in a directory they share (rename makes a value
-// appear whole).
-class FileStore final : public model::RendezvousStore {
- public:
-  explicit FileStore(std::filesystem::path dir) : dir_(std::move(dir)) {}
-
-  Result<void> set(const std::string& key, const std::vector<char>& value) override {
-    const auto path = file(key);
-    const auto partial = path.string() + ".partial-" + std::to_string(::getpid());
-    {
-      std::ofstream out(partial, std::ios::binary);
-      out.write(value.data(), static_cast<std::streamsize>(value.size()));
-      if (!out) return make_error(ErrorCode::io, "cannot write " + partial);
-    }
-    std::filesystem::rename(partial, path);
-    return {};
-  }
-  Result<std::vector<char>> get(const std::string& key,
-                                std::chrono::milliseconds timeout) override {
-    const auto path = file(key);
-    const auto deadline = Clock::now() + timeout;
-    while (!std::filesystem::exists(path)) {
-      if (Clock::now() > deadline) return make_error(ErrorCode::unavailable, "no " + key);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    std::ifstream in(path, std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-  }
-
- private:
-  std::filesystem::path file(std::string key) const {
-    std::replace(key.begin(), key.end(), '/', '_');
-    return dir_ / key;
-  }
-  std::filesystem::path dir_;
 };
 
 // Times all-reduces of each size in turn on one group, as a serving group sees them: its
@@ -125,7 +86,7 @@ void add_bench_allreduce_command(CLI::App& bench) {
     const auto dir =
         std::filesystem::temp_directory_path() / ("troupe-allreduce-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
-    FileStore store(dir);
+    model::FileStore store(dir);
     // Ranks 1.. are children, forked before this process starts any thread.
     std::int32_t rank = 0;
     std::vector<pid_t> children;

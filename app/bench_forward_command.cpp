@@ -1,10 +1,18 @@
 // `troupe bench forward`: prefill and decode throughput of the forward pass
-// alone (no sampling, no scheduling), at several batch sizes.
+// alone (no sampling, no scheduling), at several batch sizes. With
+// --tensor-parallel-size T, the model split over T ranks (one process each, on CPUs;
+// Gloo on loopback) against the whole model on one process with T times the threads,
+// in one run, with the share of each step spent in the all-reduce.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -12,6 +20,9 @@
 #include "app/commands.hpp"
 #include "app/loaded_model.hpp"
 #include "troupe/engine.hpp"
+#include "worker/backend_factory.hpp"
+
+extern char** environ;
 
 namespace troupe::app {
 
@@ -30,20 +41,165 @@ std::vector<std::int32_t> blocks_from(std::int32_t first, std::int32_t count) {
   return table;
 }
 
+struct Options {
+  std::string model, output_json;
+  EngineConfig engine;  // device settings
+  std::int32_t prompt_len = 512, gen_len = 128, block_size = 16, repetitions = 3;
+  std::vector<std::int32_t> batches = {1, 8, 32, 64};
+  std::int32_t tensor_parallel_size = 1;
+  std::int32_t rank = 0;   // a rank's process, spawned by rank 0
+  std::string rendezvous;  // its rendezvous directory
+};
+
+[[noreturn]] void fail(const Error& e) {
+  std::fprintf(stderr, "troupe bench forward: %s\n", e.message.c_str());
+  throw CLI::RuntimeError(1);
+}
+
+struct Measured {
+  double prefill_tokens_per_second = 0.0;
+  double prefill_all_reduce_share = 0.0;
+  struct Decode {
+    std::int32_t batch = 0;
+    double tokens_per_second = 0.0;
+    double ms_per_step = 0.0;
+    double all_reduce_share = 0.0;  // of the step's time, on rank 0
+  };
+  std::vector<Decode> decode;
+};
+
+// Runs the prefill and decode steps on `loaded` (every rank of a group runs the same
+// steps: the tokens come from the same seed).
+Measured measure(model::LoadedModel& loaded, const Options& opts) {
+  const auto& config = loaded.model->config();
+  const std::int32_t bs = opts.block_size;
+  const std::int32_t max_batch = *std::max_element(opts.batches.begin(), opts.batches.end());
+  if (max_batch <= 0) fail(Error{ErrorCode::invalid_argument, "batch sizes must be positive"});
+  const std::int32_t prompt_blocks = (opts.prompt_len + bs - 1) / bs;
+  const std::int32_t gen_blocks = (opts.gen_len + bs - 1) / bs;
+  if (auto kv = loaded.allocate_kv_cache(std::max(prompt_blocks, max_batch * gen_blocks), bs);
+      !kv) {
+    fail(kv.error());
+  }
+  model::Backend& backend = *loaded.backend;
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<TokenId> any_token(0, config.vocab_size - 1);
+  std::vector<float> logits;
+  Measured out;
+
+  // Prefill: one sequence of prompt_len tokens in one step; one warm-up run.
+  std::vector<TokenId> prompt(opts.prompt_len);
+  for (auto& t : prompt) t = any_token(rng);
+  model::StepInput prefill;
+  model::append_sequence(prefill, prompt, 0, blocks_from(0, prompt_blocks), true);
+  std::vector<double> times;
+  double all_reduce = 0.0, total = 0.0;
+  for (int rep = 0; rep <= opts.repetitions; ++rep) {
+    const double before = backend.all_reduce_seconds();
+    const auto start = Clock::now();
+    if (auto r = loaded.model->forward(prefill, logits); !r) fail(r.error());
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (rep == 0) continue;
+    times.push_back(seconds);
+    total += seconds;
+    all_reduce += backend.all_reduce_seconds() - before;
+  }
+  out.prefill_tokens_per_second = opts.prompt_len / median(times);
+  out.prefill_all_reduce_share = all_reduce / total;
+
+  // Decode: `batch` sequences each generate gen_len tokens from an empty context,
+  // one token per sequence per step (as llama-bench's tg).
+  for (const std::int32_t batch : opts.batches) {
+    auto run_steps = [&](std::int32_t num_steps) {
+      for (std::int32_t pos = 0; pos < num_steps; ++pos) {
+        model::StepInput step;
+        for (std::int32_t s = 0; s < batch; ++s) {
+          const TokenId token = any_token(rng);
+          model::append_sequence(step, std::span(&token, 1), pos,
+                                 blocks_from(s * gen_blocks, gen_blocks), true);
+        }
+        if (auto r = loaded.model->forward(step, logits); !r) fail(r.error());
+      }
+    };
+    run_steps(std::min(opts.gen_len, 4));  // warm-up
+    const double before = backend.all_reduce_seconds();
+    const auto start = Clock::now();
+    run_steps(opts.gen_len);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    out.decode.push_back({batch, static_cast<double>(batch) * opts.gen_len / seconds,
+                          1000.0 * seconds / opts.gen_len,
+                          (backend.all_reduce_seconds() - before) / seconds});
+  }
+  return out;
+}
+
+void print(const Measured& m, const Options& opts, bool split) {
+  std::printf("prefill  %5d tokens          %10.1f tokens/s", opts.prompt_len,
+              m.prefill_tokens_per_second);
+  if (split) std::printf("  (all-reduce %4.1f%%)", 100.0 * m.prefill_all_reduce_share);
+  std::printf("\n");
+  for (const auto& d : m.decode) {
+    std::printf("decode   batch %3d x %4d     %10.1f tokens/s  (%.2f ms/step", d.batch,
+                opts.gen_len, d.tokens_per_second, d.ms_per_step);
+    if (split) std::printf(", all-reduce %4.1f%%", 100.0 * d.all_reduce_share);
+    std::printf(")\n");
+  }
+  std::fflush(stdout);
+}
+
+// This process's command line, to start the other ranks with.
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
+}
+
+// Starts ranks 1.. as processes of this binary, each told its rank and the rendezvous.
+std::vector<pid_t> spawn_ranks(const Options& opts, const std::string& dir) {
+  std::vector<pid_t> ranks;
+  const auto base = own_arguments();
+  for (std::int32_t r = 1; r < opts.tensor_parallel_size; ++r) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--tp-rank", std::to_string(r), "--tp-rendezvous", dir});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+      for (const pid_t p : ranks) ::kill(p, SIGKILL);
+      fail(Error{ErrorCode::io, "cannot start the process of rank " + std::to_string(r)});
+    }
+    ranks.push_back(pid);
+  }
+  return ranks;
+}
+
+// This process's rank of the group, loaded and joined.
+Result<model::LoadedModel> open_rank(const Options& opts, std::int32_t max_model_len,
+                                     model::RendezvousStore& store) {
+  std::string path = opts.model;
+  if (path.empty()) path = builtin_model_path();
+  auto spec = worker::spec_for(opts.engine, path, max_model_len);
+  spec.rank = opts.rank;
+  spec.world_size = opts.tensor_parallel_size;
+  worker::GroupLink link;
+  link.store = &store;
+  link.prefix = "bench";
+  link.timeout = std::chrono::minutes(2);
+  return worker::open_model(spec, &link);
+}
+
 }  // namespace
 
 void add_bench_forward_command(CLI::App& bench) {
-  struct Options {
-    std::string model, output_json;
-    EngineConfig engine;  // device settings
-    std::int32_t prompt_len = 512, gen_len = 128, block_size = 16, repetitions = 3;
-    std::vector<std::int32_t> batches = {1, 8, 32, 64};
-  };
   auto opts = std::make_shared<Options>();
   auto* cmd =
       bench.add_subcommand("forward", "prefill and batched decode tokens/s of the forward pass");
   cmd->add_option("--model,-m", opts->model, "GGUF model (default: the built-in random model)");
-  cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)");
+  cmd->add_option("--threads,-t", opts->engine.num_threads,
+                  "compute threads (0: all cores); per rank when split");
   add_device_options(cmd, opts->engine);
   cmd->add_option("--prompt-len", opts->prompt_len, "prefill length")->check(CLI::PositiveNumber);
   cmd->add_option("--gen-len", opts->gen_len, "decode steps per batch size")
@@ -52,81 +208,86 @@ void add_bench_forward_command(CLI::App& bench) {
   cmd->add_option("--repetitions", opts->repetitions, "prefill runs (the median is reported)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--block-size", opts->block_size, "KV block size")->check(CLI::Range(1, 1024));
+  cmd->add_option("--tensor-parallel-size,--tp", opts->tensor_parallel_size,
+                  "split the model over this many CPU ranks (a process each), and compare with "
+                  "the whole model on one process with as many threads in all")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--tp-rank", opts->rank, "(internal) this process's rank")->group("");
+  cmd->add_option("--tp-rendezvous", opts->rendezvous, "(internal) the ranks' directory")
+      ->group("");
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {
-    auto fail = [](const Error& e) {
-      std::fprintf(stderr, "troupe bench forward: %s\n", e.message.c_str());
-      throw CLI::RuntimeError(1);
-    };
     // Decode steps replay CUDA graphs up to the longest sequence the run makes.
-    auto loaded =
-        open_model(opts->model, opts->engine, std::max(opts->prompt_len, opts->gen_len) + 1);
+    const std::int32_t max_model_len = std::max(opts->prompt_len, opts->gen_len) + 1;
+    const std::int32_t tp = opts->tensor_parallel_size;
+    if (opts->rank > 0) {  // one of the group's other ranks: same steps, no output
+      model::FileStore store(opts->rendezvous);
+      auto loaded = open_rank(*opts, max_model_len, store);
+      if (!loaded) fail(loaded.error());
+      measure(*loaded, *opts);
+      return;
+    }
+    if (tp > 1 && opts->engine.device != Device::cpu) {
+      fail(Error{ErrorCode::unsupported, "--tensor-parallel-size runs on CPU ranks only"});
+    }
+    // The whole model first: on one process, with the threads of all the ranks.
+    Options whole = *opts;
+    if (tp > 1) whole.engine.num_threads = std::max(1, opts->engine.num_threads) * tp;
+    auto loaded = open_model(whole.model, whole.engine, max_model_len);
     if (!loaded) fail(loaded.error());
-    const auto& config = loaded->model->config();
-    const std::int32_t bs = opts->block_size;
-    const std::int32_t max_batch = *std::max_element(opts->batches.begin(), opts->batches.end());
-    if (max_batch <= 0) fail(Error{ErrorCode::invalid_argument, "batch sizes must be positive"});
-    const std::int32_t prompt_blocks = (opts->prompt_len + bs - 1) / bs;
-    const std::int32_t gen_blocks = (opts->gen_len + bs - 1) / bs;
-    if (auto kv = loaded->allocate_kv_cache(std::max(prompt_blocks, max_batch * gen_blocks), bs);
-        !kv) {
-      fail(kv.error());
-    }
-    std::mt19937 rng(42);
-    std::uniform_int_distribution<TokenId> any_token(0, config.vocab_size - 1);
-    std::vector<float> logits;
-
-    // Prefill: one sequence of prompt_len tokens in one step; one warm-up run.
-    std::vector<TokenId> prompt(opts->prompt_len);
-    for (auto& t : prompt) t = any_token(rng);
-    model::StepInput prefill;
-    model::append_sequence(prefill, prompt, 0, blocks_from(0, prompt_blocks), true);
-    std::vector<double> times;
-    for (int rep = 0; rep <= opts->repetitions; ++rep) {
-      const auto start = Clock::now();
-      if (auto r = loaded->model->forward(prefill, logits); !r) fail(r.error());
-      if (rep > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    const double prefill_tps = opts->prompt_len / median(times);
-    std::fprintf(stderr, "model %s: %s, %s\n", loaded->path.c_str(), config.architecture.c_str(),
-                 loaded->backend->describe().c_str());
-    std::printf("prefill  %5d tokens          %10.1f tokens/s\n", opts->prompt_len, prefill_tps);
-
-    // Decode: `batch` sequences each generate gen_len tokens from an empty context,
-    // one token per sequence per step (as llama-bench's tg).
-    std::vector<std::pair<std::int32_t, double>> decode;
-    for (const std::int32_t batch : opts->batches) {
-      auto run_steps = [&](std::int32_t num_steps) {
-        for (std::int32_t pos = 0; pos < num_steps; ++pos) {
-          model::StepInput step;
-          for (std::int32_t s = 0; s < batch; ++s) {
-            const TokenId token = any_token(rng);
-            model::append_sequence(step, std::span(&token, 1), pos,
-                                   blocks_from(s * gen_blocks, gen_blocks), true);
-          }
-          if (auto r = loaded->model->forward(step, logits); !r) fail(r.error());
-        }
-      };
-      run_steps(std::min(opts->gen_len, 4));  // warm-up
-      const auto start = Clock::now();
-      run_steps(opts->gen_len);
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      const double tps = static_cast<double>(batch) * opts->gen_len / seconds;
-      decode.emplace_back(batch, tps);
-      std::printf("decode   batch %3d x %4d     %10.1f tokens/s  (%.2f ms/step)\n", batch,
-                  opts->gen_len, tps, 1000.0 * seconds / opts->gen_len);
+    std::fprintf(stderr, "model %s: %s, %s\n", loaded->path.c_str(),
+                 loaded->model->config().architecture.c_str(), loaded->backend->describe().c_str());
+    if (tp > 1) std::printf("whole model, one process, %d threads\n", whole.engine.num_threads);
+    const std::string backend_name = loaded->backend->describe();
+    const std::string model_path = loaded->path;
+    const Measured one = measure(*loaded, whole);
+    print(one, *opts, false);
+    loaded = Result<model::LoadedModel>(model::LoadedModel{});  // its memory, before the ranks
+    Measured split;
+    if (tp > 1) {
+      const auto dir = std::filesystem::temp_directory_path() /
+                       ("troupe-bench-tp-" + std::to_string(::getpid()));
+      std::filesystem::create_directories(dir);
+      const auto ranks = spawn_ranks(*opts, dir.string());
+      model::FileStore store(dir);
+      auto rank0 = open_rank(*opts, max_model_len, store);
+      if (!rank0) {
+        for (const pid_t p : ranks) ::kill(p, SIGKILL);
+        fail(rank0.error());
+      }
+      std::printf("split over %d ranks, a process each, %d thread(s) per rank\n", tp,
+                  std::max(1, opts->engine.num_threads));
+      split = measure(*rank0, *opts);
+      print(split, *opts, true);
+      for (const pid_t p : ranks) ::waitpid(p, nullptr, 0);
+      std::filesystem::remove_all(dir);
+      std::printf("split / whole: prefill %.2fx",
+                  split.prefill_tokens_per_second / one.prefill_tokens_per_second);
+      for (std::size_t i = 0; i < one.decode.size(); ++i) {
+        std::printf(", decode batch %d %.2fx", one.decode[i].batch,
+                    split.decode[i].tokens_per_second / one.decode[i].tokens_per_second);
+      }
+      std::printf("\n");
     }
 
     if (!opts->output_json.empty()) {
       boost::json::object json;
-      json["model"] = loaded->path;
-      json["backend"] = loaded->backend->describe();
+      json["model"] = model_path;
+      json["backend"] = backend_name;
       json["prompt_len"] = opts->prompt_len;
       json["gen_len"] = opts->gen_len;
-      json["prefill_tokens_per_second"] = prefill_tps;
-      boost::json::object per_batch;  // keyed by the batch size
-      for (const auto& [batch, tps] : decode) per_batch[std::to_string(batch)] = tps;
-      json["decode_tokens_per_second"] = std::move(per_batch);
+      json["tensor_parallel_size"] = tp;
+      auto write = [](const Measured& m) {
+        boost::json::object o;
+        o["prefill_tokens_per_second"] = m.prefill_tokens_per_second;
+        boost::json::object per_batch;  // keyed by the batch size
+        for (const auto& d : m.decode) per_batch[std::to_string(d.batch)] = d.tokens_per_second;
+        o["decode_tokens_per_second"] = std::move(per_batch);
+        return o;
+      };
+      const boost::json::object whole_json = write(one);
+      for (const auto& [key, value] : whole_json) json[key] = value;
+      if (tp > 1) json["split"] = write(split);
       std::ofstream out(opts->output_json);
       out << boost::json::serialize(json) << '\n';
       if (!out) fail(Error{ErrorCode::io, "cannot write " + opts->output_json});

@@ -41,6 +41,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_flag("--no-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
   cmd->add_option("--threads,-t", r.engine.num_threads, "compute threads (0: all cores)");
   add_device_options(cmd, r.engine);
+  add_tensor_parallel_options(cmd, r.engine);
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {
     auto& run = opts->run;

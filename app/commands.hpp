@@ -15,6 +15,8 @@ namespace troupe::app {
 
 // --device, --gpu-memory-utilization and --enforce-eager, on any command that runs an engine.
 void add_device_options(CLI::App* cmd, EngineConfig& engine);
+// --tensor-parallel-size and --collective-timeout.
+void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine);
 // --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca, on the head and on a node.
 void add_cluster_tls_options(CLI::App* cmd, std::string& certificate, std::string& key,
                              std::string& ca);

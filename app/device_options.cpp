@@ -17,6 +17,24 @@ void add_device_options(CLI::App* cmd, EngineConfig& engine) {
                 "cuda: run every step eagerly (no CUDA graphs)");
 }
 
+void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine) {
+  cmd->add_option("--tensor-parallel-size,--tp", engine.tensor_parallel_size,
+                  "split each replica's model over this many ranks (CPU: all-reducing over "
+                  "Gloo), a worker each: threads here, or workers on the cluster's nodes")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option(
+         "--collective-timeout",
+         [&engine](const CLI::results_t& r) {
+           engine.collective_timeout =
+               std::chrono::milliseconds(static_cast<std::int64_t>(std::stod(r.front()) * 1000.0));
+           return true;
+         },
+         "seconds a tensor-parallel rendezvous or all-reduce may take before its group counts "
+         "as lost (default 30)")
+      ->type_name("SECONDS")
+      ->check(CLI::PositiveNumber);
+}
+
 void add_cluster_tls_options(CLI::App* cmd, std::string& certificate, std::string& key,
                              std::string& ca) {
   cmd->add_option("--cluster-tls-cert", certificate,

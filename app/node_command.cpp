@@ -28,6 +28,9 @@ void add_node_command(CLI::App& app) {
                   "the token the head printed (or was given); also $TROUPE_CLUSTER_TOKEN")
       ->envname("TROUPE_CLUSTER_TOKEN");
   cmd->add_option("--name", opts->node.name, "this node's name (default: host name and pid)");
+  cmd->add_option("--collective-host", opts->node.collective_host,
+                  "the address other nodes' tensor-parallel ranks reach this node's on "
+                  "(default: this machine's address on the route to the head)");
   cmd->add_option("--threads,-t", opts->node.num_threads,
                   "compute threads for a worker here (0: all cores)");
   cmd->add_option("--device", opts->node.device, "cpu or cuda")

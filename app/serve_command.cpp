@@ -72,6 +72,7 @@ void add_serve_command(CLI::App& app) {
                   "which replica takes a request: prefix, least-loaded or round-robin")
       ->check(CLI::IsMember({"prefix", "least-loaded", "round-robin"}));
   add_device_options(cmd, opts->engine);
+  add_tensor_parallel_options(cmd, opts->engine);
   cmd->add_option("--cluster-port", opts->cluster.port,
                   "be a cluster's head: nodes join here, and each replica's worker runs on one "
                   "(0: any free port)");

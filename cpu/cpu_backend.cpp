@@ -1,6 +1,7 @@
 #include "cpu/cpu_backend.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -123,7 +124,10 @@ Result<void> CpuBackend::join_group(std::shared_ptr<model::Communicator> group) 
 void CpuBackend::all_reduce(Tensor x) {
   TROUPE_ASSERT(group_ != nullptr, "all_reduce on a backend that joined no group");
   if (step_error_) return;  // the group is broken: the step fails at end_step
+  const auto start = std::chrono::steady_clock::now();
   auto summed = group_->all_reduce_sum({x.data, static_cast<std::size_t>(x.rows * x.cols)});
+  all_reduce_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!summed) step_error_ = summed.error();
 }
 

@@ -43,6 +43,7 @@ class CpuBackend final : public model::Backend {
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
   Result<void> join_group(std::shared_ptr<model::Communicator> group) override;
   void all_reduce(model::Tensor x) override;
+  double all_reduce_seconds() const override { return all_reduce_seconds_; }
 
  private:
   // One KV head's part of a block: keys [head_dim][block_size] (transposed),
@@ -61,6 +62,7 @@ class CpuBackend final : public model::Backend {
   std::vector<float> xd_;
   std::shared_ptr<model::Communicator> group_;
   std::optional<Error> step_error_;  // the step's first failed collective
+  double all_reduce_seconds_ = 0.0;
 };
 
 }  // namespace troupe::cpu

@@ -56,6 +56,7 @@ struct LoadReport {
   std::int32_t vocab_size = 0;
   bool failed = false;  // the model could not be loaded: why is in `error`
   WorkerError error;
+  std::int32_t failed_rank = -1;  // a tensor-parallel group's rank that could not load
 
   bool operator==(const LoadReport&) const = default;
 };

@@ -144,6 +144,8 @@ class Backend {
     (void)x;
     TROUPE_ASSERT(false, "all_reduce on a backend that joined no group");
   }
+  // Seconds spent in all_reduce so far (the benchmark's share of a step).
+  virtual double all_reduce_seconds() const { return 0.0; }
 
   // --- sampling on the device (optional) ---
   // Whether sample() works; if not, the runner reads logits back and samples on the host.

@@ -1,12 +1,13 @@
 // What the ranks of a tensor-parallel group share: a communicator that sums a buffer
 // over the group, and the key-value store the ranks meet through to connect. The CPU
 // implementation is Gloo (cpu/gloo_communicator); the store is a map in one process
-// (InProcessStore) or the head's actors across processes (actors/).
+// (InProcessStore), files (FileStore) or the head's actors across processes (actors/).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <span>
@@ -42,6 +43,20 @@ class RendezvousStore {
   // Waits until `key` is set, or fails after `timeout`.
   virtual Result<std::vector<char>> get(const std::string& key,
                                         std::chrono::milliseconds timeout) = 0;
+};
+
+// The store for ranks that are processes of one machine (the benchmarks): a file per key
+// in a directory they share.
+class FileStore final : public RendezvousStore {
+ public:
+  explicit FileStore(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+  Result<void> set(const std::string& key, const std::vector<char>& value) override;
+  Result<std::vector<char>> get(const std::string& key, std::chrono::milliseconds timeout) override;
+
+ private:
+  std::filesystem::path file(std::string key) const;
+  std::filesystem::path dir_;
 };
 
 // The store for ranks in one process (tests, benchmarks).

@@ -43,6 +43,20 @@ std::string file_fingerprint(const gguf::GgufFile& file) {
   return text;
 }
 
+LoadedModel& LoadedModel::operator=(LoadedModel&& other) noexcept {
+  if (this == &other) return *this;
+  model.reset();
+  backend.reset();
+  path = std::move(other.path);
+  file = std::move(other.file);
+  tokenizer = std::move(other.tokenizer);
+  config = std::move(other.config);
+  chat_template = std::move(other.chat_template);
+  backend = std::move(other.backend);
+  model = std::move(other.model);
+  return *this;
+}
+
 Result<LoadedModel> LoadedModel::open(const std::string& path) {
   LoadedModel m;
   m.path = path;

@@ -25,6 +25,12 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;  // with the weights: the backend they live on
   std::unique_ptr<LlamaModel> model;
 
+  LoadedModel() = default;
+  LoadedModel(LoadedModel&&) noexcept = default;
+  // The old model goes before the old backend it lives on (a member-wise move would
+  // replace the backend first).
+  LoadedModel& operator=(LoadedModel&& other) noexcept;
+
   // Opens and checks a model file; no weights are loaded.
   static Result<LoadedModel> open(const std::string& path);
   // Opens a model file and loads its weights on `backend`.

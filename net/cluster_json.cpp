@@ -37,6 +37,9 @@ std::string cluster_json(const std::vector<NodeStatus>& nodes,
                                         {"memory_bytes", n.memory_bytes},
                                         {"gpus", gpus_of(n)},
                                         {"replica", n.replica},
+                                        {"ranks", n.num_ranks},
+                                        {"slots", n.num_slots},
+                                        {"collective_host", n.collective_host},
                                         {"unfit", n.unfit}});
   }
   json::array replica_list;

@@ -4,6 +4,7 @@
 // cross the network (both ends register them: add_cluster_types).
 #pragma once
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <cstdint>
 #include <string>
@@ -31,6 +32,16 @@ struct NodeInfo {
   std::vector<std::string> gpu_names;
   std::vector<std::int64_t> gpu_memory_bytes;
   std::int32_t num_threads = 0;  // compute threads a worker there gets (0: all cores)
+  std::string collective_host;   // where other nodes' ranks of a group reach its ranks
+
+  // How many workers (ranks) it can hold: one per GPU; on CPUs, as many as its cores
+  // give threads (a worker with all the cores fills it).
+  std::int32_t num_slots() const {
+    if (device == "cuda")
+      return std::max<std::int32_t>(1, static_cast<std::int32_t>(gpu_names.size()));
+    if (num_threads <= 0) return 1;
+    return std::max<std::int32_t>(1, num_cores / num_threads);
+  }
 };
 
 struct JoinReply {
@@ -42,22 +53,25 @@ struct JoinReply {
 struct NodeView {
   NodeInfo info;  // without the token
   std::string address;
-  std::int32_t replica = -1;  // the replica whose worker runs there (-1: none)
-  std::string unfit;          // why no worker is placed there (empty: it is fit)
+  std::int32_t replica = -1;           // the (first) replica whose worker runs there (-1: none)
+  std::string unfit;                   // why no worker is placed there (empty: it is fit)
+  std::vector<std::int32_t> replicas;  // the replica of each worker (rank) it holds
+  std::int32_t slots = 1;              // how many it can hold
 };
 
-// A worker placed on a node for a replica.
+// The workers placed for a replica: one, or a tensor-parallel group's ranks in order.
 struct Placement {
-  worker_actor worker;
-  std::string node;  // its name
+  std::vector<worker_actor> workers;
+  std::vector<std::string> nodes;  // each one's node (by name)
 };
 
 // The head's registry: nodes join it, and replicas are placed through it.
 using registry_actor = caf::typed_actor<
     // A node joins (with its keeper, whose loss is the node's); refused without the token.
     caf::replies_to<join_atom, NodeInfo, caf::actor>::with<JoinReply>,
-    // A worker for this replica on a node holding none; answered once one can be placed.
-    caf::replies_to<place_atom, std::int32_t>::with<Placement>,
+    // Workers for this replica's ranks (one node for all of them when one has the room,
+    // as vLLM places a group; else spread); answered once they can be placed.
+    caf::replies_to<place_atom, std::int32_t, std::int32_t>::with<Placement>,
     // The nodes that have joined.
     caf::replies_to<nodes_atom>::with<std::vector<NodeView>>,
     // A node whose worker could not load (another model file, too little memory): no
@@ -67,7 +81,7 @@ using registry_actor = caf::typed_actor<
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeInfo& x) {
   return f(caf::meta::type_name("troupe.NodeInfo"), x.name, x.token, x.num_cores, x.memory_bytes,
-           x.device, x.gpu_names, x.gpu_memory_bytes, x.num_threads);
+           x.device, x.gpu_names, x.gpu_memory_bytes, x.num_threads, x.collective_host);
 }
 
 template <class Inspector>
@@ -77,12 +91,13 @@ typename Inspector::result_type inspect(Inspector& f, JoinReply& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeView& x) {
-  return f(caf::meta::type_name("troupe.NodeView"), x.info, x.address, x.replica, x.unfit);
+  return f(caf::meta::type_name("troupe.NodeView"), x.info, x.address, x.replica, x.unfit,
+           x.replicas, x.slots);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Placement& x) {
-  return f(caf::meta::type_name("troupe.Placement"), x.worker, x.node);
+  return f(caf::meta::type_name("troupe.Placement"), x.workers, x.nodes);
 }
 
 // Registers the cluster's messages (and the worker's handle type) on a head or a node.

@@ -1,5 +1,8 @@
 #include "actors/cluster/node.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <caf/io/all.hpp>
@@ -48,23 +51,55 @@ struct NodeWorkerState {
   static inline const char* name = "troupe.node_worker";
 };
 
+// The node's settings applied to the head's spec: they win.
+void apply_settings(const NodeSettings& settings, engine::WorkerSpec& spec) {
+  spec.num_threads = settings.num_threads;
+  spec.device = settings.device == "cuda" ? engine::WorkerDevice::cuda : engine::WorkerDevice::cpu;
+  if (settings.kv_cache_gb > 0 && spec.num_kv_blocks == 0) {
+    spec.kv_cache_bytes = static_cast<std::int64_t>(settings.kv_cache_gb * (1 << 30));
+  }
+  if (!settings.model_path.empty()) spec.model_path = settings.model_path;
+}
+
+// This machine's address on the route to `host` (no packet is sent: a UDP socket's
+// connect only picks the route), or 127.0.0.1.
+std::string address_toward(const std::string& host, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+    return "127.0.0.1";
+  }
+  std::string address = "127.0.0.1";
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t length = sizeof(local);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+    char text[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)) != nullptr) address = text;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return address;
+}
+
 // What the head spawns: a remotely spawned actor cannot be detached (CAF 0.17), so it
 // hands every message to a detached worker, which answers the head directly. The
 // node's own settings (threads, device, KV memory, model path) win over the head's.
 worker_actor::behavior_type node_worker(worker_actor::stateful_pointer<NodeWorkerState> self,
                                         const NodeSettings& settings) {
-  self->state.inner =
-      self->spawn<caf::detached + caf::linked>(actors::worker, std::function<void()>{});
+  self->state.inner = self->spawn<caf::detached + caf::linked>(
+      actors::worker, std::function<void()>{}, settings.collective_host);
   return {
       [self, settings](load_atom load, engine::WorkerSpec& spec) {
-        spec.num_threads = settings.num_threads;
-        spec.device =
-            settings.device == "cuda" ? engine::WorkerDevice::cuda : engine::WorkerDevice::cpu;
-        if (settings.kv_cache_gb > 0 && spec.num_kv_blocks == 0) {
-          spec.kv_cache_bytes = static_cast<std::int64_t>(settings.kv_cache_gb * (1 << 30));
-        }
-        if (!settings.model_path.empty()) spec.model_path = settings.model_path;
+        apply_settings(settings, spec);
         return self->delegate(self->state.inner, load, std::move(spec));
+      },
+      [self, settings](load_atom load, engine::WorkerSpec& spec, GroupJoin& join) {
+        apply_settings(settings, spec);
+        return self->delegate(self->state.inner, load, std::move(spec), std::move(join));
       },
       [self](step_atom step, engine::StepWork& work) {
         return self->delegate(self->state.inner, step, std::move(work));
@@ -86,6 +121,7 @@ NodeInfo describe_node(const NodeSettings& settings) {
       static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
   info.device = settings.device;
   info.num_threads = settings.num_threads;
+  info.collective_host = settings.collective_host;
   for (const auto& gpu : worker::list_gpus()) {
     if (settings.num_gpus >= 0 &&
         static_cast<std::int32_t>(info.gpu_names.size()) >= settings.num_gpus) {
@@ -106,7 +142,11 @@ void sleep_unless_stopped(std::chrono::milliseconds total, const std::atomic<boo
 
 }  // namespace
 
-int run_node(const NodeSettings& settings, const std::atomic<bool>& stop) {
+int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
+  NodeSettings settings = given;
+  if (settings.collective_host.empty()) {
+    settings.collective_host = address_toward(settings.head_host, settings.head_port);
+  }
   auto spawned = std::make_shared<SpawnedWorkers>();
   caf::actor_system_config config;
   config.set("scheduler.policy", caf::atom("sharing"));

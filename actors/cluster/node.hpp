@@ -20,7 +20,10 @@ struct NodeSettings {
   std::int32_t num_gpus = -1;    // GPUs it announces (-1: every one it has)
   double kv_cache_gb = 0.0;      // 0: what the head asks for
   std::string model_path;        // empty: the head's path
-  std::string tls_certificate;   // mutual TLS with the head: all three or none
+  // Where other nodes' ranks of a tensor-parallel group reach this node's (empty: its
+  // address on the route to the head).
+  std::string collective_host;
+  std::string tls_certificate;  // mutual TLS with the head: all three or none
   std::string tls_key;
   std::string tls_ca;
 };

@@ -26,29 +26,65 @@ bool from_here(Self self) {
   return sender != nullptr && sender->node() == self->node();
 }
 
-// Places waiting replicas on free nodes, in the order they asked.
+// Where a replica's `ranks` workers go: nodes hold one replica's workers at most (as
+// before groups: replicas never share a node's cores or GPUs). All ranks on the free node
+// with the most slots when it has room for them, else over the free nodes with the most
+// slots first; empty when the free nodes have too little room.
+std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryState::Node>& nodes,
+                                       std::int32_t ranks) {
+  std::vector<std::pair<caf::node_id, std::int32_t>> free;  // node, its slots
+  for (const auto& [id, node] : nodes) {
+    if (node.replicas.empty() && node.unfit.empty()) free.emplace_back(id, node.info.num_slots());
+  }
+  std::stable_sort(free.begin(), free.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<caf::node_id> chosen;
+  for (const auto& [id, slots] : free) {
+    const auto needed = ranks - static_cast<std::int32_t>(chosen.size());
+    chosen.insert(chosen.end(), static_cast<std::size_t>(std::min(slots, needed)), id);
+    if (static_cast<std::int32_t>(chosen.size()) == ranks) return chosen;
+  }
+  return {};
+}
+
+// Places waiting replicas on nodes with room, in the order they asked.
 void place_waiting(Self self) {
   auto& state = self->state;
   while (!state.waiting.empty()) {
-    auto node = std::find_if(state.nodes.begin(), state.nodes.end(), [](const auto& n) {
-      return n.second.replica < 0 && n.second.unfit.empty();
-    });
-    if (node == state.nodes.end()) return;
+    const std::int32_t ranks = state.waiting.front().ranks;
+    const auto chosen = choose_nodes(state.nodes, ranks);
+    if (chosen.empty()) return;
     auto& mm = self->home_system().middleman();
-    auto worker =
-        mm.remote_spawn<worker_actor>(node->first, kWorkerType, caf::make_message(), kSpawnTimeout);
-    if (!worker) {
-      std::fprintf(stderr, "troupe: cannot spawn a worker on node %s (%s); it leaves the cluster\n",
-                   node->second.info.name.c_str(), self->system().render(worker.error()).c_str());
-      state.nodes.erase(node);
+    Placement placement;
+    bool lost_node = false;
+    for (const caf::node_id& id : chosen) {
+      auto worker =
+          mm.remote_spawn<worker_actor>(id, kWorkerType, caf::make_message(), kSpawnTimeout);
+      auto node = state.nodes.find(id);
+      if (!worker) {
+        std::fprintf(stderr,
+                     "troupe: cannot spawn a worker on node %s (%s); it leaves the cluster\n",
+                     node->second.info.name.c_str(), self->system().render(worker.error()).c_str());
+        state.nodes.erase(node);
+        lost_node = true;
+        break;
+      }
+      placement.workers.push_back(std::move(*worker));
+      placement.nodes.push_back(node->second.info.name);
+    }
+    if (lost_node) {
+      // The ranks spawned so far go; the placement is chosen again without that node.
+      for (const auto& w : placement.workers) caf::anon_send_exit(w, caf::exit_reason::kill);
       continue;
     }
     RegistryState::Waiting w = std::move(state.waiting.front());
     state.waiting.pop_front();
-    node->second.replica = w.replica;
-    std::fprintf(stderr, "troupe: replica %d placed on node %s\n", w.replica,
-                 node->second.info.name.c_str());
-    w.promise.deliver(Placement{std::move(*worker), node->second.info.name});
+    for (const caf::node_id& id : chosen) state.nodes[id].replicas.push_back(w.replica);
+    std::string where;
+    for (const auto& n : placement.nodes) where += (where.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "troupe: replica %d placed on node%s %s\n", w.replica,
+                 placement.nodes.size() > 1 ? "s" : "", where.c_str());
+    w.promise.deliver(std::move(placement));
   }
 }
 
@@ -94,22 +130,21 @@ registry_actor::behavior_type registry(Self self, std::string token,
           self->demonitor(old->second.keeper.address());
         }
         self->monitor(keeper);
-        state.nodes[from] = {info, std::move(keeper), -1, {}};
+        state.nodes[from] = {info, std::move(keeper), {}, {}};
         if (state.metrics) state.metrics->record_node_join(state.nodes.size());
         std::fprintf(stderr, "troupe: node %s joined (%s); %zu node(s)\n", info.name.c_str(),
                      describe(info).c_str(), state.nodes.size());
         place_waiting(self);
         return {true, "welcome, " + info.name};
       },
-      [self](place_atom, std::int32_t replica) -> caf::result<Placement> {
+      [self](place_atom, std::int32_t replica, std::int32_t ranks) -> caf::result<Placement> {
         if (!from_here(self)) return caf::sec::request_receiver_down;
+        if (ranks < 1) return caf::sec::invalid_argument;
         auto& state = self->state;
-        // A replica asks again when it lost its worker: its old node is free again.
-        for (auto& [id, node] : state.nodes) {
-          if (node.replica == replica) node.replica = -1;
-        }
+        // A replica asks again when it lost its workers: their slots are free again.
+        for (auto& [id, node] : state.nodes) std::erase(node.replicas, replica);
         auto promise = self->make_response_promise<Placement>();
-        state.waiting.push_back({replica, promise});
+        state.waiting.push_back({replica, ranks, promise});
         place_waiting(self);
         return promise;
       },
@@ -117,7 +152,9 @@ registry_actor::behavior_type registry(Self self, std::string token,
         if (!from_here(self)) return caf::sec::request_receiver_down;
         std::vector<NodeView> out;
         for (const auto& [id, node] : self->state.nodes) {
-          out.push_back({node.info, to_string(id), node.replica, node.unfit});
+          out.push_back({node.info, to_string(id),
+                         node.replicas.empty() ? -1 : node.replicas.front(), node.unfit,
+                         node.replicas, node.info.num_slots()});
         }
         return out;
       },
@@ -126,7 +163,6 @@ registry_actor::behavior_type registry(Self self, std::string token,
         for (auto& [id, node] : self->state.nodes) {
           if (node.info.name != name) continue;
           node.unfit = why;
-          node.replica = -1;
           std::fprintf(stderr, "troupe: no replica is placed on node %s again: %s\n", name.c_str(),
                        why.c_str());
         }

@@ -1,7 +1,10 @@
 // The head's registry: the nodes that joined with the cluster token, and the
-// placement of replicas' workers on them (one replica per node). It spawns a worker
-// on a node by name (CAF's remote spawn, which blocks: the registry runs detached).
-// A placement that finds no free node waits until one joins.
+// placement of replicas' workers on them. A node holds one replica's workers: one, or
+// up to its slots (NodeInfo::num_slots) of a tensor-parallel group's ranks; a group
+// stays on one node when one has room for all its ranks (vLLM's rule), else spreads over
+// several. It spawns a worker on a node by name (CAF's remote spawn, which blocks: the
+// registry runs detached). A placement that finds no room waits until a node joins or
+// frees its slots.
 #pragma once
 
 #include <caf/all.hpp>
@@ -17,12 +20,13 @@ namespace troupe::actors::cluster {
 struct RegistryState {
   struct Node {
     NodeInfo info;
-    caf::actor keeper;  // its loss is the node's
-    std::int32_t replica = -1;
-    std::string unfit;  // why no worker is placed there
+    caf::actor keeper;                   // its loss is the node's
+    std::vector<std::int32_t> replicas;  // the replica of each worker it holds (all one)
+    std::string unfit;                   // why no worker is placed there
   };
   struct Waiting {
     std::int32_t replica = 0;
+    std::int32_t ranks = 1;
     caf::typed_response_promise<Placement> promise;
   };
   std::string token;

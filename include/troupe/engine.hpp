@@ -79,6 +79,13 @@ struct EngineConfig {
   // and KV cache, behind a router. Local replicas share num_threads between them.
   std::int32_t data_parallel_size = 1;
   RoutingPolicy routing = RoutingPolicy::prefix;
+  // Tensor parallelism: each replica's model split over this many ranks (Megatron-style;
+  // vLLM's --tensor-parallel-size), each a worker: threads of this process, or workers on
+  // nodes (one node for a group when it has the room). CPU ranks all-reduce over Gloo.
+  // A rank lost ends its group's requests as a lost node does, and the group is placed
+  // again; a collective that does not finish within collective_timeout is such a loss.
+  std::int32_t tensor_parallel_size = 1;
+  std::chrono::milliseconds collective_timeout{30000};
   // Set: this engine is a cluster's head and its replicas' workers run on nodes.
   std::optional<ClusterConfig> cluster;
 };
@@ -160,8 +167,11 @@ struct NodeStatus {
   std::int64_t memory_bytes = 0;
   std::vector<std::string> gpu_names;
   std::vector<std::int64_t> gpu_memory_bytes;
-  std::int32_t replica = -1;  // the replica whose worker it runs (-1: none)
-  std::string unfit;          // why no replica is placed there (empty: none)
+  std::int32_t replica = -1;    // the replica whose worker(s) it runs (-1: none)
+  std::string unfit;            // why no replica is placed there (empty: none)
+  std::int32_t num_ranks = 0;   // workers (a group's ranks) it runs
+  std::int32_t num_slots = 1;   // workers it can run
+  std::string collective_host;  // where other nodes' ranks reach its ranks
 };
 
 class Engine {

@@ -1,0 +1,41 @@
+// A tensor-parallel group: one replica's worker made of several ranks' workers, in this
+// process or on nodes. To its scheduler it is a worker (worker_actor): it loads every
+// rank with its shard, sends each step to every rank and answers rank 0's tokens once
+// all are done. To its ranks it is the rendezvous store they connect through. A group
+// fails as a whole: a rank that goes ends it (and its other ranks with it); a rank's
+// failed step is fatal, and its scheduler replaces the group.
+#pragma once
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+
+namespace troupe::actors::cluster {
+
+using group_actor = worker_actor::extend_with<rendezvous_actor>;
+
+struct GroupState {
+  std::vector<worker_actor> ranks;
+  std::vector<std::string> nodes;  // each rank's node, for people (empty: this process)
+  std::chrono::milliseconds collective_timeout{30000};
+  std::map<std::string, std::string> store;  // the ranks' rendezvous
+  std::multimap<std::string, caf::typed_response_promise<std::string>> waiting;
+  static inline const char* name = "troupe.group";
+};
+
+group_actor::behavior_type group(group_actor::stateful_pointer<GroupState> self,
+                                 std::vector<worker_actor> ranks, std::vector<std::string> nodes,
+                                 std::chrono::milliseconds collective_timeout);
+
+// A replica's worker in this process: one worker thread, or a group of `world_size`
+// rank workers (a thread each) on loopback.
+worker_actor spawn_local_worker(caf::actor_system& system, std::int32_t world_size,
+                                const std::function<void()>& before_step,
+                                std::chrono::milliseconds collective_timeout);
+
+}  // namespace troupe::actors::cluster

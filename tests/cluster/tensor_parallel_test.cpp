@@ -1,0 +1,146 @@
+// Tensor parallelism across node processes on loopback: a replica whose model is split
+// over ranks on one node or on several, alone or with data parallelism, and a group
+// that loses a rank under load.
+#include "cluster/cluster_support.hpp"
+
+using namespace troupe;
+using namespace troupe::test::cluster;
+
+namespace {
+
+std::string text_of(const Reply& r) {
+  return json_of(r.body)["choices"].array[0]["text"].string;
+}
+
+// The nodes /v1/cluster lists, by name.
+std::map<std::string, test::Json> nodes_of(Cluster& cluster) {
+  std::map<std::string, test::Json> nodes;
+  const test::Json state = cluster.cluster();
+  for (const auto& n : state["nodes"].array) nodes[n["name"].string] = n;
+  return nodes;
+}
+
+}  // namespace
+
+TEST_CASE("stories260K split over two nodes gives llama.cpp's greedy outputs",
+          "[cluster][tp][shared]") {
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  const auto cases =
+      test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
+          .parse();
+  // Two threads per worker on this 2-core machine: a node holds one rank, so the group
+  // spans both nodes.
+  Cluster cluster(1, "round-robin", {"--tp", "2"}, 2, "2", model);
+  for (const auto& c : cases.array) {
+    INFO("prompt '" << c["prompt"].string << "'");
+    const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
+                             R"(,"max_tokens":64,"temperature":0,"ignore_eos":true})";
+    const Reply reply = cluster.post("/v1/completions", body);
+    REQUIRE(reply.status == 200);
+    CHECK(text_of(reply) == c["output_text"].string);
+  }
+  const auto nodes = nodes_of(cluster);
+  REQUIRE(nodes.size() == 2u);
+  for (const auto& [name, n] : nodes) {
+    CHECK(n["ranks"].number == 1);
+    CHECK(n["replica"].number == 0);
+  }
+  const test::Json replica = cluster.cluster()["replicas"].array.at(0);
+  CHECK(replica["node"].string == "n0,n1");
+}
+
+TEST_CASE("two replicas of two ranks each: each group on one node, one process's outputs",
+          "[cluster][tp]") {
+  ChildProcess single({TROUPE_BINARY, "serve", "-m", cluster_model(), "--port", "0", "--threads",
+                       "1", "--kv-cache-gb", "0.02"});
+  const auto single_port = single.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  REQUIRE(single_port.has_value());
+  // One thread per worker: a 2-core node holds both ranks of a group (vLLM's rule: a group
+  // stays on one node when it fits).
+  Cluster cluster(2, "round-robin", {"--tp", "2"});
+  for (int i = 0; i < 4; ++i) {
+    const std::string body = completion(prompt_for(i, 5 + i), 12);
+    const Reply alone =
+        http(static_cast<std::uint16_t>(std::stoi(*single_port)), "POST", "/v1/completions", body);
+    const Reply split = cluster.post("/v1/completions", body);
+    REQUIRE(alone.status == 200);
+    REQUIRE(split.status == 200);
+    CHECK(text_of(split) == text_of(alone));
+  }
+  const auto nodes = nodes_of(cluster);
+  REQUIRE(nodes.size() == 2u);
+  CHECK(nodes.at("n0")["ranks"].number == 2);
+  CHECK(nodes.at("n1")["ranks"].number == 2);
+  CHECK(nodes.at("n0")["replica"].number != nodes.at("n1")["replica"].number);
+  const test::Json state = cluster.cluster();
+  for (const auto& r : state["replicas"].array) {
+    CHECK(r["up"].boolean);
+    CHECK(r["num_routed"].number >= 1);
+  }
+}
+
+TEST_CASE("a rank killed under load ends its group's requests, and the group comes back",
+          "[cluster][tp]") {
+  // One rank per node; two sequences run at a time, a third waits.
+  Cluster cluster(1, "round-robin", {"--tp", "2", "--max-num-seqs", "2"}, 2, "2");
+  const double idle_actors = cluster.metric("troupe_live_actors");
+  auto streams = open_streams(cluster.port(), 3, 1500);
+  REQUIRE(cluster.eventually([&] {
+    const test::Json r = cluster.cluster()["replicas"].array.at(0);
+    return r["num_running"].number == 2 && r["num_waiting"].number == 1;
+  }));
+  cluster.nodes.at("n1")->kill(SIGKILL);
+  CHECK(cluster.head->wait_for("replica 0 lost its worker on node n0,n1", 20s).has_value());
+
+  // Every stream ends, none hangs: with no other replica, even the waiting one ends with
+  // an error (it streamed nothing, and no replica could take it).
+  int errors = 0;
+  for (auto& c : streams) {
+    const std::string all = c->read_all(60s);
+    CHECK(c->closed_by_peer());
+    const bool failed = all.find(R"("finish_reason":"error")") != std::string::npos ||
+                        all.find(R"("error")") != std::string::npos;
+    if (failed) ++errors;
+    CHECK((failed || all.find(R"("finish_reason":"length")") != std::string::npos));
+  }
+  CHECK(errors >= 2);
+  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
+  // Nothing is held for the lost group.
+  CHECK(cluster.eventually([&] {
+    return cluster.metric("troupe_num_requests_running") == 0 &&
+           cluster.metric("troupe_kv_cache_usage_ratio") == 0;
+  }));
+
+  // A node joins: the group is placed again, over the surviving node (whose rank ended
+  // with its group) and the new one, and serves.
+  cluster.add_node("back");
+  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 200; }, 60s));
+  const Reply after = cluster.post("/v1/completions", completion(prompt_for(1, 8), 4));
+  CHECK(after.status == 200);
+  const auto nodes = nodes_of(cluster);
+  CHECK(nodes.at("n0")["ranks"].number == 1);
+  CHECK(nodes.at("back")["ranks"].number == 1);
+  CHECK(cluster.eventually([&] {
+    return cluster.metric("troupe_live_actors") == idle_actors &&
+           cluster.metric("troupe_num_requests_running") == 0;
+  }));
+}
+
+TEST_CASE("a rank that stops answering ends its group within seconds, and no stream hangs",
+          "[cluster][tp]") {
+  Cluster cluster(1, "round-robin", {"--tp", "2", "--collective-timeout", "2"}, 2, "2");
+  auto streams = open_streams(cluster.port(), 2, 1500);
+  REQUIRE(cluster.eventually(
+      [&] { return cluster.cluster()["replicas"].array.at(0)["num_running"].number == 2; }));
+  // Stopped, its sockets open: the other rank's all-reduce times out (2 s), or the
+  // heartbeats find the node silent (3 s), whichever comes first.
+  cluster.nodes.at("n1")->kill(SIGSTOP);
+  CHECK(cluster.head->wait_for("replica 0 lost its worker on node n0,n1", 20s).has_value());
+  for (auto& c : streams) {
+    const std::string all = c->read_all(60s);
+    CHECK(c->closed_by_peer());
+    CHECK(all.find(R"("finish_reason":"error")") != std::string::npos);
+  }
+  CHECK(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
+  cluster.nodes.at("n1")->kill(SIGKILL);
+}
