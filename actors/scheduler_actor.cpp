@@ -65,12 +65,14 @@ void hand_back(Self self, Submission s, const std::string& why) {
 // A fresh local worker loads the same spec; steps wait for it. The lost KV is recomputed.
 void replace_local_worker(Self self) {
   auto& state = self->state;
+  self->demonitor(state.setup.worker.address());
   self->send_exit(state.setup.worker, caf::exit_reason::kill);
   state.core->reset_worker();
   state.worker_ready = false;
   state.setup.worker =
       cluster::spawn_local_worker(self->home_system(), state.setup.tensor_parallel_size,
                                   state.setup.before_step, state.setup.collective_timeout);
+  self->monitor(state.setup.worker);
   auto give_up = [self](const std::string& why) {
     // No worker could be made: the open requests end with the reason; the next
     // request's step tries another worker.
@@ -247,8 +249,9 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
   state.core = std::make_unique<engine::EngineCore>(setup.config, setup.end_of_generation);
   state.setup = std::move(setup);
   if (state.setup.metrics) state.setup.metrics->set_replica_up(state.setup.index, true);
-  // A node that dies or is cut off: its worker's proxy goes down at once.
-  if (remote(self)) self->monitor(state.setup.worker);
+  // A node that dies or is cut off: its worker's proxy goes down at once. A local worker
+  // (or group) that ends under a step: the step fails, and a new one takes over.
+  self->monitor(state.setup.worker);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
     if (state.router && down.source == state.router.address()) {
@@ -256,7 +259,13 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
       state.router = nullptr;
       return;
     }
-    if (!remote(self) || down.source != state.setup.worker.address()) return;
+    if (!state.setup.worker || down.source != state.setup.worker.address()) return;
+    if (!remote(self)) {
+      const std::uint64_t step_id = state.core->step_in_flight_id();
+      if (step_id == 0) return;  // between steps: the next step's request fails instead
+      const std::string why = "the worker stopped: " + self->system().render(down.reason);
+      return on_output(self, engine::failed_step(step_id, {ErrorCode::internal, why, true}));
+    }
     const std::string why = "its node is gone (" + self->system().render(down.reason) + ")";
     if (state.worker_ready) return lose_remote_worker(self, why);
     // Lost while it loaded: another node, at once (the load's answer would come only at

@@ -10,13 +10,13 @@ using Self = worker_actor::stateful_pointer<WorkerState>;
 // (the worker is detached, so this blocks no one else).
 class ActorStore final : public model::RendezvousStore {
  public:
-  ActorStore(caf::actor_system& system, rendezvous_actor store)
-      : system_(system), store_(std::move(store)) {}
+  ActorStore(caf::actor_system& system, rendezvous_actor store, std::chrono::milliseconds timeout)
+      : system_(system), store_(std::move(store)), timeout_(timeout) {}
 
   Result<void> set(const std::string& key, const std::vector<char>& value) override {
     Result<void> result = make_error(ErrorCode::unavailable, "the group did not answer");
     caf::scoped_actor self{system_};
-    self->request(store_, std::chrono::seconds(30), store_set_atom::value, key,
+    self->request(store_, caf::duration{timeout_}, store_set_atom::value, key,
                   std::string(value.begin(), value.end()))
         .receive([&](bool) { result = {}; }, [&](const caf::error& e) { result = failure(e); });
     return result;
@@ -40,6 +40,7 @@ class ActorStore final : public model::RendezvousStore {
 
   caf::actor_system& system_;
   rendezvous_actor store_;
+  std::chrono::milliseconds timeout_;
 };
 
 engine::LoadReport load(Self self, const engine::WorkerSpec& spec, const worker::GroupLink* link) {
@@ -69,7 +70,7 @@ worker_actor::behavior_type worker(Self self, std::function<void()> before_step,
       },
       [self](load_atom, const engine::WorkerSpec& spec,
              const GroupJoin& join) -> engine::LoadReport {
-        ActorStore store(self->system(), join.store);
+        ActorStore store(self->system(), join.store, std::chrono::milliseconds(join.timeout_ms));
         worker::GroupLink link;
         link.store = &store;
         link.prefix = join.prefix;

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "app/commands.hpp"
 #include "app/loaded_model.hpp"
@@ -220,6 +221,12 @@ void add_bench_forward_command(CLI::App& bench) {
     // Decode steps replay CUDA graphs up to the longest sequence the run makes.
     const std::int32_t max_model_len = std::max(opts->prompt_len, opts->gen_len) + 1;
     const std::int32_t tp = opts->tensor_parallel_size;
+    // Threads per rank: as given, or the cores shared among the ranks. The whole model
+    // gets the threads of all the ranks.
+    if (tp > 1 && opts->engine.num_threads <= 0) {
+      const auto cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+      opts->engine.num_threads = std::max(1, cores / tp);
+    }
     if (opts->rank > 0) {  // one of the group's other ranks: same steps, no output
       model::FileStore store(opts->rendezvous);
       auto loaded = open_rank(*opts, max_model_len, store);
@@ -230,9 +237,8 @@ void add_bench_forward_command(CLI::App& bench) {
     if (tp > 1 && opts->engine.device != Device::cpu) {
       fail(Error{ErrorCode::unsupported, "--tensor-parallel-size runs on CPU ranks only"});
     }
-    // The whole model first: on one process, with the threads of all the ranks.
     Options whole = *opts;
-    if (tp > 1) whole.engine.num_threads = std::max(1, opts->engine.num_threads) * tp;
+    if (tp > 1) whole.engine.num_threads = opts->engine.num_threads * tp;
     auto loaded = open_model(whole.model, whole.engine, max_model_len);
     if (!loaded) fail(loaded.error());
     std::fprintf(stderr, "model %s: %s, %s\n", loaded->path.c_str(),
@@ -256,8 +262,15 @@ void add_bench_forward_command(CLI::App& bench) {
         fail(rank0.error());
       }
       std::printf("split over %d ranks, a process each, %d thread(s) per rank\n", tp,
-                  std::max(1, opts->engine.num_threads));
-      split = measure(*rank0, *opts);
+                  opts->engine.num_threads);
+      try {
+        split = measure(*rank0, *opts);
+      } catch (...) {
+        for (const pid_t p : ranks) ::kill(p, SIGKILL);
+        for (const pid_t p : ranks) ::waitpid(p, nullptr, 0);
+        std::filesystem::remove_all(dir);
+        throw;
+      }
       print(split, *opts, true);
       for (const pid_t p : ranks) ::waitpid(p, nullptr, 0);
       std::filesystem::remove_all(dir);

@@ -47,6 +47,7 @@ LoadedModel& LoadedModel::operator=(LoadedModel&& other) noexcept {
   if (this == &other) return *this;
   model.reset();
   backend.reset();
+  tokenizer.reset();  // it views the mapping
   path = std::move(other.path);
   file = std::move(other.file);
   tokenizer = std::move(other.tokenizer);

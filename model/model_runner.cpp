@@ -29,6 +29,8 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
   for (const std::uint64_t id : sampled_ids) {
     const auto it = samplers_.find(id);
     if (it == samplers_.end()) {
+      // The other ranks of a group run this step whatever: so does rank 0, and it fails.
+      if (model_.shard().is_split()) TROUPE_TRY_VOID(model_.forward(step, logits_));
       return make_error(ErrorCode::invalid_argument,
                         "no sampler for sequence " + std::to_string(id));
     }

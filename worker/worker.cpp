@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <exception>
+#include <optional>
 
 #include "worker/backend_factory.hpp"
 #include "worker/kv_sizing.hpp"
@@ -13,12 +14,16 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
     return engine::failed_step(work.step_id, {error.code, std::move(error.message), false});
   };
   for (std::uint64_t id : work.removed) runner.remove_sequence(id);
+  std::optional<Error> refused;
   for (const auto& s : work.new_sequences) {
-    if (auto added = runner.add_sequence(s.id, s.params, s.prompt); !added) {
-      return fail(added.error());
+    if (auto added = runner.add_sequence(s.id, s.params, s.prompt); !added && !refused) {
+      refused = added.error();
     }
   }
+  // Run even so: a rank of a group that skipped its forward pass would leave the others
+  // waiting in their collectives.
   auto tokens = runner.execute(work.step, work.sampled_ids);
+  if (refused) return fail(std::move(*refused));
   if (!tokens) return fail(tokens.error());
   engine::StepOutput out;
   out.step_id = work.step_id;

@@ -11,14 +11,6 @@ namespace {
 
 using Self = group_actor::stateful_pointer<GroupState>;
 
-// Every rank's answer to one request, and who is waiting for all of them.
-template <typename Answer>
-struct Gathering {
-  std::vector<Answer> answers;
-  std::size_t pending = 0;
-  caf::typed_response_promise<Answer> promise;
-};
-
 std::string rank_name(Self self, std::size_t rank) {
   const auto& nodes = self->state.nodes;
   std::string name = "rank " + std::to_string(rank);
@@ -26,16 +18,26 @@ std::string rank_name(Self self, std::size_t rank) {
   return name;
 }
 
-// The group's load report: the first failure, or what every rank holds (the fewest KV
-// blocks: the block tables are the same on every rank).
-engine::LoadReport combine_loads(Self self, const std::vector<engine::LoadReport>& reports) {
-  for (std::size_t r = 0; r < reports.size(); ++r) {
-    if (!reports[r].failed) continue;
-    engine::LoadReport failed = reports[r];
-    failed.error.message = rank_name(self, r) + ": " + failed.error.message;
-    failed.failed_rank = static_cast<std::int32_t>(r);
-    return failed;
-  }
+// A rank's failed load, as the group reports it.
+engine::LoadReport failed_load(Self self, std::size_t rank, engine::LoadReport report) {
+  report.failed = true;
+  report.error.message = rank_name(self, rank) + ": " + report.error.message;
+  report.error.fatal = true;
+  report.failed_rank = static_cast<std::int32_t>(rank);
+  return report;
+}
+
+// A rank's failed step, as the group reports it: fatal (the ranks may be out of step).
+engine::StepOutput failed_step_of(Self self, std::size_t rank, engine::StepOutput output) {
+  output.failed = true;
+  output.error.message = rank_name(self, rank) + ": " + output.error.message;
+  output.error.fatal = true;
+  return output;
+}
+
+// The group's load report once every rank loaded: the fewest KV blocks any rank holds
+// (the block tables are the same on every rank).
+engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports) {
   engine::LoadReport report = reports.front();
   report.bytes_per_block = 0;
   for (const auto& r : reports) {
@@ -47,42 +49,45 @@ engine::LoadReport combine_loads(Self self, const std::vector<engine::LoadReport
   return report;
 }
 
-// The group's step output: rank 0's tokens, once every rank is done; any rank's failure
-// is fatal (the ranks may now be out of step).
-engine::StepOutput combine_steps(Self self, const std::vector<engine::StepOutput>& outputs) {
+// The group's step output once every rank is done: rank 0's tokens.
+engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs) {
   double seconds = 0.0;
   for (const auto& o : outputs) seconds = std::max(seconds, o.seconds);
-  for (std::size_t r = 0; r < outputs.size(); ++r) {
-    if (!outputs[r].failed) continue;
-    engine::StepOutput failed = outputs[r];
-    failed.error.message = rank_name(self, r) + ": " + failed.error.message;
-    failed.error.fatal = true;
-    failed.seconds = seconds;
-    return failed;
-  }
   engine::StepOutput out = outputs.front();
   out.seconds = seconds;
   return out;
 }
 
-caf::result<engine::LoadReport> load_ranks(Self self, const engine::WorkerSpec& spec) {
+caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
   auto& state = self->state;
+  const auto size = static_cast<std::int32_t>(state.ranks.size());
   auto gathering = std::make_shared<Gathering<engine::LoadReport>>();
   gathering->answers.resize(state.ranks.size());
   gathering->pending = state.ranks.size();
   gathering->promise = self->make_response_promise<engine::LoadReport>();
+  state.loading = gathering;
+  // The replica's KV budget is shared: each rank holds its heads' part of every block.
+  if (spec.num_kv_blocks <= 0)
+    spec.kv_cache_bytes = std::max<std::int64_t>(1, spec.kv_cache_bytes / size);
   const GroupJoin join{caf::actor_cast<rendezvous_actor>(self), "tp",
                        static_cast<std::int64_t>(state.collective_timeout.count())};
   auto done = [self, gathering](std::size_t r, engine::LoadReport report) {
+    if (gathering->answered) return;
+    if (report.failed) {
+      gathering->answered = true;
+      gathering->promise.deliver(failed_load(self, r, std::move(report)));
+      return;
+    }
     gathering->answers[r] = std::move(report);
     if (--gathering->pending == 0) {
-      gathering->promise.deliver(combine_loads(self, gathering->answers));
+      gathering->answered = true;
+      gathering->promise.deliver(combine_loads(gathering->answers));
     }
   };
   for (std::size_t r = 0; r < state.ranks.size(); ++r) {
     engine::WorkerSpec rank_spec = spec;
     rank_spec.rank = static_cast<std::int32_t>(r);
-    rank_spec.world_size = static_cast<std::int32_t>(state.ranks.size());
+    rank_spec.world_size = size;
     self->request(state.ranks[r], std::chrono::minutes(10), load_atom::value, rank_spec, join)
         .then([done, r](engine::LoadReport& report) { done(r, std::move(report)); },
               [self, done, r](const caf::error& e) {
@@ -98,19 +103,29 @@ caf::result<engine::LoadReport> load_ranks(Self self, const engine::WorkerSpec& 
 
 caf::result<engine::StepOutput> step_ranks(Self self, const engine::StepWork& work) {
   auto& state = self->state;
+  const std::uint64_t step_id = work.step_id;
   auto gathering = std::make_shared<Gathering<engine::StepOutput>>();
   gathering->answers.resize(state.ranks.size());
   gathering->pending = state.ranks.size();
   gathering->promise = self->make_response_promise<engine::StepOutput>();
-  auto done = [self, gathering](std::size_t r, engine::StepOutput output) {
+  state.stepping[step_id] = gathering;
+  auto done = [self, gathering, step_id](std::size_t r, engine::StepOutput output) {
+    if (gathering->answered) return;
+    if (output.failed) {
+      gathering->answered = true;
+      self->state.stepping.erase(step_id);
+      gathering->promise.deliver(failed_step_of(self, r, std::move(output)));
+      return;
+    }
     gathering->answers[r] = std::move(output);
     if (--gathering->pending == 0) {
-      gathering->promise.deliver(combine_steps(self, gathering->answers));
+      gathering->answered = true;
+      self->state.stepping.erase(step_id);
+      gathering->promise.deliver(combine_steps(gathering->answers));
     }
   };
-  const std::uint64_t step_id = work.step_id;
-  // No timeout here: a rank that hangs fails the others' collectives within theirs, and
-  // the scheduler's step timeout bounds the whole.
+  // No timeout here: a rank that hangs fails the others' collectives within theirs (the
+  // first failure is answered at once), and the scheduler's step timeout bounds the whole.
   for (std::size_t r = 0; r < state.ranks.size(); ++r) {
     self->request(state.ranks[r], caf::infinite, step_atom::value, work)
         .then([done, r](engine::StepOutput& output) { done(r, std::move(output)); },
@@ -121,6 +136,38 @@ caf::result<engine::StepOutput> step_ranks(Self self, const engine::StepWork& wo
               });
   }
   return gathering->promise;
+}
+
+// Rank `r` is gone: what waits on the group hears it (CAF 0.17 would leave a promise of
+// an actor that quits unanswered), and the group ends.
+void lose_rank(Self self, std::size_t r, const std::string& why) {
+  auto& state = self->state;
+  const std::string message = "it is gone (" + why + ")";
+  if (state.loading && !state.loading->answered) {
+    state.loading->answered = true;
+    engine::LoadReport failed;
+    failed.error = {ErrorCode::unavailable, message, true};
+    state.loading->promise.deliver(failed_load(self, r, std::move(failed)));
+  }
+  for (auto& [step_id, gathering] : state.stepping) {
+    if (gathering->answered) continue;
+    gathering->answered = true;
+    gathering->promise.deliver(failed_step_of(
+        self, r, engine::failed_step(step_id, {ErrorCode::unavailable, message, true})));
+  }
+  state.stepping.clear();
+  self->quit(caf::make_error(caf::sec::runtime_error,
+                             rank_name(self, r) + " of the tensor-parallel group " + message));
+}
+
+// Only the group's own ranks (their processes) use its store.
+bool from_a_rank(Self self) {
+  const auto& sender = self->current_sender();
+  if (sender == nullptr) return false;
+  for (const auto& rank : self->state.ranks) {
+    if (rank.node() == sender->node()) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -140,11 +187,9 @@ group_actor::behavior_type group(Self self, std::vector<worker_actor> ranks,
   self->set_down_handler([self](const caf::down_msg& down) {
     const auto& ranks = self->state.ranks;
     for (std::size_t r = 0; r < ranks.size(); ++r) {
-      if (ranks[r].address() != down.source) continue;
-      self->quit(caf::make_error(caf::sec::runtime_error,
-                                 rank_name(self, r) + " of the tensor-parallel group is gone (" +
-                                     self->system().render(down.reason) + ")"));
-      return;
+      if (ranks[r].address() == down.source) {
+        return lose_rank(self, r, self->system().render(down.reason));
+      }
     }
   });
   return {
@@ -157,6 +202,7 @@ group_actor::behavior_type group(Self self, std::vector<worker_actor> ranks,
       },
       [self](step_atom, const engine::StepWork& work) { return step_ranks(self, work); },
       [self](store_set_atom, const std::string& key, const std::string& value) {
+        if (!from_a_rank(self)) return false;
         auto& state = self->state;
         state.store.insert_or_assign(key, value);
         auto [first, last] = state.waiting.equal_range(key);
@@ -165,6 +211,7 @@ group_actor::behavior_type group(Self self, std::vector<worker_actor> ranks,
         return true;
       },
       [self](store_get_atom, const std::string& key) -> caf::result<std::string> {
+        if (!from_a_rank(self)) return caf::sec::request_receiver_down;
         auto& state = self->state;
         if (auto it = state.store.find(key); it != state.store.end()) return it->second;
         auto promise = self->make_response_promise<std::string>();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,26 @@ namespace troupe::actors::cluster {
 
 using group_actor = worker_actor::extend_with<rendezvous_actor>;
 
+// Every rank's answer to one request, and who is waiting for all of them. The first
+// failure is answered at once: it is the cause (the other ranks' failures that follow
+// are theirs waiting in a collective for the failed one).
+template <typename Answer>
+struct Gathering {
+  std::vector<Answer> answers;
+  std::size_t pending = 0;
+  bool answered = false;
+  caf::typed_response_promise<Answer> promise;
+};
+
 struct GroupState {
   std::vector<worker_actor> ranks;
   std::vector<std::string> nodes;  // each rank's node, for people (empty: this process)
   std::chrono::milliseconds collective_timeout{30000};
   std::map<std::string, std::string> store;  // the ranks' rendezvous
   std::multimap<std::string, caf::typed_response_promise<std::string>> waiting;
+  // What is in flight, answered with the failure if a rank goes meanwhile.
+  std::shared_ptr<Gathering<engine::LoadReport>> loading;
+  std::map<std::uint64_t, std::shared_ptr<Gathering<engine::StepOutput>>> stepping;
   static inline const char* name = "troupe.group";
 };
 

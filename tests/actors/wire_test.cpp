@@ -128,8 +128,18 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     engine::LoadReport failed;
     failed.failed = true;
     failed.error = {ErrorCode::invalid_file, "model.gguf: truncated", true};
+    failed.failed_rank = 3;  // a tensor-parallel group's rank
     CHECK(round_trip(system, failed) == failed);
     CHECK(message_round_trip(system, failed) == failed);
+  }
+  SECTION("a rank's way into its group") {
+    actors::GroupJoin join;
+    join.prefix = "tp";
+    join.timeout_ms = 12345;
+    const auto back = message_round_trip(system, join);
+    CHECK(back.prefix == "tp");
+    CHECK(back.timeout_ms == 12345);
+    CHECK(back.store == nullptr);
   }
   SECTION("a step's work") {
     const auto work = a_step();

@@ -8,6 +8,11 @@ using namespace troupe::test::cluster;
 
 namespace {
 
+// Threads per worker that fill a node: it then holds one rank, and a group spans nodes.
+std::string all_cores() {
+  return std::to_string(std::max(1U, std::thread::hardware_concurrency()));
+}
+
 std::string text_of(const Reply& r) {
   return json_of(r.body)["choices"].array[0]["text"].string;
 }
@@ -28,9 +33,8 @@ TEST_CASE("stories260K split over two nodes gives llama.cpp's greedy outputs",
   const auto cases =
       test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
           .parse();
-  // Two threads per worker on this 2-core machine: a node holds one rank, so the group
-  // spans both nodes.
-  Cluster cluster(1, "round-robin", {"--tp", "2"}, 2, "2", model);
+  // A worker per node: the group spans both.
+  Cluster cluster(1, "round-robin", {"--tp", "2"}, 2, all_cores(), model);
   for (const auto& c : cases.array) {
     INFO("prompt '" << c["prompt"].string << "'");
     const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
@@ -55,8 +59,8 @@ TEST_CASE("two replicas of two ranks each: each group on one node, one process's
                        "1", "--kv-cache-gb", "0.02"});
   const auto single_port = single.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
   REQUIRE(single_port.has_value());
-  // One thread per worker: a 2-core node holds both ranks of a group (vLLM's rule: a group
-  // stays on one node when it fits).
+  // One thread per worker: a node holds both ranks of a group (vLLM's rule: a group stays
+  // on one node when it fits).
   Cluster cluster(2, "round-robin", {"--tp", "2"});
   for (int i = 0; i < 4; ++i) {
     const std::string body = completion(prompt_for(i, 5 + i), 12);
@@ -82,7 +86,7 @@ TEST_CASE("two replicas of two ranks each: each group on one node, one process's
 TEST_CASE("a rank killed under load ends its group's requests, and the group comes back",
           "[cluster][tp]") {
   // One rank per node; two sequences run at a time, a third waits.
-  Cluster cluster(1, "round-robin", {"--tp", "2", "--max-num-seqs", "2"}, 2, "2");
+  Cluster cluster(1, "round-robin", {"--tp", "2", "--max-num-seqs", "2"}, 2, all_cores());
   const double idle_actors = cluster.metric("troupe_live_actors");
   auto streams = open_streams(cluster.port(), 3, 1500);
   REQUIRE(cluster.eventually([&] {
@@ -128,7 +132,7 @@ TEST_CASE("a rank killed under load ends its group's requests, and the group com
 
 TEST_CASE("a rank that stops answering ends its group within seconds, and no stream hangs",
           "[cluster][tp]") {
-  Cluster cluster(1, "round-robin", {"--tp", "2", "--collective-timeout", "2"}, 2, "2");
+  Cluster cluster(1, "round-robin", {"--tp", "2", "--collective-timeout", "2"}, 2, all_cores());
   auto streams = open_streams(cluster.port(), 2, 1500);
   REQUIRE(cluster.eventually(
       [&] { return cluster.cluster()["replicas"].array.at(0)["num_running"].number == 2; }));

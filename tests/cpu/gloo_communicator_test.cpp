@@ -104,14 +104,14 @@ TEST_CASE("a rank that never joins the collective fails the others within the ti
         const auto start = std::chrono::steady_clock::now();
         auto first = group.all_reduce_sum(data);
         CHECK_FALSE(first.has_value());
-        CHECK(std::chrono::steady_clock::now() - start < 5s);
+        CHECK(std::chrono::steady_clock::now() - start < 10s);
         // The group is broken from now on: a second call fails at once.
         auto second = group.all_reduce_sum(data);
         REQUIRE_FALSE(second.has_value());
         CHECK(second.error().message.find("broken") != std::string::npos);
         finished.set_value();
       },
-      500ms);
+      2s);
 }
 
 TEST_CASE("a group whose ranks do not all arrive fails to connect within the timeout",

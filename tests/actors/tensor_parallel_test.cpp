@@ -1,0 +1,99 @@
+// Tensor parallelism in one process: each replica's worker a group of ranks (threads of
+// this process, Gloo on loopback), through the engine's C++ API.
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "actors/engine_hooks.hpp"
+#include "support/engine_support.hpp"
+#include "support/event_collector.hpp"
+#include "support/small_model.hpp"
+#include "troupe/engine.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using test::Collector;
+using test::greedy;
+
+namespace {
+
+EngineConfig split(std::int32_t replicas, std::int32_t ranks) {
+  static const std::string path = test::write_small_model("tensor-parallel-model");
+  EngineConfig c;
+  c.model_path = path;
+  c.num_threads = 1;
+  c.block_size = 4;
+  c.num_kv_blocks = 128;
+  c.max_model_len = 256;
+  c.max_num_batched_tokens = 64;
+  c.data_parallel_size = replicas;
+  c.tensor_parallel_size = ranks;
+  c.collective_timeout = 3s;
+  return c;
+}
+
+std::vector<std::vector<TokenId>> run_all(Engine& engine, int count, int max_tokens) {
+  Collector c;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < count; ++i) {
+    std::vector<TokenId> prompt;
+    for (int k = 0; k < 5 + i; ++k)
+      prompt.push_back(static_cast<TokenId>(1 + (i * 37 + k * 11) % 500));
+    ids.push_back(*engine.submit(greedy(prompt, max_tokens), c.callback()));
+  }
+  REQUIRE(c.wait(ids.size()));
+  std::vector<std::vector<TokenId>> out;
+  for (RequestId id : ids) out.push_back(c.get(id).tokens);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a model split over local ranks gives one worker's greedy outputs, with replicas too",
+          "[actors][tp]") {
+  auto whole = Engine::create(split(1, 1));
+  REQUIRE(whole.has_value());
+  const auto expected = run_all(**whole, 6, 8);
+  for (auto [replicas, ranks] : {std::pair{1, 2}, std::pair{2, 2}}) {
+    INFO(replicas << " replicas of " << ranks << " ranks");
+    auto engine = Engine::create(split(replicas, ranks));
+    REQUIRE(engine.has_value());
+    CHECK(run_all(**engine, 6, 8) == expected);
+    CHECK(test::kv_drains(**engine));
+    // The group answers with the blocks every rank holds (here the configured count).
+    CHECK((*engine)->stats().num_kv_blocks == replicas * 128);
+  }
+}
+
+TEST_CASE("a shape that cannot be split is refused before any worker starts", "[actors][tp]") {
+  auto engine = Engine::create(split(1, 3));  // 4 heads
+  REQUIRE_FALSE(engine.has_value());
+  CHECK(engine.error().message.find("cannot be split over 3 ranks") != std::string::npos);
+}
+
+TEST_CASE("one rank's failing step ends its requests at once, and a new group serves",
+          "[actors][tp]") {
+  EngineHooks hooks;
+  auto fail_next = std::make_shared<std::atomic<bool>>(false);
+  // Only the first rank to step throws: the other waits in its all-reduce, and the group
+  // answers the failure without waiting for that rank's timeout.
+  hooks.before_step = [fail_next] {
+    if (fail_next->exchange(false)) throw std::runtime_error("injected fault");
+  };
+  auto engine = Engine::create(split(1, 2), hooks);
+  REQUIRE(engine.has_value());
+  Collector c;
+  fail_next->store(true);
+  const auto start = std::chrono::steady_clock::now();
+  auto failed = (*engine)->submit(greedy({1, 2, 3}, 8), c.callback());
+  REQUIRE(c.wait(1));
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  const auto r = c.get(*failed);
+  CHECK(r.end->finish_reason == FinishReason::error);
+  CHECK(r.end->error.find("injected fault") != std::string::npos);
+  auto served = (*engine)->submit(greedy({1, 2, 3}, 8), c.callback());
+  REQUIRE(c.wait(2));
+  CHECK(c.get(*served).end->finish_reason == FinishReason::length);
+  CHECK(c.get(*served).tokens.size() == 8);
+  CHECK((*engine)->stats().num_worker_restarts == 1);
+  CHECK(test::kv_drains(**engine));
+}
