@@ -83,6 +83,40 @@ TEST_CASE("two replicas of two ranks each: each group on one node, one process's
   }
 }
 
+TEST_CASE(
+    "a 12-head, 4-KV-head model split over four ranks on two nodes gives one process's "
+    "outputs",
+    "[cluster][tp]") {
+  // The ~110M shape's heads (12, and 4 KV heads: one per rank at four), smaller.
+  const std::string model = test::write_small_model("cluster-gqa", [](model::RandomModelSpec& s) {
+    s.dim = 384;
+    s.num_layers = 4;
+    s.num_heads = 12;
+    s.num_kv_heads = 4;
+    s.ffn_dim = 1024;
+    s.context_length = 512;
+  });
+  ChildProcess single({TROUPE_BINARY, "serve", "-m", model, "--port", "0", "--threads", "1",
+                       "--kv-cache-gb", "0.02"});
+  const auto single_port = single.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  REQUIRE(single_port.has_value());
+  // Half the cores per worker: each node holds two ranks, so the group spans both.
+  const std::string half = std::to_string(std::max(1U, std::thread::hardware_concurrency() / 2));
+  Cluster cluster(1, "round-robin", {"--tp", "4"}, 2, half, model);
+  for (int i = 0; i < 4; ++i) {
+    const std::string body = completion(prompt_for(i, 4 + 3 * i), 10);
+    const Reply alone =
+        http(static_cast<std::uint16_t>(std::stoi(*single_port)), "POST", "/v1/completions", body);
+    const Reply split = cluster.post("/v1/completions", body);
+    REQUIRE(alone.status == 200);
+    REQUIRE(split.status == 200);
+    CHECK(text_of(split) == text_of(alone));
+  }
+  const auto nodes = nodes_of(cluster);
+  CHECK(nodes.at("n0")["ranks"].number == 2);
+  CHECK(nodes.at("n1")["ranks"].number == 2);
+}
+
 TEST_CASE("a rank killed under load ends its group's requests, and the group comes back",
           "[cluster][tp]") {
   // One rank per node; two sequences run at a time, a third waits.
