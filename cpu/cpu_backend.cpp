@@ -131,6 +131,34 @@ void CpuBackend::all_reduce(Tensor x) {
   if (!summed) step_error_ = summed.error();
 }
 
+void CpuBackend::gather_columns(Tensor part, Tensor whole) {
+  TROUPE_ASSERT(group_ != nullptr, "gather_columns on a backend that joined no group");
+  if (step_error_) return;
+  const auto size = static_cast<std::size_t>(group_->size());
+  const auto n = static_cast<std::size_t>(part.rows * part.cols);
+  const bool root = group_->rank() == 0;
+  gathered_.resize(root ? n * size : 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto done = group_->gather({part.data, n}, gathered_);
+  all_reduce_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!done) {
+    step_error_ = done.error();
+    return;
+  }
+  if (!root) return;
+  TROUPE_ASSERT(
+      whole.cols == part.cols * static_cast<std::int64_t>(size) && whole.rows >= part.rows,
+      "gather_columns: the whole has the wrong shape");
+  for (std::size_t r = 0; r < size; ++r) {
+    const float* from = gathered_.data() + r * n;
+    for (std::int64_t row = 0; row < part.rows; ++row) {
+      std::copy_n(from + row * part.cols, part.cols,
+                  whole.data + row * whole.cols + static_cast<std::int64_t>(r) * part.cols);
+    }
+  }
+}
+
 void CpuBackend::embed(const Weight& table, Tensor out) {
   const std::size_t bytes = gguf::row_bytes(table.type, table.cols);
   const auto* base = static_cast<const std::byte*>(table.data);

@@ -43,6 +43,7 @@ class CpuBackend final : public model::Backend {
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
   Result<void> join_group(std::shared_ptr<model::Communicator> group) override;
   void all_reduce(model::Tensor x) override;
+  void gather_columns(model::Tensor part, model::Tensor whole) override;
   double all_reduce_seconds() const override { return all_reduce_seconds_; }
 
  private:
@@ -63,6 +64,7 @@ class CpuBackend final : public model::Backend {
   std::shared_ptr<model::Communicator> group_;
   std::optional<Error> step_error_;  // the step's first failed collective
   double all_reduce_seconds_ = 0.0;
+  std::vector<float> gathered_;  // [size, rows, part cols] on rank 0
 };
 
 }  // namespace troupe::cpu

@@ -15,6 +15,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce_ring.h>
 #include <gloo/alltoall.h>
+#include <gloo/gather.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -148,6 +149,33 @@ Result<void> GlooCommunicator::all_reduce_sum(std::span<float> data) {
     failure_ = e.what();
     return make_error(ErrorCode::unavailable,
                       "rank " + std::to_string(rank_) + "'s all-reduce failed: " + failure_);
+  }
+  return {};
+}
+
+Result<void> GlooCommunicator::gather(std::span<const float> part, std::span<float> gathered) {
+  if (!failure_.empty()) {
+    return make_error(ErrorCode::unavailable, "the tensor-parallel group is broken: " + failure_);
+  }
+  if (rank_ == 0 && gathered.size() != part.size() * static_cast<std::size_t>(size_)) {
+    return make_error(ErrorCode::invalid_argument, "a gather needs room for every rank's part");
+  }
+  if (size_ == 1) {
+    std::copy(part.begin(), part.end(), gathered.begin());
+    return {};
+  }
+  try {
+    gloo::GatherOptions options(impl_->context);
+    // Gloo's API takes a mutable pointer; a gather only reads the input.
+    options.setInput(const_cast<float*>(part.data()), part.size());
+    if (rank_ == 0) options.setOutput(gathered.data(), gathered.size());
+    options.setRoot(0);
+    options.setTimeout(impl_->timeout);
+    gloo::gather(options);
+  } catch (const std::exception& e) {
+    failure_ = e.what();
+    return make_error(ErrorCode::unavailable,
+                      "rank " + std::to_string(rank_) + "'s gather failed: " + failure_);
   }
   return {};
 }

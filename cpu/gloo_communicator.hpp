@@ -36,6 +36,7 @@ class GlooCommunicator final : public model::Communicator {
   std::int32_t rank() const override { return rank_; }
   std::int32_t size() const override { return size_; }
   Result<void> all_reduce_sum(std::span<float> data) override;
+  Result<void> gather(std::span<const float> part, std::span<float> gathered) override;
   // Gloo's classic ring all-reduce (gloo::AllreduceRing, pinned buffers, set up again when
   // `data` changes), whose order of addition depends on the buffer's size (so not
   // batch-invariant beyond two ranks): the benchmark's point of comparison.

@@ -144,6 +144,13 @@ class Backend {
     (void)x;
     TROUPE_ASSERT(false, "all_reduce on a backend that joined no group");
   }
+  // Rank 0's whole = every rank's part side by side: [rows, size * part.cols], rank r's
+  // columns at r * part.cols (the LM head's vocabulary slices); the other ranks pass an
+  // empty `whole`. A failure is reported by end_step().
+  virtual void gather_columns(Tensor part, Tensor whole) {
+    (void)part, (void)whole;
+    TROUPE_ASSERT(false, "gather_columns on a backend that joined no group");
+  }
   // Seconds spent in all_reduce so far (the benchmark's share of a step).
   virtual double all_reduce_seconds() const { return 0.0; }
 

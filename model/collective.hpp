@@ -31,6 +31,9 @@ class Communicator {
   // finish within the group's timeout is an error, and every later call fails at once:
   // the group must be formed again.
   virtual Result<void> all_reduce_sum(std::span<float> data) = 0;
+  // Rank 0's `gathered` = every rank's `part`, one after the other in rank order
+  // ([size, part.size()]); the others pass an empty `gathered`. Fails as all_reduce_sum.
+  virtual Result<void> gather(std::span<const float> part, std::span<float> gathered) = 0;
 };
 
 // A key-value store for the ranks' rendezvous: each rank sets its address under its own

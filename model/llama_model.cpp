@@ -112,6 +112,7 @@ LlamaModel::LlamaModel(LlamaModel&& other) noexcept
       output_(other.output_),
       rope_freqs_(other.rope_freqs_),
       has_rope_freqs_(other.has_rope_freqs_),
+      vocab_split_(other.vocab_split_),
       layers_(std::move(other.layers_)),
       owned_weights_(std::move(other.owned_weights_)),
       ws_(other.ws_) {
@@ -130,6 +131,7 @@ LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
     output_ = other.output_;
     rope_freqs_ = other.rope_freqs_;
     has_rope_freqs_ = other.has_rope_freqs_;
+    vocab_split_ = other.vocab_split_;
     layers_ = std::move(other.layers_);
     owned_weights_ = std::move(other.owned_weights_);
     ws_ = other.ws_;
@@ -185,9 +187,18 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
   };
   TROUPE_TRY(model.token_embedding_, source.matrix("token_embd.weight", c.vocab_size, c.dim));
   TROUPE_TRY(model.output_norm_, source.vector("output_norm.weight", c.dim));
-  if (!shard.computes_logits()) {
-    model.output_ = Weight{};  // only rank 0 computes logits
-  } else if (source.has("output.weight")) {
+  const bool tied = !source.has("output.weight");
+  // The LM head split by vocabulary when it divides: each rank its rows, rank 0 gathers
+  // the logits. Else rank 0 alone holds it.
+  model.vocab_split_ = shard.is_split() && c.vocab_size % shard.world_size == 0;
+  if (model.vocab_split_) {
+    const std::int64_t part = c.vocab_size / shard.world_size;
+    TROUPE_TRY(model.output_,
+               source.matrix_slice(tied ? "token_embd.weight" : "output.weight", c.vocab_size,
+                                   c.dim, WeightSlice{Axis::rows, shard.rank * part, part}));
+  } else if (!shard.computes_logits()) {
+    model.output_ = Weight{};
+  } else if (!tied) {
     TROUPE_TRY(model.output_, source.matrix("output.weight", c.vocab_size, c.dim));
   } else {
     model.output_ = model.token_embedding_;  // tied embeddings
@@ -221,8 +232,8 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
 
 void LlamaModel::release_workspace() {
   if (backend_ == nullptr || ws_.capacity == 0) return;
-  for (Tensor t :
-       {ws_.x, ws_.h, ws_.q, ws_.k, ws_.v, ws_.attn, ws_.gate, ws_.up, ws_.logit_x, ws_.logits}) {
+  for (Tensor t : {ws_.x, ws_.h, ws_.q, ws_.k, ws_.v, ws_.attn, ws_.gate, ws_.up, ws_.logit_x,
+                   ws_.logits_part, ws_.logits}) {
     if (t.data != nullptr) backend_->release(t);
   }
   ws_ = Workspace{};
@@ -248,9 +259,15 @@ Result<void> LlamaModel::reserve(std::int64_t num_tokens, std::int64_t num_logit
   TROUPE_TRY(ws_.gate, backend_->allocate(tokens, c.ffn_dim));
   TROUPE_TRY(ws_.up, backend_->allocate(tokens, c.ffn_dim));
   ws_.logit_capacity = logits;
-  if (!shard_.computes_logits()) return {};
-  TROUPE_TRY(ws_.logit_x, backend_->allocate(logits, c.dim));
-  TROUPE_TRY(ws_.logits, backend_->allocate(logits, c.vocab_size));
+  if (vocab_split_ || shard_.computes_logits()) {
+    TROUPE_TRY(ws_.logit_x, backend_->allocate(logits, c.dim));
+  }
+  if (vocab_split_) {
+    TROUPE_TRY(ws_.logits_part, backend_->allocate(logits, c.vocab_size / shard_.world_size));
+  }
+  if (shard_.computes_logits()) {
+    TROUPE_TRY(ws_.logits, backend_->allocate(logits, c.vocab_size));
+  }
   return {};
 }
 
@@ -262,9 +279,10 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
   // Buffers first: a backend that records steps must see them settled before it begins.
   const StepPlan shape = b.step_shape(step);
   const std::int64_t n = shape.rows;
-  const std::int64_t num_logits = step.logit_rows.empty() || !shard_.computes_logits()
-                                      ? 0
-                                      : std::max<std::int64_t>(shape.logit_rows, 1);
+  // Every rank of a vocabulary-split LM head computes its slice of the logits.
+  const bool logits_here = shard_.computes_logits() || vocab_split_;
+  const std::int64_t num_logits =
+      step.logit_rows.empty() || !logits_here ? 0 : std::max<std::int64_t>(shape.logit_rows, 1);
   const bool split = shard_.is_split();
   TROUPE_TRY_VOID(reserve(n, num_logits));
   TROUPE_TRY(const StepPlan plan, b.begin_step(step));
@@ -309,7 +327,13 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
     if (num_logits > 0) {
       b.gather_logit_rows(x, logit_x);
       b.rms_norm(logit_x, output_norm_, c.norm_eps, logit_x);
-      b.matmul(logit_x, output_, out);
+      if (vocab_split_) {
+        const Tensor part = view(ws_.logits_part, num_logits);
+        b.matmul(logit_x, output_, part);
+        b.gather_columns(part, shard_.computes_logits() ? out : Tensor{});
+      } else {
+        b.matmul(logit_x, output_, out);
+      }
     }
   }
   TROUPE_TRY_VOID(b.end_step());

@@ -85,7 +85,7 @@ class LlamaModel {
   struct Workspace {
     std::int64_t capacity = 0;        // tokens
     std::int64_t logit_capacity = 0;  // rows
-    Tensor x, h, q, k, v, attn, gate, up, logit_x, logits;
+    Tensor x, h, q, k, v, attn, gate, up, logit_x, logits_part, logits;
   };
 
   LlamaConfig config_;
@@ -95,6 +95,7 @@ class LlamaModel {
   Weight token_embedding_, output_norm_, output_;
   Weight rope_freqs_;
   bool has_rope_freqs_ = false;
+  bool vocab_split_ = false;  // each rank holds a slice of the LM head's vocabulary
   std::vector<LayerWeights> layers_;
   // Column slices of a split model's weights, copied out of the mapping (their rows are
   // not contiguous there); the backend's weights may point into them.

@@ -1,8 +1,10 @@
 // Tensor parallelism (Megatron-style): how one rank's share of a Llama model is cut.
 // Q, K, V, gate and up are split by output rows (each rank its heads and its slice of the
 // FFN); the attention output and the down projection by input columns, so that each rank's
-// product is a partial sum the group adds up (Backend::all_reduce). Embedding, norms and
-// the LM head stay whole on every rank; only rank 0 computes logits.
+// product is a partial sum the group adds up (Backend::all_reduce). Embedding and norms
+// stay whole on every rank. The LM head is split by vocabulary when the ranks divide it
+// (each rank its rows; rank 0 gathers the logits: Backend::gather_columns), else held
+// by rank 0 alone; only rank 0 samples.
 #pragma once
 
 #include <cstdint>

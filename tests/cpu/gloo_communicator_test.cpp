@@ -72,6 +72,22 @@ TEST_CASE("an all-reduce adds every rank's buffer in rank order, the same bits o
   }
 }
 
+TEST_CASE("a gather puts every rank's part on rank 0, in rank order", "[cpu][collective]") {
+  const std::int32_t size = 3;
+  std::vector<float> gathered;
+  with_group(size, [&](model::Communicator& group) {
+    const auto part = contribution(group.rank(), 100);
+    std::vector<float> out(group.rank() == 0 ? 300 : 0);
+    REQUIRE(group.gather(part, out).has_value());
+    if (group.rank() == 0) gathered = out;
+  });
+  REQUIRE(gathered.size() == 300u);
+  for (std::int32_t r = 0; r < size; ++r) {
+    const auto part = contribution(r, 100);
+    CHECK(std::equal(part.begin(), part.end(), gathered.begin() + r * 100));
+  }
+}
+
 TEST_CASE("an element's sum does not depend on how many elements are reduced with it",
           "[cpu][collective]") {
   // A batch of one row and of many: the first row comes out the same.

@@ -244,3 +244,35 @@ TEST_CASE("KV heads fewer than the ranks are replicated, and the output is the w
           kLogitTolerance);
   }
 }
+
+TEST_CASE(
+    "an LM head split by vocabulary, or held by rank 0 when the ranks do not divide it, "
+    "gives the whole model's logits",
+    "[tp]") {
+  // 512 tokens split four ways; 514 do not, and rank 0 computes them all.
+  const std::int32_t vocab = GENERATE(512, 514);
+  INFO("vocabulary of " << vocab);
+  const std::string path = test::write_small_model(
+      "tp-vocab-" + std::to_string(vocab), [vocab](model::RandomModelSpec& s) {
+        s.num_heads = 8;
+        s.num_kv_heads = 4;
+        s.ffn_dim = 256;
+        s.vocab_size = vocab;
+        s.tied_output = vocab == 512;  // both layouts: the embedding's rows, and output.weight
+      });
+  auto whole = test::LoadedTestModel::open(path, 64);
+  const auto requests = requests_for(vocab, 3, 6);
+  worker::BatchGenerator reference(*whole.model, {});
+  auto expected = reference.run(requests);
+  REQUIRE(expected.has_value());
+  auto group = load_group(path, 4);
+  REQUIRE(group.has_value());
+  worker::BatchGenerator split(group->models(), {});
+  auto result = split.run(requests);
+  REQUIRE(result.has_value());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    CHECK((*result)[i].output == (*expected)[i].output);
+    CHECK(relative_difference((*result)[i].first_logits, (*expected)[i].first_logits) <
+          kLogitTolerance);
+  }
+}
