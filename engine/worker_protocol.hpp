@@ -22,7 +22,8 @@ struct WorkerSpec {
   std::string model_path;
   std::string model_fingerprint;  // model::file_fingerprint(): the worker checks its copy
   WorkerDevice device = WorkerDevice::cpu;
-  std::int32_t num_threads = 0;  // compute threads (0: all cores)
+  std::int32_t device_index = 0;  // which GPU of its machine (a node gives each rank its own)
+  std::int32_t num_threads = 0;   // compute threads (0: all cores)
   bool cuda_graphs = true;
   std::int32_t block_size = 16;
   std::int32_t max_model_len = 0;

@@ -1,5 +1,9 @@
 #include "gpu/cuda_backend.hpp"
 
+#ifdef TROUPE_HAVE_NCCL
+#include "gpu/nccl_communicator.hpp"
+#endif
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -152,6 +156,8 @@ Result<void> CudaBackend::init() {
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(as_stream(stream_));
+  nccl_ = nullptr;
+  group_.reset();  // its collectives ran on this stream
   invalidate_graphs();
   for (Buffer* b : {&impl_->tokens, &impl_->positions, &impl_->token_seq, &impl_->slots,
                     &impl_->logit_rows, &impl_->decode_rows, &impl_->tiles, &impl_->tables,
@@ -162,6 +168,7 @@ CudaBackend::~CudaBackend() {
   release_buffer(k_cache_);
   release_buffer(v_cache_);
   if (impl_->cublas_workspace != nullptr) cudaFree(impl_->cublas_workspace);
+  if (gathered_ != nullptr) cudaFree(gathered_);
   if (impl_->pinned != nullptr) cudaFreeHost(impl_->pinned);
   if (impl_->cublas != nullptr) cublasDestroy(impl_->cublas);
   if (stream_ != nullptr) cudaStreamDestroy(as_stream(stream_));
@@ -186,7 +193,14 @@ Result<void> CudaBackend::status() const {
 }
 
 Result<void> CudaBackend::synchronize() {
-  check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize");
+  if (nccl_ != nullptr) {
+    // A collective may never finish (a rank gone): wait no longer than the group's timeout.
+    if (auto waited = nccl_->synchronize(); !waited && error_.empty()) {
+      error_ = waited.error().message;
+    }
+  } else {
+    check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize");
+  }
   check(cudaGetLastError(), "kernel");
   return status();
 }
@@ -457,8 +471,7 @@ Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
     return tl::make_unexpected(status().error());
   }
   // The staging buffer is reused: the previous step's uploads must have landed.
-  if (!check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize"))
-    return tl::make_unexpected(status().error());
+  TROUPE_TRY_VOID(synchronize());
   layout_ = plan_step(step, kv_shape_.block_size, graph_policy_);
   cast_ = CastCopy{};  // a replayed step leaves the buffer holding what its graph wrote last
   TROUPE_TRY_VOID(ensure_step_capacity(layout_));
@@ -537,7 +550,77 @@ Result<void> CudaBackend::end_step() {
     }
   }
   check(cudaGetLastError(), "kernel launch");
+  // A rank of a group that reads nothing back still finds out now whether its collectives
+  // finished.
+  if (nccl_ != nullptr) return synchronize();
   return status();
+}
+
+// --- tensor parallelism ---
+
+Result<void> CudaBackend::join_group(std::shared_ptr<model::Communicator> group) {
+#ifdef TROUPE_HAVE_NCCL
+  auto* nccl = dynamic_cast<NcclCommunicator*>(group.get());
+  if (nccl == nullptr) {
+    return make_error(ErrorCode::unsupported, "a CUDA rank needs an NCCL communicator");
+  }
+  nccl->bind_stream(stream_);
+  group_ = std::move(group);
+  nccl_ = nccl;
+  // NCCL calls stay out of recorded graphs: every step runs eagerly.
+  graph_policy_.enabled = false;
+  invalidate_graphs();
+  return {};
+#else
+  (void)group;
+  return make_error(ErrorCode::unsupported,
+                    "this troupe was built without NCCL, which CUDA ranks of a group need");
+#endif
+}
+
+void CudaBackend::all_reduce(Tensor x) {
+  TROUPE_ASSERT(group_ != nullptr, "all_reduce on a backend that joined no group");
+  if (!error_.empty()) return;
+  auto summed = group_->all_reduce_sum({x.data, static_cast<std::size_t>(x.rows * x.cols)});
+  if (!summed) error_ = summed.error().message;
+}
+
+void CudaBackend::gather_columns(Tensor part, Tensor whole) {
+  TROUPE_ASSERT(group_ != nullptr, "gather_columns on a backend that joined no group");
+  if (!error_.empty()) return;
+  const auto size = static_cast<std::int64_t>(group_->size());
+  const std::int64_t n = part.rows * part.cols;
+  const bool root = group_->rank() == 0;
+  if (root && gathered_bytes_ < n * size * 4) {
+    if (gathered_ != nullptr) {
+      cudaStreamSynchronize(as_stream(stream_));
+      cudaFree(gathered_);
+      gathered_ = nullptr;
+      gathered_bytes_ = 0;
+    }
+    auto p = device_alloc(n * size * 4);
+    if (!p) {
+      error_ = p.error().message;
+      return;
+    }
+    gathered_ = *p;
+    gathered_bytes_ = n * size * 4;
+  }
+  auto* gathered = static_cast<float*>(gathered_);
+  auto done = group_->gather({part.data, static_cast<std::size_t>(n)},
+                             {gathered, root ? static_cast<std::size_t>(n * size) : 0});
+  if (!done) {
+    error_ = done.error().message;
+    return;
+  }
+  if (!root) return;
+  // Rank r's [rows, part.cols] into columns [r * part.cols, ...) of every row.
+  for (std::int64_t r = 0; r < size; ++r) {
+    check(cudaMemcpy2DAsync(whole.data + r * part.cols, whole.cols * 4, gathered + r * n,
+                            part.cols * 4, part.cols * 4, part.rows, cudaMemcpyDeviceToDevice,
+                            as_stream(stream_)),
+          "gather columns");
+  }
 }
 
 // --- ops ---

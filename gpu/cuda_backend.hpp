@@ -19,6 +19,8 @@
 
 namespace troupe::gpu {
 
+class NcclCommunicator;
+
 enum class WeightDtype {
   automatic,  // F16 and BF16 kept as they are; everything else to BF16
   f16,
@@ -116,6 +118,12 @@ class CudaBackend final : public model::Backend {
                     model::Tensor out) override;
   void gather_logit_rows(model::Tensor x, model::Tensor out) override;
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
+  // A rank of a tensor-parallel group: an NCCL communicator (gpu/nccl_communicator) on this
+  // backend's stream. Steps then run eagerly (no CUDA graphs), and every wait for the
+  // stream is bounded by the group's timeout.
+  Result<void> join_group(std::shared_ptr<model::Communicator> group) override;
+  void all_reduce(model::Tensor x) override;
+  void gather_columns(model::Tensor part, model::Tensor whole) override;
   bool can_sample() const override { return true; }
   Result<void> sample(model::Tensor logits, std::span<const model::DeviceSamplingRow> rows,
                       std::span<TokenId> ids) override;
@@ -162,6 +170,10 @@ class CudaBackend final : public model::Backend {
   void* stream_ = nullptr;  // cudaStream_t
   std::unique_ptr<Impl> impl_;
   std::string error_;
+  std::shared_ptr<model::Communicator> group_;
+  NcclCommunicator* nccl_ = nullptr;  // group_, as what it is (null: not in a group)
+  void* gathered_ = nullptr;          // [size, rows, part cols] on rank 0: gather_columns
+  std::int64_t gathered_bytes_ = 0;
   std::int64_t bytes_in_use_ = 0;
   std::int64_t weight_bytes_ = 0;
   model::KvCacheShape kv_shape_;

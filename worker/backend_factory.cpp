@@ -10,6 +10,9 @@
 #ifdef TROUPE_HAVE_CUDA
 #include "gpu/cuda_backend.hpp"
 #endif
+#ifdef TROUPE_HAVE_NCCL
+#include "gpu/nccl_communicator.hpp"
+#endif
 
 namespace troupe::worker {
 
@@ -37,6 +40,7 @@ Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& s
   }
 #ifdef TROUPE_HAVE_CUDA
   gpu::CudaBackendOptions options;
+  options.device = spec.device_index;
   options.cuda_graphs = spec.cuda_graphs;
   options.max_graph_batch = std::min(spec.max_num_seqs, 256);
   options.max_model_len = spec.max_model_len;
@@ -75,10 +79,16 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
   if (link.store == nullptr) {
     return make_error(ErrorCode::invalid_argument, "a rank of a group needs a rendezvous store");
   }
-  if (spec.device != engine::WorkerDevice::cpu) {
+  if (spec.device == engine::WorkerDevice::cuda) {
+#if defined(TROUPE_HAVE_CUDA) && defined(TROUPE_HAVE_NCCL)
+    TROUPE_TRY(auto group,
+               gpu::NcclCommunicator::connect(*link.store, spec.rank, spec.world_size,
+                                              spec.device_index, link.prefix, link.timeout));
+    return std::shared_ptr<model::Communicator>(std::move(group));
+#else
     return make_error(ErrorCode::unsupported,
-                      "tensor parallelism on CUDA (NCCL) is not built yet: split a model over "
-                      "CPU ranks, or serve it on one GPU");
+                      "this troupe was built without NCCL, which CUDA ranks of a group need");
+#endif
   }
 #ifdef TROUPE_HAVE_GLOO
   cpu::GlooOptions options;

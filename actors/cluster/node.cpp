@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/io/all.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,12 @@ struct NodeWorkerState {
 void apply_settings(const NodeSettings& settings, engine::WorkerSpec& spec) {
   spec.num_threads = settings.num_threads;
   spec.device = settings.device == "cuda" ? engine::WorkerDevice::cuda : engine::WorkerDevice::cpu;
+  if (spec.device == engine::WorkerDevice::cuda) {
+    // A group's ranks here are consecutive and no more than its GPUs: one GPU each.
+    auto gpus = static_cast<std::int32_t>(worker::list_gpus().size());
+    if (settings.num_gpus >= 0) gpus = std::min(gpus, settings.num_gpus);
+    spec.device_index = gpus > 0 ? spec.rank % gpus : 0;
+  }
   if (settings.kv_cache_gb > 0 && spec.num_kv_blocks == 0) {
     spec.kv_cache_bytes = static_cast<std::int64_t>(settings.kv_cache_gb * (1 << 30));
   }
