@@ -193,6 +193,7 @@ Result<void> CudaBackend::status() const {
 }
 
 Result<void> CudaBackend::synchronize() {
+#ifdef TROUPE_HAVE_NCCL
   if (nccl_ != nullptr) {
     // A collective may never finish (a rank gone): wait no longer than the group's timeout.
     if (auto waited = nccl_->synchronize(); !waited && error_.empty()) {
@@ -201,6 +202,9 @@ Result<void> CudaBackend::synchronize() {
   } else {
     check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize");
   }
+#else
+  check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize");
+#endif
   check(cudaGetLastError(), "kernel");
   return status();
 }
