@@ -155,6 +155,11 @@ Result<void> CudaBackend::init() {
 }
 
 CudaBackend::~CudaBackend() {
+#ifdef TROUPE_HAVE_NCCL
+  // Collectives a gone peer never finishes: the bounded wait aborts them, and the stream
+  // can then drain.
+  if (nccl_ != nullptr) (void)nccl_->synchronize();
+#endif
   if (stream_ != nullptr) cudaStreamSynchronize(as_stream(stream_));
   nccl_ = nullptr;
   group_.reset();  // its collectives ran on this stream
@@ -584,6 +589,7 @@ Result<void> CudaBackend::join_group(std::shared_ptr<model::Communicator> group)
 
 void CudaBackend::all_reduce(Tensor x) {
   TROUPE_ASSERT(group_ != nullptr, "all_reduce on a backend that joined no group");
+  wrote(x);
   if (!error_.empty()) return;
   auto summed = group_->all_reduce_sum({x.data, static_cast<std::size_t>(x.rows * x.cols)});
   if (!summed) error_ = summed.error().message;
@@ -595,10 +601,17 @@ void CudaBackend::gather_columns(Tensor part, Tensor whole) {
   const auto size = static_cast<std::int64_t>(group_->size());
   const std::int64_t n = part.rows * part.cols;
   const bool root = group_->rank() == 0;
+  if (root) {
+    wrote(whole);
+    TROUPE_ASSERT(whole.cols == part.cols * size && whole.rows >= part.rows,
+                  "gather_columns: the whole has the wrong shape");
+  }
   if (root && gathered_bytes_ < n * size * 4) {
     if (gathered_ != nullptr) {
-      cudaStreamSynchronize(as_stream(stream_));
+      // The old buffer may still be read by this step's queued work: a bounded wait.
+      if (!synchronize()) return;
       cudaFree(gathered_);
+      bytes_in_use_ -= gathered_bytes_;
       gathered_ = nullptr;
       gathered_bytes_ = 0;
     }

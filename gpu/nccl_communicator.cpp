@@ -99,7 +99,10 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::connect(
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   const ncclResult_t started = ncclCommInitRankConfig(&impl->comm, size, id, rank, &config);
-  if (started != ncclSuccess && started != ncclInProgress) return fail(describe(started));
+  if (started != ncclSuccess && started != ncclInProgress) {
+    impl->abort();  // whatever it made goes
+    return fail(describe(started));
+  }
   const ncclResult_t ready = wait_ready(impl->comm, Clock::now() + timeout);
   if (ready != ncclSuccess) {
     impl->abort();
@@ -164,15 +167,20 @@ Result<void> NcclCommunicator::gather(std::span<const float> part, std::span<flo
     cudaMemcpyAsync(gathered.data(), part.data(), n * sizeof(float), cudaMemcpyDeviceToDevice,
                     stream);
   }
-  ncclGroupStart();
+  if (const ncclResult_t began = ncclGroupStart(); began != ncclSuccess) {
+    return enqueued(began, "gather");
+  }
+  ncclResult_t queued = ncclSuccess;
   if (rank_ == 0) {
-    for (std::int32_t r = 1; r < size_; ++r) {
-      ncclRecv(gathered.data() + r * n, n, ncclFloat, r, impl_->comm, stream);
+    for (std::int32_t r = 1; r < size_ && queued == ncclSuccess; ++r) {
+      queued = ncclRecv(gathered.data() + r * n, n, ncclFloat, r, impl_->comm, stream);
     }
   } else {
-    ncclSend(part.data(), n, ncclFloat, 0, impl_->comm, stream);
+    queued = ncclSend(part.data(), n, ncclFloat, 0, impl_->comm, stream);
   }
-  return enqueued(ncclGroupEnd(), "gather");
+  // The group ends whatever happened inside it; its first failure is the answer.
+  const ncclResult_t ended = ncclGroupEnd();
+  return enqueued(queued != ncclSuccess && queued != ncclInProgress ? queued : ended, "gather");
 }
 
 Result<void> NcclCommunicator::synchronize() {

@@ -88,6 +88,10 @@ caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
     engine::WorkerSpec rank_spec = spec;
     rank_spec.rank = static_cast<std::int32_t>(r);
     rank_spec.world_size = size;
+    // A GPU each: NCCL refuses two ranks of a group on one device. (A node sets its own
+    // ranks' GPUs again from what it has.)
+    if (spec.device == engine::WorkerDevice::cuda)
+      rank_spec.device_index = static_cast<std::int32_t>(r);
     self->request(state.ranks[r], std::chrono::minutes(10), load_atom::value, rank_spec, join)
         .then([done, r](engine::LoadReport& report) { done(r, std::move(report)); },
               [self, done, r](const caf::error& e) {
