@@ -25,6 +25,26 @@ std::map<std::string, test::Json> nodes_of(Cluster& cluster) {
   return nodes;
 }
 
+// One process serving `model` whole (one worker, one thread) answers `count` greedy
+// completions as `cluster` does; prompt i has `length(i)` tokens.
+template <class Length>
+void check_same_outputs_as_one_process(Cluster& cluster, const std::string& model, int count,
+                                       Length length, int max_tokens) {
+  ChildProcess single({TROUPE_BINARY, "serve", "-m", model, "--port", "0", "--threads", "1",
+                       "--kv-cache-gb", "0.02"});
+  const auto port = single.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  REQUIRE(port.has_value());
+  for (int i = 0; i < count; ++i) {
+    const std::string body = completion(prompt_for(i, length(i)), max_tokens);
+    const Reply alone =
+        http(static_cast<std::uint16_t>(std::stoi(*port)), "POST", "/v1/completions", body);
+    const Reply split = cluster.post("/v1/completions", body);
+    REQUIRE(alone.status == 200);
+    REQUIRE(split.status == 200);
+    CHECK(text_of(split) == text_of(alone));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("stories260K split over two nodes gives llama.cpp's greedy outputs",
@@ -55,22 +75,11 @@ TEST_CASE("stories260K split over two nodes gives llama.cpp's greedy outputs",
 
 TEST_CASE("two replicas of two ranks each: each group on one node, one process's outputs",
           "[cluster][tp]") {
-  ChildProcess single({TROUPE_BINARY, "serve", "-m", cluster_model(), "--port", "0", "--threads",
-                       "1", "--kv-cache-gb", "0.02"});
-  const auto single_port = single.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
-  REQUIRE(single_port.has_value());
   // One thread per worker: a node holds both ranks of a group (vLLM's rule: a group stays
   // on one node when it fits).
   Cluster cluster(2, "round-robin", {"--tp", "2"});
-  for (int i = 0; i < 4; ++i) {
-    const std::string body = completion(prompt_for(i, 5 + i), 12);
-    const Reply alone =
-        http(static_cast<std::uint16_t>(std::stoi(*single_port)), "POST", "/v1/completions", body);
-    const Reply split = cluster.post("/v1/completions", body);
-    REQUIRE(alone.status == 200);
-    REQUIRE(split.status == 200);
-    CHECK(text_of(split) == text_of(alone));
-  }
+  check_same_outputs_as_one_process(
+      cluster, cluster_model(), 4, [](int i) { return 5 + i; }, 12);
   const auto nodes = nodes_of(cluster);
   REQUIRE(nodes.size() == 2u);
   CHECK(nodes.at("n0")["ranks"].number == 2);
@@ -96,22 +105,11 @@ TEST_CASE(
     s.ffn_dim = 1024;
     s.context_length = 512;
   });
-  ChildProcess single({TROUPE_BINARY, "serve", "-m", model, "--port", "0", "--threads", "1",
-                       "--kv-cache-gb", "0.02"});
-  const auto single_port = single.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
-  REQUIRE(single_port.has_value());
   // Half the cores per worker: each node holds two ranks, so the group spans both.
   const std::string half = std::to_string(std::max(1U, std::thread::hardware_concurrency() / 2));
   Cluster cluster(1, "round-robin", {"--tp", "4"}, 2, half, model);
-  for (int i = 0; i < 4; ++i) {
-    const std::string body = completion(prompt_for(i, 4 + 3 * i), 10);
-    const Reply alone =
-        http(static_cast<std::uint16_t>(std::stoi(*single_port)), "POST", "/v1/completions", body);
-    const Reply split = cluster.post("/v1/completions", body);
-    REQUIRE(alone.status == 200);
-    REQUIRE(split.status == 200);
-    CHECK(text_of(split) == text_of(alone));
-  }
+  check_same_outputs_as_one_process(
+      cluster, model, 4, [](int i) { return 4 + 3 * i; }, 10);
   const auto nodes = nodes_of(cluster);
   CHECK(nodes.at("n0")["ranks"].number == 2);
   CHECK(nodes.at("n1")["ranks"].number == 2);

@@ -88,6 +88,30 @@ std::vector<worker::GenerationRequest> requests_for(std::int32_t vocab, int coun
   return requests;
 }
 
+// The whole model's results for `requests` (one rank, two threads).
+std::vector<worker::GenerationResult> run_whole(
+    const std::string& path, const std::vector<worker::GenerationRequest>& requests) {
+  auto whole = test::LoadedTestModel::open(path, 64);
+  worker::BatchGenerator reference(*whole.model, {});
+  auto expected = reference.run(requests);
+  REQUIRE(expected.has_value());
+  return *expected;
+}
+
+// A group's results are the whole model's: the same greedy tokens, and first-step logits
+// within the tolerance.
+void check_matches(worker::BatchGenerator& split,
+                   const std::vector<worker::GenerationRequest>& requests,
+                   const std::vector<worker::GenerationResult>& expected) {
+  auto result = split.run(requests);
+  REQUIRE(result.has_value());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    CHECK((*result)[i].output == expected[i].output);
+    CHECK(relative_difference((*result)[i].first_logits, expected[i].first_logits) <
+          kLogitTolerance);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a shard holds its heads, its KV heads and its slice of the FFN", "[tp]") {
@@ -169,23 +193,14 @@ TEST_CASE("a larger GQA model split over 2 and 4 ranks matches the whole model",
     spec.type = gguf::TensorType::f16;
     spec.stddev = 0.05f;
   });
-  auto whole = test::LoadedTestModel::open(path, 64);
   const auto requests = requests_for(2048, 4, 12);
-  worker::BatchGenerator reference(*whole.model, {});
-  auto expected = reference.run(requests);
-  REQUIRE(expected.has_value());
+  const auto expected = run_whole(path, requests);
   const std::int32_t size = GENERATE(2, 4);
   INFO(size << " ranks");
   auto group = load_group(path, size);
   REQUIRE(group.has_value());
   worker::BatchGenerator split(group->models(), {});
-  auto result = split.run(requests);
-  REQUIRE(result.has_value());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    CHECK((*result)[i].output == (*expected)[i].output);
-    CHECK(relative_difference((*result)[i].first_logits, (*expected)[i].first_logits) <
-          kLogitTolerance);
-  }
+  check_matches(split, requests, expected);
   SECTION("a split model's outputs do not depend on the batch, bit for bit") {
     auto together = split.run(requests, /*prefill_chunk=*/3);
     REQUIRE(together.has_value());
@@ -222,11 +237,8 @@ TEST_CASE("KV heads fewer than the ranks are replicated, and the output is the w
     s.num_kv_heads = 2;
     s.ffn_dim = 256;
   });
-  auto whole = test::LoadedTestModel::open(path, 64);
   const auto requests = requests_for(512, 3, 8);
-  worker::BatchGenerator reference(*whole.model, {});
-  auto expected = reference.run(requests);
-  REQUIRE(expected.has_value());
+  const auto expected = run_whole(path, requests);
   // 4 ranks: each KV head on two; 8 ranks: on four, one query head each.
   const std::int32_t size = GENERATE(4, 8);
   INFO(size << " ranks");
@@ -236,13 +248,7 @@ TEST_CASE("KV heads fewer than the ranks are replicated, and the output is the w
     CHECK(group->ranks[r].kv_cache_shape(1, 16).num_kv_heads == 1);
   }
   worker::BatchGenerator split(group->models(), {});
-  auto result = split.run(requests);
-  REQUIRE(result.has_value());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    CHECK((*result)[i].output == (*expected)[i].output);
-    CHECK(relative_difference((*result)[i].first_logits, (*expected)[i].first_logits) <
-          kLogitTolerance);
-  }
+  check_matches(split, requests, expected);
 }
 
 TEST_CASE(
@@ -260,19 +266,10 @@ TEST_CASE(
         s.vocab_size = vocab;
         s.tied_output = vocab == 512;  // both layouts: the embedding's rows, and output.weight
       });
-  auto whole = test::LoadedTestModel::open(path, 64);
   const auto requests = requests_for(vocab, 3, 6);
-  worker::BatchGenerator reference(*whole.model, {});
-  auto expected = reference.run(requests);
-  REQUIRE(expected.has_value());
+  const auto expected = run_whole(path, requests);
   auto group = load_group(path, 4);
   REQUIRE(group.has_value());
   worker::BatchGenerator split(group->models(), {});
-  auto result = split.run(requests);
-  REQUIRE(result.has_value());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    CHECK((*result)[i].output == (*expected)[i].output);
-    CHECK(relative_difference((*result)[i].first_logits, (*expected)[i].first_logits) <
-          kLogitTolerance);
-  }
+  check_matches(split, requests, expected);
 }
