@@ -172,16 +172,9 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
   if (on_node) {
     TROUPE_TRY(auto placed, place_replica(impl, index));
     setup.nodes = placed.nodes;
-    for (const auto& n : placed.nodes) {
-      if (setup.node.find(n) == std::string::npos)
-        setup.node += (setup.node.empty() ? "" : ",") + n;
-    }
-    if (placed.workers.size() == 1) {
-      setup.worker = std::move(placed.workers.front());
-    } else {
-      setup.worker = impl.system->spawn(actors::cluster::group, std::move(placed.workers),
-                                        placed.nodes, impl.config.collective_timeout);
-    }
+    setup.node = actors::cluster::node_label(placed.nodes);
+    setup.worker = actors::cluster::worker_for(*impl.system, std::move(placed),
+                                               impl.config.collective_timeout);
     setup.registry = impl.registry;
     setup.step_timeout = caf::duration{impl.config.cluster->step_timeout};
     load_timeout = caf::duration{std::chrono::minutes(10)};

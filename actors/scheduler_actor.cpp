@@ -118,22 +118,6 @@ void lose_remote_worker(Self self, const std::string& why) {
   place_worker(self);
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) {
-    if (out.find(n) == std::string::npos) out += (out.empty() ? "" : ",") + n;
-  }
-  return out;
-}
-
-// The replica's worker from what the registry placed: the one worker, or a group (here,
-// on the head) around its ranks.
-worker_actor worker_of(Self self, cluster::Placement& placed) {
-  if (placed.workers.size() == 1) return std::move(placed.workers.front());
-  return self->home_system().spawn(cluster::group, std::move(placed.workers), placed.nodes,
-                                   self->state.setup.collective_timeout);
-}
-
 // The node no replica should be placed on again after a failed load: the failing rank's.
 const std::string& failed_node(Self self, const engine::LoadReport& report) {
   const auto& nodes = self->state.setup.nodes;
@@ -152,8 +136,9 @@ void place_worker(Self self) {
           [self](cluster::Placement& placed) {
             auto& state = self->state;
             state.setup.nodes = placed.nodes;
-            state.setup.node = joined(placed.nodes);
-            state.setup.worker = worker_of(self, placed);
+            state.setup.node = cluster::node_label(placed.nodes);
+            state.setup.worker = cluster::worker_for(self->home_system(), std::move(placed),
+                                                     state.setup.collective_timeout);
             self->monitor(state.setup.worker);
             // Answers about a worker that was lost meanwhile (and replaced) are stale.
             const caf::actor_addr loading = state.setup.worker.address();

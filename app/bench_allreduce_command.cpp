@@ -14,6 +14,7 @@
 
 #include "app/commands.hpp"
 #include "cpu/gloo_communicator.hpp"
+#include "model/rendezvous_stores.hpp"
 
 namespace troupe::app {
 

@@ -20,6 +20,7 @@
 
 #include "app/commands.hpp"
 #include "app/loaded_model.hpp"
+#include "model/rendezvous_stores.hpp"
 #include "troupe/engine.hpp"
 #include "worker/backend_factory.hpp"
 

@@ -121,31 +121,29 @@ Result<void> CpuBackend::join_group(std::shared_ptr<model::Communicator> group) 
   return {};
 }
 
-void CpuBackend::all_reduce(Tensor x) {
-  TROUPE_ASSERT(group_ != nullptr, "all_reduce on a backend that joined no group");
-  if (step_error_) return;  // the group is broken: the step fails at end_step
+bool CpuBackend::run_collective(const std::function<Result<void>()>& collective) {
+  TROUPE_ASSERT(group_ != nullptr, "a collective on a backend that joined no group");
+  if (step_error_) return false;  // the group is broken: the step fails at end_step
   const auto start = std::chrono::steady_clock::now();
-  auto summed = group_->all_reduce_sum({x.data, static_cast<std::size_t>(x.rows * x.cols)});
+  auto done = collective();
   all_reduce_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!summed) step_error_ = summed.error();
+  if (!done) step_error_ = done.error();
+  return done.has_value();
+}
+
+void CpuBackend::all_reduce(Tensor x) {
+  run_collective([&] {
+    return group_->all_reduce_sum({x.data, static_cast<std::size_t>(x.rows * x.cols)});
+  });
 }
 
 void CpuBackend::gather_columns(Tensor part, Tensor whole) {
-  TROUPE_ASSERT(group_ != nullptr, "gather_columns on a backend that joined no group");
-  if (step_error_) return;
-  const auto size = static_cast<std::size_t>(group_->size());
+  const auto size = static_cast<std::size_t>(group_ ? group_->size() : 1);
   const auto n = static_cast<std::size_t>(part.rows * part.cols);
-  const bool root = group_->rank() == 0;
+  const bool root = group_ && group_->rank() == 0;
   gathered_.resize(root ? n * size : 0);
-  const auto start = std::chrono::steady_clock::now();
-  auto done = group_->gather({part.data, n}, gathered_);
-  all_reduce_seconds_ +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!done) {
-    step_error_ = done.error();
-    return;
-  }
+  if (!run_collective([&] { return group_->gather({part.data, n}, gathered_); })) return;
   if (!root) return;
   TROUPE_ASSERT(
       whole.cols == part.cols * static_cast<std::int64_t>(size) && whole.rows >= part.rows,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -47,6 +48,9 @@ class CpuBackend final : public model::Backend {
   double all_reduce_seconds() const override { return all_reduce_seconds_; }
 
  private:
+  // Runs one of the step's collectives (skipped once one failed), timing it; false when
+  // it failed (the step then fails at end_step).
+  bool run_collective(const std::function<Result<void>()>& collective);
   // One KV head's part of a block: keys [head_dim][block_size] (transposed),
   // values [block_size][head_dim].
   float* kv_block(std::vector<float>& cache, std::int32_t layer, std::int32_t block,

@@ -82,6 +82,33 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// Runs a collective: refused once the group is broken; a Gloo failure (an exception:
+// a timeout, a peer gone) breaks it for good.
+template <class Body>
+Result<void> guarded(std::string& failure, std::int32_t rank, const char* what, Body&& body) {
+  if (!failure.empty()) {
+    return make_error(ErrorCode::unavailable, "the tensor-parallel group is broken: " + failure);
+  }
+  try {
+    body();
+  } catch (const std::exception& e) {
+    failure = e.what();
+    return make_error(ErrorCode::unavailable,
+                      "rank " + std::to_string(rank) + "'s " + what + " failed: " + failure);
+  }
+  return {};
+}
+
+// out[i] = parts[0][i] + parts[1][i] + ... in rank order (rank r's part at r * stride).
+void add_in_rank_order(const float* parts, std::size_t stride, std::int32_t ranks, std::size_t n,
+                       float* out) {
+  std::copy_n(parts, n, out);
+  for (std::int32_t r = 1; r < ranks; ++r) {
+    const float* part = parts + r * stride;
+    for (std::size_t i = 0; i < n; ++i) out[i] += part[i];
+  }
+}
+
 // Up to this many bytes, or with two ranks, one all-gather of whole buffers sends no more
 // than a reduce-scatter and an all-gather would, in one round trip instead of two.
 constexpr std::size_t kGatherSumBytes = 64 * 1024;
@@ -135,36 +162,25 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::connect(model::Rende
 }
 
 Result<void> GlooCommunicator::all_reduce_sum(std::span<float> data) {
-  if (!failure_.empty()) {
-    return make_error(ErrorCode::unavailable, "the tensor-parallel group is broken: " + failure_);
-  }
-  if (size_ == 1 || data.empty()) return {};
-  try {
+  return guarded(failure_, rank_, "all-reduce", [&] {
+    if (size_ == 1 || data.empty()) return;
     if (size_ == 2 || data.size_bytes() <= kGatherSumBytes) {
       gather_sum(data);
     } else {
       scatter_gather_sum(data);
     }
-  } catch (const std::exception& e) {
-    failure_ = e.what();
-    return make_error(ErrorCode::unavailable,
-                      "rank " + std::to_string(rank_) + "'s all-reduce failed: " + failure_);
-  }
-  return {};
+  });
 }
 
 Result<void> GlooCommunicator::gather(std::span<const float> part, std::span<float> gathered) {
-  if (!failure_.empty()) {
-    return make_error(ErrorCode::unavailable, "the tensor-parallel group is broken: " + failure_);
-  }
   if (rank_ == 0 && gathered.size() != part.size() * static_cast<std::size_t>(size_)) {
     return make_error(ErrorCode::invalid_argument, "a gather needs room for every rank's part");
   }
-  if (size_ == 1) {
-    std::copy(part.begin(), part.end(), gathered.begin());
-    return {};
-  }
-  try {
+  return guarded(failure_, rank_, "gather", [&] {
+    if (size_ == 1) {
+      std::copy(part.begin(), part.end(), gathered.begin());
+      return;
+    }
     gloo::GatherOptions options(impl_->context);
     // Gloo's API takes a mutable pointer; a gather only reads the input.
     options.setInput(const_cast<float*>(part.data()), part.size());
@@ -172,16 +188,11 @@ Result<void> GlooCommunicator::gather(std::span<const float> part, std::span<flo
     options.setRoot(0);
     options.setTimeout(impl_->timeout);
     gloo::gather(options);
-  } catch (const std::exception& e) {
-    failure_ = e.what();
-    return make_error(ErrorCode::unavailable,
-                      "rank " + std::to_string(rank_) + "'s gather failed: " + failure_);
-  }
-  return {};
+  });
 }
 
 Result<void> GlooCommunicator::gloo_ring_all_reduce(std::span<float> data) {
-  try {
+  return guarded(failure_, rank_, "Gloo ring all-reduce", [&] {
     auto& ring = impl_->ring;
     if (ring == nullptr || impl_->ring_data != data.data() || impl_->ring_size != data.size()) {
       ring = std::make_unique<gloo::AllreduceRing<float>>(
@@ -190,10 +201,7 @@ Result<void> GlooCommunicator::gloo_ring_all_reduce(std::span<float> data) {
       impl_->ring_size = data.size();
     }
     ring->run();
-  } catch (const std::exception& e) {
-    return make_error(ErrorCode::unavailable, std::string("Gloo's all-reduce failed: ") + e.what());
-  }
-  return {};
+  });
 }
 
 // Every rank gets every rank's buffer and adds them up in rank order.
@@ -206,11 +214,7 @@ void GlooCommunicator::gather_sum(std::span<float> data) {
   gather.setOutput(gathered.data(), gathered.size());
   gather.setTimeout(impl_->timeout);
   gloo::allgather(gather);
-  std::copy_n(gathered.data(), n, data.data());
-  for (std::int32_t r = 1; r < size_; ++r) {
-    const float* part = gathered.data() + r * n;
-    for (std::size_t i = 0; i < n; ++i) data[i] += part[i];
-  }
+  add_in_rank_order(gathered.data(), n, size_, n, data.data());
 }
 
 // Rank r owns chunk r: it receives every rank's part of it (all-to-all), adds them in rank
@@ -230,11 +234,8 @@ void GlooCommunicator::scatter_gather_sum(std::span<float> data) {
   exchange.setOutput(received.data(), received.size());
   exchange.setTimeout(impl_->timeout);
   gloo::alltoall(exchange);
-  owned.assign(received.begin(), received.begin() + static_cast<std::ptrdiff_t>(chunk));
-  for (std::int32_t r = 1; r < size_; ++r) {
-    const float* part = received.data() + r * chunk;
-    for (std::size_t i = 0; i < chunk; ++i) owned[i] += part[i];
-  }
+  owned.resize(chunk);
+  add_in_rank_order(received.data(), chunk, size_, chunk, owned.data());
   gathered.resize(chunk * size_);
   gloo::AllgatherOptions gather(impl_->context);
   gather.setInput(owned.data(), chunk);

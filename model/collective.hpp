@@ -1,15 +1,11 @@
 // What the ranks of a tensor-parallel group share: a communicator that sums a buffer
 // over the group, and the key-value store the ranks meet through to connect. The CPU
-// implementation is Gloo (cpu/gloo_communicator); the store is a map in one process
-// (InProcessStore), files (FileStore) or the head's actors across processes (actors/).
+// implementation is Gloo (cpu/gloo_communicator), the GPU's NCCL; the stores are in
+// model/rendezvous_stores.hpp, and the head's actors are one across processes (actors/).
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <filesystem>
-#include <map>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,32 +42,6 @@ class RendezvousStore {
   // Waits until `key` is set, or fails after `timeout`.
   virtual Result<std::vector<char>> get(const std::string& key,
                                         std::chrono::milliseconds timeout) = 0;
-};
-
-// The store for ranks that are processes of one machine (the benchmarks): a file per key
-// in a directory they share.
-class FileStore final : public RendezvousStore {
- public:
-  explicit FileStore(std::filesystem::path dir) : dir_(std::move(dir)) {}
-
-  Result<void> set(const std::string& key, const std::vector<char>& value) override;
-  Result<std::vector<char>> get(const std::string& key, std::chrono::milliseconds timeout) override;
-
- private:
-  std::filesystem::path file(std::string key) const;
-  std::filesystem::path dir_;
-};
-
-// The store for ranks in one process (tests, benchmarks).
-class InProcessStore final : public RendezvousStore {
- public:
-  Result<void> set(const std::string& key, const std::vector<char>& value) override;
-  Result<std::vector<char>> get(const std::string& key, std::chrono::milliseconds timeout) override;
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::vector<char>> values_;
 };
 
 }  // namespace troupe::model

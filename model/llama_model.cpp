@@ -32,10 +32,11 @@ class WeightLoader {
                               const WeightSlice& slice) {
     TROUPE_TRY(const gguf::GgufTensorInfo* info, find_matrix(name, rows, cols));
     TROUPE_TRY_VOID(check_slice(name, info->type, cols, slice));
-    const auto traits = gguf::tensor_type_traits(static_cast<std::uint32_t>(info->type));
-    const auto block_elements = static_cast<std::int64_t>(traits->block_elements);
-    const auto block_bytes = static_cast<std::int64_t>(traits->block_bytes);
-    const std::int64_t row_bytes = cols / block_elements * block_bytes;
+    // Whole blocks (check_slice): byte offsets are the element counts' row sizes.
+    const auto bytes_of = [type = info->type](std::int64_t elements) {
+      return static_cast<std::int64_t>(gguf::row_bytes(type, elements));
+    };
+    const std::int64_t row_bytes = bytes_of(cols);
     gguf::GgufTensorInfo part = *info;
     if (slice.axis == WeightSlice::Axis::rows) {
       part.dims[1] = slice.count;
@@ -43,8 +44,8 @@ class WeightLoader {
       part.num_bytes = static_cast<std::uint64_t>(slice.count * row_bytes);
       return backend_.load_weight(part);
     }
-    const std::int64_t begin = slice.begin / block_elements * block_bytes;
-    const std::int64_t part_row_bytes = slice.count / block_elements * block_bytes;
+    const std::int64_t begin = bytes_of(slice.begin);
+    const std::int64_t part_row_bytes = bytes_of(slice.count);
     auto bytes = std::make_unique<std::byte[]>(static_cast<std::size_t>(rows * part_row_bytes));
     for (std::int64_t r = 0; r < rows; ++r) {
       std::memcpy(bytes.get() + r * part_row_bytes, info->data + r * row_bytes + begin,

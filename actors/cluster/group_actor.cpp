@@ -240,4 +240,23 @@ worker_actor spawn_local_worker(caf::actor_system& system, std::int32_t world_si
                       collective_timeout);
 }
 
+worker_actor worker_for(caf::actor_system& system, Placement placed,
+                        std::chrono::milliseconds collective_timeout) {
+  if (placed.workers.size() == 1) return std::move(placed.workers.front());
+  return system.spawn(group, std::move(placed.workers), std::move(placed.nodes),
+                      collective_timeout);
+}
+
+std::string node_label(const std::vector<std::string>& nodes) {
+  std::string label;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (std::find(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(i), nodes[i]) !=
+        nodes.begin() + static_cast<std::ptrdiff_t>(i)) {
+      continue;  // named already
+    }
+    label += (label.empty() ? "" : ",") + nodes[i];
+  }
+  return label;
+}
+
 }  // namespace troupe::actors::cluster

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/cluster/cluster_messages.hpp"
 #include "actors/messages.hpp"
 
 namespace troupe::actors::cluster {
@@ -52,5 +53,13 @@ group_actor::behavior_type group(group_actor::stateful_pointer<GroupState> self,
 worker_actor spawn_local_worker(caf::actor_system& system, std::int32_t world_size,
                                 const std::function<void()>& before_step,
                                 std::chrono::milliseconds collective_timeout);
+
+// A replica's worker from the workers the registry placed for it: the one worker, or a
+// group (in this process) around its ranks.
+worker_actor worker_for(caf::actor_system& system, Placement placed,
+                        std::chrono::milliseconds collective_timeout);
+
+// A placement's nodes for people: each name once, in rank order ("n0,n1").
+std::string node_label(const std::vector<std::string>& nodes);
 
 }  // namespace troupe::actors::cluster

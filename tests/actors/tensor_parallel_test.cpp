@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
+#include "actors/cluster/group_actor.hpp"
 #include "actors/engine_hooks.hpp"
 #include "support/engine_support.hpp"
 #include "support/event_collector.hpp"
@@ -96,4 +97,12 @@ TEST_CASE("one rank's failing step ends its requests at once, and a new group se
   CHECK(c.get(*served).tokens.size() == 8);
   CHECK((*engine)->stats().num_worker_restarts == 1);
   CHECK(test::kv_drains(**engine));
+}
+
+TEST_CASE("a placement's nodes are named once each, in rank order", "[actors][tp]") {
+  using actors::cluster::node_label;
+  CHECK(node_label({"n0"}) == "n0");
+  CHECK(node_label({"n0", "n0", "n1"}) == "n0,n1");
+  // A name inside another is still its own node.
+  CHECK(node_label({"n10", "n1", "n10", "n1"}) == "n10,n1");
 }

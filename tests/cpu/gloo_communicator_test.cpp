@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cpu/gloo_communicator.hpp"
+#include "model/rendezvous_stores.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;

@@ -8,6 +8,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "gpu/nccl_communicator.hpp"
 #include "model/llama_model.hpp"
+#include "model/rendezvous_stores.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;

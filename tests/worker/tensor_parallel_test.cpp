@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "golden/golden_support.hpp"
+#include "model/rendezvous_stores.hpp"
 #include "model/tensor_parallel.hpp"
 #include "support/small_model.hpp"
 #include "worker/backend_factory.hpp"

@@ -1,4 +1,4 @@
-#include "model/collective.hpp"
+#include "model/rendezvous_stores.hpp"
 
 #include <unistd.h>
 
