@@ -1,5 +1,6 @@
 #include "actors/cluster/cluster_messages.hpp"
 
+#include <algorithm>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 #include <cstdio>
@@ -69,6 +70,18 @@ caf::expected<registry_actor> connect_registry(caf::actor_system& system, const 
                                                std::uint16_t port, const TlsFiles& tls) {
   if (tls.enabled()) return caf::openssl::remote_actor<registry_actor>(system, host, port);
   return system.middleman().remote_actor<registry_actor>(host, port);
+}
+
+std::string node_label(const std::vector<std::string>& nodes) {
+  std::string label;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (std::find(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(i), nodes[i]) !=
+        nodes.begin() + static_cast<std::ptrdiff_t>(i)) {
+      continue;  // named already
+    }
+    label += (label.empty() ? "" : ",") + nodes[i];
+  }
+  return label;
 }
 
 }  // namespace troupe::actors::cluster

@@ -65,6 +65,9 @@ struct Placement {
   std::vector<std::string> nodes;  // each one's node (by name)
 };
 
+// A placement's nodes for people: each name once, in rank order ("n0,n1").
+std::string node_label(const std::vector<std::string>& nodes);
+
 // The head's registry: nodes join it, and replicas are placed through it.
 using registry_actor = caf::typed_actor<
     // A node joins (with its keeper, whose loss is the node's); refused without the token.

@@ -247,16 +247,4 @@ worker_actor worker_for(caf::actor_system& system, Placement placed,
                       collective_timeout);
 }
 
-std::string node_label(const std::vector<std::string>& nodes) {
-  std::string label;
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    if (std::find(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(i), nodes[i]) !=
-        nodes.begin() + static_cast<std::ptrdiff_t>(i)) {
-      continue;  // named already
-    }
-    label += (label.empty() ? "" : ",") + nodes[i];
-  }
-  return label;
-}
-
 }  // namespace troupe::actors::cluster

@@ -59,7 +59,4 @@ worker_actor spawn_local_worker(caf::actor_system& system, std::int32_t world_si
 worker_actor worker_for(caf::actor_system& system, Placement placed,
                         std::chrono::milliseconds collective_timeout);
 
-// A placement's nodes for people: each name once, in rank order ("n0,n1").
-std::string node_label(const std::vector<std::string>& nodes);
-
 }  // namespace troupe::actors::cluster

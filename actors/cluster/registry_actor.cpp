@@ -80,10 +80,9 @@ void place_waiting(Self self) {
     RegistryState::Waiting w = std::move(state.waiting.front());
     state.waiting.pop_front();
     for (const caf::node_id& id : chosen) state.nodes[id].replicas.push_back(w.replica);
-    std::string where;
-    for (const auto& n : placement.nodes) where += (where.empty() ? "" : ", ") + n;
+    const std::string where = node_label(placement.nodes);
     std::fprintf(stderr, "troupe: replica %d placed on node%s %s\n", w.replica,
-                 placement.nodes.size() > 1 ? "s" : "", where.c_str());
+                 where.find(',') != std::string::npos ? "s" : "", where.c_str());
     w.promise.deliver(std::move(placement));
   }
 }

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "actors/cluster/group_actor.hpp"
+#include "actors/cluster/cluster_messages.hpp"
 #include "actors/engine_hooks.hpp"
 #include "support/engine_support.hpp"
 #include "support/event_collector.hpp"
