@@ -91,7 +91,7 @@ typename Inspector::result_type inspect(Inspector& f, WorkerSpec& x) {
   return f(caf::meta::type_name("troupe.WorkerSpec"), x.model_path, x.model_fingerprint, x.device,
            x.num_threads, x.cuda_graphs, x.block_size, x.max_model_len, x.max_num_seqs,
            x.max_num_batched_tokens, x.num_kv_blocks, x.kv_cache_bytes, x.gpu_memory_utilization,
-           x.rank, x.world_size, x.device_index);
+           x.rank, x.world_size, x.device_index, x.kv_cache_dtype);
 }
 
 template <class Inspector>

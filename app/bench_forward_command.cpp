@@ -1,5 +1,6 @@
 // `troupe bench forward`: prefill and decode throughput of the forward pass
-// alone (no sampling, no scheduling), at several batch sizes. With
+// alone (no sampling, no scheduling), at several batch sizes and depths of context
+// (llama-bench's -d: the steps run after that many tokens are in the KV cache). With
 // --tensor-parallel-size T, the model split over T ranks (one process each, on CPUs;
 // Gloo on loopback) against the whole model on one process with T times the threads,
 // in one run, with the share of each step spent in the all-reduce.
@@ -48,6 +49,7 @@ struct Options {
   EngineConfig engine;  // device settings
   std::int32_t prompt_len = 512, gen_len = 128, block_size = 16, repetitions = 3;
   std::vector<std::int32_t> batches = {1, 8, 32, 64};
+  std::vector<std::int32_t> contexts = {0};  // tokens already in the cache
   std::int32_t tensor_parallel_size = 1;
   std::int32_t rank = 0;   // a rank's process, spawned by rank 0
   std::string rendezvous;  // its rendezvous directory
@@ -59,6 +61,7 @@ struct Options {
 }
 
 struct Measured {
+  std::int32_t context = 0;
   double prefill_tokens_per_second = 0.0;
   double prefill_all_reduce_share = 0.0;
   struct Decode {
@@ -70,16 +73,34 @@ struct Measured {
   std::vector<Decode> decode;
 };
 
-// Runs the prefill and decode steps on `loaded` (every rank of a group runs the same
-// steps: the tokens come from the same seed).
-Measured measure(model::LoadedModel& loaded, const Options& opts) {
+// The model's steps over `context` random tokens written into blocks [0, context / bs),
+// in chunks: the history every measured sequence shares, as a cached prefix is shared.
+void fill_context(model::LoadedModel& loaded, std::int32_t context, std::int32_t bs,
+                  std::mt19937& rng, std::vector<float>& logits) {
+  std::uniform_int_distribution<TokenId> any_token(0, loaded.model->config().vocab_size - 1);
+  const auto table = blocks_from(0, context / bs);
+  constexpr std::int32_t kChunk = 2048;
+  for (std::int32_t done = 0; done < context; done += kChunk) {
+    std::vector<TokenId> tokens(std::min(kChunk, context - done));
+    for (auto& t : tokens) t = any_token(rng);
+    model::StepInput step;
+    model::append_sequence(step, tokens, done, table, true);
+    if (auto r = loaded.model->forward(step, logits); !r) fail(r.error());
+  }
+}
+
+// Runs the prefill and decode steps on `loaded` after `context` tokens of history (every
+// rank of a group runs the same steps: the tokens come from the same seed). The cache
+// holds the history in its first blocks and each measured sequence's own tokens after.
+Measured measure(model::LoadedModel& loaded, const Options& opts, std::int32_t context) {
   const auto& config = loaded.model->config();
   const std::int32_t bs = opts.block_size;
   const std::int32_t max_batch = *std::max_element(opts.batches.begin(), opts.batches.end());
-  if (max_batch <= 0) fail(Error{ErrorCode::invalid_argument, "batch sizes must be positive"});
+  const std::int32_t history_blocks = context / bs;
   const std::int32_t prompt_blocks = (opts.prompt_len + bs - 1) / bs;
   const std::int32_t gen_blocks = (opts.gen_len + bs - 1) / bs;
-  if (auto kv = loaded.allocate_kv_cache(std::max(prompt_blocks, max_batch * gen_blocks), bs);
+  if (auto kv = loaded.allocate_kv_cache(
+          history_blocks + std::max(prompt_blocks, max_batch * gen_blocks), bs);
       !kv) {
     fail(kv.error());
   }
@@ -88,12 +109,21 @@ Measured measure(model::LoadedModel& loaded, const Options& opts) {
   std::uniform_int_distribution<TokenId> any_token(0, config.vocab_size - 1);
   std::vector<float> logits;
   Measured out;
+  out.context = context;
+  fill_context(loaded, context, bs, rng, logits);
+  // A sequence's table: the shared history, then its own blocks from `first`.
+  const auto table_from = [&](std::int32_t first, std::int32_t count) {
+    auto table = blocks_from(0, history_blocks);
+    const auto own = blocks_from(history_blocks + first, count);
+    table.insert(table.end(), own.begin(), own.end());
+    return table;
+  };
 
   // Prefill: one sequence of prompt_len tokens in one step; one warm-up run.
   std::vector<TokenId> prompt(opts.prompt_len);
   for (auto& t : prompt) t = any_token(rng);
   model::StepInput prefill;
-  model::append_sequence(prefill, prompt, 0, blocks_from(0, prompt_blocks), true);
+  model::append_sequence(prefill, prompt, context, table_from(0, prompt_blocks), true);
   std::vector<double> times;
   double all_reduce = 0.0, total = 0.0;
   for (int rep = 0; rep <= opts.repetitions; ++rep) {
@@ -109,16 +139,16 @@ Measured measure(model::LoadedModel& loaded, const Options& opts) {
   out.prefill_tokens_per_second = opts.prompt_len / median(times);
   out.prefill_all_reduce_share = all_reduce / total;
 
-  // Decode: `batch` sequences each generate gen_len tokens from an empty context,
-  // one token per sequence per step (as llama-bench's tg).
+  // Decode: `batch` sequences each generate gen_len tokens after the history, one token
+  // per sequence per step (as llama-bench's tg).
   for (const std::int32_t batch : opts.batches) {
     auto run_steps = [&](std::int32_t num_steps) {
-      for (std::int32_t pos = 0; pos < num_steps; ++pos) {
+      for (std::int32_t i = 0; i < num_steps; ++i) {
         model::StepInput step;
         for (std::int32_t s = 0; s < batch; ++s) {
           const TokenId token = any_token(rng);
-          model::append_sequence(step, std::span(&token, 1), pos,
-                                 blocks_from(s * gen_blocks, gen_blocks), true);
+          model::append_sequence(step, std::span(&token, 1), context + i,
+                                 table_from(s * gen_blocks, gen_blocks), true);
         }
         if (auto r = loaded.model->forward(step, logits); !r) fail(r.error());
       }
@@ -135,7 +165,14 @@ Measured measure(model::LoadedModel& loaded, const Options& opts) {
   return out;
 }
 
+std::vector<Measured> measure_all(model::LoadedModel& loaded, const Options& opts) {
+  std::vector<Measured> out;
+  for (const std::int32_t context : opts.contexts) out.push_back(measure(loaded, opts, context));
+  return out;
+}
+
 void print(const Measured& m, const Options& opts, bool split) {
+  if (opts.contexts.size() > 1 || m.context > 0) std::printf("context %d tokens\n", m.context);
   std::printf("prefill  %5d tokens          %10.1f tokens/s", opts.prompt_len,
               m.prefill_tokens_per_second);
   if (split) std::printf("  (all-reduce %4.1f%%)", 100.0 * m.prefill_all_reduce_share);
@@ -210,6 +247,11 @@ void add_bench_forward_command(CLI::App& bench) {
   cmd->add_option("--repetitions", opts->repetitions, "prefill runs (the median is reported)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--block-size", opts->block_size, "KV block size")->check(CLI::Range(1, 1024));
+  cmd->add_option("--context,-d", opts->contexts,
+                  "tokens already in the KV cache when the steps run, one run per value "
+                  "(multiples of the block size; default 0)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tensor-parallel-size,--tp", opts->tensor_parallel_size,
                   "split the model over this many CPU ranks (a process each), and compare with "
                   "the whole model on one process with as many threads in all")
@@ -219,8 +261,19 @@ void add_bench_forward_command(CLI::App& bench) {
       ->group("");
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {
+    for (const std::int32_t context : opts->contexts) {
+      if (context % opts->block_size != 0) {
+        throw CLI::ValidationError("--context", std::to_string(context) +
+                                                    " is not a multiple of the block size " +
+                                                    std::to_string(opts->block_size));
+      }
+    }
+    const std::int32_t batch = *std::max_element(opts->batches.begin(), opts->batches.end());
+    if (batch <= 0) throw CLI::ValidationError("--batch", "batch sizes must be positive");
     // Decode steps replay CUDA graphs up to the longest sequence the run makes.
-    const std::int32_t max_model_len = std::max(opts->prompt_len, opts->gen_len) + 1;
+    const std::int32_t max_model_len =
+        *std::max_element(opts->contexts.begin(), opts->contexts.end()) +
+        std::max(opts->prompt_len, opts->gen_len) + 1;
     const std::int32_t tp = opts->tensor_parallel_size;
     // Threads per rank: as given, or the cores shared among the ranks. The whole model
     // gets the threads of all the ranks.
@@ -232,7 +285,7 @@ void add_bench_forward_command(CLI::App& bench) {
       model::FileStore store(opts->rendezvous);
       auto loaded = open_rank(*opts, max_model_len, store);
       if (!loaded) fail(loaded.error());
-      measure(*loaded, *opts);
+      measure_all(*loaded, *opts);
       return;
     }
     if (tp > 1 && opts->engine.device != Device::cpu) {
@@ -247,10 +300,10 @@ void add_bench_forward_command(CLI::App& bench) {
     if (tp > 1) std::printf("whole model, one process, %d threads\n", whole.engine.num_threads);
     const std::string backend_name = loaded->backend->describe();
     const std::string model_path = loaded->path;
-    const Measured one = measure(*loaded, whole);
-    print(one, *opts, false);
+    const std::vector<Measured> one = measure_all(*loaded, whole);
+    for (const auto& m : one) print(m, *opts, false);
     loaded = Result<model::LoadedModel>(model::LoadedModel{});  // its memory, before the ranks
-    Measured split;
+    std::vector<Measured> split;
     if (tp > 1) {
       const auto dir = std::filesystem::temp_directory_path() /
                        ("troupe-bench-tp-" + std::to_string(::getpid()));
@@ -265,23 +318,25 @@ void add_bench_forward_command(CLI::App& bench) {
       std::printf("split over %d ranks, a process each, %d thread(s) per rank\n", tp,
                   opts->engine.num_threads);
       try {
-        split = measure(*rank0, *opts);
+        split = measure_all(*rank0, *opts);
       } catch (...) {
         for (const pid_t p : ranks) ::kill(p, SIGKILL);
         for (const pid_t p : ranks) ::waitpid(p, nullptr, 0);
         std::filesystem::remove_all(dir);
         throw;
       }
-      print(split, *opts, true);
+      for (const auto& m : split) print(m, *opts, true);
       for (const pid_t p : ranks) ::waitpid(p, nullptr, 0);
       std::filesystem::remove_all(dir);
-      std::printf("split / whole: prefill %.2fx",
-                  split.prefill_tokens_per_second / one.prefill_tokens_per_second);
-      for (std::size_t i = 0; i < one.decode.size(); ++i) {
-        std::printf(", decode batch %d %.2fx", one.decode[i].batch,
-                    split.decode[i].tokens_per_second / one.decode[i].tokens_per_second);
+      for (std::size_t c = 0; c < one.size(); ++c) {
+        std::printf("split / whole at context %d: prefill %.2fx", one[c].context,
+                    split[c].prefill_tokens_per_second / one[c].prefill_tokens_per_second);
+        for (std::size_t i = 0; i < one[c].decode.size(); ++i) {
+          std::printf(", decode batch %d %.2fx", one[c].decode[i].batch,
+                      split[c].decode[i].tokens_per_second / one[c].decode[i].tokens_per_second);
+        }
+        std::printf("\n");
       }
-      std::printf("\n");
     }
 
     if (!opts->output_json.empty()) {
@@ -293,15 +348,24 @@ void add_bench_forward_command(CLI::App& bench) {
       json["tensor_parallel_size"] = tp;
       auto write = [](const Measured& m) {
         boost::json::object o;
+        o["context"] = m.context;
         o["prefill_tokens_per_second"] = m.prefill_tokens_per_second;
-        boost::json::object per_batch;  // keyed by the batch size
-        for (const auto& d : m.decode) per_batch[std::to_string(d.batch)] = d.tokens_per_second;
+        boost::json::object per_batch, ms_per_step;  // keyed by the batch size
+        for (const auto& d : m.decode) {
+          per_batch[std::to_string(d.batch)] = d.tokens_per_second;
+          ms_per_step[std::to_string(d.batch)] = d.ms_per_step;
+        }
         o["decode_tokens_per_second"] = std::move(per_batch);
+        o["decode_ms_per_step"] = std::move(ms_per_step);
         return o;
       };
-      const boost::json::object whole_json = write(one);
+      // The first context's results at the top, every context's under "contexts".
+      const boost::json::object whole_json = write(one.front());
       for (const auto& [key, value] : whole_json) json[key] = value;
-      if (tp > 1) json["split"] = write(split);
+      boost::json::array contexts;
+      for (const auto& m : one) contexts.push_back(write(m));
+      json["contexts"] = std::move(contexts);
+      if (tp > 1) json["split"] = write(split.front());
       std::ofstream out(opts->output_json);
       out << boost::json::serialize(json) << '\n';
       if (!out) fail(Error{ErrorCode::io, "cannot write " + opts->output_json});

@@ -15,6 +15,12 @@ void add_device_options(CLI::App* cmd, EngineConfig& engine) {
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--enforce-eager{false}", engine.cuda_graphs,
                 "cuda: run every step eagerly (no CUDA graphs)");
+  static const std::map<std::string, KvCacheType> kKvTypes = {
+      {"auto", KvCacheType::automatic}, {"f32", KvCacheType::f32}, {"f16", KvCacheType::f16}};
+  cmd->add_option("--kv-cache-dtype", engine.kv_cache_dtype,
+                  "how the KV cache stores keys and values: auto (f16), f16, or f32 (exact; "
+                  "CPU only)")
+      ->transform(CLI::CheckedTransformer(kKvTypes, CLI::ignore_case));
 }
 
 void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine) {

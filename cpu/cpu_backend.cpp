@@ -8,8 +8,10 @@
 #include <limits>
 #include <new>
 
+#include "cpu/attention.hpp"
 #include "cpu/kernels.hpp"
 #include "gguf/dequantize.hpp"
+#include "gguf/half.hpp"
 
 namespace troupe::cpu {
 
@@ -74,28 +76,28 @@ Result<void> CpuBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
       shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
     return make_error(ErrorCode::invalid_argument, "KV cache dimensions must be positive");
   }
-  const std::size_t n = static_cast<std::size_t>(shape.num_layers) * shape.num_blocks *
-                        shape.num_kv_heads * shape.block_size * shape.head_dim;
+  const std::size_t bytes = static_cast<std::size_t>(shape.num_layers) * shape.num_blocks *
+                            shape.num_kv_heads * shape.block_size * shape.head_dim *
+                            model::kv_element_bytes(shape.dtype);
   try {
-    k_cache_.assign(n, 0.0f);
-    v_cache_.assign(n, 0.0f);
+    k_cache_.assign(bytes, std::byte{0});
+    v_cache_.assign(bytes, std::byte{0});
   } catch (const std::bad_alloc&) {
     k_cache_.clear();
     v_cache_.clear();
-    return make_error(
-        ErrorCode::out_of_range,
-        "out of memory for a KV cache of " + std::to_string(2 * n * sizeof(float)) + " bytes");
+    return make_error(ErrorCode::out_of_range,
+                      "out of memory for a KV cache of " + std::to_string(2 * bytes) + " bytes");
   }
   kv_shape_ = shape;
   return {};
 }
 
-float* CpuBackend::kv_block(std::vector<float>& cache, std::int32_t layer, std::int32_t block,
-                            std::int32_t kv_head) {
+std::byte* CpuBackend::kv_block(std::vector<std::byte>& cache, std::int32_t layer,
+                                std::int32_t block, std::int32_t kv_head) {
   const auto& s = kv_shape_;
   const std::size_t index =
       ((static_cast<std::size_t>(layer) * s.num_blocks + block) * s.num_kv_heads + kv_head) *
-      s.block_size * s.head_dim;
+      s.block_size * s.head_dim * model::kv_element_bytes(s.dtype);
   return cache.data() + index;
 }
 
@@ -261,6 +263,7 @@ void CpuBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& 
 
 void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
   const auto& s = kv_shape_;
+  const bool half = s.dtype == model::KvCacheDtype::f16;
   pool_.parallel_for(k.rows, [&](std::int64_t t) {
     const std::int32_t seq = token_seq_[t];
     const std::int32_t pos = step_->positions[t];
@@ -268,11 +271,23 @@ void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
     const std::int32_t slot = pos % s.block_size;
     for (std::int32_t h = 0; h < s.num_kv_heads; ++h) {
       // Keys transposed within the block ([head_dim][block_size]); values as rows.
-      float* keys = kv_block(k_cache_, layer, block, h);
+      std::byte* keys = kv_block(k_cache_, layer, block, h);
+      std::byte* values = kv_block(v_cache_, layer, block, h);
       const float* key = row(k, t) + h * s.head_dim;
-      for (std::int32_t d = 0; d < s.head_dim; ++d) keys[d * s.block_size + slot] = key[d];
-      std::memcpy(kv_block(v_cache_, layer, block, h) + slot * s.head_dim,
-                  row(v, t) + h * s.head_dim, s.head_dim * sizeof(float));
+      const float* value = row(v, t) + h * s.head_dim;
+      if (half) {
+        auto* kh = reinterpret_cast<std::uint16_t*>(keys);
+        auto* vh = reinterpret_cast<std::uint16_t*>(values) + slot * s.head_dim;
+        for (std::int32_t d = 0; d < s.head_dim; ++d) {
+          kh[d * s.block_size + slot] = gguf::f32_to_f16(key[d]);
+          vh[d] = gguf::f32_to_f16(value[d]);
+        }
+      } else {
+        auto* kf = reinterpret_cast<float*>(keys);
+        for (std::int32_t d = 0; d < s.head_dim; ++d) kf[d * s.block_size + slot] = key[d];
+        std::memcpy(reinterpret_cast<float*>(values) + slot * s.head_dim, value,
+                    s.head_dim * sizeof(float));
+      }
     }
   });
 }
@@ -280,44 +295,14 @@ void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
 void CpuBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
                            Tensor out) {
   const auto& s = kv_shape_;
-  const std::int32_t group = params.num_heads / params.num_kv_heads;
-  const std::int32_t hd = params.head_dim;
-  // One task per (token, KV head): the group's query heads share each key and value load.
-  const std::int64_t num_tasks = q.rows * params.num_kv_heads;
-  pool_.parallel_for(num_tasks, [&](std::int64_t task) {
-    thread_local std::vector<float> scores;
-    const std::int64_t t = task / params.num_kv_heads;
-    const std::int32_t kv_head = static_cast<std::int32_t>(task % params.num_kv_heads);
-    const std::int32_t seq = token_seq_[t];
-    const std::int32_t num_keys = step_->positions[t] + 1;  // causal: up to and including itself
-    const std::int32_t num_blocks = (num_keys + s.block_size - 1) / s.block_size;
-    const std::int64_t stride = static_cast<std::int64_t>(num_blocks) * s.block_size;
-    const auto table = step_->block_table(seq);
-    const float* qs = row(q, t) + kv_head * group * hd;  // the group's heads are contiguous
-    scores.resize(static_cast<std::size_t>(group * stride));
-    for (std::int32_t b = 0; b < num_blocks; ++b) {
-      attention_block_scores(qs, group, kv_block(k_cache_, layer, table[b], kv_head), hd,
-                             s.block_size, params.scale, scores.data() + b * s.block_size, stride);
-    }
-    for (std::int32_t h = 0; h < group; ++h) {  // softmax over the keys, in place
-      float* p = scores.data() + h * stride;
-      const float max_score = *std::max_element(p, p + num_keys);
-      float sum = 0.0f;
-      for (std::int32_t j = 0; j < num_keys; ++j) {
-        p[j] = std::exp(p[j] - max_score);
-        sum += p[j];
-      }
-      const float inverse = 1.0f / sum;
-      for (std::int32_t j = 0; j < num_keys; ++j) p[j] *= inverse;
-    }
-    float* o = row(out, t) + kv_head * group * hd;
-    std::fill(o, o + group * hd, 0.0f);
-    for (std::int32_t b = 0; b < num_blocks; ++b) {
-      const std::int32_t slots = std::min(s.block_size, num_keys - b * s.block_size);
-      attention_block_values(scores.data() + b * s.block_size, stride, group,
-                             kv_block(v_cache_, layer, table[b], kv_head), hd, slots, o);
-    }
-  });
+  KvLayerView kv;
+  kv.keys = kv_block(k_cache_, layer, 0, 0);
+  kv.values = kv_block(v_cache_, layer, 0, 0);
+  kv.dtype = s.dtype;
+  kv.block_size = s.block_size;
+  kv.num_kv_heads = s.num_kv_heads;
+  kv.head_dim = s.head_dim;
+  paged_attention(pool_, *step_, kv, q, params, out);
 }
 
 void CpuBackend::swiglu(Tensor gate, Tensor up, Tensor out) {

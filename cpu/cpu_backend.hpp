@@ -52,15 +52,15 @@ class CpuBackend final : public model::Backend {
   // it failed (the step then fails at end_step).
   bool run_collective(const std::function<Result<void>()>& collective);
   // One KV head's part of a block: keys [head_dim][block_size] (transposed),
-  // values [block_size][head_dim].
-  float* kv_block(std::vector<float>& cache, std::int32_t layer, std::int32_t block,
-                  std::int32_t kv_head);
+  // values [block_size][head_dim], in kv_shape_.dtype.
+  std::byte* kv_block(std::vector<std::byte>& cache, std::int32_t layer, std::int32_t block,
+                      std::int32_t kv_head);
 
   ThreadPool pool_;
   model::KvCacheShape kv_shape_;
   // [num_layers, num_blocks, num_kv_heads, head_dim, block_size] (keys) and
-  // [num_layers, num_blocks, num_kv_heads, block_size, head_dim] (values)
-  std::vector<float> k_cache_, v_cache_;
+  // [num_layers, num_blocks, num_kv_heads, block_size, head_dim] (values), F32 or F16
+  std::vector<std::byte> k_cache_, v_cache_;
   const model::StepInput* step_ = nullptr;
   std::vector<std::int32_t> token_seq_;  // [num_tokens] the sequence each flat row belongs to
   std::vector<std::int8_t> xq_;          // quantized activations, reused across matmuls

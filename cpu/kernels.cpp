@@ -272,70 +272,6 @@ void AxpyF32(float a, const float* x, float* y, std::size_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-constexpr int kMaxGroup = 8;  // query heads per KV head handled in one pass
-
-void AttentionBlockScores(const float* q, int num_q, const float* k_block, int head_dim,
-                          int block_size, float scale, float* scores, std::int64_t score_stride) {
-  const DF d;
-  const int lanes = static_cast<int>(hn::Lanes(d));
-  for (int h0 = 0; h0 < num_q; h0 += kMaxGroup) {
-    const int group = std::min(kMaxGroup, num_q - h0);
-    int slot = 0;
-    for (; slot + lanes <= block_size; slot += lanes) {
-      hn::Vec<DF> acc[kMaxGroup];
-      for (int h = 0; h < group; ++h) acc[h] = hn::Zero(d);
-      for (int dim = 0; dim < head_dim; ++dim) {
-        const auto k = hn::LoadU(d, k_block + dim * block_size + slot);
-        for (int h = 0; h < group; ++h) {
-          acc[h] = hn::MulAdd(hn::Set(d, q[(h0 + h) * head_dim + dim]), k, acc[h]);
-        }
-      }
-      for (int h = 0; h < group; ++h) {
-        hn::StoreU(hn::Mul(acc[h], hn::Set(d, scale)), d, scores + (h0 + h) * score_stride + slot);
-      }
-    }
-    for (; slot < block_size; ++slot) {  // a block size that is not a multiple of the lanes
-      for (int h = 0; h < group; ++h) {
-        float sum = 0.0f;
-        for (int dim = 0; dim < head_dim; ++dim) {
-          sum += q[(h0 + h) * head_dim + dim] * k_block[dim * block_size + slot];
-        }
-        scores[(h0 + h) * score_stride + slot] = sum * scale;
-      }
-    }
-  }
-}
-
-void AttentionBlockValues(const float* p, std::int64_t p_stride, int num_q, const float* v_block,
-                          int head_dim, int num_slots, float* out) {
-  const DF d;
-  const int lanes = static_cast<int>(hn::Lanes(d));
-  for (int h0 = 0; h0 < num_q; h0 += kMaxGroup) {
-    const int group = std::min(kMaxGroup, num_q - h0);
-    int dim = 0;
-    for (; dim + lanes <= head_dim; dim += lanes) {
-      hn::Vec<DF> acc[kMaxGroup];
-      for (int h = 0; h < group; ++h) acc[h] = hn::LoadU(d, out + (h0 + h) * head_dim + dim);
-      for (int slot = 0; slot < num_slots; ++slot) {
-        const auto v = hn::LoadU(d, v_block + slot * head_dim + dim);
-        for (int h = 0; h < group; ++h) {
-          acc[h] = hn::MulAdd(hn::Set(d, p[(h0 + h) * p_stride + slot]), v, acc[h]);
-        }
-      }
-      for (int h = 0; h < group; ++h) hn::StoreU(acc[h], d, out + (h0 + h) * head_dim + dim);
-    }
-    for (; dim < head_dim; ++dim) {
-      for (int h = 0; h < group; ++h) {
-        float acc = out[(h0 + h) * head_dim + dim];
-        for (int slot = 0; slot < num_slots; ++slot) {
-          acc += p[(h0 + h) * p_stride + slot] * v_block[slot * head_dim + dim];
-        }
-        out[(h0 + h) * head_dim + dim] = acc;
-      }
-    }
-  }
-}
-
 const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
@@ -351,19 +287,6 @@ HWY_EXPORT(MatmulTileQuantized);
 HWY_EXPORT(DotF32);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(TargetName);
-HWY_EXPORT(AttentionBlockScores);
-HWY_EXPORT(AttentionBlockValues);
-
-void attention_block_scores(const float* q, int num_q, const float* k_block, int head_dim,
-                            int block_size, float scale, float* scores, std::int64_t score_stride) {
-  HWY_DYNAMIC_DISPATCH(AttentionBlockScores)
-  (q, num_q, k_block, head_dim, block_size, scale, scores, score_stride);
-}
-
-void attention_block_values(const float* p, std::int64_t p_stride, int num_q, const float* v_block,
-                            int head_dim, int num_slots, float* out) {
-  HWY_DYNAMIC_DISPATCH(AttentionBlockValues)(p, p_stride, num_q, v_block, head_dim, num_slots, out);
-}
 
 void matmul_tile_float(gguf::TensorType type, const float* x, std::int64_t x_stride,
                        std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,

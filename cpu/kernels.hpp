@@ -31,20 +31,6 @@ void matmul_tile_quantized(gguf::TensorType type, const std::int8_t* xq, const f
 // Quantizes n floats (n % 32 == 0) to int8 with one scale per block of 32.
 void quantize_row_q8(const float* x, std::int64_t n, std::int8_t* q, float* d);
 
-// Paged attention over one KV block for the query heads that share its KV head.
-// Keys are stored transposed in a block, so that one vector holds a key
-// dimension for many slots and no dot product needs a horizontal sum.
-//   q: [num_q, head_dim]; k_block: [head_dim, block_size]
-//   scores: num_q rows of score_stride; writes slots [0, block_size) of each
-//   (slots past the block's last token hold garbage the caller ignores)
-void attention_block_scores(const float* q, int num_q, const float* k_block, int head_dim,
-                            int block_size, float scale, float* scores, std::int64_t score_stride);
-
-// out[h] += sum over slots < num_slots of p[h][slot] * v_block[slot], in slot order.
-//   p: num_q rows of p_stride; v_block: [block_size, head_dim]; out: [num_q, head_dim]
-void attention_block_values(const float* p, std::int64_t p_stride, int num_q, const float* v_block,
-                            int head_dim, int num_slots, float* out);
-
 float dot_f32(const float* a, const float* b, std::size_t n);
 
 // y += a * x

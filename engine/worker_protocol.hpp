@@ -34,6 +34,7 @@ struct WorkerSpec {
   std::int32_t num_kv_blocks = 0;
   std::int64_t kv_cache_bytes = std::int64_t{1} << 30;
   double gpu_memory_utilization = 0.9;
+  KvCacheType kv_cache_dtype = KvCacheType::automatic;
   std::int32_t rank = 0;
   std::int32_t world_size = 1;
 

@@ -75,11 +75,11 @@ class Backend {
   virtual void release(Tensor tensor) = 0;
   virtual Result<void> allocate_kv_cache(const KvCacheShape& shape) = 0;
   virtual const KvCacheShape& kv_cache_shape() const = 0;
-  // Bytes one KV block of `shape` takes, keys and values of every layer (float32 here;
+  // Bytes one KV block of `shape` takes, keys and values of every layer (in shape.dtype;
   // a backend that stores them otherwise says so).
   virtual std::int64_t kv_block_bytes(const KvCacheShape& shape) const {
     return std::int64_t{2} * shape.num_layers * shape.num_kv_heads * shape.head_dim *
-           shape.block_size * static_cast<std::int64_t>(sizeof(float));
+           shape.block_size * kv_element_bytes(shape.dtype);
   }
   // Device memory free now, for a KV cache sized from it; unsupported where the cache
   // lives in host memory (its size is then a configured budget).

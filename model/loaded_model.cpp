@@ -55,6 +55,7 @@ LoadedModel& LoadedModel::operator=(LoadedModel&& other) noexcept {
   chat_template = std::move(other.chat_template);
   backend = std::move(other.backend);
   model = std::move(other.model);
+  kv_dtype = other.kv_dtype;
   return *this;
 }
 
@@ -93,7 +94,7 @@ Result<void> LoadedModel::load_weights(std::unique_ptr<Backend> on, const Shard&
 
 KvCacheShape LoadedModel::kv_cache_shape(std::int32_t num_blocks, std::int32_t block_size) const {
   const LlamaConfig& c = model != nullptr ? model->local_config() : config;
-  return {c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim};
+  return {c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim, kv_dtype};
 }
 
 Result<void> LoadedModel::allocate_kv_cache(std::int32_t num_blocks, std::int32_t block_size) {

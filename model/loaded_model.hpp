@@ -24,6 +24,7 @@ struct LoadedModel {
   std::string chat_template;         // tokenizer.chat_template, empty when none
   std::unique_ptr<Backend> backend;  // with the weights: the backend they live on
   std::unique_ptr<LlamaModel> model;
+  KvCacheDtype kv_dtype = KvCacheDtype::f16;  // how its KV cache stores keys and values
 
   LoadedModel() = default;
   LoadedModel(LoadedModel&&) noexcept = default;

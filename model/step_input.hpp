@@ -12,12 +12,21 @@
 
 namespace troupe::model {
 
+// How keys and values are stored. F16 halves the bytes a long context reads per token
+// (llama.cpp's default too); F32 keeps them exact.
+enum class KvCacheDtype : std::uint8_t { f32, f16 };
+
+constexpr std::int64_t kv_element_bytes(KvCacheDtype dtype) {
+  return dtype == KvCacheDtype::f32 ? 4 : 2;
+}
+
 struct KvCacheShape {
   std::int32_t num_layers = 0;
   std::int32_t num_blocks = 0;
   std::int32_t block_size = 16;  // tokens per block
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
+  KvCacheDtype dtype = KvCacheDtype::f16;
 };
 
 struct StepInput {

@@ -31,6 +31,7 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
   spec.num_kv_blocks = config.num_kv_blocks;
   spec.kv_cache_bytes = config.kv_cache_bytes;
   spec.gpu_memory_utilization = config.gpu_memory_utilization;
+  spec.kv_cache_dtype = config.kv_cache_dtype;
   return spec;
 }
 
@@ -118,6 +119,11 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
   const model::Shard shard{spec.rank, spec.world_size};
   TROUPE_TRY(const auto layout, model::shard_layout(m.config, shard));
   TROUPE_TRY_VOID(check_model(spec, model::local_config(m.config, layout)));
+  if (spec.device == engine::WorkerDevice::cuda && spec.kv_cache_dtype == KvCacheType::f32) {
+    return make_error(ErrorCode::unsupported,
+                      "--kv-cache-dtype f32 is for the CPU; the CUDA backend keeps its KV cache "
+                      "in F16");
+  }
   TROUPE_TRY(auto backend, make_backend(spec));
   if (shard.is_split()) {
     if (link == nullptr) {
@@ -129,6 +135,8 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
     TROUPE_TRY_VOID(backend->join_group(std::move(group)));
   }
   TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard));
+  m.kv_dtype =
+      spec.kv_cache_dtype == KvCacheType::f32 ? model::KvCacheDtype::f32 : model::KvCacheDtype::f16;
   return m;
 }
 

@@ -64,6 +64,7 @@ struct EngineConfig {
   std::int32_t block_size = 16;
   std::int32_t num_kv_blocks = 0;  // 0: derived from kv_cache_bytes
   std::int64_t kv_cache_bytes = std::int64_t{1} << 30;
+  KvCacheType kv_cache_dtype = KvCacheType::automatic;
   std::int32_t max_num_seqs = 256;
   std::int32_t max_num_batched_tokens = 2048;
   std::int32_t max_model_len = 0;  // 0: the model's context length

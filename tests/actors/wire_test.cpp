@@ -113,6 +113,7 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     spec.num_kv_blocks = 1234;
     spec.kv_cache_bytes = std::int64_t{3} << 32;
     spec.gpu_memory_utilization = 0.85;
+    spec.kv_cache_dtype = KvCacheType::f32;
     spec.rank = 1;
     spec.world_size = 2;
     CHECK(round_trip(system, spec) == spec);

@@ -42,10 +42,17 @@ TEST_CASE("a worker loads from a spec and reports what it holds", "[worker]") {
   INFO((worker ? std::string() : worker.error().message));
   REQUIRE(worker.has_value());
   const auto& report = (*worker)->report();
-  CHECK(report.bytes_per_block == 2 * 2 * 2 * 16 * 4 * 4);  // K and V, layers, heads, dims, slots
-  CHECK(report.num_kv_blocks == 64);
+  // K and V, layers, heads, dims, slots, in F16 (--kv-cache-dtype auto).
+  CHECK(report.bytes_per_block == 2 * 2 * 2 * 16 * 4 * 2);
+  CHECK(report.num_kv_blocks == 128);
   CHECK(report.vocab_size == 512);
   CHECK(report.device_name.find("CPU") != std::string::npos);
+  // F32 keys and values take twice the bytes: half the blocks in the same budget.
+  spec.kv_cache_dtype = KvCacheType::f32;
+  auto exact = worker::Worker::load(spec);
+  REQUIRE(exact.has_value());
+  CHECK((*exact)->report().bytes_per_block == 2 * 2 * 2 * 16 * 4 * 4);
+  CHECK((*exact)->report().num_kv_blocks == 64);
   std::filesystem::remove(path);
 }
 
