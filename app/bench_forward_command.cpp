@@ -73,12 +73,12 @@ struct Measured {
   std::vector<Decode> decode;
 };
 
-// The model's steps over `context` random tokens written into blocks [0, context / bs),
-// in chunks: the history every measured sequence shares, as a cached prefix is shared.
-void fill_context(model::LoadedModel& loaded, std::int32_t context, std::int32_t bs,
-                  std::mt19937& rng, std::vector<float>& logits) {
+// Writes `context` random tokens into the blocks of `table`, through the model's steps in
+// chunks: a sequence's history.
+void fill_context(model::LoadedModel& loaded, std::int32_t context,
+                  const std::vector<std::int32_t>& table, std::mt19937& rng,
+                  std::vector<float>& logits) {
   std::uniform_int_distribution<TokenId> any_token(0, loaded.model->config().vocab_size - 1);
-  const auto table = blocks_from(0, context / bs);
   constexpr std::int32_t kChunk = 2048;
   for (std::int32_t done = 0; done < context; done += kChunk) {
     std::vector<TokenId> tokens(std::min(kChunk, context - done));
@@ -90,8 +90,9 @@ void fill_context(model::LoadedModel& loaded, std::int32_t context, std::int32_t
 }
 
 // Runs the prefill and decode steps on `loaded` after `context` tokens of history (every
-// rank of a group runs the same steps: the tokens come from the same seed). The cache
-// holds the history in its first blocks and each measured sequence's own tokens after.
+// rank of a group runs the same steps: the tokens come from the same seed). Each of the
+// largest batch's sequences has a history of its own (as llama-batched-bench's, not a
+// shared prefix that the caches would keep warm), then its own blocks for what it adds.
 Measured measure(model::LoadedModel& loaded, const Options& opts, std::int32_t context) {
   const auto& config = loaded.model->config();
   const std::int32_t bs = opts.block_size;
@@ -99,31 +100,27 @@ Measured measure(model::LoadedModel& loaded, const Options& opts, std::int32_t c
   const std::int32_t history_blocks = context / bs;
   const std::int32_t prompt_blocks = (opts.prompt_len + bs - 1) / bs;
   const std::int32_t gen_blocks = (opts.gen_len + bs - 1) / bs;
-  if (auto kv = loaded.allocate_kv_cache(
-          history_blocks + std::max(prompt_blocks, max_batch * gen_blocks), bs);
-      !kv) {
-    fail(kv.error());
-  }
+  const std::int32_t seq_blocks = history_blocks + std::max(prompt_blocks, gen_blocks);
+  if (auto kv = loaded.allocate_kv_cache(max_batch * seq_blocks, bs); !kv) fail(kv.error());
   model::Backend& backend = *loaded.backend;
   std::mt19937 rng(42);
   std::uniform_int_distribution<TokenId> any_token(0, config.vocab_size - 1);
   std::vector<float> logits;
   Measured out;
   out.context = context;
-  fill_context(loaded, context, bs, rng, logits);
-  // A sequence's table: the shared history, then its own blocks from `first`.
-  const auto table_from = [&](std::int32_t first, std::int32_t count) {
-    auto table = blocks_from(0, history_blocks);
-    const auto own = blocks_from(history_blocks + first, count);
-    table.insert(table.end(), own.begin(), own.end());
-    return table;
+  // Sequence s: its history's blocks, then `count` of its own.
+  const auto table_of = [&](std::int32_t s, std::int32_t count) {
+    return blocks_from(s * seq_blocks, history_blocks + count);
   };
+  for (std::int32_t s = 0; s < (context > 0 ? max_batch : 0); ++s) {
+    fill_context(loaded, context, table_of(s, 0), rng, logits);
+  }
 
   // Prefill: one sequence of prompt_len tokens in one step; one warm-up run.
   std::vector<TokenId> prompt(opts.prompt_len);
   for (auto& t : prompt) t = any_token(rng);
   model::StepInput prefill;
-  model::append_sequence(prefill, prompt, context, table_from(0, prompt_blocks), true);
+  model::append_sequence(prefill, prompt, context, table_of(0, prompt_blocks), true);
   std::vector<double> times;
   double all_reduce = 0.0, total = 0.0;
   for (int rep = 0; rep <= opts.repetitions; ++rep) {
@@ -147,8 +144,8 @@ Measured measure(model::LoadedModel& loaded, const Options& opts, std::int32_t c
         model::StepInput step;
         for (std::int32_t s = 0; s < batch; ++s) {
           const TokenId token = any_token(rng);
-          model::append_sequence(step, std::span(&token, 1), context + i,
-                                 table_from(s * gen_blocks, gen_blocks), true);
+          model::append_sequence(step, std::span(&token, 1), context + i, table_of(s, gen_blocks),
+                                 true);
         }
         if (auto r = loaded.model->forward(step, logits); !r) fail(r.error());
       }
