@@ -30,6 +30,7 @@ struct Engine::Impl {
   std::shared_ptr<const text::Tokenizer> tokenizer;
   std::int32_t max_model_len = 0;
   std::string device_description;
+  std::string token_budget_description;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   actors::scheduler_actor scheduler;         // the one replica's, or the router
@@ -56,6 +57,38 @@ engine::SchedulerConfig scheduler_config(const EngineConfig& config, std::int32_
   sc.mode = config.mode == BatchingMode::static_batch ? engine::BatchingMode::static_batch
                                                       : engine::BatchingMode::continuous;
   return sc;
+}
+
+std::optional<engine::TokenBudgetConfig> token_budget_config(const EngineConfig& config) {
+  if (!config.auto_token_budget || config.mode != BatchingMode::continuous) return std::nullopt;
+  engine::TokenBudgetConfig tb;
+  tb.target_step_seconds = config.target_itl_ms / 1000.0;
+  tb.max_tokens = config.max_num_batched_tokens;
+  tb.granularity = std::min(config.block_size, config.max_num_batched_tokens);
+  tb.initial_tokens = std::min(256, config.max_num_batched_tokens);
+  return tb;
+}
+
+// The budget a replica starts with, for people: what it chose and from what.
+std::string describe_token_budget(const EngineConfig& config,
+                                  const std::optional<engine::TokenBudgetConfig>& auto_config,
+                                  const std::vector<engine::StepCost>& step_costs) {
+  if (config.mode == BatchingMode::static_batch) return "none (static batching)";
+  if (!auto_config) return std::to_string(config.max_num_batched_tokens) + " tokens per step";
+  engine::TokenBudget budget(*auto_config);
+  budget.calibrate(step_costs);
+  char measured[128];
+  if (step_costs.empty()) {
+    std::snprintf(measured, sizeof measured, "not measured at load: learnt from the first steps");
+  } else {
+    std::snprintf(measured, sizeof measured, "measured %.1f ms + %.3f ms per token",
+                  budget.model().fixed_seconds * 1000.0, budget.model().seconds_per_token * 1000.0);
+  }
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "auto, %d tokens per step beside a decode, %d with none (target %.0f ms; %s)",
+                budget.budget(1), config.max_num_batched_tokens, config.target_itl_ms, measured);
+  return text;
 }
 
 // Asks a fresh worker to load, and waits for its answer.
@@ -196,6 +229,10 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
   }
   impl.device_description = report->device_name;
   setup.config = scheduler_config(impl.config, impl.max_model_len, report->num_kv_blocks);
+  setup.token_budget = token_budget_config(impl.config);
+  setup.step_costs = report->step_costs;
+  impl.token_budget_description =
+      describe_token_budget(impl.config, setup.token_budget, setup.step_costs);
   // Counted up as it starts with a worker; the scheduler counts itself down and up again
   // as it loses and regains one (while later replicas are still being placed).
   ++*impl.replicas_up;
@@ -227,6 +264,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   if (config.block_size <= 0 || config.max_num_seqs <= 0 || config.max_num_batched_tokens <= 0) {
     return make_error(ErrorCode::invalid_argument,
                       "block_size, max_num_seqs and max_num_batched_tokens must be positive");
+  }
+  if (config.auto_token_budget && !(config.target_itl_ms > 0 && config.target_itl_ms < 1e9)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "target_itl_ms must be a positive number of milliseconds");
   }
   if (config.data_parallel_size < 1 || config.tensor_parallel_size < 1) {
     return make_error(ErrorCode::invalid_argument,
@@ -423,6 +464,10 @@ const std::string& Engine::chat_template() const {
 
 const std::string& Engine::device_description() const {
   return impl_->device_description;
+}
+
+const std::string& Engine::token_budget_description() const {
+  return impl_->token_budget_description;
 }
 
 }  // namespace troupe

@@ -84,6 +84,7 @@ void replace_local_worker(Self self) {
       .then(
           [self, give_up](const engine::LoadReport& report) {
             if (report.failed) return give_up(report.error.message);
+            self->state.core->calibrate(report.step_costs);
             self->state.worker_ready = true;
             maybe_step(self);
           },
@@ -162,6 +163,7 @@ void place_worker(Self self) {
                       }
                       std::fprintf(stderr, "troupe: replica %d is up again on node %s\n",
                                    state.setup.index, state.setup.node.c_str());
+                      state.core->calibrate(report.step_costs);
                       set_ready(self, true);
                       maybe_step(self);
                     },
@@ -231,7 +233,9 @@ void maybe_step(Self self) {
 
 replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
   auto& state = self->state;
-  state.core = std::make_unique<engine::EngineCore>(setup.config, setup.end_of_generation);
+  state.core = std::make_unique<engine::EngineCore>(setup.config, setup.end_of_generation,
+                                                    setup.token_budget);
+  state.core->calibrate(setup.step_costs);
   state.setup = std::move(setup);
   if (state.setup.metrics) state.setup.metrics->set_replica_up(state.setup.index, true);
   // A node that dies or is cut off: its worker's proxy goes down at once. A local worker

@@ -16,6 +16,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "actors/cluster/cluster_messages.hpp"
 #include "actors/messages.hpp"
@@ -27,6 +29,10 @@ namespace troupe::actors {
 struct ReplicaSetup {
   std::int32_t index = 0;
   engine::SchedulerConfig config;  // sized from the worker's load report
+  // A token budget sized to the machine (none: config.max_num_batched_tokens), and
+  // the worker's calibration steps it starts from.
+  std::optional<engine::TokenBudgetConfig> token_budget;
+  std::vector<engine::StepCost> step_costs;
   std::vector<TokenId> end_of_generation;
   worker_actor worker;  // loaded with `spec` already
   engine::WorkerSpec spec;

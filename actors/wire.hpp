@@ -91,7 +91,12 @@ typename Inspector::result_type inspect(Inspector& f, WorkerSpec& x) {
   return f(caf::meta::type_name("troupe.WorkerSpec"), x.model_path, x.model_fingerprint, x.device,
            x.num_threads, x.cuda_graphs, x.block_size, x.max_model_len, x.max_num_seqs,
            x.max_num_batched_tokens, x.num_kv_blocks, x.kv_cache_bytes, x.gpu_memory_utilization,
-           x.rank, x.world_size, x.device_index, x.kv_cache_dtype);
+           x.rank, x.world_size, x.device_index, x.kv_cache_dtype, x.calibrate_step_cost);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepCost& x) {
+  return f(caf::meta::type_name("troupe.StepCost"), x.num_tokens, x.num_decodes, x.seconds);
 }
 
 template <class Inspector>
@@ -102,7 +107,7 @@ typename Inspector::result_type inspect(Inspector& f, WorkerError& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
   return f(caf::meta::type_name("troupe.LoadReport"), x.num_kv_blocks, x.bytes_per_block,
-           x.device_name, x.vocab_size, x.failed, x.error, x.failed_rank);
+           x.device_name, x.vocab_size, x.failed, x.error, x.failed_rank, x.step_costs);
 }
 
 template <class Inspector>

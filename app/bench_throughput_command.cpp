@@ -14,6 +14,7 @@ void add_bench_throughput_command(CLI::App& bench) {
     std::string batching = "continuous", policy = "fcfs", output_json;
     bool no_prefix_caching = false;
     double kv_cache_gb = 1.0;
+    TokenBudgetFlags budget;
   };
   auto opts = std::make_shared<Options>();
   auto& r = opts->run;
@@ -33,8 +34,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--batching", opts->batching, "continuous or static");
   cmd->add_option("--scheduling-policy", opts->policy, "fcfs or priority");
   cmd->add_option("--max-num-seqs", r.engine.max_num_seqs, "most sequences per iteration");
-  cmd->add_option("--max-num-batched-tokens", r.engine.max_num_batched_tokens,
-                  "token budget per iteration");
+  add_token_budget_options(cmd, opts->budget);
   cmd->add_option("--max-model-len", r.engine.max_model_len, "context length (0: the model's)");
   cmd->add_option("--block-size", r.engine.block_size, "KV block size in tokens");
   cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
@@ -54,6 +54,7 @@ void add_bench_throughput_command(CLI::App& bench) {
     run.engine.policy =
         opts->policy == "priority" ? BatchingPolicy::priority : BatchingPolicy::fcfs;
     run.engine.enable_prefix_caching = !opts->no_prefix_caching;
+    settle_token_budget(opts->budget, run.engine);
     run.engine.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
     auto result = bench::run_throughput(run);
     if (!result) {

@@ -17,6 +17,16 @@ namespace troupe::app {
 void add_device_options(CLI::App* cmd, EngineConfig& engine);
 // --tensor-parallel-size and --collective-timeout.
 void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine);
+// --max-num-batched-tokens (a number of tokens, or auto) and --target-itl-ms, as given.
+struct TokenBudgetFlags {
+  std::string max_num_batched_tokens;  // empty: the device's default
+  double target_itl_ms = 0.0;          // 0: not given
+};
+void add_token_budget_options(CLI::App* cmd, TokenBudgetFlags& flags);
+// Sets the engine's budget from the flags once --device is known: auto by default on the
+// CPU (whose long prefill steps would stall every running stream), 2048 tokens on CUDA; a
+// number turns auto off. A target without auto is a CLI::ValidationError.
+void settle_token_budget(const TokenBudgetFlags& flags, EngineConfig& engine);
 // --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca, on the head and on a node.
 void add_cluster_tls_options(CLI::App* cmd, std::string& certificate, std::string& key,
                              std::string& ca);

@@ -1,4 +1,6 @@
 #include <CLI/CLI.hpp>
+#include <exception>
+#include <string>
 
 #include "app/commands.hpp"
 #include "troupe/engine.hpp"
@@ -39,6 +41,43 @@ void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine) {
          "as lost (default 30)")
       ->type_name("SECONDS")
       ->check(CLI::PositiveNumber);
+}
+
+void add_token_budget_options(CLI::App* cmd, TokenBudgetFlags& flags) {
+  cmd->add_option("--max-num-batched-tokens", flags.max_num_batched_tokens,
+                  "token budget per iteration: a number, or auto (default on the CPU: chosen "
+                  "from the measured cost of a step to keep it within --target-itl-ms; at "
+                  "most 2048)")
+      ->type_name("N|auto")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (value == "auto") return {};
+            try {
+              std::size_t end = 0;
+              const long n = std::stol(value, &end);
+              if (end == value.size() && n >= 1 && n <= (1 << 24)) return {};
+            } catch (const std::exception&) {
+            }
+            return "expected a positive number of tokens or auto, not '" + value + "'";
+          },
+          "N|auto"));
+  cmd->add_option("--target-itl-ms", flags.target_itl_ms,
+                  "with --max-num-batched-tokens auto: the inter-token latency a step carrying "
+                  "a prefill chunk should stay within (default 150)")
+      ->check(CLI::Range(1.0, 600000.0));
+}
+
+void settle_token_budget(const TokenBudgetFlags& flags, EngineConfig& engine) {
+  const std::string& given = flags.max_num_batched_tokens;
+  engine.auto_token_budget = given.empty() ? engine.device == Device::cpu : given == "auto";
+  if (!given.empty() && given != "auto") engine.max_num_batched_tokens = std::stoi(given);
+  if (flags.target_itl_ms > 0) {
+    if (!engine.auto_token_budget) {
+      throw CLI::ValidationError("--target-itl-ms",
+                                 "applies only with --max-num-batched-tokens auto");
+    }
+    engine.target_itl_ms = flags.target_itl_ms;
+  }
 }
 
 void add_cluster_tls_options(CLI::App* cmd, std::string& certificate, std::string& key,

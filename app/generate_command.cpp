@@ -21,6 +21,7 @@ void add_generate_command(CLI::App& app) {
     std::vector<std::string> stop;
     SamplingParams params;
     double kv_cache_gb = 0.25;
+    TokenBudgetFlags budget;
   };
   auto opts = std::make_shared<Options>();
   opts->params.temperature = 0.0f;
@@ -46,12 +47,14 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--block-size", opts->engine.block_size, "KV cache block size in tokens")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
+  add_token_budget_options(cmd, opts->budget);
   cmd->callback([opts, cmd] {
     auto fail = [](const std::string& message) {
       std::fprintf(stderr, "troupe generate: %s\n", message.c_str());
       throw CLI::RuntimeError(1);
     };
     EngineConfig config = opts->engine;
+    settle_token_budget(opts->budget, config);
     config.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
     if (config.model_path.empty()) config.model_path = builtin_model_path();
     if (config.model_path.empty()) fail("the built-in model could not be written");

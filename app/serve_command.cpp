@@ -44,6 +44,7 @@ void add_serve_command(CLI::App& app) {
     ClusterConfig cluster;
     int cluster_wait_s = 60;
     int step_timeout_s = 60;
+    TokenBudgetFlags budget;
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
@@ -56,8 +57,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", opts->server.api_key, "require this key on /v1 routes");
   cmd->add_option("--max-model-len", opts->engine.max_model_len, "context length (0: the model's)");
   cmd->add_option("--max-num-seqs", opts->engine.max_num_seqs, "most sequences per iteration");
-  cmd->add_option("--max-num-batched-tokens", opts->engine.max_num_batched_tokens,
-                  "token budget per iteration");
+  add_token_budget_options(cmd, opts->budget);
   cmd->add_option("--block-size", opts->engine.block_size, "KV block size in tokens");
   cmd->add_flag("--no-enable-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
   cmd->add_flag("--enable-prefix-caching", opts->prefix_caching,
@@ -107,6 +107,7 @@ void add_serve_command(CLI::App& app) {
       fail(fits.error().message);
     }
     EngineConfig config = opts->engine;
+    settle_token_budget(opts->budget, config);
     if (config.model_path.empty()) config.model_path = builtin_model_path();
     if (config.model_path.empty()) fail("the built-in model could not be written");
     config.enable_prefix_caching = !opts->no_prefix_caching;
@@ -153,6 +154,8 @@ void add_serve_command(CLI::App& app) {
         stderr, "troupe: %s; KV cache: %d blocks of %d tokens = %lld tokens; max model length %d\n",
         (*engine)->device_description().c_str(), stats.num_kv_blocks, stats.block_size,
         static_cast<long long>(stats.num_kv_blocks) * stats.block_size, (*engine)->max_model_len());
+    std::fprintf(stderr, "troupe: token budget: %s\n",
+                 (*engine)->token_budget_description().c_str());
     net::HttpServer server(**engine, opts->server);
     if (auto started = server.start(); !started) fail(started.error().message);
     std::fprintf(stderr, "troupe: serving '%s' at http://%s:%u (Ctrl-C stops)\n",

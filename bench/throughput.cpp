@@ -49,6 +49,7 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
   std::vector<Timing> timings(requests.size());
   std::int32_t num_done = 0;
   ThroughputResult result;
+  result.token_budget = engine->token_budget_description();
   RequestTotals& totals = result.totals;
   const Clock::time_point start = Clock::now();
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -122,6 +123,9 @@ std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
   json["batching"] = o.engine.mode == BatchingMode::continuous ? "continuous" : "static";
   json["max_num_seqs"] = o.engine.max_num_seqs;
   json["max_num_batched_tokens"] = o.engine.max_num_batched_tokens;
+  json["auto_token_budget"] = o.engine.auto_token_budget;
+  if (o.engine.auto_token_budget) json["target_itl_ms"] = o.engine.target_itl_ms;
+  json["token_budget"] = r.token_budget;
   json["enable_prefix_caching"] = o.engine.enable_prefix_caching;
   json["num_prompts"] = o.workload.num_prompts;
   add_totals(json, r.totals);
@@ -140,6 +144,7 @@ std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
 void print(const ThroughputOptions& o, const ThroughputResult& r) {
   std::printf("============ Offline throughput (%s, %s batching) ============\n", o.dataset.c_str(),
               o.engine.mode == BatchingMode::continuous ? "continuous" : "static");
+  std::printf("%-36s %s\n", "Token budget:", r.token_budget.c_str());
   std::printf("%-36s %d / %d\n", "Completed / failed requests:", r.totals.completed,
               r.totals.failed);
   std::printf("%-36s %.2f\n", "Duration (s):", r.totals.duration_s);

@@ -31,6 +31,7 @@ struct ThroughputResult {
   std::int64_t num_steps = 0;
   double mean_step_ms = 0.0;      // worker: forward and sampling
   double mean_schedule_ms = 0.0;  // scheduler's own logic per iteration
+  std::string token_budget;       // as the engine chose it at start
 };
 
 Result<ThroughputResult> run_throughput(const ThroughputOptions& options);

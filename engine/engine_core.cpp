@@ -6,8 +6,15 @@
 
 namespace troupe::engine {
 
-EngineCore::EngineCore(const SchedulerConfig& config, std::vector<TokenId> end_of_generation)
-    : scheduler_(config), end_of_generation_(std::move(end_of_generation)) {}
+EngineCore::EngineCore(const SchedulerConfig& config, std::vector<TokenId> end_of_generation,
+                       std::optional<TokenBudgetConfig> token_budget)
+    : scheduler_(config), end_of_generation_(std::move(end_of_generation)) {
+  if (token_budget) token_budget_.emplace(*token_budget);
+}
+
+void EngineCore::calibrate(std::span<const StepCost> steps) {
+  if (token_budget_) token_budget_->calibrate(steps);
+}
 
 Result<void> EngineCore::add(CoreRequest request) {
   const std::int32_t max_tokens = request.params.max_tokens;
@@ -72,6 +79,9 @@ struct Timed {
 std::optional<StepWork> EngineCore::next_step() {
   if (in_flight_ || !scheduler_.has_unfinished()) return std::nullopt;
   const Timed timed{counters_.schedule_seconds};
+  if (token_budget_) {
+    scheduler_.set_token_budget(token_budget_->budget(scheduler_.num_decoding()));
+  }
   InFlight flight;
   flight.plan = scheduler_.schedule();
   if (flight.plan.chunks.empty()) return std::nullopt;
@@ -134,6 +144,9 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
       }
     }
     const auto finished = scheduler_.update(step.plan, sampled);
+    if (token_budget_) {
+      token_budget_->observe({step.plan.num_tokens, step.plan.num_decodes, output.seconds});
+    }
     for (std::size_t i = 0; i < step.sampled_ids.size(); ++i) {
       const SeqId id = step.sampled_ids[i];
       const auto it = requests_.find(id);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/scheduler.hpp"
+#include "engine/token_budget.hpp"
 #include "engine/worker_protocol.hpp"
 #include "troupe/engine.hpp"
 
@@ -63,8 +64,11 @@ struct CoreCounters {
 
 class EngineCore {
  public:
-  // `end_of_generation`: the vocabulary's EOS-like ids, which end a sequence.
-  EngineCore(const SchedulerConfig& config, std::vector<TokenId> end_of_generation);
+  // `end_of_generation`: the vocabulary's EOS-like ids, which end a sequence. With
+  // `token_budget`, each step's token budget is chosen from the measured cost of the
+  // steps before it (up to config.max_num_batched_tokens); without, it is that number.
+  EngineCore(const SchedulerConfig& config, std::vector<TokenId> end_of_generation,
+             std::optional<TokenBudgetConfig> token_budget = std::nullopt);
 
   // Queues a request; refused (with the scheduler's reason) when it cannot fit.
   Result<void> add(CoreRequest request);
@@ -81,6 +85,9 @@ class EngineCore {
   // A new worker took over: the KV memory is gone, so every running sequence is
   // recomputed and every live request is announced to the worker again.
   void reset_worker();
+  // A worker's calibration steps (its load report): the token budget starts from
+  // them, forgetting what the last worker measured. Nothing without a token budget.
+  void calibrate(std::span<const StepCost> steps);
 
   // The worker is gone with its KV memory and its samplers' state (a lost node), and
   // the step in flight with it. Requests that have produced no token leave this core
@@ -97,6 +104,8 @@ class EngineCore {
   bool has_work() const { return scheduler_.has_unfinished(); }
   std::size_t num_requests() const { return requests_.size(); }
   const Scheduler& scheduler() const { return scheduler_; }
+  // The budget sized to the machine (null when the budget is a fixed number).
+  const TokenBudget* token_budget() const { return token_budget_ ? &*token_budget_ : nullptr; }
   const CoreCounters& counters() const { return counters_; }
   // The engine's numbers as far as the loop knows them (all but the live actors).
   EngineStats stats() const;
@@ -119,6 +128,7 @@ class EngineCore {
   AppliedStep fail_step(const InFlight& step, const WorkerError& error);
 
   Scheduler scheduler_;
+  std::optional<TokenBudget> token_budget_;
   std::vector<TokenId> end_of_generation_;
   std::unordered_map<SeqId, LiveRequest> requests_;
   std::vector<std::uint64_t> removed_;  // for the worker, with the next step

@@ -19,7 +19,9 @@ bool less_urgent(const Sequence& a, const Sequence& b, SchedulingPolicy policy) 
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(config), kv_(config.num_blocks, config.block_size, config.enable_prefix_caching) {
+    : config_(config),
+      token_budget_(config.max_num_batched_tokens),
+      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching) {
   TROUPE_ASSERT(config.num_blocks > 0 && config.block_size > 0 && config.max_num_seqs > 0 &&
                     config.max_num_batched_tokens > 0 && config.max_model_len > 1,
                 "scheduler limits must be positive");
@@ -93,6 +95,16 @@ void Scheduler::finish(Sequence& seq) {
   sequences_.erase(id);
 }
 
+void Scheduler::set_token_budget(std::int32_t num_tokens) {
+  token_budget_ = std::clamp(num_tokens, 1, config_.max_num_batched_tokens);
+}
+
+std::int32_t Scheduler::num_decoding() const {
+  return static_cast<std::int32_t>(std::count_if(running_.begin(), running_.end(), [&](SeqId id) {
+    return !sequences_.at(id).is_prefilling();
+  }));
+}
+
 bool Scheduler::admits_new_sequences() const {
   return config_.mode == BatchingMode::continuous || running_.empty();
 }
@@ -101,7 +113,7 @@ BatchPlan Scheduler::schedule() {
   BatchPlan plan;
   // Static batching prefills its whole batch at once, whatever the budget.
   std::int32_t budget = config_.mode == BatchingMode::continuous
-                            ? config_.max_num_batched_tokens
+                            ? token_budget_
                             : std::numeric_limits<std::int32_t>::max();
   schedule_running(plan, budget);
   // After a preemption, nothing new is admitted this iteration: room is short.

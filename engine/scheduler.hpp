@@ -27,9 +27,10 @@ enum class BatchingMode {
 };
 
 struct SchedulerConfig {
-  std::int32_t max_num_batched_tokens = 2048;  // token budget of one iteration
-  std::int32_t max_num_seqs = 256;             // most sequences running at once
-  std::int32_t max_model_len = 2048;           // prompt + output
+  // Token budget of one iteration; with a budget set per iteration, its ceiling.
+  std::int32_t max_num_batched_tokens = 2048;
+  std::int32_t max_num_seqs = 256;    // most sequences running at once
+  std::int32_t max_model_len = 2048;  // prompt + output
   std::int32_t num_blocks = 0;
   std::int32_t block_size = 16;
   bool enable_prefix_caching = true;
@@ -83,6 +84,11 @@ class Scheduler {
   // blocks are free before this returns. False if it is unknown or finished.
   bool abort(SeqId id);
 
+  // The token budget of the iterations from now on (a TokenBudget sized to the
+  // machine), within [1, max_num_batched_tokens]; static batching ignores it.
+  void set_token_budget(std::int32_t num_tokens);
+  std::int32_t token_budget() const { return token_budget_; }
+
   // Plans the next iteration.
   BatchPlan schedule();
   // Applies an iteration's results: `sampled` has one entry per chunk that samples,
@@ -98,6 +104,8 @@ class Scheduler {
   const Sequence* find(SeqId id) const;
   std::size_t num_waiting() const { return waiting_.size(); }
   std::size_t num_running() const { return running_.size(); }
+  // Running sequences past their prompt: the decodes the next iteration carries.
+  std::int32_t num_decoding() const;
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
   std::int64_t num_preemptions() const { return num_preemptions_; }
 
@@ -116,6 +124,7 @@ class Scheduler {
   bool admits_new_sequences() const;
 
   SchedulerConfig config_;
+  std::int32_t token_budget_ = 0;  // of a continuous iteration
   KvCacheManager kv_;
   std::unordered_map<SeqId, Sequence> sequences_;  // waiting, preempted and running ones
   std::deque<SeqId> waiting_;                      // in policy order

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/token_budget.hpp"
 #include "model/sampler.hpp"
 #include "model/step_input.hpp"
 #include "troupe/result.hpp"
@@ -37,6 +38,9 @@ struct WorkerSpec {
   KvCacheType kv_cache_dtype = KvCacheType::automatic;
   std::int32_t rank = 0;
   std::int32_t world_size = 1;
+  // Time a prefill and a decode at load (LoadReport::step_costs), for a token budget
+  // sized to the machine. A rank of a split model does not: its steps need the group.
+  bool calibrate_step_cost = false;
 
   bool operator==(const WorkerSpec&) const = default;
 };
@@ -58,7 +62,8 @@ struct LoadReport {
   std::int32_t vocab_size = 0;
   bool failed = false;  // the model could not be loaded: why is in `error`
   WorkerError error;
-  std::int32_t failed_rank = -1;  // a tensor-parallel group's rank that could not load
+  std::int32_t failed_rank = -1;     // a tensor-parallel group's rank that could not load
+  std::vector<StepCost> step_costs;  // calibration steps, when the spec asked for them
 
   bool operator==(const LoadReport&) const = default;
 };

@@ -28,6 +28,7 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
   spec.max_model_len = max_model_len;
   spec.max_num_seqs = config.max_num_seqs;
   spec.max_num_batched_tokens = config.max_num_batched_tokens;
+  spec.calibrate_step_cost = config.auto_token_budget && config.mode == BatchingMode::continuous;
   spec.num_kv_blocks = config.num_kv_blocks;
   spec.kv_cache_bytes = config.kv_cache_bytes;
   spec.gpu_memory_utilization = config.gpu_memory_utilization;

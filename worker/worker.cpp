@@ -1,5 +1,6 @@
 #include "worker/worker.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <optional>
@@ -8,6 +9,50 @@
 #include "worker/kv_sizing.hpp"
 
 namespace troupe::worker {
+
+namespace {
+
+// Times a prefill of a few hundred tokens and a decode after it on a scratch sequence,
+// so that a token budget sized to the machine starts from measurements. It runs before
+// the engine hands out any block, so its KV slots are free again after it; its sampler
+// goes. A first untimed token warms the weights (pages of a mapped file, caches).
+Result<std::vector<engine::StepCost>> measure_step_costs(model::ModelRunner& runner,
+                                                         const engine::WorkerSpec& spec,
+                                                         std::int32_t num_blocks,
+                                                         std::int32_t vocab_size) {
+  constexpr std::uint64_t kScratch = ~std::uint64_t{0};
+  const std::int32_t capacity = num_blocks * spec.block_size;
+  const std::int32_t num_prefill =
+      std::min({256, spec.max_num_batched_tokens, spec.max_model_len - 1, capacity - 1});
+  if (num_prefill < 2) return std::vector<engine::StepCost>{};
+  std::vector<TokenId> tokens(static_cast<std::size_t>(num_prefill) + 1);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<TokenId>((i * 7919 + 1) % static_cast<std::size_t>(vocab_size));
+  }
+  std::vector<std::int32_t> block_table((tokens.size() + spec.block_size - 1) / spec.block_size);
+  for (std::size_t b = 0; b < block_table.size(); ++b)
+    block_table[b] = static_cast<std::int32_t>(b);
+  const std::span<const TokenId> all(tokens);
+  TROUPE_TRY_VOID(runner.add_sequence(kScratch, SamplingParams{}, all.first(1)));
+  const std::uint64_t sampled[] = {kScratch};
+  auto run = [&](std::int32_t first, std::int32_t count) -> Result<double> {
+    model::StepInput step;
+    model::append_sequence(step, all.subspan(first, count), first, block_table, true);
+    const auto start = std::chrono::steady_clock::now();
+    TROUPE_TRY_VOID(runner.execute(step, sampled).map([](auto&&) {}));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto measured = [&]() -> Result<std::vector<engine::StepCost>> {
+    TROUPE_TRY_VOID(run(0, 1).map([](double) {}));
+    TROUPE_TRY(const double prefill, run(0, num_prefill));
+    TROUPE_TRY(const double decode, run(num_prefill, 1));
+    return std::vector<engine::StepCost>{{num_prefill, 0, prefill}, {1, 1, decode}};
+  }();
+  runner.remove_sequence(kScratch);
+  return measured;
+}
+
+}  // namespace
 
 engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work) {
   auto fail = [&work](Error error) {
@@ -57,6 +102,10 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec,
   TROUPE_TRY_VOID(w->model_.allocate_kv_cache(num_blocks, spec.block_size));
   w->runner_ = std::make_unique<model::ModelRunner>(
       llama, w->model_.tokenizer->vocabulary().end_of_generation);
+  if (spec.calibrate_step_cost && spec.world_size == 1) {
+    TROUPE_TRY(w->report_.step_costs,
+               measure_step_costs(*w->runner_, spec, num_blocks, w->model_.config.vocab_size));
+  }
   w->report_.num_kv_blocks = num_blocks;
   w->report_.bytes_per_block = block_bytes;
   w->report_.device_name = backend.describe();

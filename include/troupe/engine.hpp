@@ -66,7 +66,14 @@ struct EngineConfig {
   std::int64_t kv_cache_bytes = std::int64_t{1} << 30;
   KvCacheType kv_cache_dtype = KvCacheType::automatic;
   std::int32_t max_num_seqs = 256;
+  // Tokens one iteration carries; with auto_token_budget, the most it may carry.
   std::int32_t max_num_batched_tokens = 2048;
+  // The budget sized to the machine (Sarathi-Serve): each iteration's budget is chosen
+  // from the measured cost of a step (timed at load, then every step), so that a step
+  // carrying a prefill chunk beside running decodes stays within target_itl_ms.
+  // Continuous batching only.
+  bool auto_token_budget = false;
+  double target_itl_ms = 150.0;
   std::int32_t max_model_len = 0;  // 0: the model's context length
   bool enable_prefix_caching = true;
   BatchingPolicy policy = BatchingPolicy::fcfs;
@@ -209,6 +216,9 @@ class Engine {
   const std::string& chat_template() const;
   // What the worker runs on: "CPU, 2 threads, SIMD AVX3", "CUDA NVIDIA H200 (...)".
   const std::string& device_description() const;
+  // The token budget as it starts: "2048 tokens per step", or the auto budget with
+  // what it measured ("auto, 96 tokens per step beside a decode ...").
+  const std::string& token_budget_description() const;
 
   struct Impl;
 

@@ -116,6 +116,7 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     spec.kv_cache_dtype = KvCacheType::f32;
     spec.rank = 1;
     spec.world_size = 2;
+    spec.calibrate_step_cost = true;
     CHECK(round_trip(system, spec) == spec);
     CHECK(message_round_trip(system, spec) == spec);
   }
@@ -125,7 +126,9 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     report.bytes_per_block = 131072;
     report.device_name = "CUDA NVIDIA H200 (9.0, 132 SMs)";
     report.vocab_size = 128256;
+    report.step_costs = {{256, 0, 0.75}, {1, 1, 0.0125}};
     CHECK(round_trip(system, report) == report);
+    CHECK(message_round_trip(system, report) == report);
     engine::LoadReport failed;
     failed.failed = true;
     failed.error = {ErrorCode::invalid_file, "model.gguf: truncated", true};

@@ -104,6 +104,17 @@ TEST_CASE("bad input to troupe is a clear error and exit code 1, never a crash",
     }
     CHECK(run_troupe("generate -p hi --device tpu").exit_code != 0);
   }
+  SECTION("a token budget that is neither a number nor auto, or a target without auto") {
+    const Run bad = run_troupe("generate -p hi --max-num-batched-tokens lots");
+    CHECK(bad.exit_code != 0);
+    CHECK(bad.out.find("expected a positive number of tokens or auto, not 'lots'") !=
+          std::string::npos);
+    CHECK(run_troupe("generate -p hi --max-num-batched-tokens 0").exit_code != 0);
+    const Run target = run_troupe("generate -p hi --max-num-batched-tokens 64 --target-itl-ms 90");
+    CHECK(target.exit_code != 0);
+    CHECK(target.out.find("applies only with --max-num-batched-tokens auto") != std::string::npos);
+    CHECK(run_troupe("generate -p hi --target-itl-ms -5").exit_code != 0);
+  }
   SECTION("an unknown subcommand") {
     CHECK(run_troupe("fly").exit_code != 0);
   }
@@ -117,6 +128,9 @@ TEST_CASE("troupe bench throughput reports vLLM's metrics as JSON", "[cli]") {
       json);
   REQUIRE(run.exit_code == 0);
   CHECK(run.out.find("Completed / failed requests:         8 / 0") != std::string::npos);
+  // The CPU's default: a budget chosen from a step timed at load.
+  CHECK(run.out.find("Token budget:                        auto, ") != std::string::npos);
+  CHECK(run.out.find("measured") != std::string::npos);
   const auto result = test::JsonParser(test::read_text(json)).parse();
   CHECK(result["completed"].number == 8);
   CHECK(result["total_output_tokens"].number == 32);

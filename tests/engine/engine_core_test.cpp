@@ -269,3 +269,74 @@ TEST_CASE("a lost worker hands back the requests with no token and ends the othe
   core.apply(answer(*next));
   CHECK(run_all(core).ends.at(4) == FinishReason::length);
 }
+
+namespace {
+
+// A worker whose step costs 10 ms + 2 ms a token.
+double fake_seconds(std::int32_t num_tokens) {
+  return 0.010 + 0.002 * num_tokens;
+}
+
+}  // namespace
+
+TEST_CASE("without a token budget sized to the machine the budget is the number given",
+          "[engine][core][token_budget]") {
+  EngineCore core(small_config(), {kEos});
+  CHECK(core.token_budget() == nullptr);
+  REQUIRE(core.add(request(1, 4, 40)).has_value());
+  REQUIRE(core.add(request(2, 4, 40)).has_value());
+  while (auto work = core.next_step()) {
+    CHECK(core.scheduler().token_budget() == 64);
+    auto out = answer(*work);
+    out.seconds = 5.0;  // slow steps change nothing
+    core.apply(out);
+  }
+  CHECK(core.scheduler().token_budget() == 64);
+}
+
+TEST_CASE("a token budget sized to the machine keeps each step beside decodes within the target",
+          "[engine][core][token_budget]") {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 512;
+  config.max_num_seqs = 8;
+  config.max_model_len = 512;
+  config.num_blocks = 512;
+  config.block_size = 4;
+  TokenBudgetConfig budget;
+  budget.target_step_seconds = 0.150;
+  budget.max_tokens = 512;
+  budget.granularity = 4;
+  budget.initial_tokens = 64;
+  EngineCore core(config, {kEos}, budget);
+  REQUIRE(core.token_budget() != nullptr);
+  core.calibrate(std::vector<StepCost>{{256, 0, fake_seconds(256)}, {1, 1, fake_seconds(1)}});
+  for (SeqId id = 1; id <= 4; ++id) REQUIRE(core.add(request(id, 20, 200)).has_value());
+  int num_steps = 0, num_mixed = 0;
+  while (auto work = core.next_step()) {
+    const model::StepInput& step = work->step;
+    INFO("step " << num_steps << ": " << step.num_tokens() << " tokens");
+    CHECK(step.num_tokens() <= core.scheduler().token_budget());
+    // Decodes (one token each) come first, then prefill chunks.
+    std::int32_t num_decodes = 0;
+    bool prefill_seen = false;
+    for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
+      const std::int32_t n = step.query_start[s + 1] - step.query_start[s];
+      if (n == 1) {
+        CHECK_FALSE(prefill_seen);
+        ++num_decodes;
+      } else {
+        prefill_seen = true;
+      }
+    }
+    if (num_steps == 0) CHECK(step.num_tokens() == 512);  // nothing decodes yet: all it can
+    if (num_decodes > 0) CHECK(fake_seconds(step.num_tokens()) <= 0.150 + 1e-9);
+    if (num_decodes > 0 && prefill_seen) ++num_mixed;
+    auto out = answer(*work);
+    out.seconds = fake_seconds(step.num_tokens());
+    core.apply(out);
+    ++num_steps;
+  }
+  CHECK(num_mixed > 0);
+  CHECK(core.token_budget()->model().seconds_per_token == Approx(0.002));
+  CHECK(core.num_requests() == 0u);
+}

@@ -287,3 +287,44 @@ TEST_CASE("randomized workloads keep every invariant and finish every request",
   CHECK(total_preemptions > 0);
   CHECK(total_hit_tokens > 0);
 }
+
+TEST_CASE("a token budget set between iterations bounds the next plan, decodes first",
+          "[engine][scheduler]") {
+  Scheduler s(small_config());
+  CHECK(s.token_budget() == 8);
+  REQUIRE(s.add({1, range(10, 5), 10}).has_value());
+  BatchPlan plan;
+  step(s, plan);
+  REQUIRE(plan.num_tokens == 5);
+  CHECK(s.num_decoding() == 1);
+  REQUIRE(s.add({2, range(20, 12), 10}).has_value());
+  s.set_token_budget(4);
+  step(s, plan);
+  CHECK(plan.num_tokens == 4);
+  REQUIRE(plan.chunks.size() == 2u);
+  CHECK(plan.chunks[0].id == 1);  // the decode
+  CHECK(plan.chunks[0].num_new_tokens == 1);
+  CHECK(plan.chunks[1].id == 2);
+  CHECK(plan.chunks[1].num_new_tokens == 3);
+  CHECK(s.num_decoding() == 1);  // 2 is still prefilling
+  SECTION("the budget stays within one token and max_num_batched_tokens") {
+    s.set_token_budget(1000);
+    CHECK(s.token_budget() == 8);
+    s.set_token_budget(0);
+    CHECK(s.token_budget() == 1);
+    step(s, plan);
+    CHECK(plan.num_tokens == 1);
+  }
+}
+
+TEST_CASE("static batching ignores the token budget", "[engine][scheduler]") {
+  auto config = small_config();
+  config.mode = BatchingMode::static_batch;
+  Scheduler s(config);
+  REQUIRE(s.add({1, range(10, 6), 2}).has_value());
+  REQUIRE(s.add({2, range(20, 6), 2}).has_value());
+  s.set_token_budget(2);
+  BatchPlan plan;
+  step(s, plan);
+  CHECK(plan.num_tokens == 12);
+}

@@ -120,3 +120,46 @@ TEST_CASE("a worker runs the engine core's steps; a step that throws loses the w
   CHECK(core.apply(output).worker_lost);
   std::filesystem::remove(path);
 }
+
+TEST_CASE("a worker asked to calibrate times a prefill and a decode and leaves no trace",
+          "[worker]") {
+  const auto path = test::write_small_model("worker-calibrate");
+  // Greedy tokens of two requests run to the end on a worker.
+  auto generate = [&path](bool calibrate) {
+    auto spec = cpu_spec(path);
+    spec.calibrate_step_cost = calibrate;
+    auto worker = worker::Worker::load(spec);
+    REQUIRE(worker.has_value());
+    engine::SchedulerConfig config;
+    config.num_blocks = (*worker)->report().num_kv_blocks;
+    config.block_size = 4;
+    config.max_model_len = 128;
+    engine::EngineCore core(config, {});
+    for (engine::SeqId id = 1; id <= 2; ++id) {
+      engine::CoreRequest request;
+      request.id = id;
+      request.prompt = {5, 6, 7, static_cast<TokenId>(8 + id)};
+      request.params.temperature = 0.0f;
+      request.params.max_tokens = 8;
+      request.params.ignore_eos = true;
+      REQUIRE(core.add(request).has_value());
+    }
+    std::vector<TokenId> tokens;
+    while (auto work = core.next_step()) {
+      for (const auto& u : core.apply((*worker)->step(*work)).updates) tokens.push_back(u.token.id);
+    }
+    return std::pair{(*worker)->report().step_costs, tokens};
+  };
+  const auto [costs, tokens] = generate(true);
+  REQUIRE(costs.size() == 2u);
+  CHECK(costs[0].num_tokens == 64);  // max_num_batched_tokens: a step the worker can hold
+  CHECK(costs[0].num_decodes == 0);
+  CHECK(costs[0].seconds > 0.0);
+  CHECK(costs[1].num_tokens == 1);
+  CHECK(costs[1].num_decodes == 1);
+  CHECK(costs[1].seconds > 0.0);
+  const auto [no_costs, same_tokens] = generate(false);
+  CHECK(no_costs.empty());
+  CHECK(tokens == same_tokens);
+  std::filesystem::remove(path);
+}

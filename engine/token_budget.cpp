@@ -1,0 +1,84 @@
+#include "engine/token_budget.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "troupe/result.hpp"
+
+namespace troupe::engine {
+
+TokenBudget::TokenBudget(const TokenBudgetConfig& config) : config_(config) {
+  TROUPE_ASSERT(config.target_step_seconds > 0 && config.max_tokens > 0 && config.granularity > 0 &&
+                    config.initial_tokens > 0 && config.forgetting > 0 && config.forgetting <= 1,
+                "token budget settings must be positive");
+  calibrate({});
+}
+
+void TokenBudget::calibrate(std::span<const StepCost> steps) {
+  // Before any measurement: steps of initial_tokens fill the target exactly.
+  model_ = {0.0, config_.target_step_seconds / config_.initial_tokens};
+  sum_w_ = sum_x_ = sum_y_ = sum_xx_ = sum_xy_ = 0.0;
+  num_observed_ = 0;
+  for (const StepCost& step : steps) observe(step);
+  // The calibration's sizes differ by design: its slope owes nothing to the guess.
+  if (sum_w_ > 0) {
+    const double mean_x = sum_x_ / sum_w_;
+    const double var_x = sum_xx_ / sum_w_ - mean_x * mean_x;
+    const double slope = (sum_xy_ / sum_w_ - mean_x * sum_y_ / sum_w_) / var_x;
+    if (var_x > 0 && slope > 0 && std::isfinite(slope)) {
+      model_ = {sum_y_ / sum_w_ - slope * mean_x, slope};
+    }
+  }
+}
+
+void TokenBudget::observe(const StepCost& step) {
+  if (step.num_tokens <= 0 || !(step.seconds >= 0) || !std::isfinite(step.seconds)) return;
+  const double f = config_.forgetting;
+  const double x = step.num_tokens;
+  // Once measured, one step's surprise counts at most threefold: a step stalled by
+  // something else on the machine moves the line less than a real change, which
+  // persists until the line has followed it.
+  const double predicted = model_.predict(step.num_tokens);
+  const double y = num_observed_ >= 2 && predicted > 0
+                       ? std::clamp(step.seconds, predicted / 3, predicted * 3)
+                       : step.seconds;
+  sum_w_ = f * sum_w_ + 1.0;
+  sum_x_ = f * sum_x_ + x;
+  sum_y_ = f * sum_y_ + y;
+  sum_xx_ = f * sum_xx_ + x * x;
+  sum_xy_ = f * sum_xy_ + x * y;
+  ++num_observed_;
+  refit();
+}
+
+void TokenBudget::refit() {
+  // Weighted least squares of seconds on tokens over the remembered steps, the slope
+  // held to the one known so far in proportion to how little the step sizes varied:
+  // steps all of one size (decodes alone, a steady batch) cannot show a slope, so they
+  // keep it and move the line through their mean; a spread of a quarter granule weighs
+  // as much as the slope known so far.
+  const double mean_x = sum_x_ / sum_w_;
+  const double mean_y = sum_y_ / sum_w_;
+  const double var_x = std::max(0.0, sum_xx_ / sum_w_ - mean_x * mean_x);
+  const double cov_xy = sum_xy_ / sum_w_ - mean_x * mean_y;
+  const double prior = std::max(1.0, std::pow(config_.granularity / 4.0, 2));
+  const double slope = (cov_xy + prior * model_.seconds_per_token) / (var_x + prior);
+  // A slope of noise that says tokens are free (or pay back) is no estimate.
+  if (slope > 0 && std::isfinite(slope)) model_.seconds_per_token = slope;
+  model_.fixed_seconds = mean_y - model_.seconds_per_token * mean_x;
+}
+
+std::int32_t TokenBudget::budget(std::int32_t num_decodes) const {
+  if (num_decodes <= 0) return config_.max_tokens;
+  const std::int32_t granule = config_.granularity;
+  // Prefill tokens that fit beside the decodes, capped before the conversion.
+  const double room = std::min<double>(
+      (config_.target_step_seconds - model_.fixed_seconds) / model_.seconds_per_token - num_decodes,
+      static_cast<double>(config_.max_tokens) + granule);
+  const std::int32_t prefill =
+      room >= granule ? static_cast<std::int32_t>(std::floor(room / granule)) * granule : granule;
+  return static_cast<std::int32_t>(
+      std::min<std::int64_t>(config_.max_tokens, std::int64_t{num_decodes} + prefill));
+}
+
+}  // namespace troupe::engine

@@ -1,0 +1,79 @@
+// The token budget of a step sized to the machine (Sarathi-Serve's principle):
+// prefill runs in pieces small enough that a step carrying one stays under a target
+// inter-token latency, so running decodes never stall behind a long prompt. Pure:
+// it is fed what each step cost and holds no clock.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace troupe::engine {
+
+// What one step cost the worker.
+struct StepCost {
+  std::int32_t num_tokens = 0;   // run through the model, decodes included
+  std::int32_t num_decodes = 0;  // of which one-token decodes
+  double seconds = 0.0;
+
+  bool operator==(const StepCost&) const = default;
+};
+
+struct TokenBudgetConfig {
+  double target_step_seconds = 0.150;  // the inter-token latency a decode should see
+  std::int32_t max_tokens = 2048;      // the most a step carries (the worker's activations)
+  // A step's prefill share is a multiple of this (the block size: chunks stay
+  // block-aligned for the prefix cache), and at least one of it, so that prompts
+  // progress even when the decodes alone overrun the target.
+  std::int32_t granularity = 16;
+  // The budget beside decodes before any step is measured (no calibration).
+  std::int32_t initial_tokens = 256;
+  // The weight a measurement keeps per later step: about the last 1 / (1 - f) steps
+  // count, so the model follows costs that change (contexts grow, the machine is shared)
+  // and is fitted near the sizes the steps now have.
+  double forgetting = 0.9;
+};
+
+// seconds = fixed + per_token * tokens: a step's fixed part (reading the weights, the
+// step's frame) and what each token adds (the matmuls, its attention).
+struct LinearStepCost {
+  double fixed_seconds = 0.0;
+  double seconds_per_token = 0.0;
+
+  double predict(std::int32_t num_tokens) const {
+    return fixed_seconds + seconds_per_token * num_tokens;
+  }
+};
+
+class TokenBudget {
+ public:
+  explicit TokenBudget(const TokenBudgetConfig& config);
+
+  // Starts afresh from a worker's calibration steps (at load, of at least two sizes):
+  // what was measured before is forgotten (a new worker may be another machine).
+  // Steps all of one size set only the fixed part.
+  void calibrate(std::span<const StepCost> steps);
+  // One more measured step.
+  void observe(const StepCost& step);
+
+  // The tokens the next step may carry when `num_decodes` running sequences decode in
+  // it: with none, everything (no decode waits on the step); else the decodes and the
+  // most prefill tokens whose predicted step time stays within the target, rounded down
+  // to the granularity, at least one granule, at most max_tokens.
+  std::int32_t budget(std::int32_t num_decodes) const;
+
+  const LinearStepCost& model() const { return model_; }
+  const TokenBudgetConfig& config() const { return config_; }
+  // Steps measured so far (calibration included).
+  std::int64_t num_observed() const { return num_observed_; }
+
+ private:
+  void refit();
+
+  TokenBudgetConfig config_;
+  LinearStepCost model_;
+  // Exponentially forgotten sums over the measured steps: weights, tokens, seconds.
+  double sum_w_ = 0.0, sum_x_ = 0.0, sum_y_ = 0.0, sum_xx_ = 0.0, sum_xy_ = 0.0;
+  std::int64_t num_observed_ = 0;
+};
+
+}  // namespace troupe::engine

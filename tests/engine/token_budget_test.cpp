@@ -1,0 +1,199 @@
+// The token budget's decisions, fed steps timed by a fake cost model.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <vector>
+
+#include "engine/token_budget.hpp"
+
+using namespace troupe::engine;
+
+namespace {
+
+// A machine whose step costs fixed + per_token * tokens, in milliseconds.
+struct FakeMachine {
+  double fixed_ms = 10.0;
+  double per_token_ms = 2.0;
+
+  StepCost step(std::int32_t num_tokens, std::int32_t num_decodes, double noise = 1.0) const {
+    return {num_tokens, num_decodes, (fixed_ms + per_token_ms * num_tokens) * noise / 1000.0};
+  }
+  // What a worker measures at load: a prefill of 256 tokens and one decode.
+  std::vector<StepCost> calibration() const { return {step(256, 0), step(1, 1)}; }
+};
+
+TokenBudgetConfig config_150ms() {
+  TokenBudgetConfig c;
+  c.target_step_seconds = 0.150;
+  c.max_tokens = 2048;
+  c.granularity = 16;
+  c.initial_tokens = 256;
+  return c;
+}
+
+// A steady stream: `num_decodes` sequences decode, a long prompt fills the rest.
+void run_steps(TokenBudget& budget, const FakeMachine& machine, std::int32_t num_decodes,
+               int num_steps) {
+  for (int i = 0; i < num_steps; ++i) {
+    budget.observe(machine.step(budget.budget(num_decodes), num_decodes));
+  }
+}
+
+// A deterministic noise factor in [1 - amplitude, 1 + amplitude].
+struct Noise {
+  std::uint64_t state = 12345;
+  double next(double amplitude) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    const double unit = static_cast<double>(state >> 11) / static_cast<double>(1ULL << 53);
+    return 1.0 + amplitude * (2.0 * unit - 1.0);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a calibrated budget is the most tokens whose step stays within the target",
+          "[engine][token_budget]") {
+  TokenBudget budget(config_150ms());
+  budget.calibrate(FakeMachine{}.calibration());
+  CHECK(budget.model().fixed_seconds == Approx(0.010));
+  CHECK(budget.model().seconds_per_token == Approx(0.002));
+  // (150 - 10) / 2 = 70 tokens a step: the decodes and the prefill share, whole granules.
+  CHECK(budget.budget(4) == 4 + 64);
+  CHECK(budget.budget(1) == 1 + 64);
+  CHECK(budget.budget(5) == 5 + 64);
+  CHECK(budget.budget(7) == 7 + 48);
+  SECTION("with no decode running, nothing waits on the step: the whole maximum") {
+    CHECK(budget.budget(0) == 2048);
+  }
+}
+
+TEST_CASE("an uncalibrated budget starts from its initial tokens and converges",
+          "[engine][token_budget]") {
+  TokenBudget budget(config_150ms());
+  CHECK(budget.num_observed() == 0);
+  CHECK(budget.budget(4) == 4 + 240);  // 256 tokens in all, rounded down to a granule
+  // Two steps of different sizes show the slope; from then on it holds.
+  run_steps(budget, FakeMachine{}, 4, 2);
+  CHECK(budget.model().seconds_per_token == Approx(0.002).epsilon(0.01));
+  CHECK(budget.budget(4) == 68);
+  run_steps(budget, FakeMachine{}, 4, 50);
+  CHECK(budget.budget(4) == 68);
+  CHECK(budget.model().fixed_seconds == Approx(0.010).epsilon(0.01));
+}
+
+TEST_CASE("a machine that gets slower lowers the budget, and a faster one raises it",
+          "[engine][token_budget]") {
+  TokenBudget budget(config_150ms());
+  budget.calibrate(FakeMachine{}.calibration());
+  REQUIRE(budget.budget(4) == 68);
+  // Twice the cost per token: (150 - 10) / 4 = 35 tokens, so 4 decodes and 16 more.
+  run_steps(budget, FakeMachine{10.0, 4.0}, 4, 60);
+  CHECK(budget.budget(4) == 20);
+  CHECK(budget.model().seconds_per_token > 0.003);  // fitted near the sizes run
+  // Half the cost: (150 - 10) / 1 = 140 tokens.
+  run_steps(budget, FakeMachine{10.0, 1.0}, 4, 60);
+  CHECK(budget.budget(4) == 4 + 128);
+}
+
+TEST_CASE("noise in the step times does not make the budget jump", "[engine][token_budget]") {
+  TokenBudget budget(config_150ms());
+  budget.calibrate(FakeMachine{}.calibration());
+  Noise noise;
+  std::int32_t lowest = budget.budget(4), highest = lowest;
+  for (int i = 0; i < 400; ++i) {
+    const std::int32_t b = budget.budget(4);
+    lowest = std::min(lowest, b);
+    highest = std::max(highest, b);
+    // Steps alternate with decode-only ones, each 10% off either way.
+    budget.observe(FakeMachine{}.step(b, 4, noise.next(0.10)));
+    budget.observe(FakeMachine{}.step(4, 4, noise.next(0.10)));
+  }
+  INFO("budget between " << lowest << " and " << highest);
+  CHECK(lowest >= 68 - 16);
+  CHECK(highest <= 68 + 16);
+  SECTION("one step ten times too slow (the machine was busy) costs a granule or two") {
+    budget.observe(FakeMachine{}.step(budget.budget(4), 4, 10.0));
+    CHECK(budget.budget(4) >= 68 - 32);
+  }
+}
+
+TEST_CASE("the budget stays within a granule of prefill and the maximum",
+          "[engine][token_budget]") {
+  SECTION("decodes alone overrun the target: prompts still move, a granule a step") {
+    TokenBudget budget(config_150ms());
+    budget.calibrate(FakeMachine{200.0, 2.0}.calibration());
+    CHECK(budget.budget(4) == 4 + 16);
+    CHECK(budget.budget(100) == 100 + 16);
+  }
+  SECTION("a fast machine gets the maximum") {
+    TokenBudget budget(config_150ms());
+    budget.calibrate(FakeMachine{1.0, 0.01}.calibration());
+    CHECK(budget.budget(4) == 2048);
+  }
+  SECTION("more decodes than the maximum: the maximum") {
+    TokenBudget budget(config_150ms());
+    budget.calibrate(FakeMachine{}.calibration());
+    CHECK(budget.budget(3000) == 2048);
+  }
+  SECTION("a small maximum") {
+    auto config = config_150ms();
+    config.max_tokens = 40;
+    TokenBudget budget(config);
+    budget.calibrate(FakeMachine{}.calibration());
+    CHECK(budget.budget(4) == 40);
+    CHECK(budget.budget(0) == 40);
+  }
+}
+
+TEST_CASE("steps all of one size keep the slope and move only the fixed part",
+          "[engine][token_budget]") {
+  TokenBudget budget(config_150ms());
+  budget.calibrate(FakeMachine{}.calibration());
+  SECTION("decodes of the same machine change nothing") {
+    for (int i = 0; i < 200; ++i) budget.observe(FakeMachine{}.step(8, 8));
+    CHECK(budget.model().seconds_per_token == Approx(0.002));
+    CHECK(budget.model().fixed_seconds == Approx(0.010));
+    CHECK(budget.budget(4) == 68);
+  }
+  SECTION("decodes that grow dearer (longer contexts) lower the budget, within reason") {
+    // 30 ms more per decode step than the calibration said.
+    for (int i = 0; i < 200; ++i) budget.observe(FakeMachine{40.0, 2.0}.step(8, 8));
+    CHECK(budget.model().seconds_per_token == Approx(0.002).epsilon(0.1));
+    CHECK(budget.model().fixed_seconds * 1000 + budget.model().seconds_per_token * 8000 ==
+          Approx(56.0).epsilon(0.01));
+    // (150 - 40) / 2 = 55 tokens in all at the true cost: 4 decodes and 48 more.
+    CHECK(budget.budget(4) >= 4 + 32);
+    CHECK(budget.budget(4) <= 4 + 48);
+  }
+  SECTION("measurements that make no sense are ignored") {
+    budget.observe({0, 0, 0.5});
+    budget.observe({8, 8, -1.0});
+    CHECK(budget.num_observed() == 2);  // the calibration's two
+    CHECK(budget.budget(4) == 68);
+  }
+}
+
+TEST_CASE("the budget is a function of its inputs", "[engine][token_budget]") {
+  auto run = [] {
+    TokenBudget budget(config_150ms());
+    budget.calibrate(FakeMachine{}.calibration());
+    Noise noise;
+    std::vector<std::int32_t> budgets;
+    for (int i = 0; i < 100; ++i) {
+      budgets.push_back(budget.budget(1 + i % 8));
+      budget.observe(FakeMachine{}.step(budgets.back(), 1 + i % 8, noise.next(0.2)));
+    }
+    return budgets;
+  };
+  CHECK(run() == run());
+}
+
+TEST_CASE("calibrating again forgets the last worker's machine", "[engine][token_budget]") {
+  TokenBudget budget(config_150ms());
+  budget.calibrate(FakeMachine{}.calibration());
+  run_steps(budget, FakeMachine{}, 4, 20);
+  budget.calibrate(FakeMachine{10.0, 4.0}.calibration());
+  CHECK(budget.num_observed() == 2);
+  CHECK(budget.budget(4) == 20);
+  budget.calibrate({});
+  CHECK(budget.budget(4) == 4 + 240);
+}
