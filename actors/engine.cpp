@@ -63,6 +63,7 @@ std::optional<engine::TokenBudgetConfig> token_budget_config(const EngineConfig&
   if (!config.auto_token_budget || config.mode != BatchingMode::continuous) return std::nullopt;
   engine::TokenBudgetConfig tb;
   tb.target_step_seconds = config.target_itl_ms / 1000.0;
+  tb.decode_step_multiple = config.itl_decode_step_multiple;
   tb.max_tokens = config.max_num_batched_tokens;
   tb.granularity = std::min(config.block_size, config.max_num_batched_tokens);
   tb.initial_tokens = std::min(256, config.max_num_batched_tokens);
@@ -84,10 +85,17 @@ std::string describe_token_budget(const EngineConfig& config,
     std::snprintf(measured, sizeof measured, "measured %.1f ms + %.3f ms per token",
                   budget.model().fixed_seconds * 1000.0, budget.model().seconds_per_token * 1000.0);
   }
-  char text[256];
+  char target[96];
+  if (config.itl_decode_step_multiple > 0) {
+    std::snprintf(target, sizeof target, "%.3g x the decodes' own step, at most %.0f ms",
+                  config.itl_decode_step_multiple, config.target_itl_ms);
+  } else {
+    std::snprintf(target, sizeof target, "%.0f ms", config.target_itl_ms);
+  }
+  char text[320];
   std::snprintf(text, sizeof text,
-                "auto, %d tokens per step beside a decode, %d with none (target %.0f ms; %s)",
-                budget.budget(1), config.max_num_batched_tokens, config.target_itl_ms, measured);
+                "auto, %d tokens per step beside a decode, %d with none (target %s; %s)",
+                budget.budget(1), config.max_num_batched_tokens, target, measured);
   return text;
 }
 

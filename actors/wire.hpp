@@ -55,7 +55,7 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
            x.peak_kv_usage, x.num_preemptions, x.prefix_queried_tokens, x.prefix_hit_tokens,
            x.num_steps, x.num_step_tokens, x.num_step_sequences, x.step_seconds, x.schedule_seconds,
            x.num_worker_restarts, x.num_live_actors, x.num_kv_blocks, x.block_size,
-           x.prefix_cache_blocks);
+           x.prefix_cache_blocks, x.num_decode_steps, x.decode_step_seconds);
 }
 
 template <class Inspector>

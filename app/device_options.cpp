@@ -63,7 +63,8 @@ void add_token_budget_options(CLI::App* cmd, TokenBudgetFlags& flags) {
           "N|auto"));
   cmd->add_option("--target-itl-ms", flags.target_itl_ms,
                   "with --max-num-batched-tokens auto: the inter-token latency a step carrying "
-                  "a prefill chunk should stay within (default 150)")
+                  "a prefill chunk should stay within (default: twice the running decodes' own "
+                  "step, at most 150)")
       ->check(CLI::Range(1.0, 600000.0));
 }
 
@@ -77,6 +78,7 @@ void settle_token_budget(const TokenBudgetFlags& flags, EngineConfig& engine) {
                                  "applies only with --max-num-batched-tokens auto");
     }
     engine.target_itl_ms = flags.target_itl_ms;
+    engine.itl_decode_step_multiple = 0.0;  // the number given, alone
   }
 }
 

@@ -114,6 +114,9 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
   result.mean_step_ms = stats.num_steps ? 1000.0 * stats.step_seconds / stats.num_steps : 0.0;
   result.mean_schedule_ms =
       stats.num_steps ? 1000.0 * stats.schedule_seconds / stats.num_steps : 0.0;
+  result.num_decode_steps = stats.num_decode_steps;
+  result.mean_decode_step_ms =
+      stats.num_decode_steps ? 1000.0 * stats.decode_step_seconds / stats.num_decode_steps : 0.0;
   return result;
 }
 
@@ -137,6 +140,8 @@ std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
   json["prefix_cache_hit_rate"] = r.prefix_cache_hit_rate;
   json["num_iterations"] = r.num_steps;
   json["mean_iteration_ms"] = r.mean_step_ms;
+  json["num_decode_iterations"] = r.num_decode_steps;
+  json["mean_decode_iteration_ms"] = r.mean_decode_step_ms;
   json["mean_scheduler_ms"] = r.mean_schedule_ms;
   return boost::json::serialize(json) + "\n";
 }
@@ -163,6 +168,11 @@ void print(const ThroughputOptions& o, const ThroughputResult& r) {
               "Iterations:", static_cast<long long>(r.num_steps), r.mean_step_ms,
               r.mean_schedule_ms,
               r.mean_step_ms > 0 ? 100.0 * r.mean_schedule_ms / r.mean_step_ms : 0.0);
+  if (r.num_decode_steps > 0) {
+    std::printf("%-36s %lld, %.2f ms each; median TPOT / it %.2f\n",
+                "Decode-only iterations:", static_cast<long long>(r.num_decode_steps),
+                r.mean_decode_step_ms, r.latency.tpot_ms.median / r.mean_decode_step_ms);
+  }
 }
 
 }  // namespace troupe::bench

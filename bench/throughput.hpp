@@ -31,7 +31,11 @@ struct ThroughputResult {
   std::int64_t num_steps = 0;
   double mean_step_ms = 0.0;      // worker: forward and sampling
   double mean_schedule_ms = 0.0;  // scheduler's own logic per iteration
-  std::string token_budget;       // as the engine chose it at start
+  // Iterations that carried decodes only: the running batch's own step, for comparing
+  // the TPOT against (what a prefill chunk adds to a stream's wait).
+  std::int64_t num_decode_steps = 0;
+  double mean_decode_step_ms = 0.0;
+  std::string token_budget;  // as the engine chose it at start
 };
 
 Result<ThroughputResult> run_throughput(const ThroughputOptions& options);

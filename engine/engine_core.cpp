@@ -147,6 +147,10 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
     if (token_budget_) {
       token_budget_->observe({step.plan.num_tokens, step.plan.num_decodes, output.seconds});
     }
+    if (step.plan.num_tokens > 0 && step.plan.num_tokens == step.plan.num_decodes) {
+      ++counters_.num_decode_steps;
+      counters_.decode_step_seconds += output.seconds;
+    }
     for (std::size_t i = 0; i < step.sampled_ids.size(); ++i) {
       const SeqId id = step.sampled_ids[i];
       const auto it = requests_.find(id);
@@ -189,6 +193,8 @@ EngineStats EngineCore::stats() const {
   s.num_step_sequences = counters_.num_step_sequences;
   s.num_worker_restarts = counters_.num_worker_restarts;
   s.step_seconds = counters_.step_seconds;
+  s.num_decode_steps = counters_.num_decode_steps;
+  s.decode_step_seconds = counters_.decode_step_seconds;
   s.schedule_seconds = counters_.schedule_seconds;
   s.num_kv_blocks = scheduler_.config().num_blocks;
   s.block_size = scheduler_.config().block_size;

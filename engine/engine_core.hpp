@@ -58,8 +58,10 @@ struct CoreCounters {
   std::int64_t num_step_sequences = 0;
   double peak_kv_usage = 0.0;
   std::int64_t num_worker_restarts = 0;
-  double step_seconds = 0.0;      // in the worker, as it reported
-  double schedule_seconds = 0.0;  // in next_step() and apply()
+  double step_seconds = 0.0;          // in the worker, as it reported
+  std::int64_t num_decode_steps = 0;  // steps that carried decodes only
+  double decode_step_seconds = 0.0;   // their time in the worker
+  double schedule_seconds = 0.0;      // in next_step() and apply()
 };
 
 class EngineCore {

@@ -68,12 +68,18 @@ void TokenBudget::refit() {
   model_.fixed_seconds = mean_y - model_.seconds_per_token * mean_x;
 }
 
+double TokenBudget::target_seconds(std::int32_t num_decodes) const {
+  if (config_.decode_step_multiple <= 0) return config_.target_step_seconds;
+  return std::min(config_.target_step_seconds,
+                  config_.decode_step_multiple * model_.predict(num_decodes));
+}
+
 std::int32_t TokenBudget::budget(std::int32_t num_decodes) const {
   if (num_decodes <= 0) return config_.max_tokens;
   const std::int32_t granule = config_.granularity;
   // Prefill tokens that fit beside the decodes, capped before the conversion.
   const double room = std::min<double>(
-      (config_.target_step_seconds - model_.fixed_seconds) / model_.seconds_per_token - num_decodes,
+      (target_seconds(num_decodes) - model_.fixed_seconds) / model_.seconds_per_token - num_decodes,
       static_cast<double>(config_.max_tokens) + granule);
   const std::int32_t prefill =
       room >= granule ? static_cast<std::int32_t>(std::floor(room / granule)) * granule : granule;

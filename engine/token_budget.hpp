@@ -20,7 +20,11 @@ struct StepCost {
 
 struct TokenBudgetConfig {
   double target_step_seconds = 0.150;  // the inter-token latency a decode should see
-  std::int32_t max_tokens = 2048;      // the most a step carries (the worker's activations)
+  // > 0: a step with decodes also stays within this multiple of the predicted step of
+  // its decodes alone, so that a prefill chunk at most doubles (at 2) what a stream waits
+  // (the stall bound of Sarathi-Serve); 0: the target alone.
+  double decode_step_multiple = 0.0;
+  std::int32_t max_tokens = 2048;  // the most a step carries (the worker's activations)
   // A step's prefill share is a multiple of this (the block size: chunks stay
   // block-aligned for the prefix cache), and at least one of it, so that prompts
   // progress even when the decodes alone overrun the target.
@@ -57,9 +61,12 @@ class TokenBudget {
 
   // The tokens the next step may carry when `num_decodes` running sequences decode in
   // it: with none, everything (no decode waits on the step); else the decodes and the
-  // most prefill tokens whose predicted step time stays within the target, rounded down
-  // to the granularity, at least one granule, at most max_tokens.
+  // most prefill tokens whose predicted step time stays within target_seconds, rounded
+  // down to the granularity, at least one granule, at most max_tokens.
   std::int32_t budget(std::int32_t num_decodes) const;
+  // The step time a step with `num_decodes` decodes aims for: the target, or less where
+  // decode_step_multiple bounds it by the decodes' own step.
+  double target_seconds(std::int32_t num_decodes) const;
 
   const LinearStepCost& model() const { return model_; }
   const TokenBudgetConfig& config() const { return config_; }

@@ -113,6 +113,8 @@ EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
     sum.num_step_tokens += s.num_step_tokens;
     sum.num_step_sequences += s.num_step_sequences;
     sum.step_seconds += s.step_seconds;
+    sum.num_decode_steps += s.num_decode_steps;
+    sum.decode_step_seconds += s.decode_step_seconds;
     sum.schedule_seconds += s.schedule_seconds;
     sum.num_worker_restarts += s.num_worker_restarts;
     sum.num_kv_blocks += s.num_kv_blocks;

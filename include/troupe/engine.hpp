@@ -74,6 +74,10 @@ struct EngineConfig {
   // Continuous batching only.
   bool auto_token_budget = false;
   double target_itl_ms = 150.0;
+  // > 0: the step also stays within this multiple of the running decodes' own step (a
+  // prefill chunk at most doubles a stream's wait at 2); 0: target_itl_ms alone. An
+  // explicit --target-itl-ms sets it to 0.
+  double itl_decode_step_multiple = 2.0;
   std::int32_t max_model_len = 0;  // 0: the model's context length
   bool enable_prefix_caching = true;
   BatchingPolicy policy = BatchingPolicy::fcfs;
@@ -144,6 +148,8 @@ struct EngineStats {
   std::int64_t num_step_tokens = 0;     // tokens run through the model
   std::int64_t num_step_sequences = 0;  // sum over steps of sequences in the step
   double step_seconds = 0.0;            // in the worker (forward and sampling)
+  std::int64_t num_decode_steps = 0;    // steps that carried decodes only (no prefill)
+  double decode_step_seconds = 0.0;     // their time in the worker
   double schedule_seconds = 0.0;        // in the scheduler's own logic
   std::int64_t num_worker_restarts = 0;
   std::int64_t num_live_actors = 0;  // in the engine's actor system (request actors included)

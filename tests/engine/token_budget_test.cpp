@@ -197,3 +197,34 @@ TEST_CASE("calibrating again forgets the last worker's machine", "[engine][token
   budget.calibrate({});
   CHECK(budget.budget(4) == 4 + 240);
 }
+
+TEST_CASE("with a decode-step multiple, a chunk at most doubles the decodes' own step",
+          "[engine][token_budget]") {
+  // Reading the weights dominates a decode (20 ms), a token adds 0.1 ms.
+  const FakeMachine machine{20.0, 0.1};
+  TokenBudgetConfig c = config_150ms();
+  c.decode_step_multiple = 2.0;
+  TokenBudget budget(c);
+  budget.calibrate(machine.calibration());
+  for (const std::int32_t decodes : {1, 4, 16, 64}) {
+    INFO(decodes << " decodes");
+    const double alone = machine.step(decodes, decodes).seconds;
+    CHECK(budget.target_seconds(decodes) == Approx(2.0 * alone));
+    const std::int32_t tokens = budget.budget(decodes);
+    // Whole granules of prefill, as many as fit within twice the decodes' step.
+    CHECK((tokens - decodes) % 16 == 0);
+    CHECK(machine.step(tokens, decodes).seconds <= 2.0 * alone + 1e-9);
+    CHECK(machine.step(tokens + 16, decodes).seconds > 2.0 * alone);
+  }
+  SECTION("the target still caps it where twice the decodes' step is longer") {
+    const FakeMachine slow{100.0, 0.1};
+    budget.calibrate(slow.calibration());
+    CHECK(budget.target_seconds(4) == Approx(0.150));
+    CHECK(slow.step(budget.budget(4), 4).seconds <= 0.150 + 1e-9);
+  }
+  SECTION("without it, the target alone") {
+    TokenBudget plain(config_150ms());
+    plain.calibrate(machine.calibration());
+    CHECK(plain.target_seconds(4) == Approx(0.150));
+  }
+}
