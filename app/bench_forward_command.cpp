@@ -112,9 +112,14 @@ Measured measure(model::LoadedModel& loaded, const Options& opts, std::int32_t c
   const auto table_of = [&](std::int32_t s, std::int32_t count) {
     return blocks_from(s * seq_blocks, history_blocks + count);
   };
-  for (std::int32_t s = 0; s < (context > 0 ? max_batch : 0); ++s) {
-    fill_context(loaded, context, table_of(s, 0), rng, logits);
-  }
+  // Histories are written as the batches need them (the prefill, then each batch size).
+  std::int32_t filled = 0;
+  const auto fill_up_to = [&](std::int32_t n) {
+    for (; context > 0 && filled < n; ++filled) {
+      fill_context(loaded, context, table_of(filled, 0), rng, logits);
+    }
+  };
+  fill_up_to(1);
 
   // Prefill: one sequence of prompt_len tokens in one step; one warm-up run.
   std::vector<TokenId> prompt(opts.prompt_len);
@@ -139,6 +144,7 @@ Measured measure(model::LoadedModel& loaded, const Options& opts, std::int32_t c
   // Decode: `batch` sequences each generate gen_len tokens after the history, one token
   // per sequence per step (as llama-bench's tg).
   for (const std::int32_t batch : opts.batches) {
+    fill_up_to(batch);
     auto run_steps = [&](std::int32_t num_steps) {
       for (std::int32_t i = 0; i < num_steps; ++i) {
         model::StepInput step;
@@ -246,7 +252,8 @@ void add_bench_forward_command(CLI::App& bench) {
   cmd->add_option("--block-size", opts->block_size, "KV block size")->check(CLI::Range(1, 1024));
   cmd->add_option("--context,-d", opts->contexts,
                   "tokens already in the KV cache when the steps run, one run per value "
-                  "(multiples of the block size; default 0)")
+                  "(multiples of the block size; default 0); each sequence of the largest "
+                  "--batch gets a history of its own, so keep --batch small at long contexts")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tensor-parallel-size,--tp", opts->tensor_parallel_size,
@@ -362,7 +369,13 @@ void add_bench_forward_command(CLI::App& bench) {
       boost::json::array contexts;
       for (const auto& m : one) contexts.push_back(write(m));
       json["contexts"] = std::move(contexts);
-      if (tp > 1) json["split"] = write(split.front());
+      if (tp > 1) {
+        boost::json::object split_json = write(split.front());
+        boost::json::array split_contexts;
+        for (const auto& m : split) split_contexts.push_back(write(m));
+        split_json["contexts"] = std::move(split_contexts);
+        json["split"] = std::move(split_json);
+      }
       std::ofstream out(opts->output_json);
       out << boost::json::serialize(json) << '\n';
       if (!out) fail(Error{ErrorCode::io, "cannot write " + opts->output_json});

@@ -321,7 +321,13 @@ class Plan {
       pool.parallel_for(num_items, [&](std::int64_t i) { run_whole(items_[i]); });
       return;
     }
-    partials_.resize(static_cast<std::size_t>(split_floats));
+    // Kept across calls (the caller's thread runs every layer's plan): no allocation, and
+    // no zeroing, per layer; every float is written before it is read.
+    thread_local std::vector<float> partials;
+    if (partials.size() < static_cast<std::size_t>(split_floats)) {
+      partials.resize(static_cast<std::size_t>(split_floats));
+    }
+    partials_ = partials.data();
     std::vector<std::pair<std::int32_t, std::int32_t>> tasks;  // (item, partition)
     for (std::int32_t i = 0; i < num_items; ++i) {
       for (std::int32_t p = 0; p < items_[i].num_partitions; ++p) tasks.emplace_back(i, p);
@@ -329,15 +335,14 @@ class Plan {
     pool.parallel_for(static_cast<std::int64_t>(tasks.size()), [&](std::int64_t t) {
       const Item& item = items_[tasks[t].first];
       const std::int64_t rows = item.num_rows * group_;
-      float* at = partials_.data() + item.partials +
-                  tasks[t].second * partial_floats(rows, params_.head_dim);
+      float* at =
+          partials_ + item.partials + tasks[t].second * partial_floats(rows, params_.head_dim);
       compute(item, tasks[t].second, at);
     });
     pool.parallel_for(num_items, [&](std::int64_t i) {
       const Item& item = items_[i];
       const std::int64_t stride = partial_floats(item.num_rows * group_, params_.head_dim);
-      fold_and_write(item,
-                     [&](std::int32_t p) { return partials_.data() + item.partials + p * stride; });
+      fold_and_write(item, [&](std::int32_t p) { return partials_ + item.partials + p * stride; });
     });
   }
 
@@ -432,7 +437,7 @@ class Plan {
   std::int64_t score_stride_ = 0;
   std::int64_t head_bytes_ = 0;  // one KV head's part of a block, keys or values
   std::vector<Item> items_;
-  std::vector<float> partials_;
+  float* partials_ = nullptr;  // [items' partitions][m, s, o] when split
 };
 
 }  // namespace

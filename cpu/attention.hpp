@@ -31,7 +31,9 @@ struct KvLayerView {
   std::int32_t head_dim = 0;
 };
 
-// out = causal attention of each of the step's queries over its sequence's keys.
+// out = causal attention of each of the step's queries over its sequence's keys. The
+// step must have passed validate_step (a sequence's positions ascend, its blocks cover
+// them).
 //   q, out: [num_tokens, num_heads * head_dim]
 void paged_attention(ThreadPool& pool, const model::StepInput& step, const KvLayerView& kv,
                      model::Tensor q, const model::AttentionParams& params, model::Tensor out);

@@ -69,7 +69,11 @@ void TokenBudget::refit() {
 }
 
 double TokenBudget::target_seconds(std::int32_t num_decodes) const {
-  if (config_.decode_step_multiple <= 0) return config_.target_step_seconds;
+  // The decodes' own step is known only from a measured model with a fixed part (the
+  // guess before any step has none, and would leave a chunk one granule).
+  if (config_.decode_step_multiple <= 0 || num_observed_ == 0 || !(model_.fixed_seconds > 0)) {
+    return config_.target_step_seconds;
+  }
   return std::min(config_.target_step_seconds,
                   config_.decode_step_multiple * model_.predict(num_decodes));
 }

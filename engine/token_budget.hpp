@@ -65,7 +65,8 @@ class TokenBudget {
   // down to the granularity, at least one granule, at most max_tokens.
   std::int32_t budget(std::int32_t num_decodes) const;
   // The step time a step with `num_decodes` decodes aims for: the target, or less where
-  // decode_step_multiple bounds it by the decodes' own step.
+  // decode_step_multiple bounds it by the decodes' own step (once a measured model has a
+  // positive fixed part to predict that step from).
   double target_seconds(std::int32_t num_decodes) const;
 
   const LinearStepCost& model() const { return model_; }

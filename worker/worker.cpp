@@ -103,8 +103,10 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec,
   w->runner_ = std::make_unique<model::ModelRunner>(
       llama, w->model_.tokenizer->vocabulary().end_of_generation);
   if (spec.calibrate_step_cost && spec.world_size == 1) {
-    TROUPE_TRY(w->report_.step_costs,
-               measure_step_costs(*w->runner_, spec, num_blocks, w->model_.config.vocab_size));
+    // A calibration that fails costs only the measurement: the budget then starts from
+    // its guess and learns from the first steps (a broken backend fails those anyway).
+    auto costs = measure_step_costs(*w->runner_, spec, num_blocks, w->model_.config.vocab_size);
+    if (costs) w->report_.step_costs = std::move(*costs);
   }
   w->report_.num_kv_blocks = num_blocks;
   w->report_.bytes_per_block = block_bytes;

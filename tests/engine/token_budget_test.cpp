@@ -228,3 +228,19 @@ TEST_CASE("with a decode-step multiple, a chunk at most doubles the decodes' own
     CHECK(plain.target_seconds(4) == Approx(0.150));
   }
 }
+
+TEST_CASE("the decode-step bound waits for a measured model with a fixed part",
+          "[engine][token_budget]") {
+  TokenBudgetConfig c = config_150ms();
+  c.decode_step_multiple = 2.0;
+  // Uncalibrated (a split model's ranks): the guess has no fixed part, so the target
+  // alone holds, and the first chunks are the initial tokens, not one granule.
+  TokenBudget guess(c);
+  CHECK(guess.target_seconds(1) == Approx(0.150));
+  CHECK(guess.budget(1) >= 1 + 240);
+  // Measured steps that fit a negative fixed part: the target alone too.
+  TokenBudget odd(c);
+  odd.calibrate(std::vector<StepCost>{{256, 0, 0.100}, {1, 1, 0.0001}});
+  REQUIRE(odd.model().fixed_seconds < 0);
+  CHECK(odd.target_seconds(4) == Approx(0.150));
+}
