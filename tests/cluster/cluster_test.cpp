@@ -261,9 +261,7 @@ std::vector<std::string> tls_args(const std::string& dir, const std::string& who
 TEST_CASE("with mutual TLS, only a node with a certificate from the cluster's CA joins",
           "[cluster]") {
   if (std::system("openssl version >/dev/null 2>&1") != 0) {
-    std::printf("skipped: the openssl tool is absent (scripts/setup.sh installs it)\n");
-    std::fflush(stdout);
-    std::exit(test::kSkipExitCode);
+    test::skip_test("the openssl tool is absent (scripts/setup.sh installs it)");
   }
   const std::string dir = test::temp_path("cluster-tls");
   REQUIRE(make_certificates(dir));

@@ -18,11 +18,7 @@ namespace troupe::test {
 // A CUDA backend, or the test skips (exit 77) saying why there is none.
 inline std::unique_ptr<gpu::CudaBackend> gpu_or_skip(gpu::CudaBackendOptions options = {}) {
   auto device = gpu::probe_device(options.device);
-  if (!device) {
-    std::printf("skipped: %s (the GPU tests need an NVIDIA GPU)\n", device.error().message.c_str());
-    std::fflush(stdout);
-    std::exit(kSkipExitCode);
-  }
+  if (!device) skip_test(device.error().message + " (the GPU tests need an NVIDIA GPU)");
   auto backend = gpu::CudaBackend::create(options);
   if (!backend) {
     std::printf("failed: %s\n", backend.error().message.c_str());

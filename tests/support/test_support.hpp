@@ -15,6 +15,21 @@ namespace troupe::test {
 // The exit code CTest reads as "skipped" (SKIP_RETURN_CODE).
 inline constexpr int kSkipExitCode = 77;
 
+// Ends the running test as skipped, saying why. Where TROUPE_TESTS_MUST_RUN is set (the
+// GPU machine's scripts/gpu-check.sh), a skip is a failure instead: there, a test that
+// did not run must not read as one that passed.
+[[noreturn]] inline void skip_test(const std::string& why) {
+  const char* must_run = std::getenv("TROUPE_TESTS_MUST_RUN");
+  if (must_run != nullptr && *must_run != '\0' && std::string(must_run) != "0") {
+    std::printf("FAILED, not skipped (TROUPE_TESTS_MUST_RUN is set): %s\n", why.c_str());
+    std::fflush(stdout);
+    std::exit(1);
+  }
+  std::printf("skipped: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::exit(kSkipExitCode);
+}
+
 inline std::filesystem::path shared_dir() {
   if (const char* env = std::getenv("TROUPE_SHARED_DIR")) return env;
   return std::filesystem::path(TROUPE_SOURCE_DIR) / ".." / "shared";
@@ -24,10 +39,7 @@ inline std::filesystem::path shared_dir() {
 inline std::string shared_file(const std::string& relative) {
   const auto path = shared_dir() / relative;
   if (!std::filesystem::exists(path)) {
-    std::printf("skipped: %s is absent (tests that need ../shared skip without it)\n",
-                path.c_str());
-    std::fflush(stdout);
-    std::exit(kSkipExitCode);
+    skip_test(path.string() + " is absent (tests that need ../shared skip without it)");
   }
   return path.string();
 }
