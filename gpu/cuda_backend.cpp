@@ -155,6 +155,7 @@ Result<void> CudaBackend::init() {
 }
 
 CudaBackend::~CudaBackend() {
+  select_device();
 #ifdef TROUPE_HAVE_NCCL
   // Collectives a gone peer never finishes: the bounded wait aborts them, and the stream
   // can then drain.
@@ -198,6 +199,7 @@ Result<void> CudaBackend::status() const {
 }
 
 Result<void> CudaBackend::synchronize() {
+  select_device();
 #ifdef TROUPE_HAVE_NCCL
   if (nccl_ != nullptr) {
     // A collective may never finish (a rank gone): wait no longer than the group's timeout.
@@ -228,13 +230,20 @@ Result<void*> CudaBackend::device_alloc(std::int64_t bytes) {
 
 Result<bool> CudaBackend::grow(Buffer& b, std::int64_t bytes) {
   if (b.bytes >= bytes) return false;
-  const std::int64_t size = std::max<std::int64_t>(bytes, b.bytes * 2);
+  // The old buffer goes first (cudaFree waits for the work that reads it), so the two are
+  // never held at once; a quarter more than asked spares a regrowth per small step.
+  const std::int64_t size = std::max<std::int64_t>(bytes, b.bytes + b.bytes / 4);
+  release_buffer(b);
+  if (&b == &impl_->cast) cast_ = CastCopy{};
   TROUPE_TRY(void* p, device_alloc(size));
-  if (b.data != nullptr) cudaFree(b.data);
-  bytes_in_use_ -= b.bytes;
   b.data = p;
   b.bytes = size;
   return true;
+}
+
+void CudaBackend::select_device() const {
+  // Per host thread: an actor's messages may run on any of the scheduler's threads.
+  cudaSetDevice(options_.device);
 }
 
 Result<void> CudaBackend::check_heads(std::int32_t num_heads, std::int32_t num_kv_heads,
@@ -260,6 +269,7 @@ Result<void> CudaBackend::check_heads(std::int32_t num_heads, std::int32_t num_k
 }
 
 Result<std::int64_t> CudaBackend::free_bytes() const {
+  select_device();
   std::size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
     return make_error(ErrorCode::internal, "cannot read the GPU's free memory");
@@ -274,6 +284,7 @@ std::int64_t CudaBackend::kv_block_bytes(const model::KvCacheShape& shape) const
 }
 
 Result<Weight> CudaBackend::load_weight(const gguf::GgufTensorInfo& info) {
+  select_device();
   const std::int64_t cols = info.dims[0];
   const std::int64_t rows = info.dims[1] * info.dims[2] * info.dims[3];
   // Vectors (norm weights, RoPE factors) stay F32.
@@ -322,6 +333,7 @@ Result<Weight> CudaBackend::load_weight(const gguf::GgufTensorInfo& info) {
 
 Result<Weight> CudaBackend::random_weight(std::int64_t rows, std::int64_t cols, std::uint64_t seed,
                                           float scale) {
+  select_device();
   const TensorType type =
       options_.weight_dtype == WeightDtype::f16 ? TensorType::f16 : TensorType::bf16;
   const std::int64_t bytes = rows * cols * 2;
@@ -336,6 +348,7 @@ Result<Weight> CudaBackend::random_weight(std::int64_t rows, std::int64_t cols, 
 
 Result<Weight> CudaBackend::random_vector(std::int64_t size, std::uint64_t seed, float scale,
                                           float offset) {
+  select_device();
   TROUPE_TRY(void* p, device_alloc(size * 4));
   impl_->allocations.push_back(p);
   weight_bytes_ += size * 4;
@@ -345,21 +358,25 @@ Result<Weight> CudaBackend::random_vector(std::int64_t size, std::uint64_t seed,
 }
 
 Result<Tensor> CudaBackend::allocate(std::int64_t rows, std::int64_t cols) {
+  select_device();
   TROUPE_TRY(void* p, device_alloc(rows * cols * 4));
   impl_->allocations.push_back(p);
   invalidate_graphs();  // recorded steps point at the old buffers
   // Any tensor may feed a matmul, whose input is cast to 16 bits first.
   cudaStreamSynchronize(as_stream(stream_));
+  cast_ = CastCopy{};  // the cast buffer may move; a new tensor may reuse a freed address
   TROUPE_TRY_VOID(grow(impl_->cast, rows * cols * 2));
   return Tensor{static_cast<float*>(p), rows, cols};
 }
 
 void CudaBackend::release(Tensor tensor) {
+  select_device();
   auto& a = impl_->allocations;
   const auto it = std::find(a.begin(), a.end(), static_cast<void*>(tensor.data));
   if (it == a.end()) return;
   cudaStreamSynchronize(as_stream(stream_));
   invalidate_graphs();
+  if (cast_.source == tensor.data) cast_ = CastCopy{};  // its address may come back
   cudaFree(*it);
   bytes_in_use_ -= tensor.rows * tensor.cols * 4;
   a.erase(it);
@@ -372,6 +389,7 @@ void CudaBackend::release_buffer(Buffer& b) {
 }
 
 Result<void> CudaBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
+  select_device();
   if (shape.num_layers <= 0 || shape.num_blocks <= 0 || shape.block_size <= 0 ||
       shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
     return make_error(ErrorCode::invalid_argument, "KV cache dimensions must be positive");
@@ -400,6 +418,7 @@ Result<void> CudaBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
 }
 
 Result<void> CudaBackend::randomize_kv_cache(std::uint64_t seed) {
+  select_device();
   if (k_cache_.data == nullptr) {
     return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
   }
@@ -571,6 +590,7 @@ Result<void> CudaBackend::end_step() {
 // --- tensor parallelism ---
 
 Result<void> CudaBackend::join_group(std::shared_ptr<model::Communicator> group) {
+  select_device();
 #ifdef TROUPE_HAVE_NCCL
   auto* nccl = dynamic_cast<NcclCommunicator*>(group.get());
   if (nccl == nullptr) {
@@ -818,6 +838,7 @@ void CudaBackend::gather_logit_rows(Tensor x, Tensor out) {
 }
 
 Result<void> CudaBackend::read(Tensor tensor, std::span<float> host) {
+  select_device();
   const auto n = static_cast<std::size_t>(tensor.rows * tensor.cols);
   if (host.size() < n) return make_error(ErrorCode::invalid_argument, "host buffer too small");
   check(
@@ -827,6 +848,7 @@ Result<void> CudaBackend::read(Tensor tensor, std::span<float> host) {
 }
 
 Result<void> CudaBackend::write(Tensor tensor, std::span<const float> host) {
+  select_device();
   wrote(tensor);
   const auto n = static_cast<std::size_t>(tensor.rows * tensor.cols);
   if (host.size() < n) return make_error(ErrorCode::invalid_argument, "host buffer too small");

@@ -147,6 +147,9 @@ class CudaBackend final : public model::Backend {
   };
   // Grows `b` to hold `bytes`; reports whether it moved. The stream must be idle.
   Result<bool> grow(Buffer& b, std::int64_t bytes);
+  // Makes this backend's GPU the calling thread's current device: every entry point that
+  // touches the device outside a step calls it (a step's ops follow begin_step's).
+  void select_device() const;
   void release_buffer(Buffer& b);
   Result<void> ensure_step_capacity(const StepLayout& layout);
   void invalidate_graphs();
