@@ -116,7 +116,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
     : options_(options), impl_(std::make_unique<Impl>()) {
   graph_policy_.enabled = options.cuda_graphs;
   graph_policy_.max_batch = options.max_graph_batch;
-  graph_policy_.max_model_len = options.max_model_len;
+  // Graphs serve contexts up to kGraphMaxContext; longer steps run eagerly.
+  graph_policy_.max_model_len = std::min(options.max_model_len, kGraphMaxContext);
 }
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& options) {
@@ -275,6 +276,17 @@ Result<std::int64_t> CudaBackend::free_bytes() const {
     return make_error(ErrorCode::internal, "cannot read the GPU's free memory");
   }
   return static_cast<std::int64_t>(free);
+}
+
+Result<void> CudaBackend::prepare_attention(std::int32_t num_heads, std::int32_t head_dim) {
+  select_device();
+  num_heads_ = num_heads;
+  // A whole graph batch at the graphs' reach in one launch, reserved before the KV pool
+  // takes what is free; longer eager steps launch their decode rows in chunks within it.
+  const std::int64_t floats = reserved_decode_floats(graph_policy_, num_heads, head_dim);
+  TROUPE_TRY(const bool grew, grow(impl_->partials, std::max<std::int64_t>(floats, 1) * 4));
+  if (grew) invalidate_graphs();
+  return {};
 }
 
 std::int64_t CudaBackend::kv_block_bytes(const model::KvCacheShape& shape) const {
@@ -465,12 +477,13 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
     TROUPE_TRY(const bool grew, grow(*buffer, bytes));
     moved = moved || grew;
   }
-  // The decode partials: rows x heads x splits x (head_dim + 2); heads are known after the
-  // first attention call, bounded before it.
-  const std::int64_t heads =
-      num_heads_ > 0 ? num_heads_ : std::int64_t{kv_shape_.num_kv_heads} * kernels::kMaxGroup;
+  // The decode partials (reserved by prepare_attention): room for one decode row at least,
+  // since attention launches the rows in chunks that fit. Heads are bounded until known.
+  const std::int32_t heads =
+      num_heads_ > 0 ? num_heads_ : kv_shape_.num_kv_heads * kernels::kMaxGroup;
   const std::int64_t partial_floats =
-      l.num_splits > 1 ? std::int64_t{l.rows} * heads * l.num_splits * (kv_shape_.head_dim + 2) : 1;
+      std::max<std::int64_t>(1, decode_partial_floats(l.decode_rows.empty() ? 0 : 1, heads,
+                                                      l.num_splits, kv_shape_.head_dim));
   TROUPE_TRY(const bool grew_partials, grow(m.partials, partial_floats * 4));
   const std::int64_t staging =
       4 * static_cast<std::int64_t>(l.tokens.size() * 4 + l.logit_row_index.size() +
@@ -535,7 +548,7 @@ Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
   step_open_ = true;
   capturing_ = replaying_ = false;
   if (l.graph) {
-    graph_key_ = l.rows;
+    graph_key_ = l.graph_key;
     if (graphs_.contains(graph_key_)) {
       replaying_ = true;
       plan.replay = true;
@@ -805,15 +818,21 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
   a.out16 = copy_for(out);
   const auto num_decode = static_cast<std::int32_t>(layout_.decode_rows.size());
   if (num_decode > 0) {
-    const std::int64_t needed =
-        std::int64_t{num_decode} * params.num_heads * layout_.num_splits * (s.head_dim + 2) * 4;
-    if (layout_.num_splits > 1 && impl_->partials.bytes < needed) {
+    // As many decode rows per launch as the reserved partials hold (all of a graph's).
+    const std::int32_t chunk = decode_rows_per_launch(
+        impl_->partials.bytes / 4, num_decode, params.num_heads, layout_.num_splits, s.head_dim);
+    if (layout_.num_splits > 1 &&
+        impl_->partials.bytes <
+            4 * decode_partial_floats(1, params.num_heads, layout_.num_splits, s.head_dim)) {
       if (error_.empty()) error_ = "attention: decode scratch too small";
       return;
     }
-    kernels::paged_attention_decode(a, static_cast<const std::int32_t*>(impl_->decode_rows.data),
-                                    num_decode, layout_.num_splits,
-                                    static_cast<float*>(impl_->partials.data), as_stream(stream_));
+    const auto* rows = static_cast<const std::int32_t*>(impl_->decode_rows.data);
+    for (std::int32_t first = 0; first < num_decode; first += chunk) {
+      kernels::paged_attention_decode(a, rows + first, std::min(chunk, num_decode - first),
+                                      layout_.num_splits, static_cast<float*>(impl_->partials.data),
+                                      as_stream(stream_));
+    }
   }
   kernels::prefill_attention(a, static_cast<const kernels::PrefillTile*>(impl_->tiles.data),
                              static_cast<std::int32_t>(layout_.tiles.size()),

@@ -73,6 +73,7 @@ class CudaBackend final : public model::Backend {
   Result<std::int64_t> free_bytes() const;
   Result<std::int64_t> free_memory_bytes() const override { return free_bytes(); }
   // Keys and values in half precision.
+  Result<void> prepare_attention(std::int32_t num_heads, std::int32_t head_dim) override;
   std::int64_t kv_block_bytes(const model::KvCacheShape& shape) const override;
 
   // A random matrix made on the device in the backend's 16-bit type (benchmarks): values
@@ -186,11 +187,11 @@ class CudaBackend final : public model::Backend {
   bool step_open_ = false;
   bool capturing_ = false;
   bool replaying_ = false;
-  std::int32_t graph_key_ = 0;
-  std::map<std::int32_t, void*> graphs_;  // batch size -> cudaGraphExec_t
-  std::set<std::int32_t> warmed_;         // batch sizes run once eagerly
+  std::int64_t graph_key_ = 0;
+  std::map<std::int64_t, void*> graphs_;  // StepLayout::graph_key -> cudaGraphExec_t
+  std::set<std::int64_t> warmed_;         // graph keys run once eagerly
   std::int64_t num_replays_ = 0;
-  std::int32_t num_heads_ = 0;  // learnt from the first attention call
+  std::int32_t num_heads_ = 0;  // from prepare_attention, else the first attention call
   CastCopy cast_;
   gguf::TensorType matmul_type_ = gguf::TensorType::bf16;  // of the weights matmuls read
 };

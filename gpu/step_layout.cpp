@@ -52,6 +52,36 @@ std::int32_t graph_batch_for(std::int32_t n, std::int32_t max_batch) {
   return 0;
 }
 
+std::int32_t graph_splits_for(std::int32_t needed) {
+  std::int32_t splits = 1;
+  while (splits < needed) splits *= 2;
+  return splits;
+}
+
+std::int64_t decode_partial_floats(std::int64_t rows, std::int32_t num_heads,
+                                   std::int32_t num_splits, std::int32_t head_dim) {
+  if (num_splits <= 1) return 0;
+  return rows * num_heads * num_splits * (std::int64_t{head_dim} + 2);
+}
+
+std::int32_t decode_rows_per_launch(std::int64_t capacity_floats, std::int32_t num_decode_rows,
+                                    std::int32_t num_heads, std::int32_t num_splits,
+                                    std::int32_t head_dim) {
+  const std::int64_t per_row = decode_partial_floats(1, num_heads, num_splits, head_dim);
+  if (per_row == 0 || num_decode_rows <= 0) return std::max(1, num_decode_rows);
+  const std::int64_t fit = std::max<std::int64_t>(1, capacity_floats / per_row);
+  return static_cast<std::int32_t>(std::min<std::int64_t>(fit, num_decode_rows));
+}
+
+std::int64_t reserved_decode_floats(const GraphPolicy& policy, std::int32_t num_heads,
+                                    std::int32_t head_dim) {
+  const std::int32_t reach =
+      policy.enabled && policy.max_model_len > 0 ? policy.max_model_len : kGraphMaxContext;
+  const std::int32_t splits =
+      graph_splits_for(blocks_for(std::min(reach, kGraphMaxContext), kernels::kDecodePartition));
+  return decode_partial_floats(std::max(1, policy.max_batch), num_heads, splits, head_dim);
+}
+
 std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& policy) {
   const std::int32_t padded = graph_rows(step, policy);
   return padded > 0 ? padded : step.num_tokens();
@@ -67,13 +97,29 @@ StepLayout plan_step(const model::StepInput& step, std::int32_t block_size,
   l.rows = l.graph ? padded : n;
   l.logit_rows = l.graph ? padded : static_cast<std::int32_t>(step.logit_rows.size());
 
-  // A graph's block tables and split count are fixed by the longest sequence it serves;
-  // other steps size them by their own longest sequence.
-  std::int32_t longest = 0;
-  for (const std::int32_t length : step.context_lens) longest = std::max(longest, length);
-  const std::int32_t reach = l.graph ? policy.max_model_len : longest;
-  l.block_stride = std::max({1, step.max_blocks_per_seq, blocks_for(reach, block_size)});
-  l.num_splits = std::max(1, (reach + kernels::kDecodePartition - 1) / kernels::kDecodePartition);
+  // Decode attention splits by the longest context among the decode rows (a long prefill
+  // beside them has tiles of its own). A graph's split count is that rounded up to a power
+  // of two, and its block tables reach as far: both are fixed in what it recorded, so
+  // they are part of its key.
+  std::int32_t longest = 0, longest_decode = 0;
+  for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
+    longest = std::max(longest, step.context_lens[s]);
+    if (step.query_start[s + 1] - step.query_start[s] == 1) {
+      longest_decode = std::max(longest_decode, step.context_lens[s]);
+    }
+  }
+  const std::int32_t needed = std::max(1, blocks_for(longest_decode, kernels::kDecodePartition));
+  if (l.graph) {
+    l.num_splits = graph_splits_for(needed);
+    const std::int32_t reach =
+        std::min(l.num_splits * kernels::kDecodePartition, policy.max_model_len);
+    l.block_stride = std::max({1, step.max_blocks_per_seq, blocks_for(reach, block_size)});
+    l.graph_key = (std::int64_t{l.rows} << 32) | (std::int64_t{l.num_splits} << 16) |
+                  std::min<std::int64_t>(l.block_stride, 0xffff);
+  } else {
+    l.num_splits = needed;
+    l.block_stride = std::max({1, step.max_blocks_per_seq, blocks_for(longest, block_size)});
+  }
 
   l.tokens.assign(l.rows, 0);
   l.positions.assign(l.rows, 0);

@@ -13,11 +13,34 @@
 
 namespace troupe::gpu {
 
+// The longest context a decode graph serves (vLLM's max_seq_len_to_capture): longer steps
+// run eagerly, so that no graph's grid or scratch is sized by a 128K-token model.
+inline constexpr std::int32_t kGraphMaxContext = 8192;
+
 struct GraphPolicy {
   bool enabled = true;
   std::int32_t max_batch = 256;    // largest decode batch replayed from a graph
   std::int32_t max_model_len = 0;  // the longest sequence a graph serves (0: no graphs)
 };
+
+// The decode partitions a graph launches for steps whose longest context needs `needed`:
+// the next power of two, so that a step's grid is at most twice its work and a few graphs
+// per batch size cover every length up to the graphs' reach.
+std::int32_t graph_splits_for(std::int32_t needed);
+
+// Floats of decode scratch ("partials") for `rows` decode rows of `num_heads` heads over
+// `num_splits` partitions: rows x heads x splits x (head_dim + 2). None for one split.
+std::int64_t decode_partial_floats(std::int64_t rows, std::int32_t num_heads,
+                                   std::int32_t num_splits, std::int32_t head_dim);
+// The decode rows one attention launch may take so that its partials fit in
+// `capacity_floats` (at least one, all when they fit): longer steps launch in chunks.
+std::int32_t decode_rows_per_launch(std::int64_t capacity_floats, std::int32_t num_decode_rows,
+                                    std::int32_t num_heads, std::int32_t num_splits,
+                                    std::int32_t head_dim);
+// The scratch reserved before the KV pool is sized: a whole graph batch at the graphs'
+// reach in one launch. Eager steps beyond it launch in chunks within it.
+std::int64_t reserved_decode_floats(const GraphPolicy& policy, std::int32_t num_heads,
+                                    std::int32_t head_dim);
 
 // The batch sizes graphs are recorded for: 1, 2, 4, 8, then steps of 8 up to 64, of 16
 // up to 128 and of 32 beyond, as vLLM does, and max_batch itself.
@@ -30,8 +53,9 @@ struct StepLayout {
   std::int32_t logit_rows = 0;    // >= the step's logit rows
   std::int32_t real_rows = 0;     // the step's own tokens
   bool graph = false;             // a decode-only step padded to a graph batch size
+  std::int64_t graph_key = 0;     // the graph it replays: its batch and its split count
   std::int32_t block_stride = 0;  // ints per block-table row
-  std::int32_t num_splits = 1;    // decode attention partitions along the context
+  std::int32_t num_splits = 1;    // decode attention partitions: by the longest decode row
   std::vector<std::int32_t> tokens, positions, token_seq, slots;  // [rows]
   std::vector<std::int32_t> logit_row_index;                      // [logit_rows]
   std::vector<std::int32_t> decode_rows;                          // single-query rows

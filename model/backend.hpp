@@ -81,6 +81,13 @@ class Backend {
     return std::int64_t{2} * shape.num_layers * shape.num_kv_heads * shape.head_dim *
            shape.block_size * kv_element_bytes(shape.dtype);
   }
+  // The attention shape the model will run (this rank's heads), before the KV cache is
+  // sized: a GPU reserves its decode scratch here rather than from what the pool leaves.
+  virtual Result<void> prepare_attention(std::int32_t num_heads, std::int32_t head_dim) {
+    (void)num_heads;
+    (void)head_dim;
+    return {};
+  }
   // Device memory free now, for a KV cache sized from it; unsupported where the cache
   // lives in host memory (its size is then a configured budget).
   virtual Result<std::int64_t> free_memory_bytes() const {

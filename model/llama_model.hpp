@@ -58,7 +58,8 @@ class LlamaModel {
   // Sizes the activation buffers for steps of up to `max_tokens` tokens and `max_logits`
   // logit rows now, so that a GPU can size its KV pool from what is left.
   Result<void> prepare(std::int64_t max_tokens, std::int64_t max_logits) {
-    return reserve(max_tokens, max_logits);
+    TROUPE_TRY_VOID(reserve(max_tokens, max_logits));
+    return backend_->prepare_attention(local_.num_heads, local_.head_dim);
   }
 
   // Runs one step; `logits` receives [step.logit_rows.size(), vocab_size] floats (on a rank

@@ -116,3 +116,88 @@ TEST_CASE("a mixed step sends single queries to decode and the rest in tiles of 
     CHECK(l.slots[t] == l.block_tables[s * l.block_stride + pos / 4] * 4 + pos % 4);
   }
 }
+
+TEST_CASE("a decode graph's grid follows the step's contexts, not the model's length",
+          "[gpu][layout]") {
+  CHECK(gpu::graph_splits_for(1) == 1);
+  CHECK(gpu::graph_splits_for(2) == 2);
+  CHECK(gpu::graph_splits_for(3) == 4);
+  CHECK(gpu::graph_splits_for(5) == 8);
+  CHECK(gpu::graph_splits_for(32) == 32);
+  // A 128K-token model: graphs reach kGraphMaxContext, as the backend sets its policy.
+  GraphPolicy policy;
+  policy.max_model_len = std::min(131072, gpu::kGraphMaxContext);
+  const auto batch = [](std::int32_t n, std::int32_t context) {
+    return test::make_step(std::vector<std::int32_t>(n, context), std::vector<std::int32_t>(n, 1),
+                           16);
+  };
+  // 256 sequences at 1000 keys: four partitions each, not 131072 / 256 = 512.
+  const auto l = plan_step(batch(256, 1000), 16, policy);
+  REQUIRE(l.graph);
+  CHECK(l.num_splits == 4);
+  CHECK(l.block_stride == 1024 / 16);
+  // The split count and the tables' reach are recorded in the graph: they are in its key.
+  CHECK(plan_step(batch(256, 1024), 16, policy).graph_key == l.graph_key);
+  CHECK(plan_step(batch(256, 1025), 16, policy).graph_key != l.graph_key);
+  CHECK(plan_step(batch(256, 1025), 16, policy).num_splits == 8);
+  CHECK(plan_step(batch(200, 1000), 16, policy).graph_key != l.graph_key);  // batch 208
+  CHECK(plan_step(batch(8, 256), 16, policy).num_splits == 1);
+  CHECK(plan_step(batch(8, 257), 16, policy).num_splits == 2);
+  // At the graphs' reach: 32 partitions, tables of 8192 keys.
+  const auto full = plan_step(batch(4, 8192), 16, policy);
+  REQUIRE(full.graph);
+  CHECK(full.num_splits == 32);
+  CHECK(full.block_stride == 8192 / 16);
+  SECTION("beyond the graphs' reach a step runs eagerly, split by its own longest row") {
+    const auto eager = plan_step(batch(4, 20000), 16, policy);
+    CHECK_FALSE(eager.graph);
+    CHECK(eager.num_splits == (20000 + 255) / 256);
+  }
+  SECTION("a long prefill beside decodes does not widen the decodes' grid") {
+    // A 2048-token chunk reaching 32K keys, and two decodes at 300 keys.
+    const auto mixed = plan_step(test::make_step({32768, 300, 120}, {2048, 1, 1}, 16), 16, policy);
+    CHECK_FALSE(mixed.graph);
+    CHECK(mixed.num_splits == 2);
+    CHECK(mixed.decode_rows.size() == 2u);
+    CHECK(mixed.block_stride == 32768 / 16);  // the prefill's tables still fit
+    // A prefill alone needs no decode scratch at all.
+    const auto prefill = plan_step(test::make_step({32768}, {2048}, 16), 16, policy);
+    CHECK(prefill.num_splits == 1);
+    CHECK(gpu::decode_partial_floats(static_cast<std::int64_t>(prefill.decode_rows.size()), 32,
+                                     prefill.num_splits, 128) == 0);
+  }
+}
+
+TEST_CASE("decode scratch is reserved before the KV pool, bounded for 8K, 32K and 128K models",
+          "[gpu][layout]") {
+  // Llama-3-8B's attention: 32 query heads of 128 dims; graphs up to batch 256.
+  const std::int32_t heads = 32, head_dim = 128;
+  std::int64_t reserved = 0;
+  for (const std::int32_t model_len : {8192, 32768, 131072}) {
+    INFO("max_model_len " << model_len);
+    GraphPolicy policy;
+    policy.max_model_len = std::min(model_len, gpu::kGraphMaxContext);
+    const std::int64_t floats = gpu::reserved_decode_floats(policy, heads, head_dim);
+    // 256 rows x 32 heads x 32 partitions x 130 floats: 136 MB, whatever the model's length
+    // (sized by the model's length it would be 2.2 GB at 128K).
+    CHECK(floats * 4 == std::int64_t{256} * 32 * 32 * 130 * 4);
+    if (reserved != 0) CHECK(floats == reserved);
+    reserved = floats;
+  }
+  SECTION("a graph's whole batch fits in one launch") {
+    CHECK(gpu::decode_rows_per_launch(reserved, 256, heads, 32, head_dim) == 256);
+    CHECK(gpu::decode_rows_per_launch(reserved, 100, heads, 32, head_dim) == 100);
+  }
+  SECTION("an eager step at 128K keys launches its rows in chunks that fit") {
+    const std::int32_t splits = 131072 / 256;
+    const std::int32_t chunk = gpu::decode_rows_per_launch(reserved, 64, heads, splits, head_dim);
+    CHECK(chunk == 16);
+    CHECK(gpu::decode_partial_floats(chunk, heads, splits, head_dim) <= reserved);
+    CHECK(gpu::decode_partial_floats(chunk + 1, heads, splits, head_dim) > reserved);
+  }
+  SECTION("one split needs no scratch, and at least one row always launches") {
+    CHECK(gpu::decode_partial_floats(256, heads, 1, head_dim) == 0);
+    CHECK(gpu::decode_rows_per_launch(reserved, 7, heads, 1, head_dim) == 7);
+    CHECK(gpu::decode_rows_per_launch(10, 3, heads, 64, head_dim) == 1);
+  }
+}
