@@ -8,11 +8,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include "gguf/dequantize.hpp"
 #include "gguf/half.hpp"
+#include "gpu/cuda_errors.hpp"
 #include "gpu/kernels.hpp"
 
 namespace troupe::gpu {
@@ -24,6 +28,24 @@ using model::Weight;
 namespace {
 
 constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
+
+// The backends alive on each device of this process, and the devices whose context a
+// sticky error spoiled: such a device is reset when its last backend goes, and a new
+// backend waits for that (a worker's replacement must not start on a dead context, nor
+// beside a backend that still holds its memory).
+struct Devices {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<int, int> live;
+  std::set<int> spoiled;
+};
+
+Devices& devices() {
+  static Devices d;
+  return d;
+}
+
+constexpr auto kReleaseWait = std::chrono::seconds(60);
 
 cudaStream_t as_stream(void* s) {
   return static_cast<cudaStream_t>(s);
@@ -121,6 +143,16 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
 }
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& options) {
+  {
+    auto& d = devices();
+    std::unique_lock lock(d.mutex);
+    if (!d.changed.wait_for(lock, kReleaseWait,
+                            [&] { return !d.spoiled.contains(options.device); })) {
+      return make_error(ErrorCode::unavailable,
+                        "GPU " + std::to_string(options.device) +
+                            " is still held by a backend that hit a sticky CUDA error");
+    }
+  }
   TROUPE_TRY(auto device, probe_device(options.device));
   if (device.compute_major < 8) {
     return make_error(ErrorCode::unsupported, "CUDA device " + device.name +
@@ -131,6 +163,12 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend(options));
   backend->device_ = device;
+  {
+    auto& d = devices();
+    const std::lock_guard lock(d.mutex);
+    ++d.live[options.device];
+    backend->counted_ = true;
+  }
   TROUPE_TRY_VOID(backend->init());
   return backend;
 }
@@ -179,6 +217,16 @@ CudaBackend::~CudaBackend() {
   if (impl_->pinned != nullptr) cudaFreeHost(impl_->pinned);
   if (impl_->cublas != nullptr) cublasDestroy(impl_->cublas);
   if (stream_ != nullptr) cudaStreamDestroy(as_stream(stream_));
+  if (!counted_) return;
+  auto& d = devices();
+  const std::lock_guard lock(d.mutex);
+  if (--d.live[options_.device] == 0 && d.spoiled.contains(options_.device)) {
+    // The context is unusable and nothing else here holds it: destroy it, so that the next
+    // backend on this device starts on a fresh one with all the memory back.
+    cudaDeviceReset();
+    d.spoiled.erase(options_.device);
+  }
+  d.changed.notify_all();
 }
 
 std::string CudaBackend::describe() const {
@@ -190,8 +238,23 @@ std::string CudaBackend::describe() const {
 bool CudaBackend::check(int status_code, const char* what) {
   const auto e = static_cast<cudaError_t>(status_code);
   if (e == cudaSuccess) return true;
-  if (error_.empty()) error_ = std::string(what) + ": " + cudaGetErrorString(e);
+  std::string why = std::string(what) + ": " + cudaGetErrorString(e);
+  if (is_sticky_cuda_error(e)) {
+    lose(std::move(why));
+  } else {
+    cudaGetLastError();  // not sticky: clear it, so that it fails this call only
+    if (error_.empty()) error_ = std::move(why);
+  }
   return false;
+}
+
+void CudaBackend::lose(std::string why) {
+  if (lost_) return;
+  error_ = std::move(why);  // what lost it is what every later call reports
+  lost_ = true;
+  auto& d = devices();
+  const std::lock_guard lock(d.mutex);
+  d.spoiled.insert(options_.device);
 }
 
 Result<void> CudaBackend::status() const {
@@ -204,9 +267,8 @@ Result<void> CudaBackend::synchronize() {
 #ifdef TROUPE_HAVE_NCCL
   if (nccl_ != nullptr) {
     // A collective may never finish (a rank gone): wait no longer than the group's timeout.
-    if (auto waited = nccl_->synchronize(); !waited && error_.empty()) {
-      error_ = waited.error().message;
-    }
+    // A collective that never finished breaks the group: the backend cannot go on.
+    if (auto waited = nccl_->synchronize(); !waited) lose(waited.error().message);
   } else {
     check(cudaStreamSynchronize(as_stream(stream_)), "stream synchronize");
   }
@@ -505,11 +567,12 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
 }
 
 Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
+  if (step_open_) return make_error(ErrorCode::internal, "a step began before the last one ended");
+  if (!lost_) error_.clear();  // the last step's failure (not sticky) was its own
   TROUPE_TRY_VOID(status());
   if (k_cache_.data == nullptr) {
     return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
   }
-  if (step_open_) return make_error(ErrorCode::internal, "a step began before the last one ended");
   // The worker's thread may not be the one that made the backend: the device is per thread.
   if (!check(cudaSetDevice(options_.device), "cudaSetDevice")) {
     return tl::make_unexpected(status().error());

@@ -58,6 +58,7 @@ class CudaBackend final : public model::Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   const DeviceInfo& device() const { return device_; }
+  bool lost() const override { return lost_; }
   std::string describe() const override;
   const CudaBackendOptions& options() const { return options_; }
   // Switches the prefill attention kernel (benchmarks compare the two in one run).
@@ -137,8 +138,11 @@ class CudaBackend final : public model::Backend {
   struct Impl;
   explicit CudaBackend(const CudaBackendOptions& options);
   Result<void> init();
-  // Records the first CUDA failure; later calls keep it.
+  // Records the step's first CUDA failure (begin_step forgets it); a sticky one loses the
+  // backend for good and marks its device for a reset once its last backend is gone.
   bool check(int status, const char* what);
+  // The backend cannot go on (a sticky CUDA error, a broken NCCL group).
+  void lose(std::string why);
   Result<void> status() const;
   Result<void*> device_alloc(std::int64_t bytes);
   // A device buffer that grows (doubling), never shrinks.
@@ -173,7 +177,9 @@ class CudaBackend final : public model::Backend {
   DeviceInfo device_;
   void* stream_ = nullptr;  // cudaStream_t
   std::unique_ptr<Impl> impl_;
-  std::string error_;
+  std::string error_;  // the step's first failure, or what lost the backend
+  bool lost_ = false;
+  bool counted_ = false;  // in the device's count of live backends
   std::shared_ptr<model::Communicator> group_;
   NcclCommunicator* nccl_ = nullptr;  // group_, as what it is (null: not in a group)
   void* gathered_ = nullptr;          // [size, rows, part cols] on rank 0: gather_columns

@@ -67,6 +67,9 @@ class Backend {
 
   // What it runs on, for people: "CPU, 16 threads, AVX3" or "CUDA NVIDIA H200 (9.0, 132 SMs)".
   virtual std::string describe() const { return "backend"; }
+  // The backend can run no further step (a GPU's context hit a sticky error): whoever owns
+  // it must replace it. A failed step of a backend that is not lost fails only that step.
+  virtual bool lost() const { return false; }
 
   // --- memory ---
   // Makes a weight usable by the ops (the CPU maps it in place; a GPU uploads).

@@ -130,6 +130,8 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
         work.step_id, {ErrorCode::internal, "the step failed with an unknown exception", true});
   }
   if (out.failed && model_.model->shard().is_split()) out.error.fatal = true;
+  // A backend that is lost (a sticky CUDA error) fails every later step: replace it.
+  if (out.failed && model_.backend->lost()) out.error.fatal = true;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
