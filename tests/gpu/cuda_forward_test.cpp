@@ -12,6 +12,7 @@
 #include "gpu/steps.hpp"
 #include "model/llama_model.hpp"
 #include "model/random_model.hpp"
+#include "support/rounded_model.hpp"
 #include "support/small_model.hpp"
 
 using namespace troupe;
@@ -52,7 +53,10 @@ void compare_models(const std::string& path, gpu::WeightDtype dtype, double tole
   gpu::CudaBackendOptions options;
   options.weight_dtype = dtype;
   auto gpu_backend = test::gpu_or_skip(options);
-  auto file = gguf::GgufFile::open(path);
+  const std::string rounded = test::with_matrices_in(
+      path, dtype == gpu::WeightDtype::f16 ? gguf::TensorType::f16 : gguf::TensorType::bf16);
+  auto file = gguf::GgufFile::open(rounded);
+  std::filesystem::remove(rounded);  // the mapping keeps it while the models use it
   REQUIRE(file.has_value());
   cpu::CpuBackend cpu_backend(0);
   auto cpu_model = model::LlamaModel::load(*file, cpu_backend);
