@@ -279,8 +279,8 @@ void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
         auto* kh = reinterpret_cast<std::uint16_t*>(keys);
         auto* vh = reinterpret_cast<std::uint16_t*>(values) + slot * s.head_dim;
         for (std::int32_t d = 0; d < s.head_dim; ++d) {
-          kh[d * s.block_size + slot] = gguf::f32_to_f16(key[d]);
-          vh[d] = gguf::f32_to_f16(value[d]);
+          kh[d * s.block_size + slot] = gguf::f32_to_f16_saturated(key[d]);
+          vh[d] = gguf::f32_to_f16_saturated(value[d]);
         }
       } else {
         auto* kf = reinterpret_cast<float*>(keys);

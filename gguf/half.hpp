@@ -2,6 +2,7 @@
 // The SIMD kernels in cpu/ have their own; these serve loaders, tests and references.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 
@@ -46,6 +47,14 @@ inline std::uint16_t f32_to_f16(float f) {
   const std::uint32_t mantissa_odd = (abs >> 13) & 1u;
   std::uint32_t rounded = abs + 0xc8000fffu + mantissa_odd;  // rebias and round
   return static_cast<std::uint16_t>(sign | (rounded >> 13));
+}
+
+// As f32_to_f16, but a value beyond F16's range (infinities too) becomes the largest
+// finite half of its sign, 65504, where f32_to_f16 gives an infinity; NaN stays NaN. What a
+// KV cache stores: an infinite key would turn its whole attention row into NaN.
+inline std::uint16_t f32_to_f16_saturated(float f) {
+  if (f != f) return f32_to_f16(f);
+  return f32_to_f16(std::clamp(f, -65504.0f, 65504.0f));
 }
 
 inline float bf16_to_f32(std::uint16_t h) {

@@ -121,6 +121,13 @@ __global__ void rms_norm_kernel(float* x, const float* __restrict__ y, const flo
   }
 }
 
+// A key or value as the F16 cache keeps it: beyond F16's range, the largest finite half of
+// its sign (an infinite key would make its attention row NaN); NaN stays NaN. The CPU's
+// gguf::f32_to_f16_saturated is the same rule.
+__device__ __forceinline__ __half kv_half(float x) {
+  return __float2half_rn(isnan(x) ? x : fminf(fmaxf(x, -65504.0f), 65504.0f));
+}
+
 // One block per row: the row's angles once in shared memory, then q's pairs, k's pairs
 // (rotated in place and into the cache), k's unrotated dims and v into the cache.
 __global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict__ v,
@@ -157,14 +164,14 @@ __global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict
     x[ia] = y0;
     x[ib] = y1;
     if (!is_q && slot >= 0) {
-      k_cache[cache_row + head * a.head_dim + ia] = __float2half_rn(y0);
-      k_cache[cache_row + head * a.head_dim + ib] = __float2half_rn(y1);
+      k_cache[cache_row + head * a.head_dim + ia] = kv_half(y0);
+      k_cache[cache_row + head * a.head_dim + ib] = kv_half(y1);
     }
   }
   if (slot < 0) return;
   for (std::int32_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
-    if (e % a.head_dim >= a.rot_dims) k_cache[cache_row + e] = __float2half_rn(kr[e]);
-    v_cache[cache_row + e] = __float2half_rn(vr[e]);
+    if (e % a.head_dim >= a.rot_dims) k_cache[cache_row + e] = kv_half(kr[e]);
+    v_cache[cache_row + e] = kv_half(vr[e]);
   }
 }
 

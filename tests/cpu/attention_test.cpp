@@ -259,3 +259,21 @@ TEST_CASE("folding partitions: an empty partition changes nothing, and the order
   CHECK(o[0] == Approx(1.0f * std::exp(-1.0f) + 3.0f));
   CHECK(o[1] == Approx(2.0f * std::exp(-1.0f) - 1.0f));
 }
+
+TEST_CASE("a key beyond F16's range saturates in the cache: attention stays finite",
+          "[cpu][attention]") {
+  std::mt19937 rng(3);
+  const Shape shape{16, 2, 1, 16};
+  auto histories = make_histories(rng, shape, {40}, 3);
+  // Key 7 is huge in every dimension (an activation outlier), value 9 too.
+  for (std::int32_t d = 0; d < shape.head_dim; ++d) {
+    histories[0].keys[7 * shape.head_dim + d] = 1e6f;
+    histories[0].values[9 * shape.head_dim + d] = -3e5f;
+  }
+  Fixture fixture(shape, KvCacheDtype::f16, 2, 3);
+  fixture.store(histories[0]);
+  // A query that scores key 7 low: the row must still be finite (an infinite key gave NaN).
+  std::vector<float> q(2 * shape.head_dim, -1e-3f);
+  const auto out = fixture.attend(make_step(histories, {1}), q);
+  for (const float x : out) REQUIRE(std::isfinite(x));
+}

@@ -119,3 +119,16 @@ TEST_CASE("Q4_K and Q6_K blocks decode by ggml's layout", "[quant]") {
     CHECK_FALSE(dequantize_row(TensorType::q2_k, nullptr, 256, out).has_value());
   }
 }
+
+TEST_CASE("the KV cache's half conversion saturates where the plain one overflows", "[gguf]") {
+  CHECK(f32_to_f16(1e6f) == 0x7c00u);            // +inf
+  CHECK(f32_to_f16_saturated(1e6f) == 0x7bffu);  // 65504
+  CHECK(f32_to_f16_saturated(-1e6f) == 0xfbffu);
+  CHECK(f32_to_f16_saturated(std::numeric_limits<float>::infinity()) == 0x7bffu);
+  CHECK(f16_to_f32(f32_to_f16_saturated(65519.0f)) == 65504.0f);
+  CHECK(std::isnan(f16_to_f32(f32_to_f16_saturated(std::nanf("")))));
+  // Within range, the same rounding as the plain conversion.
+  for (const float x : {0.0f, -0.0f, 1.0f, 3.14159f, -2.5e-5f, 65504.0f, 1e-8f}) {
+    CHECK(f32_to_f16_saturated(x) == f32_to_f16(x));
+  }
+}
