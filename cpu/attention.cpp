@@ -163,15 +163,7 @@ void partition(const PartitionJob& j) {
   out_rows.resize(static_cast<std::size_t>(num_rows));
   // Scores, each key block loaded once for all the rows that see any of it (the queries
   // are in position order, so those are the tile's last ones).
-  const std::size_t block_bytes = static_cast<std::size_t>(hd) * bs * sizeof(T);
-  // A decode's time is the cache's bandwidth: ask for the next blocks' keys, and this
-  // block's values, while this block's scores are computed.
-  const auto prefetch = [](const std::byte* p, std::size_t bytes) {
-    for (std::size_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at);
-  };
   for (int b = 0; b < j.num_blocks; ++b) {
-    if (b + 1 < j.num_blocks) prefetch(j.k_blocks[b + 1], block_bytes);
-    prefetch(j.v_blocks[b], block_bytes);
     int first = 0;
     while (first < j.num_queries && visible(first) <= b * bs) ++first;
     int n = 0;

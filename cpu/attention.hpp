@@ -38,7 +38,7 @@ struct KvLayerView {
 void paged_attention(ThreadPool& pool, const model::StepInput& step, const KvLayerView& kv,
                      model::Tensor q, const model::AttentionParams& params, model::Tensor out);
 
-// --- the kernel, exposed for its tests ---
+// --- the kernel: one partition, dispatched to the best SIMD target ---
 
 // One tile of consecutive queries of one sequence, the `group` query heads of one KV
 // head, over one partition of that head's keys: keys [key_begin, key_begin +

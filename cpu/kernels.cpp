@@ -242,36 +242,6 @@ void MatmulTileQuantized(TensorType type, const std::int8_t* xq, const float* xd
   }
 }
 
-// ---- small vector helpers -------------------------------------------------
-
-float DotF32(const float* a, const float* b, std::size_t n) {
-  const DF d;
-  const std::size_t lanes = hn::Lanes(d);
-  auto acc0 = hn::Zero(d);
-  auto acc1 = hn::Zero(d);
-  std::size_t i = 0;
-  for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(d, a + i + lanes), hn::LoadU(d, b + i + lanes), acc1);
-  }
-  for (; i + lanes <= n; i += lanes)
-    acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
-  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-void AxpyF32(float a, const float* x, float* y, std::size_t n) {
-  const DF d;
-  const std::size_t lanes = hn::Lanes(d);
-  const auto av = hn::Set(d, a);
-  std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    hn::StoreU(hn::MulAdd(av, hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d, y + i);
-  }
-  for (; i < n; ++i) y[i] += a * x[i];
-}
-
 const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
@@ -284,8 +254,6 @@ namespace troupe::cpu {
 
 HWY_EXPORT(MatmulTileFloat);
 HWY_EXPORT(MatmulTileQuantized);
-HWY_EXPORT(DotF32);
-HWY_EXPORT(AxpyF32);
 HWY_EXPORT(TargetName);
 
 void matmul_tile_float(gguf::TensorType type, const float* x, std::int64_t x_stride,
@@ -315,14 +283,6 @@ void quantize_row_q8(const float* x, std::int64_t n, std::int8_t* q, float* d) {
       q[b * kQ8Block + i] = static_cast<std::int8_t>(std::nearbyint(xb[i] * inverse));
     }
   }
-}
-
-float dot_f32(const float* a, const float* b, std::size_t n) {
-  return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n);
-}
-
-void axpy_f32(float a, const float* x, float* y, std::size_t n) {
-  HWY_DYNAMIC_DISPATCH(AxpyF32)(a, x, y, n);
 }
 
 const char* simd_target_name() {

@@ -31,11 +31,6 @@ void matmul_tile_quantized(gguf::TensorType type, const std::int8_t* xq, const f
 // Quantizes n floats (n % 32 == 0) to int8 with one scale per block of 32.
 void quantize_row_q8(const float* x, std::int64_t n, std::int8_t* q, float* d);
 
-float dot_f32(const float* a, const float* b, std::size_t n);
-
-// y += a * x
-void axpy_f32(float a, const float* x, float* y, std::size_t n);
-
 // The SIMD target the dispatcher picked, for logs and benchmarks.
 const char* simd_target_name();
 

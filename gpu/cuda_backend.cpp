@@ -297,7 +297,6 @@ Result<bool> CudaBackend::grow(Buffer& b, std::int64_t bytes) {
   // never held at once; a quarter more than asked spares a regrowth per small step.
   const std::int64_t size = std::max<std::int64_t>(bytes, b.bytes + b.bytes / 4);
   release_buffer(b);
-  if (&b == &impl_->cast) cast_ = CastCopy{};
   TROUPE_TRY(void* p, device_alloc(size));
   b.data = p;
   b.bytes = size;
@@ -438,7 +437,7 @@ Result<Tensor> CudaBackend::allocate(std::int64_t rows, std::int64_t cols) {
   invalidate_graphs();  // recorded steps point at the old buffers
   // Any tensor may feed a matmul, whose input is cast to 16 bits first.
   cudaStreamSynchronize(as_stream(stream_));
-  cast_ = CastCopy{};  // the cast buffer may move; a new tensor may reuse a freed address
+  cast_ = CastCopy{};  // the cast buffer may move (grow)
   TROUPE_TRY_VOID(grow(impl_->cast, rows * cols * 2));
   return Tensor{static_cast<float*>(p), rows, cols};
 }

@@ -311,7 +311,8 @@ TEST_CASE("a token budget sized to the machine keeps each step beside decodes wi
   REQUIRE(core.token_budget() != nullptr);
   core.calibrate(std::vector<StepCost>{{256, 0, fake_seconds(256)}, {1, 1, fake_seconds(1)}});
   for (SeqId id = 1; id <= 4; ++id) REQUIRE(core.add(request(id, 20, 200)).has_value());
-  int num_steps = 0, num_mixed = 0;
+  int num_steps = 0, num_mixed = 0, num_decode_only = 0;
+  double decode_only_seconds = 0.0;
   while (auto work = core.next_step()) {
     const model::StepInput& step = work->step;
     INFO("step " << num_steps << ": " << step.num_tokens() << " tokens");
@@ -333,10 +334,19 @@ TEST_CASE("a token budget sized to the machine keeps each step beside decodes wi
     if (num_decodes > 0 && prefill_seen) ++num_mixed;
     auto out = answer(*work);
     out.seconds = fake_seconds(step.num_tokens());
+    if (num_decodes > 0 && !prefill_seen) {
+      ++num_decode_only;
+      decode_only_seconds += out.seconds;
+    }
     core.apply(out);
     ++num_steps;
   }
   CHECK(num_mixed > 0);
+  // The stats count the decode-only steps apart (what bench throughput compares TPOT with).
+  CHECK(num_decode_only > 0);
+  CHECK(core.stats().num_decode_steps == num_decode_only);
+  CHECK(core.stats().decode_step_seconds == Approx(decode_only_seconds));
+  CHECK(core.stats().num_steps == num_steps);
   CHECK(core.token_budget()->model().seconds_per_token == Approx(0.002));
   CHECK(core.num_requests() == 0u);
 }
