@@ -25,11 +25,8 @@ float* row(Tensor t, std::int64_t r) {
   return t.data + r * t.cols;
 }
 
-// Q8_0 and Q4_0 have int8 kernels; F32, F16 and BF16 float ones; the rest is decoded first.
-bool is_quantized(TensorType type) {
-  return type == TensorType::q8_0 || type == TensorType::q4_0;
-}
-
+// F32, F16 and BF16 have float kernels; Q8_0, Q4_0 and the K-quants int8 ones
+// (int8_matmul.hpp); the rest is decoded first.
 bool has_float_kernel(TensorType type) {
   return type == TensorType::f32 || type == TensorType::f16 || type == TensorType::bf16;
 }
@@ -49,7 +46,8 @@ CpuBackend::CpuBackend(int num_threads)
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::describe() const {
-  return "CPU, " + std::to_string(num_threads()) + " threads, SIMD " + simd_target_name();
+  return "CPU, " + std::to_string(num_threads()) + " threads, SIMD " + simd_target_name() +
+         ", int8 " + std::string(int8_path_name(best_int8_path()));
 }
 
 Result<Weight> CpuBackend::load_weight(const gguf::GgufTensorInfo& info) {
@@ -188,18 +186,16 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
   const auto* w = static_cast<const std::byte*>(weight.data);
   const std::int64_t chunk = rows_per_task(weight.rows, pool_.num_threads());
   const std::int64_t num_tasks = (weight.rows + chunk - 1) / chunk;
-  if (is_quantized(weight.type)) {
-    const std::int64_t blocks = x.cols / kQ8Block;
-    xq_.resize(static_cast<std::size_t>(x.rows * x.cols));
-    xd_.resize(static_cast<std::size_t>(x.rows * blocks));
-    pool_.parallel_for(x.rows, [&](std::int64_t t) {
-      quantize_row_q8(row(x, t), x.cols, xq_.data() + t * x.cols, xd_.data() + t * blocks);
-    });
+  if (has_int8_kernel(weight.type, weight.cols)) {
+    // Activations quantized once per row; the weights stay as stored.
+    int8_rows_.resize(x.rows, x.cols);
+    pool_.parallel_for(x.rows, [&](std::int64_t t) { int8_rows_.quantize_row(t, row(x, t)); });
+    const Int8Rows rows = int8_rows_.rows();
     pool_.parallel_for(num_tasks, [&](std::int64_t task) {
       const std::int64_t r0 = task * chunk;
       const std::int64_t n = std::min(chunk, weight.rows - r0);
-      matmul_tile_quantized(weight.type, xq_.data(), xd_.data(), x.rows, w + r0 * w_row_bytes,
-                            w_row_bytes, n, x.cols, out.data + r0, out.cols);
+      int8_matmul(weight.type, rows, x.rows, w + r0 * w_row_bytes, w_row_bytes, n, out.data + r0,
+                  out.cols);
     });
     return;
   }
@@ -212,7 +208,7 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
     });
     return;
   }
-  // Other types (Q4_1, Q5_*, K-quants): decode each task's rows to float, then the F32
+  // Other types (Q4_1, Q5_0, Q5_1): decode each task's rows to float, then the F32
   // kernel. Correct for every decodable type; their own SIMD kernels are still to come.
   pool_.parallel_for(num_tasks, [&](std::int64_t task) {
     thread_local std::vector<float> rows;

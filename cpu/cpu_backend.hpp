@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "cpu/int8_matmul.hpp"
 #include "cpu/thread_pool.hpp"
 #include "model/backend.hpp"
 
@@ -63,8 +64,7 @@ class CpuBackend final : public model::Backend {
   std::vector<std::byte> k_cache_, v_cache_;
   const model::StepInput* step_ = nullptr;
   std::vector<std::int32_t> token_seq_;  // [num_tokens] the sequence each flat row belongs to
-  std::vector<std::int8_t> xq_;          // quantized activations, reused across matmuls
-  std::vector<float> xd_;
+  Int8RowBuffer int8_rows_;              // activations quantized for the int8 kernels, reused
   std::shared_ptr<model::Communicator> group_;
   std::optional<Error> step_error_;  // the step's first failed collective
   double all_reduce_seconds_ = 0.0;

@@ -21,14 +21,8 @@ void matmul_tile_float(gguf::TensorType type, const float* x, std::int64_t x_str
                        std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,
                        std::int64_t num_w, std::int64_t cols, float* out, std::int64_t out_stride);
 
-// The same for Q8_0 or Q4_0 weights against activations quantized by quantize_row_q8.
-//   xq: [num_x, cols] int8; xd: [num_x, cols / 32] block scales; cols % 32 == 0
-void matmul_tile_quantized(gguf::TensorType type, const std::int8_t* xq, const float* xd,
-                           std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,
-                           std::int64_t num_w, std::int64_t cols, float* out,
-                           std::int64_t out_stride);
-
-// Quantizes n floats (n % 32 == 0) to int8 with one scale per block of 32.
+// Quantizes n floats (n % 32 == 0) to int8 with one scale per block of 32, as
+// Int8RowBuffer does for the int8 kernels (tests build their references with it).
 void quantize_row_q8(const float* x, std::int64_t n, std::int8_t* q, float* d);
 
 // The SIMD target the dispatcher picked, for logs and benchmarks.

@@ -93,6 +93,95 @@ void dequantize_q6_k(const std::uint8_t* block, float* out) {
   }
 }
 
+// The K-quant encoders: simpler than ggml's (no iterative search for the best scale), each
+// block's values mapped linearly between its minimum and maximum, so any GGUF reader
+// decodes them; for random test and benchmark models, not for converting real weights.
+std::uint8_t quantize_scale(float value, float step, int max) {
+  if (step == 0.0f) return 0;
+  return static_cast<std::uint8_t>(std::clamp(static_cast<int>(std::lround(value / step)), 0, max));
+}
+
+// Q4_K (levels 15) and Q5_K (31): 8 sub-blocks of 32 with a 6-bit scale and minimum each.
+void quantize_k_super_block(const float* x, int levels, std::uint8_t* block) {
+  float scale[8], min[8];
+  for (int j = 0; j < 8; ++j) {
+    const float* v = x + 32 * j;
+    const float lo = std::min(0.0f, *std::min_element(v, v + 32));
+    const float hi = std::max(0.0f, *std::max_element(v, v + 32));
+    scale[j] = (hi - lo) / static_cast<float>(levels);
+    min[j] = -lo;
+  }
+  const float d = *std::max_element(scale, scale + 8) / 63.0f;
+  const float dmin = *std::max_element(min, min + 8) / 63.0f;
+  std::uint16_t bits = f32_to_f16(d);
+  std::memcpy(block, &bits, 2);
+  bits = f32_to_f16(dmin);
+  std::memcpy(block + 2, &bits, 2);
+  // What the decoder will read back, for the values' rounding.
+  const float dq = f16_to_f32(load_u16(block)), dminq = f16_to_f32(load_u16(block + 2));
+  std::uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = quantize_scale(scale[j], dq, 63);
+    m[j] = quantize_scale(min[j], dminq, 63);
+  }
+  std::uint8_t* scales = block + 4;
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = static_cast<std::uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    scales[j + 4] = static_cast<std::uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    scales[j + 8] = static_cast<std::uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+  std::uint8_t* qh = block + 16;                        // Q5_K only
+  std::uint8_t* qs = block + (levels == 15 ? 16 : 48);  // [128]
+  if (levels == 31) std::memset(qh, 0, 32);
+  for (int j = 0; j < 8; ++j) {
+    const float step = dq * sc[j], offset = dminq * m[j];
+    for (int l = 0; l < 32; ++l) {
+      const int q = step == 0.0f
+                        ? 0
+                        : std::clamp(static_cast<int>(std::lround((x[32 * j + l] + offset) / step)),
+                                     0, levels);
+      // Sub-blocks 2i and 2i+1 share bytes 32i..32i+31: low nibble, high nibble.
+      std::uint8_t& byte = qs[32 * (j / 2) + l];
+      byte = static_cast<std::uint8_t>(j % 2 == 0 ? (byte & 0xF0) | (q & 0xF)
+                                                  : (byte & 0x0F) | ((q & 0xF) << 4));
+      if (levels == 31 && q >= 16) qh[l] = static_cast<std::uint8_t>(qh[l] | (1 << j));
+    }
+  }
+}
+
+// Q6_K: 16 groups of 16 with an int8 scale each, values -32..31.
+void quantize_q6_k_super_block(const float* x, std::uint8_t* block) {
+  float scale[16];
+  for (int g = 0; g < 16; ++g) {
+    float amax = 0.0f;
+    for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[16 * g + i]));
+    scale[g] = amax / 31.0f;
+  }
+  const float d = *std::max_element(scale, scale + 16) / 127.0f;
+  const std::uint16_t bits = f32_to_f16(d);
+  std::memcpy(block + 208, &bits, 2);
+  const float dq = f16_to_f32(bits);
+  auto* sc = reinterpret_cast<std::int8_t*>(block + 192);
+  std::uint8_t* ql = block;
+  std::uint8_t* qh = block + 128;
+  std::memset(block, 0, 192);
+  for (int g = 0; g < 16; ++g) {
+    sc[g] = static_cast<std::int8_t>(quantize_scale(scale[g], dq, 127));
+    const float step = dq * sc[g];
+    for (int i = 0; i < 16; ++i) {
+      const int e = 16 * g + i;  // element in the super-block
+      const int q =
+          step == 0.0f ? 32 : std::clamp(static_cast<int>(std::lround(x[e] / step)), -32, 31) + 32;
+      // The decoder's layout: halves of 128; in each, element l (< 32) of quarter k comes
+      // from ql[l + 32 * (k % 2)] (low nibble for k < 2) and qh[l] bits 2k, 2k+1.
+      const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+      std::uint8_t& low = ql[64 * half + l + 32 * (k % 2)];
+      low = static_cast<std::uint8_t>(low | ((q & 0xF) << (k < 2 ? 0 : 4)));
+      qh[32 * half + l] = static_cast<std::uint8_t>(qh[32 * half + l] | ((q >> 4) << (2 * k)));
+    }
+  }
+}
+
 }  // namespace
 
 bool can_dequantize(TensorType type) {
@@ -253,6 +342,18 @@ Result<std::vector<std::byte>> quantize(TensorType type, std::span<const float> 
           const auto hi = static_cast<std::uint8_t>(std::min(15.0f, x[16 + i] * id + 8.5f));
           block[2 + i] = static_cast<std::uint8_t>(lo | (hi << 4));
         }
+      }
+      return out;
+    case TensorType::q4_k:
+    case TensorType::q5_k:
+      for (std::size_t b = 0; b < values.size() / 256; ++b) {
+        quantize_k_super_block(values.data() + 256 * b, type == TensorType::q4_k ? 15 : 31,
+                               o + b * traits->block_bytes);
+      }
+      return out;
+    case TensorType::q6_k:
+      for (std::size_t b = 0; b < values.size() / 256; ++b) {
+        quantize_q6_k_super_block(values.data() + 256 * b, o + b * traits->block_bytes);
       }
       return out;
     default:

@@ -158,17 +158,27 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
                           std::to_string(spec.ffn_dim) +
                           "): dim must split into heads of an even size, and heads into KV heads");
   }
-  const auto traits = gguf::tensor_type_traits(static_cast<std::uint32_t>(spec.type));
-  if (spec.type != gguf::TensorType::f32 && spec.type != gguf::TensorType::f16 &&
-      spec.type != gguf::TensorType::bf16 && spec.type != gguf::TensorType::q8_0 &&
-      spec.type != gguf::TensorType::q4_0) {
-    return make_error(ErrorCode::invalid_argument,
-                      "random models are F32, F16, BF16, Q8_0 or Q4_0");
+  const gguf::TensorType type = spec.q4_k_m ? gguf::TensorType::q4_k : spec.type;
+  const auto traits = gguf::tensor_type_traits(static_cast<std::uint32_t>(type));
+  switch (type) {
+    case gguf::TensorType::f32:
+    case gguf::TensorType::f16:
+    case gguf::TensorType::bf16:
+    case gguf::TensorType::q8_0:
+    case gguf::TensorType::q4_0:
+    case gguf::TensorType::q4_k:
+    case gguf::TensorType::q5_k:
+    case gguf::TensorType::q6_k:
+      break;
+    default:
+      return make_error(ErrorCode::invalid_argument,
+                        "random models are F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or Q4_K_M");
   }
-  if (spec.dim % static_cast<std::int32_t>(traits->block_elements) != 0 ||
-      spec.ffn_dim % static_cast<std::int32_t>(traits->block_elements) != 0) {
-    return make_error(ErrorCode::invalid_argument,
-                      "dim and ffn_dim must be multiples of 32 for quantized types");
+  const auto block = static_cast<std::int32_t>(spec.q4_k_m ? 256 : traits->block_elements);
+  if (spec.dim % block != 0 || spec.ffn_dim % block != 0) {
+    return make_error(ErrorCode::invalid_argument, "dim and ffn_dim must be multiples of " +
+                                                       std::to_string(block) + " for " +
+                                                       std::string(gguf::tensor_type_name(type)));
   }
   gguf::GgufWriter w;
   w.add_string("general.architecture", "llama");
@@ -195,11 +205,25 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     TROUPE_TRY(vocab_size, copy_vocabulary(w, spec.vocab_path));
   }
 
-  auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) -> Result<void> {
+  // llama.cpp's use_more_bits: the first and last eighth of the layers, and every third.
+  const auto more_bits = [n = spec.num_layers](std::int32_t layer) {
+    return layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+  };
+  auto matrix_type = [&](const std::string& name, std::int32_t layer) {
+    if (!spec.q4_k_m) return spec.type;
+    const bool output =
+        name == "output.weight" || (name == "token_embd.weight" && spec.tied_output);
+    const bool sensitive =
+        (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight")) && more_bits(layer);
+    return output || sensitive ? gguf::TensorType::q6_k : gguf::TensorType::q4_k;
+  };
+  auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols,
+                    std::int32_t layer = -1) -> Result<void> {
     const auto values = normal_values(static_cast<std::size_t>(rows * cols), spec.stddev,
                                       spec.seed ^ hash_name(name));
-    TROUPE_TRY(auto data, gguf::quantize(spec.type, values, cols));
-    w.add_tensor(name, spec.type, {cols, rows}, std::move(data));
+    const gguf::TensorType tensor_type = matrix_type(name, layer);
+    TROUPE_TRY(auto data, gguf::quantize(tensor_type, values, cols));
+    w.add_tensor(name, tensor_type, {cols, rows}, std::move(data));
     return {};
   };
   auto ones = [&](const std::string& name, std::int64_t n) {
@@ -215,14 +239,14 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
   for (std::int32_t i = 0; i < spec.num_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     ones(b + "attn_norm.weight", spec.dim);
-    TROUPE_TRY_VOID(matrix(b + "attn_q.weight", spec.dim, spec.dim));
-    TROUPE_TRY_VOID(matrix(b + "attn_k.weight", kv_dim, spec.dim));
-    TROUPE_TRY_VOID(matrix(b + "attn_v.weight", kv_dim, spec.dim));
-    TROUPE_TRY_VOID(matrix(b + "attn_output.weight", spec.dim, spec.dim));
+    TROUPE_TRY_VOID(matrix(b + "attn_q.weight", spec.dim, spec.dim, i));
+    TROUPE_TRY_VOID(matrix(b + "attn_k.weight", kv_dim, spec.dim, i));
+    TROUPE_TRY_VOID(matrix(b + "attn_v.weight", kv_dim, spec.dim, i));
+    TROUPE_TRY_VOID(matrix(b + "attn_output.weight", spec.dim, spec.dim, i));
     ones(b + "ffn_norm.weight", spec.dim);
-    TROUPE_TRY_VOID(matrix(b + "ffn_gate.weight", spec.ffn_dim, spec.dim));
-    TROUPE_TRY_VOID(matrix(b + "ffn_up.weight", spec.ffn_dim, spec.dim));
-    TROUPE_TRY_VOID(matrix(b + "ffn_down.weight", spec.dim, spec.ffn_dim));
+    TROUPE_TRY_VOID(matrix(b + "ffn_gate.weight", spec.ffn_dim, spec.dim, i));
+    TROUPE_TRY_VOID(matrix(b + "ffn_up.weight", spec.ffn_dim, spec.dim, i));
+    TROUPE_TRY_VOID(matrix(b + "ffn_down.weight", spec.dim, spec.ffn_dim, i));
   }
   return w.write(path);
 }

@@ -20,6 +20,9 @@ struct RandomModelSpec {
   std::int32_t vocab_size = 32000;  // for the built-in vocabulary; a copied one brings its own
   std::int32_t context_length = 2048;
   gguf::TensorType type = gguf::TensorType::f32;  // of the matrices; norms are always F32
+  // llama.cpp's Q4_K_M mix instead of one type: Q4_K, with Q6_K for the output (or the tied
+  // embedding) and for attn_v and ffn_down in the layers its `use_more_bits` picks.
+  bool q4_k_m = false;
   bool tied_output = true;
   std::uint64_t seed = 1234;
   float stddev = 0.02f;

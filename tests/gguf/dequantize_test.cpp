@@ -38,7 +38,11 @@ TEST_CASE("quantize then dequantize stays within each type's error", "[quant]") 
   };
   for (const Case c :
        {Case{TensorType::f32, 0.0f}, Case{TensorType::f16, 1e-3f}, Case{TensorType::bf16, 1e-2f},
-        Case{TensorType::q8_0, 1.0f / 127}, Case{TensorType::q4_0, 1.0f / 7}}) {
+        Case{TensorType::q8_0, 1.0f / 127}, Case{TensorType::q4_0, 1.0f / 7},
+        // The K-quants' plain min/max encoder: half a step of the block's range, plus the
+        // rounding of each block's scale to 6 (Q6_K: 8) bits of the largest one.
+        Case{TensorType::q4_k, 0.2f}, Case{TensorType::q5_k, 0.1f},
+        Case{TensorType::q6_k, 0.05f}}) {
     INFO(tensor_type_name(c.type));
     const auto bytes = quantize(c.type, values, 256);
     REQUIRE(bytes.has_value());

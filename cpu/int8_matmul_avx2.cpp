@@ -1,0 +1,145 @@
+// The int8 matmul on AVX2, with AVX-VNNI's vpdpbusd where TROUPE_INT8_AVX_VNNI is defined
+// (int8_matmul_avx_vnni.cpp) and pmaddubsw + pmaddwd otherwise. Built with -mavx2 -mfma
+// (and -mavxvnni); run only where the processor has them (int8_matmul.cpp checks).
+#include <immintrin.h>
+
+#include "cpu/int8_matmul.hpp"
+#include "gguf/half.hpp"
+
+#ifdef TROUPE_INT8_AVX_VNNI
+#define TROUPE_INT8_NAMESPACE int8_avx_vnni
+#else
+#define TROUPE_INT8_NAMESPACE int8_avx2
+#endif
+
+namespace troupe::cpu::TROUPE_INT8_NAMESPACE {
+
+// 64 bytes or 16 floats as two 256-bit halves.
+struct Ops {
+  struct Unit {
+    __m256i lo, hi;
+  };
+  struct Acc {
+    __m256 lo, hi;
+  };
+
+  static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static Acc load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static Acc mul(Acc a, Acc b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  static Acc fma(Acc a, Acc b, Acc c) {
+    return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+  }
+  static float sum(Acc a) {
+    const __m256 s = _mm256_add_ps(a.lo, a.hi);
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+  }
+  static Acc lanes8(float s0, float s1) { return {_mm256_set1_ps(s0), _mm256_set1_ps(s1)}; }
+  static Acc set1(float f) { return {_mm256_set1_ps(f), _mm256_set1_ps(f)}; }
+  static float half(std::uint16_t bits) { return _cvtsh_ss(bits); }
+  static Acc halves8(std::uint16_t h0, std::uint16_t h1, std::uint16_t h2, std::uint16_t h3,
+                     std::uint16_t h4, std::uint16_t h5, std::uint16_t h6, std::uint16_t h7) {
+    const __m128i bits =
+        _mm_set_epi16(static_cast<short>(h7), static_cast<short>(h6), static_cast<short>(h5),
+                      static_cast<short>(h4), static_cast<short>(h3), static_cast<short>(h2),
+                      static_cast<short>(h1), static_cast<short>(h0));
+    return {_mm256_cvtph_ps(bits), _mm256_setzero_ps()};
+  }
+  static __m256 widen_u8(std::uint32_t w0, std::uint32_t w1) {
+    const auto pair = static_cast<long long>(w0 | (static_cast<std::uint64_t>(w1) << 32));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(pair)));
+  }
+  static Acc words_u8(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2, std::uint32_t w3) {
+    return {widen_u8(w0, w1), widen_u8(w2, w3)};
+  }
+  static __m256 widen_i8(const std::int8_t* p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static Acc bytes_i8(const std::int8_t* p) { return {widen_i8(p), widen_i8(p + 8)}; }
+  static __m256 pick(__m256 v, int i0, int i1, int i2, int i3, int i4, int i5, int i6, int i7) {
+    return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(i0, i1, i2, i3, i4, i5, i6, i7));
+  }
+  static Acc spread8(Acc s, int k) {
+    return {_mm256_permutevar8x32_ps(s.lo, _mm256_set1_epi32(2 * k)),
+            _mm256_permutevar8x32_ps(s.lo, _mm256_set1_epi32(2 * k + 1))};
+  }
+  static Acc spread4(Acc s, int k) {
+    const __m256 from = k < 2 ? s.lo : s.hi;
+    const int b = (4 * k) % 8;
+    return {pick(from, b, b, b, b, b + 1, b + 1, b + 1, b + 1),
+            pick(from, b + 2, b + 2, b + 2, b + 2, b + 3, b + 3, b + 3, b + 3)};
+  }
+  static Acc pairs(__m256 v) {
+    return {pick(v, 0, 0, 1, 1, 2, 2, 3, 3), pick(v, 4, 4, 5, 5, 6, 6, 7, 7)};
+  }
+  static Acc pairs_low(Acc s) { return pairs(s.lo); }
+  static Acc pairs_high(Acc s) { return pairs(s.hi); }
+  static __m256i load256(const std::uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static Unit load_x(const std::int8_t* q) {
+    return {load256(reinterpret_cast<const std::uint8_t*>(q)),
+            load256(reinterpret_cast<const std::uint8_t*>(q) + 32)};
+  }
+  static Unit bytes2x32(const std::uint8_t* p0, const std::uint8_t* p1) {
+    return {load256(p0), load256(p1)};
+  }
+  static Unit nibbles32(const std::uint8_t* p) {
+    const __m256i b = load256(p);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    return {_mm256_and_si256(b, mask), _mm256_and_si256(_mm256_srli_epi16(b, 4), mask)};
+  }
+  static __m256i nibbles16(const std::uint8_t* p) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), mask), _mm_and_si128(b, mask));
+  }
+  static Unit nibbles16x2(const std::uint8_t* p0, const std::uint8_t* p1) {
+    return {nibbles16(p0), nibbles16(p1)};
+  }
+  static __m256i bit_to_16(__m256i qh, int bit) {
+    const __m256i shifted = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit));
+    return _mm256_slli_epi16(_mm256_and_si256(shifted, _mm256_set1_epi8(1)), 4);
+  }
+  static Unit with_high_bits(Unit u, const std::uint8_t* qh, int bit) {
+    const __m256i h = load256(qh);
+    return {_mm256_or_si256(u.lo, bit_to_16(h, bit)), _mm256_or_si256(u.hi, bit_to_16(h, bit + 1))};
+  }
+  static __m256i q6_half(const std::uint8_t* ql, __m256i qh, bool high, int shift) {
+    const __m256i b = load256(ql);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const __m256i nibble =
+        high ? _mm256_and_si256(_mm256_srli_epi16(b, 4), mask) : _mm256_and_si256(b, mask);
+    const __m256i top =
+        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(3));
+    return _mm256_or_si256(nibble, _mm256_slli_epi16(top, 4));
+  }
+  static Unit q6(const std::uint8_t* ql, const std::uint8_t* qh, bool high, int shift) {
+    const __m256i h = load256(qh);
+    return {q6_half(ql, h, high, shift), q6_half(ql + 32, h, high, shift + 2)};
+  }
+  // Per lane of 4: the sum of u[i] * q[i]. pmaddubsw's int16 pair sums cannot saturate here:
+  // u <= 63 (K-quants, Q4_0) or |w| <= 128 with |q| <= 127 (Q8_0) keeps them within 32512.
+  static __m256i idot(__m256i u, __m256i q) {
+#ifdef TROUPE_INT8_AVX_VNNI
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, q);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+#endif
+  }
+  static Acc dot_fma(Acc acc, Unit u, Unit q, Acc scale) {
+    return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(u.lo, q.lo)), scale.lo, acc.lo),
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(u.hi, q.hi)), scale.hi, acc.hi)};
+  }
+  static Acc dot_fma_signed(Acc acc, Unit w, Unit q, Acc scale) {
+    const Unit u{_mm256_sign_epi8(w.lo, w.lo), _mm256_sign_epi8(w.hi, w.hi)};
+    const Unit signed_q{_mm256_sign_epi8(q.lo, w.lo), _mm256_sign_epi8(q.hi, w.hi)};
+    return dot_fma(acc, u, signed_q, scale);
+  }
+};
+
+}  // namespace troupe::cpu::TROUPE_INT8_NAMESPACE
+#include "cpu/int8_matmul_impl.hpp"

@@ -1,0 +1,124 @@
+// The int8 matmul on AVX-512 with VNNI (vpdpbusd: 64 byte products per instruction).
+// Built with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni; run only where the
+// processor has them (int8_matmul.cpp checks).
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers build some results on `__m256d __Y = __Y;` (an intended
+// undefined value), which -Werror=uninitialized rejects once inlined here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "cpu/int8_matmul.hpp"
+#include "gguf/half.hpp"
+
+#define TROUPE_INT8_NAMESPACE int8_avx512
+
+namespace troupe::cpu::TROUPE_INT8_NAMESPACE {
+
+struct Ops {
+  using Unit = __m512i;
+  using Acc = __m512;
+
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static Acc load(const float* p) { return _mm512_loadu_ps(p); }
+  static Acc mul(Acc a, Acc b) { return _mm512_mul_ps(a, b); }
+  static Acc fma(Acc a, Acc b, Acc c) { return _mm512_fmadd_ps(a, b, c); }
+  static float sum(Acc a) { return _mm512_reduce_add_ps(a); }
+  static Acc lanes8(float s0, float s1) {
+    return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
+  }
+  static Acc set1(float f) { return _mm512_set1_ps(f); }
+  static float half(std::uint16_t bits) { return _cvtsh_ss(bits); }
+  static Acc halves8(std::uint16_t h0, std::uint16_t h1, std::uint16_t h2, std::uint16_t h3,
+                     std::uint16_t h4, std::uint16_t h5, std::uint16_t h6, std::uint16_t h7) {
+    const __m128i bits =
+        _mm_set_epi16(static_cast<short>(h7), static_cast<short>(h6), static_cast<short>(h5),
+                      static_cast<short>(h4), static_cast<short>(h3), static_cast<short>(h2),
+                      static_cast<short>(h1), static_cast<short>(h0));
+    return _mm512_zextps256_ps512(_mm256_cvtph_ps(bits));
+  }
+  static Acc words_u8(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2, std::uint32_t w3) {
+    const __m128i bytes = _mm_set_epi32(static_cast<int>(w3), static_cast<int>(w2),
+                                        static_cast<int>(w1), static_cast<int>(w0));
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+  }
+  static Acc bytes_i8(const std::int8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static Acc spread8(Acc s, int k) {
+    const __m512i base = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(_mm512_add_epi32(base, _mm512_set1_epi32(2 * k)), s);
+  }
+  static Acc spread4(Acc s, int k) {
+    const __m512i base = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(_mm512_add_epi32(base, _mm512_set1_epi32(4 * k)), s);
+  }
+  static Acc pairs_low(Acc s) {
+    return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
+                                 s);
+  }
+  static Acc pairs_high(Acc s) {
+    return _mm512_permutexvar_ps(
+        _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), s);
+  }
+  static Unit load_x(const std::int8_t* q) { return _mm512_loadu_si512(q); }
+  static __m256i load256(const std::uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static Unit join(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+  static Unit bytes2x32(const std::uint8_t* p0, const std::uint8_t* p1) {
+    return join(load256(p0), load256(p1));
+  }
+  static Unit nibbles32(const std::uint8_t* p) {
+    const __m256i b = load256(p);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    return join(_mm256_and_si256(b, mask), _mm256_and_si256(_mm256_srli_epi16(b, 4), mask));
+  }
+  static Unit nibbles16x2(const std::uint8_t* p0, const std::uint8_t* p1) {
+    const __m256i b = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    // [lo0, lo1, hi0, hi1] in 128-bit lanes, reordered to [lo0, hi0, lo1, hi1].
+    const __m512i v =
+        join(_mm256_and_si256(b, mask), _mm256_and_si256(_mm256_srli_epi16(b, 4), mask));
+    return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
+  }
+  static __m256i bit_to_16(__m256i qh, int bit) {
+    const __m256i shifted = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit));
+    return _mm256_slli_epi16(_mm256_and_si256(shifted, _mm256_set1_epi8(1)), 4);
+  }
+  static Unit with_high_bits(Unit u, const std::uint8_t* qh, int bit) {
+    const __m256i h = load256(qh);
+    return _mm512_or_si512(u, join(bit_to_16(h, bit), bit_to_16(h, bit + 1)));
+  }
+  static __m256i q6_half(const std::uint8_t* ql, __m256i qh, bool high, int shift) {
+    const __m256i b = load256(ql);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const __m256i nibble =
+        high ? _mm256_and_si256(_mm256_srli_epi16(b, 4), mask) : _mm256_and_si256(b, mask);
+    const __m256i top =
+        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(3));
+    return _mm256_or_si256(nibble, _mm256_slli_epi16(top, 4));
+  }
+  static Unit q6(const std::uint8_t* ql, const std::uint8_t* qh, bool high, int shift) {
+    const __m256i h = load256(qh);
+    return join(q6_half(ql, h, high, shift), q6_half(ql + 32, h, high, shift + 2));
+  }
+  static Acc dot_fma(Acc acc, Unit u, Unit q, Acc scale) {
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+  }
+  static Acc dot_fma_signed(Acc acc, Unit w, Unit q, Acc scale) {
+    // |w| times q with w's sign: vpdpbusd multiplies unsigned by signed bytes.
+    const __mmask64 negative = _mm512_movepi8_mask(w);
+    const Unit signed_q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
+    return dot_fma(acc, _mm512_abs_epi8(w), signed_q, scale);
+  }
+};
+
+}  // namespace troupe::cpu::TROUPE_INT8_NAMESPACE
+#include "cpu/int8_matmul_impl.hpp"

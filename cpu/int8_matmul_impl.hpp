@@ -1,0 +1,236 @@
+// The int8 matmul, written once over a small set of vector operations (`Ops`) that each
+// instruction set's file defines before including this one, inside its own namespace
+// (int8_matmul_<isa>.cpp): the same code is compiled once per instruction set.
+//
+// The math. A chunk is 256 values of a row: one K-quant super-block, or 8 blocks of 32.
+// Every weight type is decoded, per chunk, to unsigned bytes u (Q8_0: signed) with
+//   w = a * u + c,
+// where a (a float) is constant over each lane of 4 values and c (the offset: -8d for Q4_0,
+// -dmin*m for the K-quants' minimums, -32d*sc for Q6_K) over each group of 16. With the
+// activation x = s * q (s the scale of q's block of 32):
+//   dot(w, x) = sum over lanes of (a * s) * idot(u, q) + sum over groups of c * (s * sum q),
+// idot being exact in int32. Each (activation row, weight row) pair keeps one float vector
+// accumulator and adds these terms chunk by chunk in a fixed order; the lanes are summed at
+// the end. The order depends on nothing but the pair, so a row's result is the same in any
+// tile and any batch.
+//
+// Ops (Unit: 64 bytes of a chunk; Acc: 16 floats, one per lane of 4 values):
+//   zero(), set1(f), load(const float*), mul, fma(a, b, c) = a * b + c, sum(Acc) -> float,
+//   half(f16 bits) -> float, halves8(8 f16 bits) -> lanes 0-7, bytes_i8(i8[16]) -> 16 lanes,
+//   words_u8(w0..w3): the 16 bytes of four little-endian words -> 16 lanes,
+//   lanes8(s0, s1): s0 in lanes 0-7, s1 in lanes 8-15,
+//   spread8(s, k): s[2k] in lanes 0-7, s[2k+1] in lanes 8-15,
+//   spread4(s, k): s[4k + i] in lanes 4i..4i+3,
+//   pairs_low(s): s[i / 2] in lane i; pairs_high(s): s[8 + i / 2] in lane i,
+//   load_x(q): 64 int8 activations, bytes2x32(p0, p1): 32 bytes from each,
+//   nibbles32(p): low nibbles of p[0..32) then their high nibbles,
+//   nibbles16x2(p0, p1): low then high nibbles of p0[0..16), then of p1[0..16),
+//   with_high_bits(u, qh, bit): u's first 32 bytes += 16 * bit `bit` of qh[0..32), its last
+//     32 += 16 * bit `bit + 1`,
+//   q6(ql, qh, high, shift): (nibble of ql[0..32)) | ((qh >> shift) & 3) << 4, then
+//     (nibble of ql[32..64)) | ((qh >> shift + 2) & 3) << 4, the nibble high or low,
+//   dot_fma(acc, u, q, scale): acc + float(idot per lane of unsigned u and signed q) * scale,
+//   dot_fma_signed(acc, w, q, scale): the same with signed w.
+
+#include <cstring>
+
+namespace troupe::cpu::TROUPE_INT8_NAMESPACE {
+
+using gguf::TensorType;
+
+inline constexpr std::int64_t kChunk = 256;
+
+// One weight row's chunk, decoded.
+struct ChunkWeights {
+  Ops::Unit u[4];
+  Ops::Acc a[4];  // per lane of 4 values
+  Ops::Acc c;     // per group of 16 values (lane g: group g)
+};
+
+// Q4_K and Q5_K pack eight 6-bit scales and eight 6-bit minimums into 12 bytes; this
+// unpacks them to 16 bytes (scales then minimums, as four words) with a few word operations,
+// as ggml does. Kept in registers: a vector load of bytes just stored word by word would
+// stall on store forwarding.
+struct ScalesMins {
+  std::uint32_t w[4];
+};
+inline ScalesMins k_scales_mins(const std::uint8_t* packed) {
+  constexpr std::uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  std::uint32_t w0, w1, w2;
+  std::memcpy(&w0, packed, 4);
+  std::memcpy(&w1, packed + 4, 4);
+  std::memcpy(&w2, packed + 8, 4);
+  return {{w0 & kLow6,                                          // scales 0-3
+           (w2 & kLow4) | (((w0 >> 6) & kLow2) << 4),           // scales 4-7
+           w1 & kLow6,                                          // minimums 0-3
+           ((w2 >> 4) & kLow4) | (((w1 >> 6) & kLow2) << 4)}};  // minimums 4-7
+}
+
+template <TensorType kType>
+inline constexpr bool kSigned = kType == TensorType::q8_0;
+
+// Bytes a chunk of 256 values takes.
+template <TensorType kType>
+inline constexpr std::size_t kChunkBytes = kType == TensorType::q8_0   ? 8 * 34
+                                           : kType == TensorType::q4_0 ? 8 * 18
+                                           : kType == TensorType::q4_k ? 144
+                                           : kType == TensorType::q5_k ? 176
+                                                                       : 210;
+
+// The f16 scales of a chunk's 8 blocks of 32 (Q8_0, Q4_0), in lanes 0-7.
+template <std::size_t kBlockBytes>
+inline Ops::Acc block_scales(const std::uint8_t* p) {
+  std::uint16_t h[8];
+  for (int b = 0; b < 8; ++b) std::memcpy(&h[b], p + b * kBlockBytes, 2);
+  return Ops::halves8(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+}
+
+template <TensorType kType>
+inline void decode_chunk(const std::uint8_t* p, ChunkWeights& cw) {
+  if constexpr (kType == TensorType::q8_0) {
+    const Ops::Acc d = block_scales<34>(p);
+    for (int k = 0; k < 4; ++k) {
+      cw.u[k] = Ops::bytes2x32(p + 2 * k * 34 + 2, p + (2 * k + 1) * 34 + 2);
+      cw.a[k] = Ops::spread8(d, k);
+    }
+    cw.c = Ops::zero();
+  } else if constexpr (kType == TensorType::q4_0) {
+    const Ops::Acc d = block_scales<18>(p);
+    for (int k = 0; k < 4; ++k) {
+      cw.u[k] = Ops::nibbles16x2(p + 2 * k * 18 + 2, p + (2 * k + 1) * 18 + 2);
+      cw.a[k] = Ops::spread8(d, k);
+    }
+    cw.c = Ops::mul(Ops::pairs_low(d), Ops::set1(-8.0f));
+  } else if constexpr (kType == TensorType::q4_k || kType == TensorType::q5_k) {
+    std::uint16_t d_bits, dmin_bits;
+    std::memcpy(&d_bits, p, 2);
+    std::memcpy(&dmin_bits, p + 2, 2);
+    // Lanes 0-7: d * scale of sub-block j; lanes 8-15: -dmin * minimum of sub-block j.
+    const ScalesMins sm = k_scales_mins(p + 4);
+    const Ops::Acc s = Ops::mul(Ops::words_u8(sm.w[0], sm.w[1], sm.w[2], sm.w[3]),
+                                Ops::lanes8(Ops::half(d_bits), -Ops::half(dmin_bits)));
+    const std::uint8_t* qh = p + 16;                                     // Q5_K: [32]
+    const std::uint8_t* qs = p + (kType == TensorType::q4_k ? 16 : 48);  // [128]
+    for (int k = 0; k < 4; ++k) {
+      cw.u[k] = Ops::nibbles32(qs + 32 * k);
+      if constexpr (kType == TensorType::q5_k) cw.u[k] = Ops::with_high_bits(cw.u[k], qh, 2 * k);
+      cw.a[k] = Ops::spread8(s, k);
+    }
+    cw.c = Ops::pairs_high(s);
+  } else {  // q6_k: ql [128], qh [64], int8 scales [16] (one per 16 values), d
+    const std::uint8_t* ql = p;
+    const std::uint8_t* qh = p + 128;
+    std::uint16_t d_bits;
+    std::memcpy(&d_bits, p + 208, 2);
+    const Ops::Acc s = Ops::mul(Ops::bytes_i8(reinterpret_cast<const std::int8_t*>(p + 192)),
+                                Ops::set1(Ops::half(d_bits)));
+    for (int half = 0; half < 2; ++half) {
+      cw.u[2 * half] = Ops::q6(ql + 64 * half, qh + 32 * half, false, 0);
+      cw.u[2 * half + 1] = Ops::q6(ql + 64 * half, qh + 32 * half, true, 4);
+    }
+    for (int k = 0; k < 4; ++k) cw.a[k] = Ops::spread4(s, k);
+    cw.c = Ops::mul(s, Ops::set1(-32.0f));
+  }
+}
+
+// NT activation rows (from t0) x NR weight rows, written to out[t * out_stride + r].
+template <TensorType kType, int NT, int NR>
+inline void tile(const Int8Rows& x, std::int64_t t0, const std::uint8_t* w, std::size_t w_row_bytes,
+                 float* out, std::int64_t out_stride) {
+  const std::int64_t cols = x.cols;
+  const std::int64_t num_chunks = cols / kChunk;
+  Ops::Acc acc[NT][NR];
+  for (int t = 0; t < NT; ++t)
+    for (int r = 0; r < NR; ++r) acc[t][r] = Ops::zero();
+  ChunkWeights cw[NR];
+  for (std::int64_t ch = 0; ch < num_chunks; ++ch) {
+    for (int r = 0; r < NR; ++r)
+      decode_chunk<kType>(w + r * w_row_bytes + ch * kChunkBytes<kType>, cw[r]);
+    for (int t = 0; t < NT; ++t) {
+      const std::int64_t row = t0 + t;
+      const std::int8_t* q = x.q + row * cols + ch * kChunk;
+      const float* ls = x.lane_scales + row * (cols / 4) + ch * (kChunk / 4);
+      Ops::Unit xq[4];
+      Ops::Acc xs[4];
+      for (int k = 0; k < 4; ++k) {
+        xq[k] = Ops::load_x(q + 64 * k);
+        xs[k] = Ops::load(ls + 16 * k);
+      }
+      const Ops::Acc sums = Ops::load(x.sums + row * (cols / 16) + ch * (kChunk / 16));
+      for (int r = 0; r < NR; ++r) {
+        Ops::Acc a = acc[t][r];
+        for (int k = 0; k < 4; ++k) {
+          const Ops::Acc scale = Ops::mul(cw[r].a[k], xs[k]);
+          if constexpr (kSigned<kType>) {
+            a = Ops::dot_fma_signed(a, cw[r].u[k], xq[k], scale);
+          } else {
+            a = Ops::dot_fma(a, cw[r].u[k], xq[k], scale);
+          }
+        }
+        if constexpr (!kSigned<kType>) a = Ops::fma(cw[r].c, sums, a);
+        acc[t][r] = a;
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    for (int r = 0; r < NR; ++r) {
+      float sum = Ops::sum(acc[t][r]);
+      if constexpr (kType == TensorType::q8_0 || kType == TensorType::q4_0) {
+        if (cols % kChunk != 0) {
+          const std::int64_t row = t0 + t;
+          sum += int8_tail_dot(kType, reinterpret_cast<const std::byte*>(w + r * w_row_bytes),
+                               x.q + row * cols, x.lane_scales + row * (cols / 4), cols);
+        }
+      }
+      out[t * out_stride + r] = sum;
+    }
+  }
+}
+
+template <TensorType kType>
+void matmul(const Int8Rows& x, std::int64_t num_x, const std::uint8_t* w, std::size_t w_row_bytes,
+            std::int64_t num_w, float* out, std::int64_t out_stride) {
+  constexpr int NT = 4, NR = 2;
+  std::int64_t t = 0;
+  for (; t + NT <= num_x; t += NT) {
+    std::int64_t r = 0;
+    for (; r + NR <= num_w; r += NR) {
+      tile<kType, NT, NR>(x, t, w + r * w_row_bytes, w_row_bytes, out + t * out_stride + r,
+                          out_stride);
+    }
+    for (; r < num_w; ++r) {
+      tile<kType, NT, 1>(x, t, w + r * w_row_bytes, w_row_bytes, out + t * out_stride + r,
+                         out_stride);
+    }
+  }
+  for (; t < num_x; ++t) {
+    std::int64_t r = 0;
+    for (; r + 4 <= num_w; r += 4) {
+      tile<kType, 1, 4>(x, t, w + r * w_row_bytes, w_row_bytes, out + t * out_stride + r,
+                        out_stride);
+    }
+    for (; r < num_w; ++r) {
+      tile<kType, 1, 1>(x, t, w + r * w_row_bytes, w_row_bytes, out + t * out_stride + r,
+                        out_stride);
+    }
+  }
+}
+
+void int8_matmul(TensorType type, const Int8Rows& x, std::int64_t num_x, const std::byte* w,
+                 std::size_t w_row_bytes, std::int64_t num_w, float* out, std::int64_t out_stride) {
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(w);
+  switch (type) {
+    case TensorType::q8_0:
+      return matmul<TensorType::q8_0>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
+    case TensorType::q4_0:
+      return matmul<TensorType::q4_0>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
+    case TensorType::q4_k:
+      return matmul<TensorType::q4_k>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
+    case TensorType::q5_k:
+      return matmul<TensorType::q5_k>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
+    default:
+      return matmul<TensorType::q6_k>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
+  }
+}
+
+}  // namespace troupe::cpu::TROUPE_INT8_NAMESPACE

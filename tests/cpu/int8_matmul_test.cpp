@@ -1,0 +1,190 @@
+// The int8 kernels (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K against int8 activations) on every path
+// this processor can run, against a double-precision product of the scalar decoder's
+// weights and the activations as quantized; and a row's result alone and in a batch.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "cpu/cpu_backend.hpp"
+#include "cpu/int8_matmul.hpp"
+#include "gguf/dequantize.hpp"
+#include "gguf/half.hpp"
+
+using namespace troupe;
+using namespace troupe::cpu;
+using gguf::TensorType;
+
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 generator(20261202);
+  return generator;
+}
+
+std::vector<float> random_floats(std::size_t n, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng());
+  return v;
+}
+
+struct Weights {
+  std::vector<std::byte> bytes;
+  std::vector<float> decoded;  // [rows, cols], by the scalar decoder
+  std::size_t row_bytes = 0;
+};
+
+// Encoded by troupe's quantizer, then every byte but the scale fields randomised for the
+// K-quants, so that all 6-bit scales, minimums and high bits occur (not only what the
+// encoder happens to write).
+Weights make_weights(TensorType type, std::int64_t rows, std::int64_t cols, bool random_bits) {
+  Weights w;
+  w.bytes = *gguf::quantize(type, random_floats(static_cast<std::size_t>(rows * cols), 0.5f), cols);
+  w.row_bytes = gguf::row_bytes(type, cols);
+  if (random_bits) {
+    const auto traits = *gguf::tensor_type_traits(static_cast<std::uint32_t>(type));
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (std::size_t b = 0; b < w.bytes.size(); b += traits.block_bytes) {
+      // Keep the f16 scales (bytes 0-3 of Q4_K/Q5_K, 208-209 of Q6_K) finite and small.
+      const std::size_t keep_begin = type == TensorType::q6_k ? 208 : 0;
+      const std::size_t keep_end = type == TensorType::q6_k ? 210 : 4;
+      for (std::size_t i = 0; i < traits.block_bytes; ++i) {
+        if (i < keep_begin || i >= keep_end) w.bytes[b + i] = static_cast<std::byte>(byte(rng()));
+      }
+    }
+  }
+  w.decoded.resize(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    REQUIRE(gguf::dequantize_row(type, w.bytes.data() + r * w.row_bytes, cols,
+                                 w.decoded.data() + r * cols)
+                .has_value());
+  }
+  return w;
+}
+
+std::string shape_name(TensorType type, Int8Path path, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols) {
+  return std::string(gguf::tensor_type_name(type)) + " on " + std::string(int8_path_name(path)) +
+         ", " + std::to_string(n) + " x " + std::to_string(rows) + " x " + std::to_string(cols);
+}
+
+}  // namespace
+
+TEST_CASE("every int8 kernel on every path matches the scalar decoder's product", "[cpu][int8]") {
+  INFO("paths here: " << supported_int8_paths().size());
+  for (const TensorType type :
+       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k}) {
+    const bool k_quant = type != TensorType::q8_0 && type != TensorType::q4_0;
+    // Tiles of 4 x 2 and 1 x 4 with every edge; Q8_0/Q4_0 rows that end in a partial chunk.
+    std::vector<std::int64_t> widths = {256, 512};
+    if (!k_quant) widths.insert(widths.end(), {32, 96, 288, 800});
+    for (const std::int64_t cols : widths) {
+      for (const auto& [n, rows] : {std::pair{1, 7}, std::pair{5, 9}, std::pair{9, 33}}) {
+        const auto w = make_weights(type, rows, cols, k_quant);
+        const auto xs = random_floats(static_cast<std::size_t>(n * cols), 1.0f);
+        Int8RowBuffer buffer;
+        buffer.resize(n, cols);
+        for (std::int64_t t = 0; t < n; ++t) buffer.quantize_row(t, xs.data() + t * cols);
+        const Int8Rows x = buffer.rows();
+        for (const Int8Path path : supported_int8_paths()) {
+          INFO(shape_name(type, path, n, rows, cols));
+          std::vector<float> out(static_cast<std::size_t>(n * rows),
+                                 std::numeric_limits<float>::quiet_NaN());
+          int8_matmul_on(path, type, x, n, w.bytes.data(), w.row_bytes, rows, out.data(), rows);
+          for (std::int64_t t = 0; t < n; ++t) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              // The reference: the decoded weights times the activations as quantized.
+              double want = 0.0, magnitude = 0.0;
+              for (std::int64_t k = 0; k < cols; ++k) {
+                const double xq =
+                    static_cast<double>(x.q[t * cols + k]) * x.lane_scales[(t * cols + k) / 4];
+                const double p = xq * w.decoded[r * cols + k];
+                want += p;
+                magnitude += std::fabs(p);
+              }
+              const float got = out[t * rows + r];
+              INFO("row " << t << ", weight row " << r << ": got " << got << ", want " << want);
+              REQUIRE(std::isfinite(got));
+              REQUIRE(std::fabs(got - want) <= 2e-6 * magnitude + 1e-6);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the int8 activations hold each block's scale and scaled sums", "[cpu][int8]") {
+  const std::int64_t cols = 64;
+  auto xs = random_floats(cols, 3.0f);
+  xs[5] = -10.0f;  // the first block's largest magnitude: it quantizes to -127 exactly
+  Int8RowBuffer buffer;
+  buffer.resize(1, cols);
+  buffer.quantize_row(0, xs.data());
+  const Int8Rows x = buffer.rows();
+  REQUIRE(x.q[5] == -127);
+  REQUIRE(x.lane_scales[0] == Approx(10.0f / 127.0f));
+  for (std::int64_t l = 0; l < cols / 4; ++l) REQUIRE(x.lane_scales[l] == x.lane_scales[l / 8 * 8]);
+  for (std::int64_t g = 0; g < cols / 16; ++g) {
+    int sum = 0;
+    for (std::int64_t i = 16 * g; i < 16 * g + 16; ++i) sum += x.q[i];
+    REQUIRE(x.sums[g] == Approx(x.lane_scales[g * 4] * static_cast<float>(sum)));
+  }
+  for (std::int64_t k = 0; k < cols; ++k) {
+    REQUIRE(std::fabs(x.q[k] * x.lane_scales[k / 4] - xs[k]) <=
+            0.5f * x.lane_scales[k / 4] + 1e-6f);
+  }
+}
+
+TEST_CASE("an int8 matmul row is bit-identical alone and in a batch on every path", "[cpu][int8]") {
+  const std::int64_t rows = 70, cols = 512, batch = 32;
+  for (const TensorType type :
+       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k}) {
+    const auto w = make_weights(type, rows, cols, false);
+    const auto xs = random_floats(static_cast<std::size_t>(batch * cols), 1.0f);
+    Int8RowBuffer all;
+    all.resize(batch, cols);
+    for (std::int64_t t = 0; t < batch; ++t) all.quantize_row(t, xs.data() + t * cols);
+    for (const Int8Path path : supported_int8_paths()) {
+      INFO(gguf::tensor_type_name(type) << " on " << int8_path_name(path));
+      std::vector<float> together(static_cast<std::size_t>(batch * rows));
+      int8_matmul_on(path, type, all.rows(), batch, w.bytes.data(), w.row_bytes, rows,
+                     together.data(), rows);
+      for (const std::int64_t t : {0, 3, 17, 31}) {
+        Int8RowBuffer one;
+        one.resize(1, cols);
+        one.quantize_row(0, xs.data() + t * cols);
+        std::vector<float> alone(static_cast<std::size_t>(rows));
+        // Weight rows split at an odd place too, as the thread pool's tasks split them.
+        int8_matmul_on(path, type, one.rows(), 1, w.bytes.data(), w.row_bytes, 5, alone.data(),
+                       rows);
+        int8_matmul_on(path, type, one.rows(), 1, w.bytes.data() + 5 * w.row_bytes, w.row_bytes,
+                       rows - 5, alone.data() + 5, rows);
+        REQUIRE(std::memcmp(alone.data(), together.data() + t * rows, rows * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("the CPU backend multiplies K-quant weights through the int8 kernels", "[cpu][int8]") {
+  CpuBackend backend(2);
+  const std::int64_t n = 3, rows = 20, cols = 256;
+  const auto w = make_weights(TensorType::q6_k, rows, cols, true);
+  const auto xs = random_floats(static_cast<std::size_t>(n * cols), 1.0f);
+  auto x = *backend.allocate(n, cols);
+  auto out = *backend.allocate(n, rows);
+  std::copy(xs.begin(), xs.end(), x.data);
+  backend.matmul(x, model::Weight{w.bytes.data(), TensorType::q6_k, rows, cols}, out);
+  Int8RowBuffer buffer;
+  buffer.resize(n, cols);
+  for (std::int64_t t = 0; t < n; ++t) buffer.quantize_row(t, xs.data() + t * cols);
+  std::vector<float> want(static_cast<std::size_t>(n * rows));
+  int8_matmul(TensorType::q6_k, buffer.rows(), n, w.bytes.data(), w.row_bytes, rows, want.data(),
+              rows);
+  REQUIRE(std::memcmp(out.data, want.data(), want.size() * sizeof(float)) == 0);
+  REQUIRE_THAT(backend.describe(), Catch::Contains(std::string(int8_path_name(best_int8_path()))));
+  backend.release(x);
+  backend.release(out);
+}
