@@ -21,6 +21,7 @@
 
 #include "app/commands.hpp"
 #include "app/loaded_model.hpp"
+#include "gguf/gguf_file.hpp"
 #include "model/rendezvous_stores.hpp"
 #include "troupe/engine.hpp"
 #include "worker/backend_factory.hpp"
@@ -51,8 +52,9 @@ struct Options {
   std::vector<std::int32_t> batches = {1, 8, 32, 64};
   std::vector<std::int32_t> contexts = {0};  // tokens already in the cache
   std::int32_t tensor_parallel_size = 1;
-  std::int32_t rank = 0;   // a rank's process, spawned by rank 0
-  std::string rendezvous;  // its rendezvous directory
+  bool memory_bandwidth = false;  // also measure the machine's read bandwidth
+  std::int32_t rank = 0;          // a rank's process, spawned by rank 0
+  std::string rendezvous;         // its rendezvous directory
 };
 
 [[noreturn]] void fail(const Error& e) {
@@ -189,6 +191,52 @@ void print(const Measured& m, const Options& opts, bool split) {
   std::fflush(stdout);
 }
 
+// Bytes of weights a decode step reads: every matrix once (the embedding table only where it
+// is the LM head too; otherwise only the step's rows of it).
+std::uint64_t weight_bytes_per_step(const std::string& path) {
+  const auto file = gguf::GgufFile::open(path);
+  if (!file) return 0;
+  const bool tied = file->find_tensor("output.weight") == nullptr;
+  std::uint64_t total = 0;
+  for (const auto& t : file->tensors()) {
+    if (t.name != "token_embd.weight" || tied) total += t.num_bytes;
+  }
+  return total;
+}
+
+// The machine's memory read bandwidth with `threads` threads, in GB/s: the best of five
+// passes over 1 GiB (beyond any cache), each thread summing its own part.
+double read_bandwidth_gb_s(int threads) {
+  constexpr std::size_t kWords = std::size_t{1} << 27;  // 1 GiB of 8-byte words
+  std::vector<std::uint64_t> buffer(kWords, 1);
+  std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads) * 8);  // apart: no sharing
+  double best = 0.0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto start = Clock::now();
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const std::size_t begin = kWords / threads * t;
+        const std::size_t end = t + 1 == threads ? kWords : kWords / threads * (t + 1);
+        std::uint64_t a = 0, b = 0, c = 0, d = 0;
+        for (std::size_t i = begin; i + 4 <= end; i += 4) {
+          a += buffer[i];
+          b += buffer[i + 1];
+          c += buffer[i + 2];
+          d += buffer[i + 3];
+        }
+        sums[static_cast<std::size_t>(t) * 8] = a + b + c + d;
+      });
+    }
+    for (auto& w : workers) w.join();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, static_cast<double>(kWords * 8) / seconds / 1e9);
+  }
+  TROUPE_ASSERT(std::accumulate(sums.begin(), sums.end(), std::uint64_t{0}) == kWords,
+                "the bandwidth pass skipped words");
+  return best;
+}
+
 // This process's command line, to start the other ranks with.
 std::vector<std::string> own_arguments() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -263,6 +311,9 @@ void add_bench_forward_command(CLI::App& bench) {
   cmd->add_option("--tp-rank", opts->rank, "(internal) this process's rank")->group("");
   cmd->add_option("--tp-rendezvous", opts->rendezvous, "(internal) the ranks' directory")
       ->group("");
+  cmd->add_flag("--memory-bandwidth", opts->memory_bandwidth,
+                "also measure the machine's memory read bandwidth with as many threads, and the "
+                "share of it batch-1 decode reaches");
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {
     for (const std::int32_t context : opts->contexts) {
@@ -306,6 +357,29 @@ void add_bench_forward_command(CLI::App& bench) {
     const std::string model_path = loaded->path;
     const std::vector<Measured> one = measure_all(*loaded, whole);
     for (const auto& m : one) print(m, *opts, false);
+    // Batch-1 decode reads every weight once a step: its bytes per second against the
+    // machine's bandwidth say how close to the memory bound it runs.
+    const std::uint64_t step_bytes = weight_bytes_per_step(model_path);
+    double bandwidth = 0.0, decode_bytes_per_second = 0.0;
+    for (const auto& d : one.front().decode) {
+      if (d.batch == 1) decode_bytes_per_second = step_bytes / (d.ms_per_step / 1000.0);
+    }
+    if (decode_bytes_per_second > 0.0) {
+      std::printf("weights read per decode step: %.1f MB; at batch 1: %.1f GB/s\n",
+                  step_bytes / 1e6, decode_bytes_per_second / 1e9);
+    }
+    if (opts->memory_bandwidth) {
+      const int threads = whole.engine.num_threads > 0
+                              ? whole.engine.num_threads
+                              : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+      bandwidth = read_bandwidth_gb_s(threads);
+      std::printf("memory read bandwidth, %d threads: %.1f GB/s", threads, bandwidth);
+      if (decode_bytes_per_second > 0.0) {
+        std::printf("; batch-1 decode reaches %.0f%% of it",
+                    100.0 * decode_bytes_per_second / 1e9 / bandwidth);
+      }
+      std::printf("\n");
+    }
     loaded = Result<model::LoadedModel>(model::LoadedModel{});  // its memory, before the ranks
     std::vector<Measured> split;
     if (tp > 1) {
@@ -350,6 +424,8 @@ void add_bench_forward_command(CLI::App& bench) {
       json["prompt_len"] = opts->prompt_len;
       json["gen_len"] = opts->gen_len;
       json["tensor_parallel_size"] = tp;
+      json["weight_bytes_per_step"] = step_bytes;
+      if (bandwidth > 0.0) json["memory_read_gb_per_second"] = bandwidth;
       auto write = [](const Measured& m) {
         boost::json::object o;
         o["context"] = m.context;
