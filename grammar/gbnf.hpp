@@ -1,0 +1,21 @@
+// GBNF, llama.cpp's grammar notation, parsed into a Grammar:
+//   root ::= "{" ws pair ("," ws pair)* "}"      # comments run to the end of the line
+//   pair ::= [a-z]+ ":" ws ( "true" | "false" )
+//   ws   ::= [ \t\n]*
+// Literals "..." and character classes [...] / [^...] (escapes \n \r \t \\ \" \] \- \xHH
+// \uHHHH \UHHHHHHHH), `.` for any character, groups ( ... ), alternatives |, and the
+// repetitions * + ? {m} {m,} {m,n}. A rule ends at a newline outside parentheses; the
+// grammar starts at `root`.
+#pragma once
+
+#include <string_view>
+
+#include "grammar/grammar.hpp"
+#include "troupe/result.hpp"
+
+namespace troupe::grammar {
+
+// The grammar `text` describes, or an error that says where (line:column) and why.
+Result<Grammar> parse_gbnf(std::string_view text);
+
+}  // namespace troupe::grammar

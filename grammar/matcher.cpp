@@ -1,0 +1,87 @@
+#include "grammar/matcher.hpp"
+
+#include <algorithm>
+
+namespace troupe::grammar {
+
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)) {
+  for (const std::uint32_t start : grammar_->rule_starts[grammar_->root]) {
+    push_expanded(Stack{start}, stacks_);
+  }
+  std::sort(stacks_.begin(), stacks_.end());
+  stacks_.erase(std::unique(stacks_.begin(), stacks_.end()), stacks_.end());
+}
+
+bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out) const {
+  const auto& elements = grammar_->elements;
+  while (!stack.empty()) {
+    if (stack.size() > kMaxDepth || out.size() >= kMaxStacks) return false;
+    const Element& e = elements[stack.back()];
+    if (e.kind == Element::Kind::bytes) break;
+    if (e.kind == Element::Kind::end) {  // back to where the rule was entered
+      stack.pop_back();
+      continue;
+    }
+    // Enter the rule: continue after it once one of its alternatives has matched.
+    ++stack.back();
+    const auto& starts = grammar_->rule_starts[e.index];
+    for (std::size_t a = 0; a + 1 < starts.size(); ++a) {
+      Stack branch = stack;
+      branch.push_back(starts[a]);
+      if (!push_expanded(std::move(branch), out)) return false;
+    }
+    stack.push_back(starts.back());
+  }
+  out.push_back(std::move(stack));
+  return true;
+}
+
+bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte,
+                      std::vector<Stack>& out) const {
+  out.clear();
+  for (const Stack& stack : stacks) {
+    if (stack.empty()) continue;  // complete: takes no more bytes
+    const Element& e = grammar_->elements[stack.back()];
+    if (!grammar_->byte_sets[e.index].test(byte)) continue;
+    Stack next = stack;
+    ++next.back();
+    if (!push_expanded(std::move(next), out)) {
+      out.clear();
+      return false;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return !out.empty();
+}
+
+bool Matcher::accept_byte(std::uint8_t byte) {
+  std::vector<Stack> next;
+  if (!advance(stacks_, byte, next)) return false;
+  stacks_ = std::move(next);
+  return true;
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  std::vector<Stack> current = stacks_, next;
+  for (const char c : bytes) {
+    if (!advance(current, static_cast<std::uint8_t>(c), next)) return false;
+    current.swap(next);
+  }
+  stacks_ = std::move(current);
+  return true;
+}
+
+bool Matcher::can_end() const {
+  return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+}
+
+ByteSet Matcher::next_bytes() const {
+  ByteSet bytes;
+  for (const Stack& stack : stacks_) {
+    if (!stack.empty()) bytes |= grammar_->byte_sets[grammar_->elements[stack.back()].index];
+  }
+  return bytes;
+}
+
+}  // namespace troupe::grammar

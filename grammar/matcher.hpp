@@ -1,0 +1,51 @@
+// One constrained output's place in its grammar, advanced byte by byte: the set of every
+// way the bytes so far can continue (a pushdown automaton run on all its branches at once,
+// as llama.cpp's grammar does). Each branch is a stack of element positions: the top is
+// the byte element to match next; below it, where each rule entered continues. An empty
+// stack means the grammar has matched completely.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "grammar/grammar.hpp"
+
+namespace troupe::grammar {
+
+class Matcher {
+ public:
+  using Stack = std::vector<std::uint32_t>;
+
+  // Branches past this many (a grammar ambiguous enough to multiply them) reject the byte.
+  static constexpr std::size_t kMaxStacks = 4096;
+  // Rules nested deeper than this reject the byte (a JSON value nested 1000 deep, say).
+  static constexpr std::size_t kMaxDepth = 2048;
+
+  explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
+
+  // Advances by one byte; false, with the state unchanged, where the grammar forbids it.
+  bool accept_byte(std::uint8_t byte);
+  // Advances by every byte of `bytes`, or by none of them (false).
+  bool accept_bytes(std::string_view bytes);
+  // Whether the output may end here (some branch has matched the whole grammar).
+  bool can_end() const;
+  // The bytes that may come next.
+  ByteSet next_bytes() const;
+
+  const CompiledGrammar& grammar() const { return *grammar_; }
+  const std::vector<Stack>& stacks() const { return stacks_; }
+  // The branches after `byte` from `stacks` (empty if none accepts it); for TokenMasker.
+  bool advance(const std::vector<Stack>& stacks, std::uint8_t byte, std::vector<Stack>& out) const;
+
+ private:
+  // Adds `stack`, its top expanded through rule entries and ends until it is a byte
+  // element or empty; false where a limit is passed.
+  bool push_expanded(Stack stack, std::vector<Stack>& out) const;
+
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::vector<Stack> stacks_;
+};
+
+}  // namespace troupe::grammar

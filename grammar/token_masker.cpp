@@ -1,0 +1,47 @@
+#include "grammar/token_masker.hpp"
+
+#include <algorithm>
+
+namespace troupe::grammar {
+
+TokenMasker::TokenMasker(std::vector<std::string> token_bytes)
+    : token_bytes_(std::move(token_bytes)) {
+  for (std::int32_t id = 0; id < vocab_size(); ++id) {
+    if (!token_bytes_[id].empty()) sorted_.push_back(id);
+  }
+  std::sort(sorted_.begin(), sorted_.end(),
+            [&](std::int32_t a, std::int32_t b) { return token_bytes_[a] < token_bytes_[b]; });
+}
+
+void TokenMasker::fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& allowed) const {
+  allowed.assign((token_bytes_.size() + 63) / 64, 0);
+  // states[d]: the branches after the first d bytes of the current token. A prefix the
+  // grammar rejected is remembered, so that the tokens after it that share it are skipped.
+  std::vector<std::vector<Matcher::Stack>> states(1, matcher.stacks());
+  std::string_view previous;
+  std::size_t dead_prefix = 0;  // bytes of `previous` whose last byte was rejected; 0: none
+  for (const std::int32_t id : sorted_) {
+    const std::string_view bytes = token_bytes_[id];
+    std::size_t common = 0;
+    const std::size_t limit = std::min(bytes.size(), previous.size());
+    while (common < limit && bytes[common] == previous[common]) ++common;
+    previous = bytes;
+    if (dead_prefix != 0 && common >= dead_prefix) continue;  // starts with a rejected prefix
+    dead_prefix = 0;
+    // states[0..common] hold for this token too; match the rest.
+    states.resize(common + 1);
+    bool alive = true;
+    for (std::size_t d = common; d < bytes.size(); ++d) {
+      std::vector<Matcher::Stack> next;
+      if (!matcher.advance(states[d], static_cast<std::uint8_t>(bytes[d]), next)) {
+        dead_prefix = d + 1;
+        alive = false;
+        break;
+      }
+      states.push_back(std::move(next));
+    }
+    if (alive) allowed[static_cast<std::size_t>(id) / 64] |= std::uint64_t{1} << (id % 64);
+  }
+}
+
+}  // namespace troupe::grammar
