@@ -1,0 +1,238 @@
+// JSON schemas as grammars: documents drawn at random from each schema's grammar must parse
+// as JSON and validate against the schema (checked by Python's jsonschema where it is
+// installed, and by hand-written documents the grammar must refuse everywhere).
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "grammar/json_schema.hpp"
+#include "grammar/matcher.hpp"
+
+using namespace troupe::grammar;
+namespace json = boost::json;
+
+namespace {
+
+struct SchemaCase {
+  const char* schema;
+  std::vector<const char*> invalid;  // documents the grammar must refuse
+};
+
+// At least one case per supported keyword.
+const std::vector<SchemaCase> kCases = {
+    {R"({"type": "string"})", {"1", "\"a", "'a'"}},
+    {R"({"type": "integer"})", {"1.5", "01", "\"1\"", "-"}},
+    {R"({"type": "number"})", {"1.", ".5", "1e", "NaN"}},
+    {R"({"type": "boolean"})", {"True", "1"}},
+    {R"({"type": "null"})", {"nul", "None"}},
+    {R"({"type": ["integer", "null"]})", {"1.5", "\"x\""}},
+    {R"({"enum": ["red", "green", 3, null, true]})", {"\"blue\"", "4", "false"}},
+    {R"({"const": {"a": [1, 2]}})", {"{\"a\":[1]}", "{\"a\":[1,2,3]}"}},
+    {R"({"type": "string", "minLength": 2, "maxLength": 4})", {"\"a\"", "\"abcde\""}},
+    {R"({"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"})", {"\"AB-12\"", "\"ab-123\""}},
+    {R"({"type": "string", "format": "date"})", {"\"2026-13-01\"", "\"26-01-01\""}},
+    {R"({"type": "string", "format": "date-time"})", {"\"2026-12-01 10:00:00Z\""}},
+    {R"({"type": "string", "format": "uuid"})", {"\"1234\""}},
+    {R"({"type": "string", "format": "email"})", {"1", "\"a@\"", "\"@b.com\""}},
+    {R"({"type": "string", "format": "ipv4"})", {"\"256.1.1.1\"", "\"1.2.3\""}},
+    {R"({"type": "string", "format": "date"})", {"\"2026-02-30\"", "\"2026-04-31\""}},
+    {R"({"type": "integer", "minimum": 5, "maximum": 123})", {"4", "124", "-5", "1000"}},
+    {R"({"type": "integer", "exclusiveMinimum": -20, "exclusiveMaximum": -3})",
+     {"-20", "-3", "0", "-21"}},
+    {R"({"type": "integer", "minimum": 100})", {"99", "-100", "0"}},
+    {R"({"type": "integer", "maximum": -7})", {"-6", "0", "7"}},
+    {R"({"type": "number", "minimum": 0})", {"-1", "-0.5"}},
+    {R"({"type": "array", "items": {"type": "integer"}})", {"[1,]", "[\"a\"]", "[1 2]"}},
+    {R"({"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 3})",
+     {"[]", "[true]", "[true,true,true,true]"}},
+    {R"({"type": "array", "maxItems": 0})", {"[1]"}},
+    {R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false})",
+     {"[1,\"a\"]", "[\"a\",1,2]"}},
+    {R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"], "additionalProperties": false})",
+     {"{\"name\":\"a\"}", "{\"age\":1,\"name\":\"a\"}", "{\"name\":\"a\",\"age\":1,\"x\":1}"}},
+    {R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
+        "c": {"type": "boolean"}}, "additionalProperties": false})",
+     {"{,}", "{\"a\":1,}", "{\"d\":1}", "{\"a\":\"x\"}"}},
+    {R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]})",
+     {"{}", "{\"x\":1}"}},
+    {R"({"type": "object", "additionalProperties": {"type": "number"}})",
+     {"{\"a\":\"b\"}", "{\"a\":}"}},
+    {R"({"type": "object"})", {"[]", "{\"a\"}"}},
+    {R"({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]})",
+     {"1", "[\"a\"]"}},
+    {R"({"oneOf": [{"const": 1}, {"const": "one"}]})", {"2", "\"two\""}},
+    {R"({"allOf": [{"type": "integer", "maximum": 9, "minimum": 0}]})", {"10", "-1"}},
+    {R"({"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
+        "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+        "required": ["value", "next"], "additionalProperties": false}},
+        "$ref": "#/$defs/node"})",
+     {"{\"value\":1}", "{\"value\":1,\"next\":{\"value\":2}}"}},
+    {R"({"definitions": {"tag": {"type": "string", "maxLength": 3}},
+        "type": "array", "items": {"$ref": "#/definitions/tag"}})",
+     {"[\"abcd\"]", "[1]"}},
+    {R"({"title": "Weather", "description": "a call", "type": "object",
+        "properties": {"city": {"type": "string", "description": "where"},
+                       "unit": {"enum": ["c", "f"], "default": "c"}},
+        "required": ["city"], "additionalProperties": false})",
+     {"{\"unit\":\"c\"}", "{\"city\":\"x\",\"unit\":\"k\"}"}},
+    {R"(true)", {"{", "tru"}},
+};
+
+std::shared_ptr<const CompiledGrammar> grammar_of(const char* schema_text) {
+  const json::value schema = json::parse(schema_text);
+  auto grammar = parse_json_schema(schema);
+  INFO(schema_text << "\n" << (grammar ? std::string() : grammar.error().message));
+  REQUIRE(grammar.has_value());
+  auto compiled = compile(*grammar);
+  INFO((compiled ? std::string() : compiled.error().message));
+  REQUIRE(compiled.has_value());
+  return std::make_shared<const CompiledGrammar>(std::move(*compiled));
+}
+
+// A document drawn from the grammar: random allowed bytes, mostly printable ASCII, until the
+// grammar may end and a coin says stop; past a length, the byte that closes most.
+std::string draw(const std::shared_ptr<const CompiledGrammar>& g, std::mt19937& rng) {
+  static const std::string kClosing = "\"}]0123456789truefalsn,:-T.Z";
+  Matcher m(g);
+  std::string out;
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  while (true) {
+    if (m.can_end() && (coin(rng) < 0.2 || out.size() > 200)) return out;
+    const ByteSet next = m.next_bytes();
+    if (next.none()) {  // nothing may follow: a live state is then complete
+      REQUIRE(m.can_end());
+      return out;
+    }
+    std::vector<int> options;
+    if (out.size() > 120) {
+      for (const char c : kClosing) {
+        if (next.test(static_cast<unsigned char>(c))) {
+          options.push_back(static_cast<unsigned char>(c));
+          break;
+        }
+      }
+    }
+    if (options.empty()) {
+      for (int b = 0x20; b < 0x7f; ++b) {
+        if (next.test(b)) options.push_back(b);
+      }
+    }
+    if (options.empty() || coin(rng) < 0.02) {
+      for (int b = 0; b < 256; ++b) {
+        if (next.test(b)) options.push_back(b);
+      }
+    }
+    std::uniform_int_distribution<std::size_t> pick(0, options.size() - 1);
+    const auto byte = static_cast<std::uint8_t>(options[pick(rng)]);
+    REQUIRE(m.accept_byte(byte));
+    out += static_cast<char>(byte);
+    REQUIRE(out.size() < 4000);
+  }
+}
+
+bool accepts(const std::shared_ptr<const CompiledGrammar>& g, std::string_view text) {
+  Matcher m(g);
+  return m.accept_bytes(text) && m.can_end();
+}
+
+// Whether python3 with jsonschema is here (the validator the cross-check uses).
+bool have_jsonschema() {
+  return std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") == 0;
+}
+
+}  // namespace
+
+TEST_CASE("documents drawn from a schema's grammar are valid JSON of that schema",
+          "[grammar][json]") {
+  std::mt19937 rng(2026);
+  json::array checks;  // {schema, documents} for the Python validator
+  for (const SchemaCase& c : kCases) {
+    const auto g = grammar_of(c.schema);
+    json::array documents;
+    for (int i = 0; i < 25; ++i) {
+      const std::string doc = draw(g, rng);
+      INFO(c.schema << "\ndrew: " << doc);
+      json::error_code ec;
+      const json::value parsed = json::parse(doc, ec);
+      REQUIRE(!ec);
+      documents.push_back(json::string(doc));
+    }
+    for (const char* bad : c.invalid) {
+      INFO(c.schema << "\nmust refuse: " << bad);
+      CHECK_FALSE(accepts(g, bad));
+    }
+    checks.push_back(json::object{{"schema", json::parse(c.schema)}, {"documents", documents}});
+  }
+  if (!have_jsonschema()) {
+    WARN("python3 with jsonschema is not here: the drawn documents were checked as JSON only");
+    return;
+  }
+  const auto dir = std::filesystem::temp_directory_path() / "troupe-json-schema-test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "checks.json") << json::serialize(checks);
+  std::ofstream(dir / "validate.py") << R"(import json, sys, jsonschema
+failures = 0
+for case in json.load(open(sys.argv[1])):
+    for doc in case["documents"]:
+        errors = list(jsonschema.Draft202012Validator(case["schema"],
+                      format_checker=jsonschema.FormatChecker()).iter_errors(json.loads(doc)))
+        if errors:
+            failures += 1
+            print("INVALID", json.dumps(case["schema"]), doc, errors[0].message)
+print("failures", failures)
+sys.exit(1 if failures else 0)
+)";
+  const std::string command = "python3 " + (dir / "validate.py").string() + " " +
+                              (dir / "checks.json").string() + " > " + (dir / "out.txt").string() +
+                              " 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(dir / "out.txt");
+  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(report);
+  CHECK(status == 0);
+  CHECK_THAT(report, Catch::Contains("failures 0"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a schema the grammar cannot honour is refused, naming the keyword and the place",
+          "[grammar][json]") {
+  auto error_of = [](const char* schema) {
+    auto grammar = parse_json_schema(json::parse(schema));
+    return grammar ? std::string() : grammar.error().message;
+  };
+  CHECK_THAT(error_of(R"({"type": "object", "properties": {"a": {"not": {"type": "null"}}}})"),
+             Catch::Contains("'not'") && Catch::Contains("/properties/a"));
+  CHECK_THAT(error_of(R"({"type": "array", "uniqueItems": true})"), Catch::Contains("uniqueItems"));
+  CHECK_THAT(error_of(R"({"$ref": "https://example.com/s.json"})"), Catch::Contains("local"));
+  CHECK_THAT(error_of(R"({"$ref": "#/$defs/missing"})"), Catch::Contains("not defined"));
+  CHECK_THAT(error_of(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
+             Catch::Contains("no integer"));
+  CHECK_THAT(error_of(R"({"type": "number", "maximum": 4.5})"), Catch::Contains("not supported"));
+  CHECK_THAT(error_of(R"js({"type": "string", "pattern": "(?=a)"})js"),
+             Catch::Contains("/pattern") && Catch::Contains("lookaround"));
+  CHECK_THAT(error_of(R"({"type": "tuple"})"), Catch::Contains("unknown type"));
+  CHECK_THAT(error_of(R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})"),
+             Catch::Contains("allOf"));
+  CHECK_THAT(error_of(R"(false)"), Catch::Contains("admits nothing"));
+  CHECK_THAT(error_of(R"(3)"), Catch::Contains("object or a boolean"));
+  CHECK_THAT(error_of(R"({"type": "array", "minItems": 5000})"), Catch::Contains("4096"));
+}
+
+TEST_CASE("the json_object grammar takes any object and nothing else", "[grammar][json]") {
+  auto grammar = json_object_grammar();
+  REQUIRE(grammar.has_value());
+  auto compiled = compile(*grammar);
+  REQUIRE(compiled.has_value());
+  const auto g = std::make_shared<const CompiledGrammar>(std::move(*compiled));
+  CHECK(accepts(g, R"({"a": [1, 2.5e3, {"b": null}], "c": "d\u00e9\n"})"));
+  CHECK(accepts(g, "{}"));
+  CHECK_FALSE(accepts(g, "[]"));
+  CHECK_FALSE(accepts(g, R"({"a": 1,})"));
+  CHECK_FALSE(accepts(g, R"({"a": 01})"));
+}
