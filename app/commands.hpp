@@ -40,6 +40,7 @@ void add_bench_throughput_command(CLI::App& bench);
 void add_bench_serve_command(CLI::App& bench);
 void add_bench_cluster_sim_command(CLI::App& bench);
 void add_bench_allreduce_command(CLI::App& bench);
+void add_bench_grammar_command(CLI::App& bench);
 
 // The built-in random-weight model, written to the user's cache on first use.
 // Returns its path, or an empty string after printing why it could not be made.

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   troupe::app::add_bench_serve_command(*bench);
   troupe::app::add_bench_cluster_sim_command(*bench);
   troupe::app::add_bench_allreduce_command(*bench);
+  troupe::app::add_bench_grammar_command(*bench);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -22,8 +22,11 @@ bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out) const {
       stack.pop_back();
       continue;
     }
-    // Enter the rule: continue after it once one of its alternatives has matched.
+    // Enter the rule: continue after it once one of its alternatives has matched. A rule
+    // entered last in its alternative leaves nothing to continue: its frame goes (a tail
+    // call), so that repetitions, which recurse on the right, keep stacks flat.
     ++stack.back();
+    if (elements[stack.back()].kind == Element::Kind::end) stack.pop_back();
     const auto& starts = grammar_->rule_starts[e.index];
     for (std::size_t a = 0; a + 1 < starts.size(); ++a) {
       Stack branch = stack;

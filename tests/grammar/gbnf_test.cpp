@@ -136,6 +136,22 @@ TEST_CASE("a wrong grammar is an error that says where and why", "[grammar]") {
   CHECK_THAT(error_of("root ::= " + std::string(100, '(')), Catch::Contains("too deep"));
 }
 
+TEST_CASE("repetitions keep the matcher's stacks flat however long they run", "[grammar]") {
+  const auto g = compiled(R"(root ::= "\"" ( [^"\\] | "\\" ["\\n] )* "\"" [ ]*)");
+  Matcher m(g);
+  const auto deepest = [&] {
+    std::size_t depth = 0;
+    for (const auto& stack : m.stacks()) depth = std::max(depth, stack.size());
+    return depth;
+  };
+  REQUIRE(m.accept_bytes("\"ab"));
+  const std::size_t depth = deepest();
+  for (int i = 0; i < 20000; ++i) REQUIRE(m.accept_bytes(i % 100 == 0 ? "\\n" : "x"));
+  CHECK(deepest() == depth);
+  REQUIRE(m.accept_bytes("\"   "));
+  CHECK(m.can_end());
+}
+
 TEST_CASE("deep nesting and ambiguity are bounded, not a crash", "[grammar]") {
   const auto nested = compiled(R"(root ::= "[" root? "]")");
   Matcher m(nested);
