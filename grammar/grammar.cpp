@@ -1,6 +1,7 @@
 #include "grammar/grammar.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 namespace troupe::grammar {
 
@@ -114,7 +115,9 @@ Result<CompiledGrammar> compile(const Grammar& grammar) {
                           "' is left-recursive (it can reach itself before matching a "
                           "character); write the repetition with * or + instead");
   }
+  static std::atomic<std::uint64_t> next_id{1};
   CompiledGrammar out;
+  out.id = next_id.fetch_add(1);
   out.byte_sets = grammar.byte_sets;
   out.root = grammar.root;
   out.rule_starts.resize(grammar.rules.size());

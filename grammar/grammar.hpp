@@ -56,6 +56,7 @@ struct CompiledGrammar {
   std::vector<ByteSet> byte_sets;
   std::vector<std::string> rule_names;
   std::uint32_t root = 0;
+  std::uint64_t id = 0;  // unique to each compile(): what caches of its states key on
 };
 
 // Checks `grammar` (every referenced rule defined, no rule that can call itself before

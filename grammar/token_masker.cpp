@@ -13,11 +13,45 @@ TokenMasker::TokenMasker(std::vector<std::string> token_bytes)
             [&](std::int32_t a, std::int32_t b) { return token_bytes_[a] < token_bytes_[b]; });
 }
 
+std::size_t TokenMasker::KeyHash::operator()(const Key& key) const {
+  std::uint64_t h = key.grammar * 0x9E3779B97F4A7C15ull;
+  for (const std::uint32_t p : key.stack) h = (h ^ p) * 0x100000001B3ull;
+  return static_cast<std::size_t>(h);
+}
+
+std::size_t TokenMasker::num_cached_masks() const {
+  std::lock_guard lock(mutex_);
+  return cache_.size();
+}
+
 void TokenMasker::fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& allowed) const {
+  allowed.assign((token_bytes_.size() + 63) / 64, 0);
+  // A token is allowed when one branch takes it: the union of each branch's mask.
+  for (const Matcher::Stack& stack : matcher.stacks()) {
+    if (stack.empty()) continue;  // complete: takes no more bytes
+    Key key{matcher.grammar().id, stack};
+    std::shared_ptr<const Mask> mask;
+    {
+      std::lock_guard lock(mutex_);
+      if (const auto it = cache_.find(key); it != cache_.end()) mask = it->second;
+    }
+    if (!mask) {
+      auto computed = std::make_shared<Mask>();
+      walk(matcher, stack, *computed);
+      mask = computed;
+      std::lock_guard lock(mutex_);
+      if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+      cache_.emplace(std::move(key), mask);
+    }
+    for (std::size_t i = 0; i < allowed.size(); ++i) allowed[i] |= (*mask)[i];
+  }
+}
+
+void TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack, Mask& allowed) const {
   allowed.assign((token_bytes_.size() + 63) / 64, 0);
   // states[d]: the branches after the first d bytes of the current token. A prefix the
   // grammar rejected is remembered, so that the tokens after it that share it are skipped.
-  std::vector<std::vector<Matcher::Stack>> states(1, matcher.stacks());
+  std::vector<std::vector<Matcher::Stack>> states(1, std::vector<Matcher::Stack>{stack});
   std::string_view previous;
   std::size_t dead_prefix = 0;  // bytes of `previous` whose last byte was rejected; 0: none
   for (const std::int32_t id : sorted_) {
