@@ -50,7 +50,11 @@ struct AttentionParams {
   std::int32_t num_heads = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
-  float scale = 1.0f;  // applied to q.k
+  float scale = 1.0f;    // applied to q.k
+  float softcap = 0.0f;  // then score = softcap * tanh(score / softcap); 0: none
+  // A query at position p sees the keys at positions j with 0 <= p - j < window; 0: all
+  // keys up to p.
+  std::int32_t window = 0;
 };
 
 // How the recipe runs a step its backend has begun.
