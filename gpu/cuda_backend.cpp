@@ -18,6 +18,7 @@
 #include "gguf/half.hpp"
 #include "gpu/cuda_errors.hpp"
 #include "gpu/kernels.hpp"
+#include "model/llama_config.hpp"
 
 namespace troupe::gpu {
 
@@ -852,9 +853,24 @@ void CudaBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
       layer_cache(k_cache_, layer), layer_cache(v_cache_, layer), as_stream(stream_));
 }
 
+Result<void> CudaBackend::supports(const model::ArchFeatures& features) const {
+  std::string missing;
+  if (features.attention_softcap > 0.0f) missing = "attention softcap";
+  if (features.window_layers != model::WindowLayers::none && features.sliding_window > 0) {
+    missing += std::string(missing.empty() ? "" : ", ") + "sliding window";
+  }
+  if (missing.empty()) return {};
+  return make_error(ErrorCode::unsupported, "the CUDA backend does not implement this model's " +
+                                                missing + " yet (the CPU backend does)");
+}
+
 void CudaBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
                             Tensor out) {
   wrote(out);
+  if (params.softcap > 0.0f || params.window > 0) {  // refused at load (supports)
+    if (error_.empty()) error_ = "attention: no softcap or sliding window on CUDA yet";
+    return;
+  }
   const auto& s = kv_shape_;
   if (!check_heads(params.num_heads, params.num_kv_heads, params.head_dim) ||
       params.head_dim != s.head_dim || params.num_kv_heads != s.num_kv_heads) {
@@ -905,6 +921,30 @@ void CudaBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
   wrote(out);
   kernels::swiglu(gate.data, up.data, out.data, gate.rows * gate.cols, copy_for(out),
                   as_stream(stream_));
+}
+
+void CudaBackend::add_bias(Tensor x, const Weight& bias) {
+  TROUPE_ASSERT(bias.type == TensorType::f32 && bias.rows * bias.cols == x.cols,
+                "add_bias: the bias does not fit the rows");
+  wrote(x);
+  kernels::add_bias(x.data, static_cast<const float*>(bias.data), x.rows, x.cols,
+                    as_stream(stream_));
+}
+
+void CudaBackend::gelu_tanh_gate(Tensor gate, Tensor up, Tensor out) {
+  wrote(out);
+  kernels::gelu_tanh_gate(gate.data, up.data, out.data, gate.rows * gate.cols, copy_for(out),
+                          as_stream(stream_));
+}
+
+void CudaBackend::scale(Tensor x, float factor) {
+  wrote(x);
+  kernels::scale(x.data, factor, x.rows * x.cols, as_stream(stream_));
+}
+
+void CudaBackend::softcap(Tensor x, float cap) {
+  wrote(x);
+  kernels::softcap(x.data, cap, x.rows * x.cols, as_stream(stream_));
 }
 
 void CudaBackend::add(Tensor x, Tensor y) {

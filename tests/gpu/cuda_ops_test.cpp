@@ -10,6 +10,7 @@
 #include "gguf/half.hpp"
 #include "gpu/gpu_test_support.hpp"
 #include "gpu/steps.hpp"
+#include "model/llama_config.hpp"
 
 using namespace troupe;
 using gguf::TensorType;
@@ -155,6 +156,21 @@ TEST_CASE("row ops equal the CPU backend's: norms, residual, SwiGLU, embedding, 
     b.cpu.swiglu(gate.second, up.second, out.second);
     b.gpu->add(out.first, gate.first);
     b.cpu.add(out.second, gate.second);
+    CHECK(b.error(out) < 1e-5);
+  }
+  SECTION("bias add, GELU-tanh gate, scale and softcap") {
+    const auto x = b.random_tensor(n, cols, 4.0f);
+    const auto up = b.random_tensor(n, cols);
+    const auto bias = b.vector(cols, 0.5f, 0.0f);
+    const auto out = b.tensor(n, cols);
+    b.gpu->add_bias(x.first, bias.first);
+    b.cpu.add_bias(x.second, bias.second);
+    b.gpu->gelu_tanh_gate(x.first, up.first, out.first);
+    b.cpu.gelu_tanh_gate(x.second, up.second, out.second);
+    b.gpu->scale(out.first, 8.0f);
+    b.cpu.scale(out.second, 8.0f);
+    b.gpu->softcap(out.first, 3.0f);
+    b.cpu.softcap(out.second, 3.0f);
     CHECK(b.error(out) < 1e-5);
   }
   SECTION("embedding rows of a 16-bit table") {
@@ -369,4 +385,18 @@ TEST_CASE("the fused RoPE and KV store equals rope, rope and store_kv", "[gpu][o
   b.gpu->attention(0, q.first, params, out.first);
   b.cpu.attention(0, q.second, params, out.second);
   CHECK(b.error(out) < 3e-3);
+}
+
+TEST_CASE("the CUDA backend refuses attention softcaps and sliding windows by name", "[gpu][ops]") {
+  Both b;
+  model::ArchFeatures qwen2;
+  qwen2.qkv_bias = true;
+  CHECK(b.gpu->supports(qwen2).has_value());
+  model::ArchFeatures gemma2;
+  gemma2.attention_softcap = 50.0f;
+  gemma2.sliding_window = 32;
+  gemma2.window_layers = model::WindowLayers::even;
+  const auto refused = b.gpu->supports(gemma2);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message.find("attention softcap, sliding window") != std::string::npos);
 }
