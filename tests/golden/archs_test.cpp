@@ -3,10 +3,15 @@
 // ids and first-step logits, from ../shared/golden/archs (see its README for the
 // tolerances used here).
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
+#include <optional>
 
 #include "golden/golden_support.hpp"
+#include "model/rendezvous_stores.hpp"
+#include "worker/backend_factory.hpp"
 
 using namespace troupe;
 
@@ -132,6 +137,77 @@ void check_f16_cache(const std::string& name) {
   }
 }
 
+// The ranks of a tensor-parallel group (threads of this process, Gloo on loopback), each
+// with a default (F16) KV cache.
+std::vector<model::LoadedModel> load_group(const std::string& path, std::int32_t size,
+                                           model::KvCacheDtype kv_dtype) {
+  model::InProcessStore store;
+  static int formation = 0;
+  worker::GroupLink link;
+  link.store = &store;
+  link.prefix = "archs-tp-" + std::to_string(++formation);
+  link.timeout = std::chrono::seconds(20);
+  std::vector<std::future<Result<model::LoadedModel>>> loading;
+  for (std::int32_t r = 0; r < size; ++r) {
+    loading.push_back(std::async(std::launch::async, [&, r]() -> Result<model::LoadedModel> {
+      engine::WorkerSpec spec;
+      spec.model_path = path;
+      spec.num_threads = 1;
+      spec.rank = r;
+      spec.world_size = size;
+      TROUPE_TRY(auto m, worker::open_model(spec, &link));
+      m.kv_dtype = kv_dtype;
+      TROUPE_TRY_VOID(m.allocate_kv_cache(64, 16));
+      return m;
+    }));
+  }
+  std::vector<model::LoadedModel> ranks;
+  std::optional<Error> failed;
+  for (auto& rank : loading) {
+    auto m = rank.get();
+    if (!m && !failed) failed = m.error();
+    if (m) ranks.push_back(std::move(*m));
+  }
+  if (failed) FAIL("a rank failed to load: " << failed->message);
+  return ranks;
+}
+
+// Split over 2 and 4 ranks (4: each KV head held by two ranks), the model gives the whole
+// model's ids, and its first-step logits within a tolerance of max |logit| (only the
+// order of the all-reduced sums differs).
+void check_split(const std::string& name, model::KvCacheDtype kv_dtype) {
+  const Json golden = arch_golden(name);
+  const std::string path = test::shared_file("models/archs/" + name + ".gguf");
+  const auto requests = requests_of(golden);
+  auto whole = test::LoadedTestModel::open(path, 64, 16, 2, kv_dtype);
+  auto expected = worker::BatchGenerator(*whole.model, {}).run(requests);
+  REQUIRE(expected.has_value());
+  // The split reorders the all-reduced sums (~1e-7 each). With an F16 cache that can move
+  // a key or value to the neighbouring half (2^-11 relative), which gemma2's 26 layers
+  // carry to ~6e-4 of the logits.
+  const double tolerance = kv_dtype == model::KvCacheDtype::f32 ? 1e-4 : 1e-3;
+  for (const std::int32_t size : {2, 4}) {
+    INFO(name << " split over " << size << " ranks");
+    auto ranks = load_group(path, size, kv_dtype);
+    std::vector<model::LlamaModel*> models;
+    for (auto& r : ranks) models.push_back(r.model.get());
+    auto result = worker::BatchGenerator(models, {}).run(requests);
+    REQUIRE(result.has_value());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      CHECK((*result)[i].output == (*expected)[i].output);
+      const auto& a = (*result)[i].first_logits;
+      const auto& b = (*expected)[i].first_logits;
+      REQUIRE(a.size() == b.size());
+      double max_ref = 0.0, max_diff = 0.0;
+      for (std::size_t j = 0; j < a.size(); ++j) {
+        max_ref = std::max(max_ref, static_cast<double>(std::fabs(b[j])));
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[j] - b[j])));
+      }
+      CHECK(max_diff <= tolerance * max_ref);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("llama (Llama 3.1 RoPE factors) computes what llama.cpp computes", "[golden][shared]") {
@@ -164,4 +240,16 @@ TEST_CASE(
     "[golden][shared]") {
   check_f32_cache("gemma2");
   check_f16_cache("gemma2");
+}
+
+TEST_CASE("qwen2, phi3 and gemma2 split over ranks compute what the whole model computes",
+          "[golden][shared][tp]") {
+  // Biases cut with their heads, fused QKV and gate-up cut in each of their parts, and
+  // gemma2's head_dim != dim / heads.
+  for (const auto kv_dtype : {model::KvCacheDtype::f32, model::KvCacheDtype::f16}) {
+    INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
+    check_split("qwen2", kv_dtype);
+    check_split("phi3", kv_dtype);
+    check_split("gemma2", kv_dtype);
+  }
 }
