@@ -42,6 +42,14 @@ Result<void> read_features(const gguf::GgufFile& file, LlamaConfig& c) {
     f.fused_qkv = true;
     f.fused_gate_up = true;
     c.rope_layout = RopeLayout::neox;
+    // Phi-3 128K and Phi-3.5 rescale RoPE per frequency (LongRoPE): running them without
+    // would be wrong past the short context, so they are refused until it is done.
+    for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+      if (file.find_tensor(name) != nullptr) {
+        return make_error(ErrorCode::unsupported,
+                          std::string("phi3 with LongRoPE ('") + name + "') is not supported yet");
+      }
+    }
     // A window of 0 (Phi-4) means none; otherwise llama.cpp masks every layer with it.
     if (file.find(p + "attention.sliding_window") != nullptr) {
       TROUPE_TRY(const auto window, file.get_uint(p + "attention.sliding_window"));

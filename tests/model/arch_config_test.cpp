@@ -70,6 +70,15 @@ TEST_CASE("phi3 fuses QKV and gate-up and windows every layer unless its window 
     CHECK(config->rope_layout == RopeLayout::neox);
     for (std::int32_t layer = 0; layer < 3; ++layer) CHECK(config->features.window_of(layer) == 48);
   }
+  SECTION("LongRoPE (Phi-3 128K) is refused by its tensor's name") {
+    const auto config = config_of("phi3", 3, [](GgufWriter& w) {
+      const std::vector<float> factors(8, 1.0f);
+      w.add_tensor("rope_factors_long.weight", TensorType::f32, {8},
+                   *quantize(TensorType::f32, factors, 8));
+    });
+    REQUIRE_FALSE(config.has_value());
+    CHECK(config.error().message.find("rope_factors_long") != std::string::npos);
+  }
   SECTION("a window of 0 (Phi-4) is no window") {
     const auto config = config_of(
         "phi3", 3, [](GgufWriter& w) { w.add_uint32("phi3.attention.sliding_window", 0); });
