@@ -18,7 +18,6 @@
 #include "gguf/half.hpp"
 #include "gpu/cuda_errors.hpp"
 #include "gpu/kernels.hpp"
-#include "model/llama_config.hpp"
 
 namespace troupe::gpu {
 
@@ -854,23 +853,13 @@ void CudaBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
 }
 
 Result<void> CudaBackend::supports(const model::ArchFeatures& features) const {
-  std::string missing;
-  if (features.attention_softcap > 0.0f) missing = "attention softcap";
-  if (features.window_layers != model::WindowLayers::none && features.sliding_window > 0) {
-    missing += std::string(missing.empty() ? "" : ", ") + "sliding window";
-  }
-  if (missing.empty()) return {};
-  return make_error(ErrorCode::unsupported, "the CUDA backend does not implement this model's " +
-                                                missing + " yet (the CPU backend does)");
+  (void)features;
+  return {};
 }
 
 void CudaBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
                             Tensor out) {
   wrote(out);
-  if (params.softcap > 0.0f || params.window > 0) {  // refused at load (supports)
-    if (error_.empty()) error_ = "attention: no softcap or sliding window on CUDA yet";
-    return;
-  }
   const auto& s = kv_shape_;
   if (!check_heads(params.num_heads, params.num_kv_heads, params.head_dim) ||
       params.head_dim != s.head_dim || params.num_kv_heads != s.num_kv_heads) {
@@ -892,6 +881,8 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
   a.num_kv_heads = params.num_kv_heads;
   a.head_dim = params.head_dim;
   a.scale = params.scale;
+  a.softcap = params.softcap;
+  a.window = params.window;
   // The output projection reads this next: its 16-bit input is written here.
   a.out16 = copy_for(out);
   const auto num_decode = static_cast<std::int32_t>(layout_.decode_rows.size());

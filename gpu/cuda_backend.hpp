@@ -102,8 +102,7 @@ class CudaBackend final : public model::Backend {
   const model::KvCacheShape& kv_cache_shape() const override { return kv_shape_; }
 
   model::StepPlan step_shape(const model::StepInput& step) const override;
-  // Biases, GELU-tanh, the embedding scale and the final softcap; not yet the attention
-  // softcap or sliding windows (gpu/attention.cu's kernels know neither).
+  // Every feature of every architecture troupe reads.
   Result<void> supports(const model::ArchFeatures& features) const override;
   Result<model::StepPlan> begin_step(const model::StepInput& step) override;
   Result<void> end_step() override;

@@ -79,7 +79,9 @@ struct AttentionArgs {
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
   float scale = 1.0f;
-  Copy16 out16;  // also the output in 16 bits, for the matmul that reads it next
+  float softcap = 0.0f;     // score = softcap * tanh(scale * q.k / softcap); 0: none
+  std::int32_t window = 0;  // a query at p sees keys j with 0 <= p - j < window; 0: all
+  Copy16 out16;             // also the output in 16 bits, for the matmul that reads it next
 };
 // One query per listed row, over its sequence's blocks, split along the context into
 // `num_splits` partitions (partials in `scratch`: rows * num_heads * num_splits * (head_dim + 2)

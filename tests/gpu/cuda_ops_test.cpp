@@ -206,8 +206,10 @@ TEST_CASE("RoPE equals the CPU backend's in both layouts, with and without facto
   CHECK(b.error(x) < 1e-4);
 }
 
-TEST_CASE("paged attention equals the CPU backend's for prefill tiles and split decodes",
-          "[gpu][ops]") {
+TEST_CASE(
+    "paged attention equals the CPU backend's for prefill tiles and split decodes, with "
+    "windows and softcaps",
+    "[gpu][ops]") {
   gpu::CudaBackendOptions options;
   // Both prefill kernels: half-precision tensor-core products and float FMAs.
   options.prefill_tensor_cores = GENERATE(true, false);
@@ -218,8 +220,15 @@ TEST_CASE("paged attention equals the CPU backend's for prefill tiles and split 
   const std::int32_t heads = kv_heads * group;
   const std::int32_t block_size = 16;
   b.kv_cache({2, 256, block_size, kv_heads, head_dim});
-  const model::AttentionParams params{heads, kv_heads, head_dim,
-                                      1.0f / std::sqrt(static_cast<float>(head_dim))};
+  model::AttentionParams params{heads, kv_heads, head_dim,
+                                1.0f / std::sqrt(static_cast<float>(head_dim))};
+  // Plain causal attention; a window inside a decode partition (phi3-like); a window of
+  // 300 across partitions and key tiles with a score softcap (gemma2-like).
+  const auto limits =
+      GENERATE(std::pair<std::int32_t, float>{0, 0.0f}, std::pair<std::int32_t, float>{48, 0.0f},
+               std::pair<std::int32_t, float>{300, 5.0f});
+  params.window = limits.first;
+  params.softcap = limits.second;
   const std::int32_t layer = 1;
   auto run = [&](const model::StepInput& step) {
     b.begin(step);
@@ -385,18 +394,4 @@ TEST_CASE("the fused RoPE and KV store equals rope, rope and store_kv", "[gpu][o
   b.gpu->attention(0, q.first, params, out.first);
   b.cpu.attention(0, q.second, params, out.second);
   CHECK(b.error(out) < 3e-3);
-}
-
-TEST_CASE("the CUDA backend refuses attention softcaps and sliding windows by name", "[gpu][ops]") {
-  Both b;
-  model::ArchFeatures qwen2;
-  qwen2.qkv_bias = true;
-  CHECK(b.gpu->supports(qwen2).has_value());
-  model::ArchFeatures gemma2;
-  gemma2.attention_softcap = 50.0f;
-  gemma2.sliding_window = 32;
-  gemma2.window_layers = model::WindowLayers::even;
-  const auto refused = b.gpu->supports(gemma2);
-  REQUIRE_FALSE(refused.has_value());
-  CHECK(refused.error().message.find("attention softcap, sliding window") != std::string::npos);
 }
