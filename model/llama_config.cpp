@@ -120,6 +120,8 @@ std::string ArchFeatures::op_names() const {
   return out;
 }
 
+// Backend's default, here beside the feature names it reports: a backend that does not
+// say otherwise runs llama's ops only.
 Result<void> Backend::supports(const ArchFeatures& features) const {
   const std::string missing = features.op_names();
   if (missing.empty()) return {};

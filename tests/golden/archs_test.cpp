@@ -1,7 +1,8 @@
 // troupe computes what llama.cpp computes for each architecture it reads (llama, llama
 // with F16 weights, qwen2, phi3, gemma2): random-weight models and llama.cpp's greedy
 // ids and first-step logits, from ../shared/golden/archs (see its README for the
-// tolerances used here).
+// tolerances used here); batched and chunked runs give the same ids as single ones, and
+// a model split over ranks computes what the whole one does.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
