@@ -10,6 +10,8 @@
 #include <future>
 #include <optional>
 
+#include "gguf/dequantize.hpp"
+#include "gguf/gguf_writer.hpp"
 #include "golden/golden_support.hpp"
 #include "model/rendezvous_stores.hpp"
 #include "worker/backend_factory.hpp"
@@ -209,7 +211,46 @@ void check_split(const std::string& name, model::KvCacheDtype kv_dtype) {
   }
 }
 
+// The error of loading reference model `name` with tensor `tensor` dropped (rows 0) or cut
+// to its first `rows` rows.
+std::string load_error_without(const std::string& name, const std::string& tensor,
+                               std::int64_t rows = 0) {
+  auto file = gguf::GgufFile::open(test::shared_file("models/archs/" + name + ".gguf"));
+  REQUIRE(file.has_value());
+  gguf::GgufWriter writer;
+  for (const auto& [key, value] : file->metadata()) writer.add_value(key, value);
+  for (const auto& t : file->tensors()) {
+    std::vector<std::int64_t> dims(t.dims, t.dims + t.num_dims);
+    std::size_t bytes = t.num_bytes;
+    if (t.name == tensor) {
+      if (rows == 0) continue;
+      dims[1] = rows;
+      bytes = gguf::row_bytes(t.type, t.dims[0]) * static_cast<std::size_t>(rows);
+    }
+    writer.add_tensor(t.name, t.type, dims, std::vector<std::byte>(t.data, t.data + bytes));
+  }
+  const auto bytes = writer.to_bytes();
+  auto broken = gguf::GgufFile::parse(bytes);
+  REQUIRE(broken.has_value());
+  cpu::CpuBackend backend(1);
+  auto model = model::LlamaModel::load(*broken, backend);
+  REQUIRE_FALSE(model.has_value());
+  return model.error().message;
+}
+
 }  // namespace
+
+TEST_CASE("a reference model missing a tensor of its architecture fails to load, naming it",
+          "[golden][shared]") {
+  CHECK_THAT(load_error_without("qwen2", "blk.2.attn_v.bias"),
+             Catch::Contains("'blk.2.attn_v.bias'"));
+  CHECK_THAT(load_error_without("phi3", "blk.1.attn_qkv.weight", 192),
+             Catch::Contains("'blk.1.attn_qkv.weight' has shape [128, 192]"));
+  CHECK_THAT(load_error_without("phi3", "blk.0.ffn_up.weight", 352),
+             Catch::Contains("'blk.0.ffn_up.weight'"));
+  CHECK_THAT(load_error_without("gemma2", "blk.3.post_ffw_norm.weight"),
+             Catch::Contains("'blk.3.post_ffw_norm.weight'"));
+}
 
 TEST_CASE("llama (Llama 3.1 RoPE factors) computes what llama.cpp computes", "[golden][shared]") {
   check_f32_cache("llama");
