@@ -149,6 +149,24 @@ HWY_INLINE void softmax_row(float* row, int n, float& m_out, float& s_out) {
   s_out = hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
+// In place over the first n scores of a row: score = cap * tanh(score / cap).
+HWY_INLINE void softcap_row(float* row, int n, float cap) {
+  const DF d;
+  const int lanes = static_cast<int>(hn::Lanes(d));
+  const auto cap_v = hn::Set(d, cap);
+  const auto inverse = hn::Set(d, 1.0f / cap);
+  int i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto x = hn::Mul(hn::LoadU(d, row + i), inverse);
+    hn::StoreU(hn::Mul(cap_v, hn::CallTanh(d, x)), d, row + i);
+  }
+  if (i < n) {
+    const auto valid = hn::FirstN(d, n - i);
+    const auto x = hn::IfThenElseZero(valid, hn::Mul(hn::LoadU(d, row + i), inverse));
+    hn::BlendedStore(hn::Mul(cap_v, hn::CallTanh(d, x)), valid, d, row + i);
+  }
+}
+
 template <typename T>
 void partition(const PartitionJob& j) {
   const int hd = j.head_dim, bs = j.block_size;
@@ -156,6 +174,12 @@ void partition(const PartitionJob& j) {
   // The keys query i sees here: [key_begin, key_begin + visible(i)).
   const auto visible = [&](int i) {
     return std::clamp(j.positions[i] + 1 - j.key_begin, 0, j.num_blocks * bs);
+  };
+  // With a window, query i sees none of the keys before key_begin + window_start(i). Both
+  // bounds ascend with i (the queries are in position order).
+  const auto window_start = [&](int i) {
+    if (j.window <= 0) return 0;
+    return std::clamp(j.positions[i] + 1 - j.window - j.key_begin, 0, j.num_blocks * bs);
   };
   thread_local std::vector<const float*> in_rows;
   thread_local std::vector<float*> out_rows;
@@ -166,8 +190,10 @@ void partition(const PartitionJob& j) {
   for (int b = 0; b < j.num_blocks; ++b) {
     int first = 0;
     while (first < j.num_queries && visible(first) <= b * bs) ++first;
+    int last = j.num_queries;  // the queries whose window starts past this block skip it
+    while (last > first && window_start(last - 1) >= (b + 1) * bs) --last;
     int n = 0;
-    for (int i = first; i < j.num_queries; ++i) {
+    for (int i = first; i < last; ++i) {
       for (int h = 0; h < j.group; ++h, ++n) {
         in_rows[n] = j.q + i * j.q_stride + h * hd;
         out_rows[n] = j.scores + (i * j.group + h) * j.score_stride + b * bs;
@@ -177,16 +203,21 @@ void partition(const PartitionJob& j) {
                  out_rows.data());
   }
   for (int i = 0; i < j.num_queries; ++i) {
-    const int n = visible(i);
+    const int begin = window_start(i), end = visible(i);
     for (int h = 0; h < j.group; ++h) {
       const int r = i * j.group + h;
       std::fill(j.o + r * hd, j.o + (r + 1) * hd, 0.0f);
-      if (n == 0) {
+      if (end <= begin) {
         j.m[r] = -std::numeric_limits<float>::infinity();
         j.s[r] = 0.0f;
         continue;
       }
-      softmax_row(j.scores + r * j.score_stride, n, j.m[r], j.s[r]);
+      float* row = j.scores + r * j.score_stride;
+      if (j.softcap > 0.0f) softcap_row(row + begin, end - begin, j.softcap);
+      softmax_row(row + begin, end - begin, j.m[r], j.s[r]);
+      // The keys of its first block before its window weigh nothing (the blocks before
+      // that one it skips).
+      std::fill(row + begin / bs * bs, row + begin, 0.0f);
     }
   }
   // Values, each block loaded once for the rows that see all of it; the rows that see
@@ -204,11 +235,16 @@ void partition(const PartitionJob& j) {
       }
       block_values(in_rows.data(), n, values, hd, slots, out_rows.data());
     };
+    // The slots of this block query i adds: none when its window starts past the block.
+    const auto slots_of = [&](int i) {
+      if (window_start(i) >= (b + 1) * bs) return 0;
+      return std::min(bs, visible(i) - b * bs);
+    };
     int i = 0;
     while (i < j.num_queries) {
-      const int slots = std::min(bs, visible(i) - b * bs);
+      const int slots = slots_of(i);
       int end = i + 1;
-      while (end < j.num_queries && std::min(bs, visible(end) - b * bs) == slots) ++end;
+      while (end < j.num_queries && slots_of(end) == slots) ++end;
       if (slots > 0) add(i, end, slots);
       i = end;
     }
@@ -259,8 +295,9 @@ struct Item {
   std::int32_t first_row = 0;  // in the flat batch
   std::int32_t num_rows = 0;
   std::int32_t kv_head = 0;
-  std::int32_t num_partitions = 0;
-  std::int64_t partials = 0;  // offset of its partials when split over threads
+  std::int32_t first_partition = 0;  // the earlier ones are all outside its queries' windows
+  std::int32_t num_partitions = 0;   // from first_partition on
+  std::int64_t partials = 0;         // offset of its partials when split over threads
 };
 
 // A partition's results for `rows` rows: [m: rows][s: rows][o: rows * head_dim].
@@ -289,8 +326,14 @@ class Plan {
       for (std::int32_t tile_end = end; tile_end > begin; tile_end -= kQueryTile) {
         const std::int32_t first = std::max(begin, tile_end - kQueryTile);
         const std::int32_t last_position = step.positions[tile_end - 1];
+        // The first query's window starts first: partitions ending before it are skipped
+        // (they would fold as no-ops).
+        const std::int32_t window_start =
+            params.window > 0 ? std::max(0, step.positions[first] + 1 - params.window) : 0;
+        const std::int32_t first_partition = window_start / part_keys;
         for (std::int32_t h = 0; h < params.num_kv_heads; ++h) {
-          items_.push_back({seq, first, tile_end - first, h, last_position / part_keys + 1, 0});
+          items_.push_back({seq, first, tile_end - first, h, first_partition,
+                            last_position / part_keys + 1 - first_partition, 0});
         }
       }
     }
@@ -329,7 +372,7 @@ class Plan {
       const std::int64_t rows = item.num_rows * group_;
       float* at =
           partials_ + item.partials + tasks[t].second * partial_floats(rows, params_.head_dim);
-      compute(item, tasks[t].second, at);
+      compute(item, item.first_partition + tasks[t].second, at);
     });
     pool.parallel_for(num_items, [&](std::int64_t i) {
       const Item& item = items_[i];
@@ -358,7 +401,9 @@ class Plan {
       k_blocks[b] = kv_.keys + offset;
       v_blocks[b] = kv_.values + offset;
     }
-    scores.resize(static_cast<std::size_t>(rows * score_stride_));
+    // A windowed row's softmax starts mid-row: its last vector load may reach 16 floats
+    // past the last row (the lanes are masked out, the memory must exist).
+    scores.resize(static_cast<std::size_t>(rows * score_stride_ + 16));
     PartitionJob job;
     job.q = q_.data + item.first_row * q_.cols + item.kv_head * group_ * params_.head_dim;
     job.q_stride = q_.cols;
@@ -367,6 +412,8 @@ class Plan {
     job.group = group_;
     job.head_dim = params_.head_dim;
     job.scale = params_.scale;
+    job.softcap = params_.softcap;
+    job.window = params_.window;
     job.dtype = kv_.dtype;
     job.k_blocks = k_blocks.data();
     job.v_blocks = v_blocks.data();
@@ -386,13 +433,13 @@ class Plan {
     partial.resize(
         static_cast<std::size_t>(partial_floats(item.num_rows * group_, params_.head_dim)));
     fold_and_write(item, [&](std::int32_t p) {
-      compute(item, p, partial.data());
+      compute(item, item.first_partition + p, partial.data());
       return partial.data();
     });
   }
 
-  // Folds the item's partitions in ascending order (partition_at(p) gives each one's
-  // results) and writes o / s to the output rows.
+  // Folds the item's partitions in ascending order (partition_at(p) gives the results of
+  // its p-th from first_partition) and writes o / s to the output rows.
   template <typename PartitionAt>
   void fold_and_write(const Item& item, PartitionAt&& partition_at) const {
     thread_local std::vector<float> run;

@@ -31,9 +31,9 @@ struct KvLayerView {
   std::int32_t head_dim = 0;
 };
 
-// out = causal attention of each of the step's queries over its sequence's keys. The
-// step must have passed validate_step (a sequence's positions ascend, its blocks cover
-// them).
+// out = causal attention of each of the step's queries over its sequence's keys (those
+// inside params.window of it, when it has one). The step must have passed validate_step
+// (a sequence's positions ascend, its blocks cover them).
 //   q, out: [num_tokens, num_heads * head_dim]
 void paged_attention(ThreadPool& pool, const model::StepInput& step, const KvLayerView& kv,
                      model::Tensor q, const model::AttentionParams& params, model::Tensor out);
@@ -42,7 +42,8 @@ void paged_attention(ThreadPool& pool, const model::StepInput& step, const KvLay
 
 // One tile of consecutive queries of one sequence, the `group` query heads of one KV
 // head, over one partition of that head's keys: keys [key_begin, key_begin +
-// num_blocks * block_size), of which query i sees those up to positions[i].
+// num_blocks * block_size), of which query i sees those up to positions[i] and, with a
+// window, from positions[i] - window + 1 on.
 struct PartitionJob {
   const float* q = nullptr;  // query i's heads at q + i * q_stride, head_dim apart
   std::int64_t q_stride = 0;
@@ -51,6 +52,8 @@ struct PartitionJob {
   std::int32_t group = 1;
   std::int32_t head_dim = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;     // score = softcap * tanh(scale * q.k / softcap); 0: none
+  std::int32_t window = 0;  // 0: none
   model::KvCacheDtype dtype = model::KvCacheDtype::f16;
   const std::byte* const* k_blocks = nullptr;  // [num_blocks] one KV head's part of each block
   const std::byte* const* v_blocks = nullptr;

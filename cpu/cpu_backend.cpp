@@ -12,6 +12,7 @@
 #include "cpu/kernels.hpp"
 #include "gguf/dequantize.hpp"
 #include "gguf/half.hpp"
+#include "model/llama_config.hpp"
 
 namespace troupe::cpu {
 
@@ -97,6 +98,11 @@ std::byte* CpuBackend::kv_block(std::vector<std::byte>& cache, std::int32_t laye
       ((static_cast<std::size_t>(layer) * s.num_blocks + block) * s.num_kv_heads + kv_head) *
       s.block_size * s.head_dim * model::kv_element_bytes(s.dtype);
   return cache.data() + index;
+}
+
+Result<void> CpuBackend::supports(const model::ArchFeatures& features) const {
+  (void)features;
+  return {};
 }
 
 Result<model::StepPlan> CpuBackend::begin_step(const model::StepInput& step) {
@@ -313,6 +319,39 @@ void CpuBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
 void CpuBackend::add(Tensor x, Tensor y) {
   const std::int64_t n = x.rows * x.cols;
   for (std::int64_t i = 0; i < n; ++i) x.data[i] += y.data[i];
+}
+
+void CpuBackend::add_bias(Tensor x, const Weight& bias) {
+  TROUPE_ASSERT(bias.type == TensorType::f32 && bias.rows * bias.cols == x.cols,
+                "add_bias: the bias does not fit the rows");
+  const auto* b = static_cast<const float*>(bias.data);
+  for (std::int64_t r = 0; r < x.rows; ++r) {
+    float* o = row(x, r);
+    for (std::int64_t i = 0; i < x.cols; ++i) o[i] += b[i];
+  }
+}
+
+void CpuBackend::gelu_tanh_gate(Tensor gate, Tensor up, Tensor out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  pool_.parallel_for(gate.rows, [&](std::int64_t r) {
+    const float* g = row(gate, r);
+    const float* u = row(up, r);
+    float* o = row(out, r);
+    for (std::int64_t i = 0; i < gate.cols; ++i) {
+      const float x = g[i];
+      o[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * u[i];
+    }
+  });
+}
+
+void CpuBackend::scale(Tensor x, float factor) {
+  const std::int64_t n = x.rows * x.cols;
+  for (std::int64_t i = 0; i < n; ++i) x.data[i] *= factor;
+}
+
+void CpuBackend::softcap(Tensor x, float cap) {
+  const std::int64_t n = x.rows * x.cols;
+  for (std::int64_t i = 0; i < n; ++i) x.data[i] = cap * std::tanh(x.data[i] / cap);
 }
 
 void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {

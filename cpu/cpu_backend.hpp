@@ -29,6 +29,9 @@ class CpuBackend final : public model::Backend {
   Result<void> allocate_kv_cache(const model::KvCacheShape& shape) override;
   const model::KvCacheShape& kv_cache_shape() const override { return kv_shape_; }
 
+  // Every feature of every architecture troupe reads.
+  Result<void> supports(const model::ArchFeatures& features) const override;
+
   Result<model::StepPlan> begin_step(const model::StepInput& step) override;
   Result<void> end_step() override;
   void embed(const model::Weight& table, model::Tensor out) override;
@@ -41,6 +44,10 @@ class CpuBackend final : public model::Backend {
                  model::Tensor out) override;
   void swiglu(model::Tensor gate, model::Tensor up, model::Tensor out) override;
   void add(model::Tensor x, model::Tensor y) override;
+  void add_bias(model::Tensor x, const model::Weight& bias) override;
+  void gelu_tanh_gate(model::Tensor gate, model::Tensor up, model::Tensor out) override;
+  void scale(model::Tensor x, float factor) override;
+  void softcap(model::Tensor x, float cap) override;
   void gather_logit_rows(model::Tensor x, model::Tensor out) override;
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
   Result<void> join_group(std::shared_ptr<model::Communicator> group) override;

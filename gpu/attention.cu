@@ -2,7 +2,10 @@
 // context, then combined) and one for prefill chunks (query tiles against key tiles
 // in shared memory with an online softmax, as FlashAttention does). The KV cache
 // holds half-precision slots of [num_kv_heads * head_dim]; block tables map a
-// sequence's positions to slots.
+// sequence's positions to slots. Optionally (gemma2, phi3) a score is soft-capped,
+// s = cap * tanh(s / cap), and a query at position p sees only the keys j with
+// p - j < window: the masked keys score -inf, and partitions or key tiles wholly before
+// a query's window are skipped.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -50,6 +53,16 @@ __device__ __forceinline__ void write_out(const AttentionArgs& a, std::int64_t i
 // The keys a row attends to: up to its own position; none for a padding row.
 __device__ __forceinline__ int keys_of(const AttentionArgs& a, int row) {
   return a.token_seq[row] < 0 ? 0 : a.positions[row] + 1;
+}
+
+// The first key a row of `length` keys sees through the window (0 without one).
+__device__ __forceinline__ int window_start(const AttentionArgs& a, int length) {
+  return a.window > 0 ? max(0, length - a.window) : 0;
+}
+
+// A score after the optional softcap.
+__device__ __forceinline__ float cap_score(const AttentionArgs& a, float s) {
+  return a.softcap > 0.0f ? a.softcap * tanhf(s / a.softcap) : s;
 }
 
 // Eight halves at a 16-byte aligned address, as floats.
@@ -102,6 +115,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     return;
   }
+  const int first_key = window_start(a, length);
+  if (end <= first_key) return;  // wholly before the window: the combine skips it
   const int n = end - start;
 
   extern __shared__ float smem[];
@@ -145,7 +160,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < group) p_s[g * kDecodePartition + t] = acc[g];
+      if (g < group) {
+        p_s[g * kDecodePartition + t] = start + t >= first_key ? cap_score(a, acc[g]) : -INFINITY;
+      }
     }
   }
   __syncthreads();
@@ -242,19 +259,21 @@ __global__ void combine_kernel(AttentionArgs a, const std::int32_t* __restrict__
   const int dim = a.head_dim;
   const int row = decode_rows[item];
   const int used = min(num_splits, (keys_of(a, row) + kDecodePartition - 1) / kDecodePartition);
+  // The partitions before the window's start computed nothing.
+  const int first = window_start(a, keys_of(a, row)) / kDecodePartition;
   const float* base =
       partials + (item * static_cast<std::int64_t>(a.num_heads) + head) * num_splits * (dim + 2);
   float m = -INFINITY;
-  for (int s = 0; s < used; ++s) m = fmaxf(m, base[s * (dim + 2) + dim]);
+  for (int s = first; s < used; ++s) m = fmaxf(m, base[s * (dim + 2) + dim]);
   float total = 0.0f;
-  for (int s = 0; s < used; ++s) {
+  for (int s = first; s < used; ++s) {
     const float* p = base + s * (dim + 2);
     total += __expf(p[dim] - m) * p[dim + 1];
   }
   const std::int64_t out = row * static_cast<std::int64_t>(a.num_heads) * dim + head * dim;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     float acc = 0.0f;
-    for (int s = 0; s < used; ++s) {
+    for (int s = first; s < used; ++s) {
       const float* p = base + s * (dim + 2);
       acc += __expf(p[dim] - m) * p[d];
     }
@@ -331,7 +350,9 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
   for (int k = 0; k < kDimsPerLane; ++k) acc[k] = 0.0f;
 
-  for (int first_key = 0; first_key < num_keys; first_key += kKeyTile) {
+  // The tile's first row sees the earliest keys: tiles before its window are skipped.
+  const int key_begin = window_start(a, a.positions[tile.first_row] + 1) / kKeyTile * kKeyTile;
+  for (int first_key = key_begin; first_key < num_keys; first_key += kKeyTile) {
     __syncthreads();  // the previous tile's keys and values are consumed
     for (int idx = threadIdx.x; idx < kKeyTile * dim; idx += kPrefillThreads) {
       const int jj = idx / dim, d = idx % dim;
@@ -353,7 +374,9 @@ __global__ void __launch_bounds__(kPrefillThreads)
       const int jj = c + kLanesPerRow * cc;
       float dot = 0.0f;
       for (int d = 0; d < dim; ++d) dot += q_s[r * dim + d] * k_s[jj * (dim + 1) + d];
-      s[cc] = first_key + jj <= position ? dot : -INFINITY;
+      const int j = first_key + jj;
+      s[cc] = j <= position && (a.window <= 0 || position - j < a.window) ? cap_score(a, dot)
+                                                                          : -INFINITY;
     }
     const float alpha = online_softmax(s, m, l);
 #pragma unroll
@@ -447,7 +470,8 @@ __global__ void __launch_bounds__(kWmmaThreads)
   const auto* k_cache = static_cast<const __half*>(a.k_cache);
   const auto* v_cache = static_cast<const __half*>(a.v_cache);
   const int pieces = dim / 8;  // 16-byte pieces of a row
-  for (int first_key = 0; first_key < num_keys; first_key += kWmmaKeys) {
+  const int key_begin = window_start(a, a.positions[tile.first_row] + 1) / kWmmaKeys * kWmmaKeys;
+  for (int first_key = key_begin; first_key < num_keys; first_key += kWmmaKeys) {
     __syncthreads();  // the previous tile is consumed
     for (int idx = threadIdx.x; idx < kWmmaKeys * pieces; idx += kWmmaThreads) {
       const int jj = idx / pieces, piece = idx % pieces;
@@ -483,7 +507,10 @@ __global__ void __launch_bounds__(kWmmaThreads)
 #pragma unroll
     for (int cc = 0; cc < kWmmaKeys / kLanesPerRow; ++cc) {
       const int jj = c + kLanesPerRow * cc;
-      p[cc] = first_key + jj <= position ? s_f[r * kLdS + jj] : -INFINITY;
+      const int j = first_key + jj;
+      p[cc] = j <= position && (a.window <= 0 || position - j < a.window)
+                  ? cap_score(a, s_f[r * kLdS + jj])
+                  : -INFINITY;
     }
     const float alpha = online_softmax(p, m, l);
 #pragma unroll

@@ -852,6 +852,11 @@ void CudaBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
       layer_cache(k_cache_, layer), layer_cache(v_cache_, layer), as_stream(stream_));
 }
 
+Result<void> CudaBackend::supports(const model::ArchFeatures& features) const {
+  (void)features;
+  return {};
+}
+
 void CudaBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
                             Tensor out) {
   wrote(out);
@@ -876,6 +881,8 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
   a.num_kv_heads = params.num_kv_heads;
   a.head_dim = params.head_dim;
   a.scale = params.scale;
+  a.softcap = params.softcap;
+  a.window = params.window;
   // The output projection reads this next: its 16-bit input is written here.
   a.out16 = copy_for(out);
   const auto num_decode = static_cast<std::int32_t>(layout_.decode_rows.size());
@@ -905,6 +912,30 @@ void CudaBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
   wrote(out);
   kernels::swiglu(gate.data, up.data, out.data, gate.rows * gate.cols, copy_for(out),
                   as_stream(stream_));
+}
+
+void CudaBackend::add_bias(Tensor x, const Weight& bias) {
+  TROUPE_ASSERT(bias.type == TensorType::f32 && bias.rows * bias.cols == x.cols,
+                "add_bias: the bias does not fit the rows");
+  wrote(x);
+  kernels::add_bias(x.data, static_cast<const float*>(bias.data), x.rows, x.cols,
+                    as_stream(stream_));
+}
+
+void CudaBackend::gelu_tanh_gate(Tensor gate, Tensor up, Tensor out) {
+  wrote(out);
+  kernels::gelu_tanh_gate(gate.data, up.data, out.data, gate.rows * gate.cols, copy_for(out),
+                          as_stream(stream_));
+}
+
+void CudaBackend::scale(Tensor x, float factor) {
+  wrote(x);
+  kernels::scale(x.data, factor, x.rows * x.cols, as_stream(stream_));
+}
+
+void CudaBackend::softcap(Tensor x, float cap) {
+  wrote(x);
+  kernels::softcap(x.data, cap, x.rows * x.cols, as_stream(stream_));
 }
 
 void CudaBackend::add(Tensor x, Tensor y) {

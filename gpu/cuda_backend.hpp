@@ -102,6 +102,8 @@ class CudaBackend final : public model::Backend {
   const model::KvCacheShape& kv_cache_shape() const override { return kv_shape_; }
 
   model::StepPlan step_shape(const model::StepInput& step) const override;
+  // Every feature of every architecture troupe reads.
+  Result<void> supports(const model::ArchFeatures& features) const override;
   Result<model::StepPlan> begin_step(const model::StepInput& step) override;
   Result<void> end_step() override;
   void embed(const model::Weight& table, model::Tensor out) override;
@@ -115,6 +117,10 @@ class CudaBackend final : public model::Backend {
   void attention(std::int32_t layer, model::Tensor q, const model::AttentionParams& params,
                  model::Tensor out) override;
   void swiglu(model::Tensor gate, model::Tensor up, model::Tensor out) override;
+  void add_bias(model::Tensor x, const model::Weight& bias) override;
+  void gelu_tanh_gate(model::Tensor gate, model::Tensor up, model::Tensor out) override;
+  void scale(model::Tensor x, float factor) override;
+  void softcap(model::Tensor x, float cap) override;
   void add(model::Tensor x, model::Tensor y) override;
   void add_rms_norm(model::Tensor x, model::Tensor y, const model::Weight& weight, float eps,
                     model::Tensor out) override;

@@ -193,6 +193,40 @@ __global__ void add_kernel(float* x, const float* __restrict__ y, std::int64_t n
   }
 }
 
+__global__ void add_bias_kernel(float* x, const float* __restrict__ bias, std::int64_t n,
+                                std::int64_t cols) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    x[i] += bias[i % cols];
+  }
+}
+
+__global__ void gelu_tanh_gate_kernel(const float* __restrict__ gate, const float* __restrict__ up,
+                                      float* out, std::int64_t n, Copy16 copy) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    const float v = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+    out[i] = v;
+    if (copy.data != nullptr) store16(copy, i, v);
+  }
+}
+
+__global__ void scale_kernel(float* x, float factor, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    x[i] *= factor;
+  }
+}
+
+__global__ void softcap_kernel(float* x, float cap, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    x[i] = cap * tanhf(x[i] / cap);
+  }
+}
+
 __global__ void gather_rows_kernel(const float* __restrict__ x,
                                    const std::int32_t* __restrict__ rows, float* __restrict__ out,
                                    std::int64_t cols) {
@@ -288,6 +322,29 @@ void swiglu(const float* gate, const float* up, float* out, std::int64_t n, Copy
 void add(float* x, const float* y, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+}
+
+void add_bias(float* x, const float* bias, std::int64_t rows, std::int64_t cols,
+              cudaStream_t stream) {
+  const std::int64_t n = rows * cols;
+  if (n == 0) return;
+  add_bias_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, bias, n, cols);
+}
+
+void gelu_tanh_gate(const float* gate, const float* up, float* out, std::int64_t n, Copy16 copy,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_tanh_gate_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, out, n, copy);
+}
+
+void scale(float* x, float factor, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, factor, n);
+}
+
+void softcap(float* x, float cap, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  softcap_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, cap, n);
 }
 
 void gather_rows(const float* x, const std::int32_t* rows, float* out, std::int64_t num_rows,

@@ -48,6 +48,16 @@ void rope_store_kv(float* q, float* k, const float* v, const std::int32_t* posit
 void swiglu(const float* gate, const float* up, float* out, std::int64_t n, Copy16 copy,
             cudaStream_t stream);
 void add(float* x, const float* y, std::int64_t n, cudaStream_t stream);
+// x[r * cols + c] += bias[c].                               x: [rows, cols], bias: [cols]
+void add_bias(float* x, const float* bias, std::int64_t rows, std::int64_t cols,
+              cudaStream_t stream);
+// out = gelu_tanh(gate) * up, gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_tanh_gate(const float* gate, const float* up, float* out, std::int64_t n, Copy16 copy,
+                    cudaStream_t stream);
+// x *= factor.
+void scale(float* x, float factor, std::int64_t n, cudaStream_t stream);
+// x = cap * tanh(x / cap).
+void softcap(float* x, float cap, std::int64_t n, cudaStream_t stream);
 // out[i] = x[rows[i]].
 void gather_rows(const float* x, const std::int32_t* rows, float* out, std::int64_t num_rows,
                  std::int64_t cols, cudaStream_t stream);
@@ -69,7 +79,9 @@ struct AttentionArgs {
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
   float scale = 1.0f;
-  Copy16 out16;  // also the output in 16 bits, for the matmul that reads it next
+  float softcap = 0.0f;     // score = softcap * tanh(scale * q.k / softcap); 0: none
+  std::int32_t window = 0;  // a query at p sees keys j with 0 <= p - j < window; 0: all
+  Copy16 out16;             // also the output in 16 bits, for the matmul that reads it next
 };
 // One query per listed row, over its sequence's blocks, split along the context into
 // `num_splits` partitions (partials in `scratch`: rows * num_heads * num_splits * (head_dim + 2)

@@ -50,8 +50,14 @@ struct AttentionParams {
   std::int32_t num_heads = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
-  float scale = 1.0f;  // applied to q.k
+  float scale = 1.0f;    // applied to q.k
+  float softcap = 0.0f;  // then score = softcap * tanh(score / softcap); 0: none
+  // A query at position p sees the keys at positions j with 0 <= p - j < window; 0: all
+  // keys up to p.
+  std::int32_t window = 0;
 };
+
+struct ArchFeatures;
 
 // How the recipe runs a step its backend has begun.
 struct StepPlan {
@@ -97,6 +103,11 @@ class Backend {
     return make_error(ErrorCode::unsupported, "only a GPU sizes its KV cache from free memory");
   }
 
+  // Whether the ops implement what a model of these features needs beyond llama's (biases,
+  // GELU, softcaps, windows, ...); the error names what is missing. The ops below marked
+  // "(features)" are called only when this succeeded.
+  virtual Result<void> supports(const ArchFeatures& features) const;
+
   // --- one step ---
   // The rows a step will run on, before it begins (the recipe sizes its buffers by it).
   virtual StepPlan step_shape(const StepInput& step) const {
@@ -132,6 +143,27 @@ class Backend {
   virtual void swiglu(Tensor gate, Tensor up, Tensor out) = 0;
   // x += y.
   virtual void add(Tensor x, Tensor y) = 0;
+  // (features) x[r] += bias for every row r.               x: [n, cols], bias: [cols] F32
+  virtual void add_bias(Tensor x, const Weight& bias) {
+    (void)x, (void)bias;
+    TROUPE_ASSERT(false, "add_bias on a backend that does not support it");
+  }
+  // (features) out = gelu_tanh(gate) * up, gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x +
+  // 0.044715 x^3))).                                       all: [n, cols]
+  virtual void gelu_tanh_gate(Tensor gate, Tensor up, Tensor out) {
+    (void)gate, (void)up, (void)out;
+    TROUPE_ASSERT(false, "gelu_tanh_gate on a backend that does not support it");
+  }
+  // (features) x *= factor.
+  virtual void scale(Tensor x, float factor) {
+    (void)x, (void)factor;
+    TROUPE_ASSERT(false, "scale on a backend that does not support it");
+  }
+  // (features) x = cap * tanh(x / cap).
+  virtual void softcap(Tensor x, float cap) {
+    (void)x, (void)cap;
+    TROUPE_ASSERT(false, "softcap on a backend that does not support it");
+  }
   // x += y, then out = rms_norm(x): one pass where the backend fuses them.
   virtual void add_rms_norm(Tensor x, Tensor y, const Weight& weight, float eps, Tensor out) {
     add(x, y);

@@ -1,5 +1,6 @@
 #include "model/llama_config.hpp"
 
+#include <cmath>
 #include <limits>
 
 namespace troupe::model {
@@ -17,15 +18,125 @@ Result<std::int32_t> read_count(const gguf::GgufFile& file, const std::string& k
   return static_cast<std::int32_t>(value);
 }
 
+Result<float> read_positive(const gguf::GgufFile& file, const std::string& key) {
+  TROUPE_TRY(const auto value, file.get_float(key));
+  if (!(value > 0.0) || !std::isfinite(value)) {
+    return make_error(ErrorCode::invalid_file, "metadata key '" + key + "' must be positive");
+  }
+  return static_cast<float>(value);
+}
+
+bool is_supported(const std::string& arch) {
+  return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "phi3" ||
+         arch == "gemma2";
+}
+
+// What qwen2, phi3 and gemma2 add to llama, as llama.cpp (b4747) reads them.
+Result<void> read_features(const gguf::GgufFile& file, LlamaConfig& c) {
+  const std::string p = c.architecture + ".";
+  ArchFeatures& f = c.features;
+  if (c.architecture == "qwen2") {
+    f.qkv_bias = true;
+    c.rope_layout = RopeLayout::neox;
+  } else if (c.architecture == "phi3") {
+    f.fused_qkv = true;
+    f.fused_gate_up = true;
+    c.rope_layout = RopeLayout::neox;
+    // Phi-3 128K and Phi-3.5 rescale RoPE per frequency (LongRoPE): running them without
+    // would be wrong past the short context, so they are refused until it is done.
+    for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+      if (file.find_tensor(name) != nullptr) {
+        return make_error(ErrorCode::unsupported,
+                          std::string("phi3 with LongRoPE ('") + name + "') is not supported yet");
+      }
+    }
+    // A window of 0 (Phi-4) means none; otherwise llama.cpp masks every layer with it.
+    if (file.find(p + "attention.sliding_window") != nullptr) {
+      TROUPE_TRY(const auto window, file.get_uint(p + "attention.sliding_window"));
+      if (window > (1u << 24)) {
+        return make_error(ErrorCode::invalid_file, "phi3.attention.sliding_window is too large");
+      }
+      f.sliding_window = static_cast<std::int32_t>(window);
+      if (f.sliding_window > 0) f.window_layers = WindowLayers::all;
+    }
+  } else if (c.architecture == "gemma2") {
+    f.post_norms = true;
+    f.activation = FfnActivation::gelu_tanh;
+    f.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+    c.rope_layout = RopeLayout::neox;
+    // llama.cpp's defaults where the keys are absent.
+    f.attention_softcap = 50.0f;
+    f.final_softcap = 30.0f;
+    f.sliding_window = 4096;
+    f.window_layers = WindowLayers::even;
+    if (file.find(p + "attn_logit_softcapping") != nullptr) {
+      TROUPE_TRY(f.attention_softcap, read_positive(file, p + "attn_logit_softcapping"));
+    }
+    if (file.find(p + "final_logit_softcapping") != nullptr) {
+      TROUPE_TRY(f.final_softcap, read_positive(file, p + "final_logit_softcapping"));
+    }
+    if (file.find(p + "attention.sliding_window") != nullptr) {
+      TROUPE_TRY(f.sliding_window, read_count(file, p + "attention.sliding_window", 1 << 24));
+    }
+    if (file.find(p + "attention.value_length") != nullptr) {
+      TROUPE_TRY(const auto value_length, read_count(file, p + "attention.value_length", 1 << 12));
+      if (value_length != c.head_dim) {
+        return make_error(ErrorCode::unsupported,
+                          "gemma2 with attention.value_length " + std::to_string(value_length) +
+                              " != key_length " + std::to_string(c.head_dim));
+      }
+    }
+    // llama.cpp scales queries by its model type, which it picks from the layer count:
+    // 1/sqrt(key_length) for 2B (26) and 9B (42), 1/sqrt(dim/heads) for 27B (46).
+    if (c.num_layers == 26 || c.num_layers == 42) {
+      c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    } else if (c.num_layers == 46) {
+      c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.num_heads));
+    } else {
+      return make_error(ErrorCode::unsupported,
+                        "gemma2 with " + std::to_string(c.num_layers) +
+                            " layers: its query scale is defined (as llama.cpp does) only for "
+                            "26, 42 or 46 layers");
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+std::string ArchFeatures::op_names() const {
+  std::string out;
+  const auto name = [&](bool on, const char* what) {
+    if (!on) return;
+    if (!out.empty()) out += ", ";
+    out += what;
+  };
+  name(qkv_bias, "Q/K/V biases");
+  name(activation == FfnActivation::gelu_tanh, "GELU-tanh FFN");
+  name(embedding_scale != 1.0f, "embedding scale");
+  name(attention_softcap > 0.0f, "attention softcap");
+  name(final_softcap > 0.0f, "final logit softcap");
+  name(window_layers != WindowLayers::none && sliding_window > 0, "sliding window");
+  return out;
+}
+
+// Backend's default, here beside the feature names it reports: a backend that does not
+// say otherwise runs llama's ops only.
+Result<void> Backend::supports(const ArchFeatures& features) const {
+  const std::string missing = features.op_names();
+  if (missing.empty()) return {};
+  return make_error(ErrorCode::unsupported,
+                    describe() + " does not implement this model's " + missing + " yet");
+}
 
 Result<LlamaConfig> LlamaConfig::from_gguf(const gguf::GgufFile& file) {
   LlamaConfig c;
   TROUPE_TRY(const auto arch, file.get_string("general.architecture"));
   c.architecture = std::string(arch);
-  if (c.architecture != "llama" && c.architecture != "mistral") {
-    return make_error(ErrorCode::unsupported, "unknown model architecture '" + c.architecture +
-                                                  "' (troupe runs llama and mistral)");
+  if (!is_supported(c.architecture)) {
+    return make_error(ErrorCode::unsupported,
+                      "unknown model architecture '" + c.architecture +
+                          "' (troupe runs llama, mistral, qwen2, phi3 and gemma2)");
   }
   const std::string p = c.architecture + ".";
   TROUPE_TRY(c.dim, read_count(file, p + "embedding_length", 1 << 16));
@@ -40,14 +151,15 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const gguf::GgufFile& file) {
   if (file.find(p + "context_length") != nullptr) {
     TROUPE_TRY(c.context_length, read_count(file, p + "context_length", 1 << 24));
   }
-  if (c.dim % c.num_heads != 0 || c.num_heads % c.num_kv_heads != 0) {
+  const bool head_dim_given = file.find(p + "attention.key_length") != nullptr;
+  if ((!head_dim_given && c.dim % c.num_heads != 0) || c.num_heads % c.num_kv_heads != 0) {
     return make_error(ErrorCode::invalid_file,
                       "model shape is inconsistent: " + std::to_string(c.num_heads) + " heads, " +
                           std::to_string(c.num_kv_heads) + " KV heads, dim " +
                           std::to_string(c.dim));
   }
   c.head_dim = c.dim / c.num_heads;
-  if (file.find(p + "attention.key_length") != nullptr) {
+  if (head_dim_given) {
     TROUPE_TRY(c.head_dim, read_count(file, p + "attention.key_length", 1 << 12));
   }
   if (c.head_dim % 2 != 0) {
@@ -84,6 +196,8 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const gguf::GgufFile& file) {
     return make_error(ErrorCode::unsupported,
                       "rope scaling '" + scaling + "' is not supported yet");
   }
+
+  TROUPE_TRY_VOID(read_features(file, c));
 
   const gguf::GgufTensorInfo* embedding = file.find_tensor("token_embd.weight");
   if (embedding == nullptr) {

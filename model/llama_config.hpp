@@ -1,6 +1,9 @@
-// The shape and hyper-parameters of a Llama-family model, read from GGUF metadata.
+// The shape and hyper-parameters of a Llama-family model (llama, mistral, qwen2, phi3,
+// gemma2), read from GGUF metadata, with what sets each architecture apart named as
+// features the one forward recipe switches on.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -10,8 +13,52 @@
 
 namespace troupe::model {
 
+enum class FfnActivation {
+  silu,       // down(silu(gate) * up): llama, qwen2, phi3
+  gelu_tanh,  // down(gelu_tanh(gate) * up): gemma2
+};
+
+// Which layers attend only to a window of recent keys.
+enum class WindowLayers {
+  none,
+  all,   // phi3 (when its sliding_window is not 0)
+  even,  // gemma2: layers 0, 2, 4, ...
+};
+
+// What an architecture adds to the llama recipe. The defaults are llama's.
+struct ArchFeatures {
+  bool qkv_bias = false;       // blk.N.attn_{q,k,v}.bias added to the projections (qwen2)
+  bool fused_qkv = false;      // blk.N.attn_qkv: Q rows, then K, then V (phi3)
+  bool fused_gate_up = false;  // blk.N.ffn_up: the gate rows, then the up rows (phi3)
+  bool post_norms = false;     // blk.N.post_attention_norm / post_ffw_norm on each block's
+                               // output before the residual add (gemma2)
+  FfnActivation activation = FfnActivation::silu;
+  float embedding_scale = 1.0f;     // x = token_embd[id] * embedding_scale (gemma2: sqrt(dim))
+  float attention_softcap = 0.0f;   // scores = cap * tanh(scores / cap); 0: none (gemma2)
+  float final_softcap = 0.0f;       // logits = cap * tanh(logits / cap); 0: none (gemma2)
+  std::int32_t sliding_window = 0;  // keys at positions j with 0 <= p - j < window; 0: none
+  WindowLayers window_layers = WindowLayers::none;
+
+  // The window of `layer` (0: it attends to every earlier key).
+  std::int32_t window_of(std::int32_t layer) const {
+    switch (window_layers) {
+      case WindowLayers::none:
+        return 0;
+      case WindowLayers::all:
+        return sliding_window;
+      case WindowLayers::even:
+        return layer % 2 == 0 ? sliding_window : 0;
+    }
+    return 0;
+  }
+  // The features that need backend ops beyond llama's, named for an error message
+  // ("attention softcap, sliding window"); empty for llama. (Fused tensors are cut apart
+  // at load and post-norms are RMSNorms: any backend runs those.)
+  std::string op_names() const;
+};
+
 struct LlamaConfig {
-  std::string architecture;  // llama, qwen2, mistral, ...
+  std::string architecture;  // llama, mistral, qwen2, phi3, gemma2
   std::int32_t vocab_size = 0;
   std::int32_t dim = 0;
   std::int32_t num_layers = 0;
@@ -25,6 +72,13 @@ struct LlamaConfig {
   std::int32_t rope_dims = 0;
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
+  float attention_scale = 0.0f;  // on q.k; 0: 1 / sqrt(head_dim)
+  ArchFeatures features;
+
+  float query_scale() const {
+    return attention_scale > 0.0f ? attention_scale
+                                  : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
 
   static Result<LlamaConfig> from_gguf(const gguf::GgufFile& file);
 };

@@ -95,6 +95,24 @@ class WeightLoader {
     return backend_.load_weight(*info);
   }
 
+  Result<Weight> vector_slice(const std::string& name, std::int64_t size, std::int64_t begin,
+                              std::int64_t count) {
+    const gguf::GgufTensorInfo* info = file_.find_tensor(name);
+    if (info == nullptr)
+      return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
+    if (info->type != gguf::TensorType::f32 || info->num_elements() != size) {
+      return make_error(ErrorCode::invalid_file,
+                        "tensor '" + name + "' must be " + std::to_string(size) + " F32 values");
+    }
+    TROUPE_ASSERT(begin >= 0 && count >= 0 && begin + count <= size, "vector slice out of range");
+    gguf::GgufTensorInfo part = *info;
+    part.num_dims = 1;
+    part.dims[0] = count;
+    part.data = info->data + begin * 4;
+    part.num_bytes = static_cast<std::uint64_t>(count * 4);
+    return backend_.load_weight(part);
+  }
+
  private:
   const gguf::GgufFile& file_;
   Backend& backend_;
@@ -161,6 +179,10 @@ Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend
                             const WeightSlice& slice) {
     return loader.matrix_slice(name, rows, cols, slice);
   };
+  source.vector_slice = [&](const std::string& name, std::int64_t size, std::int64_t begin,
+                            std::int64_t count) {
+    return loader.vector_slice(name, size, begin, count);
+  };
   TROUPE_TRY(auto model, assemble(config, backend, source, shard));
   model.owned_weights_ = loader.take_owned();
   return model;
@@ -168,6 +190,7 @@ Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend
 
 Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& backend,
                                         const WeightSource& source, const Shard& shard) {
+  TROUPE_TRY_VOID(backend.supports(config.features));
   TROUPE_TRY(const ShardLayout part, shard_layout(config, shard));
   if (shard.is_split() && !source.matrix_slice) {
     return make_error(ErrorCode::unsupported, "these weights cannot be split over ranks");
@@ -210,22 +233,65 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
   }
   const std::int64_t q_begin = part.head_begin * hd, q_count = part.num_heads * hd;
   const std::int64_t kv_begin = part.kv_head_begin * hd, kv_count = part.num_kv_heads * hd;
+  const ArchFeatures& f = c.features;
+  if ((f.fused_qkv || f.fused_gate_up) && !source.matrix_slice) {
+    return make_error(ErrorCode::unsupported, "these weights cannot be cut into fused parts");
+  }
+  if (f.qkv_bias && shard.is_split() && !source.vector_slice) {
+    return make_error(ErrorCode::unsupported, "these biases cannot be split over ranks");
+  }
+  // A part of a fused tensor: rows [begin, begin + count) of `name`.
+  auto rows_of = [&](const std::string& name, std::int64_t rows, std::int64_t cols,
+                     std::int64_t begin, std::int64_t count) {
+    return source.matrix_slice(name, rows, cols, WeightSlice{Axis::rows, begin, count});
+  };
+  auto bias = [&](const std::string& name, std::int64_t size, std::int64_t begin,
+                  std::int64_t count) -> Result<Weight> {
+    if (!shard.is_split()) return source.vector(name, size);
+    return source.vector_slice(name, size, begin, count);
+  };
   model.layers_.reserve(c.num_layers);
   for (std::int32_t i = 0; i < c.num_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     LayerWeights l;
     TROUPE_TRY(l.attn_norm, source.vector(b + "attn_norm.weight", c.dim));
-    TROUPE_TRY(l.wq, matrix(b + "attn_q.weight", q_dim, c.dim, Axis::rows, q_begin, q_count));
-    TROUPE_TRY(l.wk, matrix(b + "attn_k.weight", kv_dim, c.dim, Axis::rows, kv_begin, kv_count));
-    TROUPE_TRY(l.wv, matrix(b + "attn_v.weight", kv_dim, c.dim, Axis::rows, kv_begin, kv_count));
+    if (f.fused_qkv) {
+      // attn_qkv's rows: Q [0, q_dim), K [q_dim, +kv_dim), V [q_dim + kv_dim, +kv_dim).
+      const std::string name = b + "attn_qkv.weight";
+      const std::int64_t rows = q_dim + 2 * kv_dim;
+      TROUPE_TRY(l.wq, rows_of(name, rows, c.dim, q_begin, q_count));
+      TROUPE_TRY(l.wk, rows_of(name, rows, c.dim, q_dim + kv_begin, kv_count));
+      TROUPE_TRY(l.wv, rows_of(name, rows, c.dim, q_dim + kv_dim + kv_begin, kv_count));
+    } else {
+      TROUPE_TRY(l.wq, matrix(b + "attn_q.weight", q_dim, c.dim, Axis::rows, q_begin, q_count));
+      TROUPE_TRY(l.wk, matrix(b + "attn_k.weight", kv_dim, c.dim, Axis::rows, kv_begin, kv_count));
+      TROUPE_TRY(l.wv, matrix(b + "attn_v.weight", kv_dim, c.dim, Axis::rows, kv_begin, kv_count));
+    }
+    if (f.qkv_bias) {
+      TROUPE_TRY(l.bq, bias(b + "attn_q.bias", q_dim, q_begin, q_count));
+      TROUPE_TRY(l.bk, bias(b + "attn_k.bias", kv_dim, kv_begin, kv_count));
+      TROUPE_TRY(l.bv, bias(b + "attn_v.bias", kv_dim, kv_begin, kv_count));
+    }
     TROUPE_TRY(l.wo, matrix(b + "attn_output.weight", c.dim, q_dim, Axis::cols, q_begin, q_count));
     TROUPE_TRY(l.ffn_norm, source.vector(b + "ffn_norm.weight", c.dim));
-    TROUPE_TRY(l.w_gate, matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, Axis::rows, part.ffn_begin,
+    if (f.fused_gate_up) {
+      // ffn_up's rows: the gate [0, ffn_dim), then up [ffn_dim, 2 ffn_dim).
+      const std::string name = b + "ffn_up.weight";
+      TROUPE_TRY(l.w_gate, rows_of(name, 2 * c.ffn_dim, c.dim, part.ffn_begin, part.ffn_dim));
+      TROUPE_TRY(l.w_up, rows_of(name, 2 * c.ffn_dim, c.dim,
+                                 std::int64_t{c.ffn_dim} + part.ffn_begin, part.ffn_dim));
+    } else {
+      TROUPE_TRY(l.w_gate, matrix(b + "ffn_gate.weight", c.ffn_dim, c.dim, Axis::rows,
+                                  part.ffn_begin, part.ffn_dim));
+      TROUPE_TRY(l.w_up, matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, Axis::rows, part.ffn_begin,
                                 part.ffn_dim));
-    TROUPE_TRY(l.w_up, matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, Axis::rows, part.ffn_begin,
-                              part.ffn_dim));
+    }
     TROUPE_TRY(l.w_down, matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, Axis::cols, part.ffn_begin,
                                 part.ffn_dim));
+    if (f.post_norms) {
+      TROUPE_TRY(l.post_attn_norm, source.vector(b + "post_attention_norm.weight", c.dim));
+      TROUPE_TRY(l.post_ffn_norm, source.vector(b + "post_ffw_norm.weight", c.dim));
+    }
     model.layers_.push_back(l);
   }
   return model;
@@ -284,7 +350,6 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
   const bool logits_here = shard_.computes_logits() || vocab_split_;
   const std::int64_t num_logits =
       step.logit_rows.empty() || !logits_here ? 0 : std::max<std::int64_t>(shape.logit_rows, 1);
-  const bool split = shard_.is_split();
   TROUPE_TRY_VOID(reserve(n, num_logits));
   TROUPE_TRY(const StepPlan plan, b.begin_step(step));
   TROUPE_ASSERT(plan.rows == shape.rows && plan.logit_rows == shape.logit_rows,
@@ -295,30 +360,14 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
   const Tensor logit_x = view(ws_.logit_x, num_logits);
   const Tensor out = view(ws_.logits, num_logits);
   if (!plan.replay) {
-    const RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
-                          has_rope_freqs_ ? &rope_freqs_ : nullptr};
-    const AttentionParams attention{c.num_heads, c.num_kv_heads, c.head_dim,
-                                    1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    const ArchFeatures& f = c.features;
     b.embed(token_embedding_, x);
+    if (f.embedding_scale != 1.0f) b.scale(x, f.embedding_scale);
     b.rms_norm(x, layers_[0].attn_norm, c.norm_eps, h);
     for (std::int32_t layer = 0; layer < c.num_layers; ++layer) {
-      const LayerWeights& w = layers_[layer];
-      // Attention block: every linear op runs on all n tokens at once. h holds the
-      // normalized input here.
-      b.matmul(h, w.wq, q);
-      b.matmul(h, w.wk, k);
-      b.matmul(h, w.wv, v);
-      b.rope_store_kv(layer, q, k, v, c.head_dim, rope);
-      b.attention(layer, q, attention, attn);  // per sequence, over its own blocks
-      b.matmul(attn, w.wo, h);
-      if (split) b.all_reduce(h);  // each rank's heads' share of the projection
-      b.add_rms_norm(x, h, w.ffn_norm, c.norm_eps, h);
-      // Feed-forward block (SwiGLU).
-      b.matmul(h, w.w_gate, gate);
-      b.matmul(h, w.w_up, up);
-      b.swiglu(gate, up, gate);
-      b.matmul(gate, w.w_down, h);
-      if (split) b.all_reduce(h);  // each rank's FFN slice's share
+      attention_block(layer, h, q, k, v, attn);
+      b.add_rms_norm(x, h, layers_[layer].ffn_norm, c.norm_eps, h);
+      ffn_block(layer, h, gate, up);
       if (layer + 1 < c.num_layers) {
         b.add_rms_norm(x, h, layers_[layer + 1].attn_norm, c.norm_eps, h);
       } else {
@@ -335,10 +384,58 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
       } else {
         b.matmul(logit_x, output_, out);
       }
+      if (f.final_softcap > 0.0f && shard_.computes_logits()) b.softcap(out, f.final_softcap);
     }
   }
   TROUPE_TRY_VOID(b.end_step());
   return out;
+}
+
+void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor k, Tensor v,
+                                 Tensor attn) {
+  const auto& c = local_;
+  const ArchFeatures& f = c.features;
+  const LayerWeights& w = layers_[layer];
+  Backend& b = *backend_;
+  const RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
+                        has_rope_freqs_ ? &rope_freqs_ : nullptr};
+  AttentionParams params{c.num_heads, c.num_kv_heads, c.head_dim, c.query_scale()};
+  params.softcap = f.attention_softcap;
+  params.window = f.window_of(layer);
+  // Every linear op runs on all n tokens at once.
+  b.matmul(h, w.wq, q);
+  b.matmul(h, w.wk, k);
+  b.matmul(h, w.wv, v);
+  if (f.qkv_bias) {
+    b.add_bias(q, w.bq);
+    b.add_bias(k, w.bk);
+    b.add_bias(v, w.bv);
+  }
+  b.rope_store_kv(layer, q, k, v, c.head_dim, rope);
+  b.attention(layer, q, params, attn);  // per sequence, over its own blocks
+  b.matmul(attn, w.wo, h);
+  if (shard_.is_split()) b.all_reduce(h);  // each rank's heads' share of the projection
+  if (f.post_norms) b.rms_norm(h, w.post_attn_norm, c.norm_eps, h);
+}
+
+void LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor up) {
+  const auto& c = local_;
+  const ArchFeatures& f = c.features;
+  const LayerWeights& w = layers_[layer];
+  Backend& b = *backend_;
+  b.matmul(h, w.w_gate, gate);
+  b.matmul(h, w.w_up, up);
+  switch (f.activation) {
+    case FfnActivation::silu:
+      b.swiglu(gate, up, gate);
+      break;
+    case FfnActivation::gelu_tanh:
+      b.gelu_tanh_gate(gate, up, gate);
+      break;
+  }
+  b.matmul(gate, w.w_down, h);
+  if (shard_.is_split()) b.all_reduce(h);  // each rank's FFN slice's share
+  if (f.post_norms) b.rms_norm(h, w.post_ffn_norm, c.norm_eps, h);
 }
 
 Result<void> LlamaModel::forward(const StepInput& step, std::vector<float>& logits) {

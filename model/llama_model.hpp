@@ -16,9 +16,14 @@
 
 namespace troupe::model {
 
+// One layer's weights. A fused tensor (phi3's attn_qkv, its gate+up ffn_up) is loaded as
+// its row ranges, so that the recipe sees separate Q, K, V, gate and up either way.
 struct LayerWeights {
   Weight attn_norm, wq, wk, wv, wo;
+  Weight bq, bk, bv;      // ArchFeatures::qkv_bias
+  Weight post_attn_norm;  // ArchFeatures::post_norms
   Weight ffn_norm, w_gate, w_up, w_down;
+  Weight post_ffn_norm;  // ArchFeatures::post_norms
 };
 
 // Where a model's weights come from: a GGUF file, or a backend's own generator
@@ -31,11 +36,16 @@ struct WeightSource {
   std::function<Result<Weight>(const std::string& name, std::int64_t size)> vector;
   // Whether an optional tensor (output.weight, rope_freqs.weight) is there.
   std::function<bool(const std::string& name)> has;
-  // A rank's part of a matrix [rows, cols], for tensor parallelism; may be empty where
-  // the source cannot be split.
+  // A rank's part of a matrix [rows, cols], for tensor parallelism and fused tensors; may
+  // be empty where the source cannot be split.
   std::function<Result<Weight>(const std::string& name, std::int64_t rows, std::int64_t cols,
                                const WeightSlice& slice)>
       matrix_slice;
+  // Values [begin, begin + count) of an F32 vector of `size` (a rank's part of a bias);
+  // may be empty where the source cannot be split.
+  std::function<Result<Weight>(const std::string& name, std::int64_t size, std::int64_t begin,
+                               std::int64_t count)>
+      vector_slice;
 };
 
 class LlamaModel {
@@ -81,6 +91,11 @@ class LlamaModel {
   // The step's ops; the logits in the backend's memory ([num_logits, vocab], rows the
   // step asked for first), or an empty tensor when it asked for none.
   Result<Tensor> run(const StepInput& step);
+  // The layer's attention block: x's normalized input in h -> its output in h (before the
+  // residual add).
+  void attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor k, Tensor v, Tensor attn);
+  // The layer's feed-forward block: h -> h, as attention_block.
+  void ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor up);
   void release_workspace();
 
   struct Workspace {

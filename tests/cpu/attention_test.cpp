@@ -79,11 +79,21 @@ class Fixture {
   }
 
   AttentionParams params() const {
-    return {shape_.heads, shape_.kv_heads, shape_.head_dim,
-            1.0f / std::sqrt(static_cast<float>(shape_.head_dim))};
+    AttentionParams p{shape_.heads, shape_.kv_heads, shape_.head_dim,
+                      1.0f / std::sqrt(static_cast<float>(shape_.head_dim))};
+    p.window = window_;
+    p.softcap = softcap_;
+    return p;
+  }
+  // Gemma-2 style attention: keys within `window` of the query (0: all), scores capped.
+  void limit(std::int32_t window, float softcap) {
+    window_ = window;
+    softcap_ = softcap;
   }
 
  private:
+  std::int32_t window_ = 0;
+  float softcap_ = 0.0f;
   Shape shape_;
   KvCacheDtype dtype_;
   CpuBackend backend_;
@@ -127,6 +137,40 @@ StepInput make_step(const std::vector<History>& histories,
                     true);
   }
   return step;
+}
+
+// Double-precision attention of query `row` (at position `pos` of history h) for one
+// head: keys j in (pos - window, pos] (all j <= pos when window is 0), scores scaled and
+// then capped.
+std::vector<double> reference_head(const Shape& shape, const History& h,
+                                   const std::vector<float>& q, std::int32_t row, std::int32_t pos,
+                                   std::int32_t head, const AttentionParams& params,
+                                   KvCacheDtype dtype) {
+  const std::int32_t q_dim = shape.heads * shape.head_dim, kv_dim = shape.kv_heads * shape.head_dim,
+                     hd = shape.head_dim;
+  const std::int32_t kvh = head / (shape.heads / shape.kv_heads);
+  const std::int32_t first = params.window > 0 ? std::max(0, pos - params.window + 1) : 0;
+  std::vector<double> p(pos + 1 - first);
+  double max = -1e300, sum = 0.0;
+  for (std::int32_t j = first; j <= pos; ++j) {
+    double dot = 0.0;
+    for (std::int32_t d = 0; d < hd; ++d) {
+      dot += static_cast<double>(q[row * q_dim + head * hd + d]) *
+             stored(h.keys[j * kv_dim + kvh * hd + d], dtype);
+    }
+    double score = dot * params.scale;
+    if (params.softcap > 0.0f) score = params.softcap * std::tanh(score / params.softcap);
+    p[j - first] = score;
+    max = std::max(max, score);
+  }
+  for (auto& x : p) sum += (x = std::exp(x - max));
+  std::vector<double> out(hd, 0.0);
+  for (std::int32_t d = 0; d < hd; ++d) {
+    for (std::int32_t j = first; j <= pos; ++j) {
+      out[d] += p[j - first] / sum * stored(h.values[j * kv_dim + kvh * hd + d], dtype);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -276,4 +320,84 @@ TEST_CASE("a key beyond F16's range saturates in the cache: attention stays fini
   std::vector<float> q(2 * shape.head_dim, -1e-3f);
   const auto out = fixture.attend(make_step(histories, {1}), q);
   for (const float x : out) REQUIRE(std::isfinite(x));
+}
+
+TEST_CASE("a sliding window and a score softcap match the reference, in F32 and F16 caches",
+          "[cpu][attention]") {
+  std::mt19937 rng(17);
+  for (const Shape shape : {Shape{4, 4, 2, 8}, Shape{16, 4, 2, 32}}) {
+    for (const KvCacheDtype dtype : {KvCacheDtype::f32, KvCacheDtype::f16}) {
+      // Windows inside a block, of whole blocks, across partitions (the 600-key history
+      // skips whole partitions), longer than the history; with and without a cap.
+      for (const auto& [window, softcap] : std::vector<std::pair<std::int32_t, float>>{
+               {1, 0.0f}, {5, 0.0f}, {32, 50.0f}, {48, 0.0f}, {300, 2.0f}, {5000, 0.0f}}) {
+        INFO("block " << shape.block_size << " window " << window << " softcap " << softcap
+                      << " dtype " << (dtype == KvCacheDtype::f32 ? "f32" : "f16"));
+        const std::vector<std::int32_t> lengths = {6, 40, 77, 600};
+        const std::vector<std::int32_t> queries = {6, 20, 1, 40};
+        const std::int32_t num_blocks = blocks_for(shape, lengths);
+        const auto histories = make_histories(rng, shape, lengths, num_blocks);
+        Fixture fixture(shape, dtype, 2, num_blocks);
+        fixture.limit(window, softcap);
+        for (const auto& h : histories) fixture.store(h);
+        const StepInput step = make_step(histories, queries);
+        const std::int32_t q_dim = shape.heads * shape.head_dim;
+        // Scores large enough that a cap of 2 changes them.
+        auto q = random_floats(rng, static_cast<std::size_t>(step.num_tokens()) * q_dim);
+        for (auto& x : q) x *= 3.0f;
+        const auto got = fixture.attend(step, q);
+        for (std::size_t s = 0; s < histories.size(); ++s) {
+          for (std::int32_t i = 0; i < queries[s]; ++i) {
+            const std::int32_t row = step.query_start[s] + i,
+                               pos = histories[s].length - queries[s] + i;
+            for (std::int32_t head = 0; head < shape.heads; ++head) {
+              const auto want =
+                  reference_head(shape, histories[s], q, row, pos, head, fixture.params(), dtype);
+              for (std::int32_t d = 0; d < shape.head_dim; ++d) {
+                const float value = got[row * q_dim + head * shape.head_dim + d];
+                INFO("sequence " << s << " position " << pos << " head " << head << " dim " << d
+                                 << ": got " << value << ", want " << want[d]);
+                REQUIRE(std::fabs(value - want[d]) <= 1e-4 * (std::fabs(want[d]) + 1.0));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("windowed attention is bit-identical alone, in a tile, in a batch and on 1 to 3 threads",
+          "[cpu][attention]") {
+  std::mt19937 rng(23);
+  const Shape shape{16, 8, 2, 64};
+  // The sequence under test (1000 keys: four partitions, a window of 300 across two of
+  // them) and others.
+  const std::vector<std::int32_t> lengths = {1000, 300, 17, 700};
+  const std::int32_t num_blocks = blocks_for(shape, lengths);
+  const auto histories = make_histories(rng, shape, lengths, num_blocks);
+  const std::int32_t q_dim = shape.heads * shape.head_dim;
+  const auto chunk_q = random_floats(rng, 40 * static_cast<std::size_t>(q_dim));
+  const std::vector<float> last_q(chunk_q.end() - q_dim, chunk_q.end());
+  std::vector<std::vector<float>> results;
+  for (const int threads : {1, 2, 3}) {
+    Fixture fixture(shape, KvCacheDtype::f16, threads, num_blocks);
+    fixture.limit(300, 30.0f);
+    for (const auto& h : histories) fixture.store(h);
+    const std::vector<History> alone(histories.begin(), histories.begin() + 1);
+    results.push_back(fixture.attend(make_step(alone, {1}), last_q));
+    const auto chunk = fixture.attend(make_step(alone, {40}), chunk_q);
+    results.emplace_back(chunk.end() - q_dim, chunk.end());
+    std::vector<History> batch(histories.begin() + 1, histories.end());
+    batch.insert(batch.begin() + 1, histories[0]);
+    auto q = random_floats(rng, batch.size() * static_cast<std::size_t>(q_dim));
+    std::copy(last_q.begin(), last_q.end(), q.begin() + q_dim);
+    const auto out =
+        fixture.attend(make_step(batch, std::vector<std::int32_t>(batch.size(), 1)), q);
+    results.emplace_back(out.begin() + q_dim, out.begin() + 2 * q_dim);
+  }
+  for (std::size_t i = 1; i < results.size(); ++i) {
+    INFO("way " << i << " against alone on one thread");
+    REQUIRE(std::memcmp(results[i].data(), results[0].data(), results[0].size() * 4) == 0);
+  }
 }

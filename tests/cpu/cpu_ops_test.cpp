@@ -265,6 +265,47 @@ TEST_CASE("rms_norm, swiglu and add match the reference", "[cpu][ops]") {
   }
 }
 
+TEST_CASE("bias add, GELU-tanh gate, scale and softcap match the reference", "[cpu][ops]") {
+  CpuBackend backend(2);
+  const int n = 5, cols = 77;
+  // Values out to +-12, where tanh saturates and a cap of 3 bites.
+  const auto xs = random_floats(n * cols, 4.0f), ys = random_floats(n * cols),
+             bs = random_floats(cols);
+  SECTION("add_bias adds the same vector to every row") {
+    Held x(backend, n, cols, xs);
+    backend.add_bias(x.tensor, Weight{bs.data(), TensorType::f32, 1, cols});
+    std::vector<double> want(n * cols);
+    for (int i = 0; i < n * cols; ++i) want[i] = static_cast<double>(xs[i]) + bs[i % cols];
+    check_close(x.values(), want, 1e-6);
+  }
+  SECTION("gelu_tanh_gate is 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * up") {
+    Held g(backend, n, cols, xs), u(backend, n, cols, ys), out(backend, n, cols);
+    backend.gelu_tanh_gate(g.tensor, u.tensor, out.tensor);
+    std::vector<double> want(n * cols);
+    for (int i = 0; i < n * cols; ++i) {
+      const double x = xs[i];
+      want[i] =
+          0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * ys[i];
+    }
+    check_close(out.values(), want, 1e-5);
+  }
+  SECTION("scale multiplies every element") {
+    Held x(backend, n, cols, xs);
+    backend.scale(x.tensor, 8.0f);
+    std::vector<double> want(n * cols);
+    for (int i = 0; i < n * cols; ++i) want[i] = 8.0 * xs[i];
+    check_close(x.values(), want, 1e-6);
+  }
+  SECTION("softcap is cap * tanh(x / cap)") {
+    Held x(backend, n, cols, xs);
+    backend.softcap(x.tensor, 3.0f);
+    std::vector<double> want(n * cols);
+    for (int i = 0; i < n * cols; ++i) want[i] = 3.0 * std::tanh(xs[i] / 3.0);
+    check_close(x.values(), want, 1e-5);
+    for (const float v : x.values()) CHECK(std::fabs(v) <= 3.0f);
+  }
+}
+
 TEST_CASE("embed decodes each token's row for every table type", "[cpu][ops]") {
   CpuBackend backend(2);
   REQUIRE(backend.allocate_kv_cache(KvCacheShape{1, 4, 16, 1, 2}).has_value());

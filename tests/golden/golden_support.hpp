@@ -14,11 +14,13 @@ namespace troupe::test {
 // The model through the one loader, on a CPU backend, with a KV cache of kv_blocks.
 struct LoadedTestModel : model::LoadedModel {
   static LoadedTestModel open(const std::string& path, std::int32_t kv_blocks,
-                              std::int32_t block_size = 16, int threads = 2) {
+                              std::int32_t block_size = 16, int threads = 2,
+                              model::KvCacheDtype kv_dtype = model::KvCacheDtype::f16) {
     auto loaded = model::LoadedModel::open(path, std::make_unique<cpu::CpuBackend>(threads));
     if (!loaded) throw std::runtime_error(loaded.error().message);
     LoadedTestModel m;
     static_cast<model::LoadedModel&>(m) = std::move(*loaded);
+    m.kv_dtype = kv_dtype;
     if (auto kv = m.allocate_kv_cache(kv_blocks, block_size); !kv) {
       throw std::runtime_error(kv.error().message);
     }

@@ -10,6 +10,7 @@
 #include "gguf/half.hpp"
 #include "gpu/gpu_test_support.hpp"
 #include "gpu/steps.hpp"
+#include "model/llama_config.hpp"
 
 using namespace troupe;
 using gguf::TensorType;
@@ -157,6 +158,21 @@ TEST_CASE("row ops equal the CPU backend's: norms, residual, SwiGLU, embedding, 
     b.cpu.add(out.second, gate.second);
     CHECK(b.error(out) < 1e-5);
   }
+  SECTION("bias add, GELU-tanh gate, scale and softcap") {
+    const auto x = b.random_tensor(n, cols, 4.0f);
+    const auto up = b.random_tensor(n, cols);
+    const auto bias = b.vector(cols, 0.5f, 0.0f);
+    const auto out = b.tensor(n, cols);
+    b.gpu->add_bias(x.first, bias.first);
+    b.cpu.add_bias(x.second, bias.second);
+    b.gpu->gelu_tanh_gate(x.first, up.first, out.first);
+    b.cpu.gelu_tanh_gate(x.second, up.second, out.second);
+    b.gpu->scale(out.first, 8.0f);
+    b.cpu.scale(out.second, 8.0f);
+    b.gpu->softcap(out.first, 3.0f);
+    b.cpu.softcap(out.second, 3.0f);
+    CHECK(b.error(out) < 1e-5);
+  }
   SECTION("embedding rows of a 16-bit table") {
     const auto table = b.matrix(12, cols, TensorType::f16, 1.0f);
     const auto out = b.tensor(n, cols);
@@ -190,8 +206,10 @@ TEST_CASE("RoPE equals the CPU backend's in both layouts, with and without facto
   CHECK(b.error(x) < 1e-4);
 }
 
-TEST_CASE("paged attention equals the CPU backend's for prefill tiles and split decodes",
-          "[gpu][ops]") {
+TEST_CASE(
+    "paged attention equals the CPU backend's for prefill tiles and split decodes, with "
+    "windows and softcaps",
+    "[gpu][ops]") {
   gpu::CudaBackendOptions options;
   // Both prefill kernels: half-precision tensor-core products and float FMAs.
   options.prefill_tensor_cores = GENERATE(true, false);
@@ -202,8 +220,15 @@ TEST_CASE("paged attention equals the CPU backend's for prefill tiles and split 
   const std::int32_t heads = kv_heads * group;
   const std::int32_t block_size = 16;
   b.kv_cache({2, 256, block_size, kv_heads, head_dim});
-  const model::AttentionParams params{heads, kv_heads, head_dim,
-                                      1.0f / std::sqrt(static_cast<float>(head_dim))};
+  model::AttentionParams params{heads, kv_heads, head_dim,
+                                1.0f / std::sqrt(static_cast<float>(head_dim))};
+  // Plain causal attention; a window inside a decode partition (phi3-like); a window of
+  // 300 across partitions and key tiles with a score softcap (gemma2-like).
+  const auto limits =
+      GENERATE(std::pair<std::int32_t, float>{0, 0.0f}, std::pair<std::int32_t, float>{48, 0.0f},
+               std::pair<std::int32_t, float>{300, 5.0f});
+  params.window = limits.first;
+  params.softcap = limits.second;
   const std::int32_t layer = 1;
   auto run = [&](const model::StepInput& step) {
     b.begin(step);

@@ -1,0 +1,135 @@
+// What LlamaConfig reads of each architecture's metadata into its features, and which
+// files it refuses (by name) rather than run wrongly.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+
+#include "gguf/dequantize.hpp"
+#include "gguf/gguf_file.hpp"
+#include "gguf/gguf_writer.hpp"
+#include "model/llama_config.hpp"
+
+using namespace troupe;
+using namespace troupe::gguf;
+using namespace troupe::model;
+
+namespace {
+
+// The metadata of a small model of `arch` (dim 64, 4 heads, 2 KV heads) and its
+// embedding table; `extra` adds keys.
+Result<LlamaConfig> config_of(const std::string& arch, std::uint32_t layers,
+                              const std::function<void(GgufWriter&)>& extra = {}) {
+  GgufWriter w;
+  w.add_string("general.architecture", arch);
+  w.add_uint32(arch + ".embedding_length", 64);
+  w.add_uint32(arch + ".block_count", layers);
+  w.add_uint32(arch + ".feed_forward_length", 96);
+  w.add_uint32(arch + ".attention.head_count", 4);
+  w.add_uint32(arch + ".attention.head_count_kv", 2);
+  if (extra) extra(w);
+  const std::vector<float> table(64 * 8, 0.5f);
+  w.add_tensor("token_embd.weight", TensorType::f32, {64, 8},
+               *quantize(TensorType::f32, table, 64));
+  const auto bytes = w.to_bytes();
+  auto file = GgufFile::parse(bytes);
+  REQUIRE(file.has_value());
+  return LlamaConfig::from_gguf(*file);
+}
+
+}  // namespace
+
+TEST_CASE("an unknown architecture is refused by its name", "[model]") {
+  const auto config = config_of("falcon", 2);
+  REQUIRE_FALSE(config.has_value());
+  CHECK(config.error().message.find("'falcon'") != std::string::npos);
+}
+
+TEST_CASE("llama needs no feature beyond the recipe's own", "[model]") {
+  const auto config = config_of("llama", 2);
+  REQUIRE(config.has_value());
+  CHECK(config->rope_layout == RopeLayout::normal);
+  CHECK(config->features.op_names().empty());
+  CHECK(config->query_scale() == 1.0f / std::sqrt(16.0f));
+}
+
+TEST_CASE("qwen2 adds Q/K/V biases and NEOX RoPE", "[model]") {
+  const auto config = config_of("qwen2", 2);
+  REQUIRE(config.has_value());
+  CHECK(config->features.qkv_bias);
+  CHECK(config->rope_layout == RopeLayout::neox);
+  CHECK(config->features.window_of(0) == 0);
+}
+
+TEST_CASE("phi3 fuses QKV and gate-up and windows every layer unless its window is 0", "[model]") {
+  SECTION("a window of 48") {
+    const auto config = config_of(
+        "phi3", 3, [](GgufWriter& w) { w.add_uint32("phi3.attention.sliding_window", 48); });
+    REQUIRE(config.has_value());
+    CHECK(config->features.fused_qkv);
+    CHECK(config->features.fused_gate_up);
+    CHECK(config->rope_layout == RopeLayout::neox);
+    for (std::int32_t layer = 0; layer < 3; ++layer) CHECK(config->features.window_of(layer) == 48);
+  }
+  SECTION("LongRoPE (Phi-3 128K) is refused by its tensor's name") {
+    const auto config = config_of("phi3", 3, [](GgufWriter& w) {
+      const std::vector<float> factors(8, 1.0f);
+      w.add_tensor("rope_factors_long.weight", TensorType::f32, {8},
+                   *quantize(TensorType::f32, factors, 8));
+    });
+    REQUIRE_FALSE(config.has_value());
+    CHECK(config.error().message.find("rope_factors_long") != std::string::npos);
+  }
+  SECTION("a window of 0 (Phi-4) is no window") {
+    const auto config = config_of(
+        "phi3", 3, [](GgufWriter& w) { w.add_uint32("phi3.attention.sliding_window", 0); });
+    REQUIRE(config.has_value());
+    CHECK(config->features.window_of(0) == 0);
+    CHECK(config->features.op_names().empty());
+  }
+}
+
+TEST_CASE("gemma2 reads its softcaps, window and head size, and scales queries as llama.cpp",
+          "[model]") {
+  const auto gemma2 = [](std::uint32_t layers) {
+    return config_of("gemma2", layers, [](GgufWriter& w) {
+      w.add_uint32("gemma2.attention.key_length", 32);
+      w.add_uint32("gemma2.attention.value_length", 32);
+      w.add_float32("gemma2.attn_logit_softcapping", 50.0f);
+      w.add_float32("gemma2.final_logit_softcapping", 30.0f);
+      w.add_uint32("gemma2.attention.sliding_window", 32);
+    });
+  };
+  SECTION("26 layers (2B): 1/sqrt(key_length)") {
+    const auto config = gemma2(26);
+    REQUIRE(config.has_value());
+    const auto& f = config->features;
+    CHECK(config->head_dim == 32);
+    CHECK(config->query_scale() == 1.0f / std::sqrt(32.0f));
+    CHECK(f.post_norms);
+    CHECK(f.activation == FfnActivation::gelu_tanh);
+    CHECK(f.embedding_scale == std::sqrt(64.0f));
+    CHECK(f.attention_softcap == 50.0f);
+    CHECK(f.final_softcap == 30.0f);
+    CHECK(f.window_of(0) == 32);
+    CHECK(f.window_of(1) == 0);
+    CHECK(f.window_of(24) == 32);
+    CHECK(f.op_names() ==
+          "GELU-tanh FFN, embedding scale, attention softcap, final logit softcap, sliding window");
+  }
+  SECTION("46 layers (27B): 1/sqrt(dim / heads)") {
+    const auto config = gemma2(46);
+    REQUIRE(config.has_value());
+    CHECK(config->query_scale() == 1.0f / std::sqrt(16.0f));
+  }
+  SECTION("another layer count has no query scale in llama.cpp: refused") {
+    const auto config = gemma2(12);
+    REQUIRE_FALSE(config.has_value());
+    CHECK(config.error().message.find("gemma2 with 12 layers") != std::string::npos);
+  }
+  SECTION("a softcap that is not positive is a bad file") {
+    const auto config = config_of(
+        "gemma2", 26, [](GgufWriter& w) { w.add_float32("gemma2.attn_logit_softcapping", -1.0f); });
+    REQUIRE_FALSE(config.has_value());
+    CHECK(config.error().message.find("attn_logit_softcapping") != std::string::npos);
+  }
+}
