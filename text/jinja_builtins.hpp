@@ -1,16 +1,17 @@
-// jinja2's filters and tests, the methods of str and dict that chat templates call,
-// and how attributes and items are looked up. Errors are thrown as jinja::Failure
-// (the renderer adds where they happened).
+// jinja2's tests, the dict methods, and how attributes, items and slices are looked
+// up, as jinja2 does it. Errors are thrown as jinja::Failure (the renderer adds where
+// they happened).
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "text/jinja_value.hpp"
 
 namespace troupe::text::jinja {
 
-// `input | name(args)`.
-Value apply_filter(std::string_view name, const Value& input, const CallArgs& args);
+// The dict methods templates call: items, keys, values, get.
+Value dict_method(const Dict& d, std::string_view name, const CallArgs& args);
 // `input is name(args)`.
 bool apply_test(std::string_view name, const Value& input, const CallArgs& args);
 
@@ -24,6 +25,9 @@ Value get_slice(const Value& object, const Value* start, const Value* stop, cons
 bool contains(const Value& container, const Value& item);
 // The items a for loop walks: a list's items, a dict's keys, a string's characters.
 List iterate(const Value& value);
+// Python's + - * / // % ** on ints and floats (bool counts as int), str and list
+// concatenation and repetition; integer overflow is an error, not a wrap.
+Value arithmetic(const std::string& op, const Value& a, const Value& b);
 // Python's <, for numbers and strings.
 bool less_than(const Value& a, const Value& b);
 

@@ -4,6 +4,7 @@
 #include <new>
 
 #include "text/jinja_builtins.hpp"
+#include "text/jinja_filters.hpp"
 #include "text/jinja_lexer.hpp"
 #include "text/jinja_parser.hpp"
 
@@ -18,83 +19,6 @@ constexpr std::int64_t kMaxRange = 1'000'000;
 
 enum class Flow { normal, break_, continue_ };
 
-std::int64_t checked(bool overflowed, std::int64_t value) {
-  if (overflowed) fail("integer overflow");
-  return value;
-}
-
-// Python's arithmetic on ints and floats (bool counts as int).
-Value arithmetic(const std::string& op, const Value& a, const Value& b) {
-  if (a.is_undefined() || b.is_undefined()) {
-    fail("'" + (a.is_undefined() ? a : b).undefined_name() + "' is undefined");
-  }
-  if (op == "+" && a.is_string() && b.is_string()) return a.as_string() + b.as_string();
-  if (op == "+" && a.is_list() && b.is_list()) {
-    List out = a.as_list();
-    out.insert(out.end(), b.as_list().begin(), b.as_list().end());
-    return out;
-  }
-  if (op == "*" && (a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) {
-    const std::int64_t n = b.to_int();
-    const std::size_t size = a.is_string() ? a.as_string().size() : a.as_list().size();
-    if (n > 0 && size * static_cast<std::size_t>(n) > (std::size_t{1} << 24)) {
-      fail("a repeated sequence would be too long");
-    }
-    if (a.is_string()) {
-      std::string out;
-      for (std::int64_t i = 0; i < n; ++i) out += a.as_string();
-      return out;
-    }
-    List out;
-    for (std::int64_t i = 0; i < n; ++i)
-      out.insert(out.end(), a.as_list().begin(), a.as_list().end());
-    return out;
-  }
-  if (!a.is_number() || !b.is_number()) {
-    fail("unsupported operand types for " + op + ": '" + std::string(a.type_name()) + "' and '" +
-         std::string(b.type_name()) + "'");
-  }
-  if (op == "/") {
-    if (b.to_double() == 0.0) fail("division by zero");
-    return a.to_double() / b.to_double();
-  }
-  if (a.is_float() || b.is_float() || (op == "**" && b.to_int() < 0)) {
-    const double x = a.to_double(), y = b.to_double();
-    if ((op == "//" || op == "%") && y == 0.0) fail("float division by zero");
-    if (op == "+") return x + y;
-    if (op == "-") return x - y;
-    if (op == "*") return x * y;
-    if (op == "//") return std::floor(x / y);
-    if (op == "%") return x - std::floor(x / y) * y;
-    return std::pow(x, y);
-  }
-  const std::int64_t x = a.to_int(), y = b.to_int();
-  std::int64_t r = 0;
-  bool overflowed = false;
-  if (op == "+" || op == "-" || op == "*") {
-    overflowed = op == "+"   ? __builtin_add_overflow(x, y, &r)
-                 : op == "-" ? __builtin_sub_overflow(x, y, &r)
-                             : __builtin_mul_overflow(x, y, &r);
-    return checked(overflowed, r);
-  }
-  if (y == 0 && (op == "//" || op == "%")) fail("integer division or modulo by zero");
-  if (op == "//" || op == "%") {
-    if (x == INT64_MIN && y == -1) fail("integer overflow");
-    std::int64_t q = x / y, m = x % y;
-    if (m != 0 && ((m < 0) != (y < 0))) {  // Python floors; C++ truncates
-      --q;
-      m += y;
-    }
-    return op == "//" ? q : m;
-  }
-  std::int64_t result = 1;  // **, y >= 0
-  for (std::int64_t i = 0; i < y; ++i) {
-    if (__builtin_mul_overflow(result, x, &result)) fail("integer overflow");
-    if (result == 0 || result == 1) break;
-  }
-  return result;
-}
-
 class Renderer {
  public:
   Renderer(const Dict& variables, const RenderOptions& options) : options_(options) {
@@ -103,6 +27,14 @@ class Renderer {
     add_globals(globals.vars);
     frames_.push_back(std::move(globals));
   }
+
+  // A namespace may hold itself ({% set ns.me = ns %}); emptying them all breaks the
+  // cycles their shared pointers would otherwise keep alive.
+  ~Renderer() {
+    for (const auto& ns : namespaces_) ns->items.clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   std::string run(const Body& body) {
     exec_body(body);
@@ -367,7 +299,8 @@ class Renderer {
       fail("bad operand type for unary " + e.name + ": '" + std::string(v.type_name()) + "'");
     if (e.name == "+") return v.is_float() ? v : Value(v.to_int());
     if (v.is_float()) return -v.as_float();
-    return checked(v.to_int() == INT64_MIN, -v.to_int());
+    if (v.to_int() == INT64_MIN) fail("integer overflow");
+    return -v.to_int();
   }
 
   Value eval_binary(const Expr& e) {
@@ -418,12 +351,13 @@ class Renderer {
     Renderer& renderer;
   };
 
-  void add_globals(Dict& globals) const {
+  void add_globals(Dict& globals) {
     globals.set("range",
                 Callable{"range", [](const CallArgs& args) -> Value { return range(args); }});
     globals.set("namespace",
-                Callable{"namespace", [](const CallArgs& args) -> Value {
+                Callable{"namespace", [this](const CallArgs& args) -> Value {
                            auto ns = std::make_shared<Dict>();
+                           namespaces_.push_back(ns);
                            ns->is_namespace = true;
                            if (!args.positional.empty() && args.positional[0].is_dict()) {
                              ns->items = args.positional[0].as_dict().items;
@@ -480,6 +414,7 @@ class Renderer {
   }
 
   const RenderOptions& options_;
+  std::vector<std::shared_ptr<Dict>> namespaces_;  // made by namespace(); emptied at the end
   std::vector<Frame> frames_;  // [0]: the variables and globals; then loop turns and macros
   std::string out_;
   std::size_t num_output_bytes_ = 0;
