@@ -1,5 +1,7 @@
 #include "text/jinja_parser.hpp"
 
+#include "text/jinja_token_cursor.hpp"
+
 #include <initializer_list>
 #include <string_view>
 
@@ -7,9 +9,9 @@ namespace troupe::text::jinja {
 
 namespace {
 
-class Parser {
+class Parser : TokenCursor {
  public:
-  explicit Parser(const std::vector<Token>& tokens) : tokens_(tokens) {}
+  explicit Parser(const std::vector<Token>& tokens) : TokenCursor(tokens) {}
 
   Body parse_template() {
     Body body = parse_body({});
@@ -459,114 +461,6 @@ class Parser {
            t.kind == TokenKind::floating ||
            (t.kind == TokenKind::op && (t.text == "[" || t.text == "{"));
   }
-
-  // --- helpers ---
-
-  // Counts nesting for the whole parse; deeper than kMaxParseDepth is an error.
-  struct Depth {
-    explicit Depth(Parser& p) : parser(p) {
-      if (++parser.depth_ > kMaxParseDepth) parser.error_here("the template nests too deeply");
-    }
-    ~Depth() { --parser.depth_; }
-    Parser& parser;
-  };
-
-  const Token& peek() const { return tokens_[pos_]; }
-  const Token& next() {
-    const Token& t = tokens_[pos_];
-    if (t.kind != TokenKind::end) ++pos_;
-    return t;
-  }
-  bool is_op(std::string_view op) const {
-    return peek().kind == TokenKind::op && peek().text == op;
-  }
-  bool is_name(std::string_view name) const {
-    return peek().kind == TokenKind::name && peek().text == name;
-  }
-  bool accept_op(std::string_view op) {
-    if (!is_op(op)) return false;
-    ++pos_;
-    return true;
-  }
-  bool accept_name(std::string_view name) {
-    if (!is_name(name)) return false;
-    ++pos_;
-    return true;
-  }
-  void expect_op(std::string_view op) {
-    if (!accept_op(op))
-      error_here("expected '" + std::string(op) + "', got '" + describe(peek()) + "'");
-  }
-  void expect_name(std::string_view name) {
-    if (!accept_name(name))
-      error_here("expected '" + std::string(name) + "', got '" + describe(peek()) + "'");
-  }
-  const Token& expect_name_token() {
-    if (peek().kind != TokenKind::name)
-      error_here("expected a name, got '" + describe(peek()) + "'");
-    return next();
-  }
-  void expect(TokenKind kind, std::string_view what) {
-    if (peek().kind != kind)
-      error_here("expected " + std::string(what) + ", got '" + describe(peek()) + "'");
-    ++pos_;
-  }
-  void end_tag() { expect(TokenKind::block_end, "'%}'"); }
-
-  static std::string describe(const Token& t) {
-    switch (t.kind) {
-      case TokenKind::end:
-        return "end of template";
-      case TokenKind::print_begin:
-        return "{{";
-      case TokenKind::print_end:
-        return "}}";
-      case TokenKind::block_begin:
-        return "{%";
-      case TokenKind::block_end:
-        return "%}";
-      case TokenKind::text:
-        return "text";
-      default:
-        return t.text;
-    }
-  }
-
-  static StmtPtr make_stmt(Stmt::Kind kind, const Token& t) {
-    auto s = std::make_unique<Stmt>();
-    s->kind = kind;
-    s->line = t.line;
-    s->column = t.column;
-    return s;
-  }
-  static ExprPtr make_expr(Expr::Kind kind, const Token& t) {
-    auto e = std::make_unique<Expr>();
-    e->kind = kind;
-    e->line = t.line;
-    e->column = t.column;
-    return e;
-  }
-  static ExprPtr literal(const Token& t, Value v) {
-    auto e = make_expr(Expr::Kind::literal, t);
-    e->value = std::move(v);
-    return e;
-  }
-  static ExprPtr binary(const Token& t, std::string op, ExprPtr a, ExprPtr b) {
-    auto e = make_expr(Expr::Kind::binary, t);
-    e->name = std::move(op);
-    e->children.push_back(std::move(a));
-    e->children.push_back(std::move(b));
-    return e;
-  }
-
-  [[noreturn]] void error_here(const std::string& what) const { fail_at(peek(), what); }
-  [[noreturn]] static void fail_at(const Token& t, const std::string& what) {
-    throw Failure{what, false, t.line, t.column};
-  }
-
-  const std::vector<Token>& tokens_;
-  std::size_t pos_ = 0;
-  int depth_ = 0;
 };
 
 }  // namespace
