@@ -83,6 +83,10 @@ tl::expected<jinja::Value, ApiError> message_of(const json::value& m) {
     }
     message.set(key, std::string(v->get_string()));
   }
+  // Anything else the client sent (reasoning_content, ...) reaches the template as it came.
+  for (const auto& [key, value] : mo) {
+    if (message.find(key) == nullptr) message.set(std::string(key), template_value(value));
+  }
   return jinja::Value(std::move(message));
 }
 

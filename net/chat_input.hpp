@@ -13,7 +13,8 @@ namespace troupe::net {
 
 // Messages keep role, content (a string, text parts joined, or none), tool_calls (a
 // function's "arguments" given as a JSON string become the object it holds, as vLLM
-// passes them), tool_call_id and name. Roles: system, user, assistant, tool.
+// passes them), tool_call_id and name, checked; any other key goes through as it
+// came. Roles: system, user, assistant, tool.
 tl::expected<text::ChatInput, ApiError> parse_chat_input(const boost::json::object& body);
 
 // A JSON value as a template value (objects keep their key order).

@@ -1,6 +1,6 @@
 // Chat requests render through the served model's Jinja template: the messages as sent
-// (tool calls and tool results too), the request's tools and its chat_template_kwargs
-// reach the template, and a template's raise_exception is the client's 400.
+// (tool calls, tool results and keys such as reasoning_content too), the request's tools and its
+// chat_template_kwargs reach the template, and a template's raise_exception is the client's 400.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
@@ -19,7 +19,8 @@ const std::string kTemplate =
     "{%- for m in messages %}<{{ m.role }}>{{ m.content if m.content is string }}"
     "{% for c in m.tool_calls or [] %}call {{ c.function.name }} {{ c.function.arguments | tojson "
     "}}"
-    "{% endfor %}{% if m.tool_call_id %} for {{ m.tool_call_id }}{% endif %}</{{ m.role }}>"
+    "{% endfor %}{% if m.tool_call_id %} for {{ m.tool_call_id }}{% endif %}"
+    "{% if m.reasoning_content %} (thought: {{ m.reasoning_content }}){% endif %}</{{ m.role }}>"
     "{% endfor %}\n"
     "{%- if tools %}tools: {{ tools | map(attribute='function.name') | join(', ') }}{% endif %}\n"
     "{%- if greeting is defined %} greeting: {{ greeting }}{% endif %}\n"
@@ -29,14 +30,15 @@ const std::string kTemplate =
 
 const std::string kToolConversation =
     R"({"messages":[{"role":"user","content":"Weather?"},)"
-    R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",)"
+    R"({"role":"assistant","content":null,"reasoning_content":"ask the tool","tool_calls":[{"id":"c1","type":"function",)"
     R"("function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},)"
     R"({"role":"tool","tool_call_id":"c1","content":"sunny"}],)"
     R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{}}}],)"
     R"("chat_template_kwargs":{"greeting":"hi"},"max_tokens":2,"temperature":0})";
 
 const std::string kToolConversationText =
-    "<user>Weather?</user><assistant>call get_weather {\"city\": \"Paris\"}</assistant>"
+    "<user>Weather?</user><assistant>call get_weather {\"city\": \"Paris\"} (thought: ask the "
+    "tool)</assistant>"
     "<tool>sunny for c1</tool>tools: get_weather greeting: hi<assistant>";
 
 class TemplatedServer : public test::ServedEngine {
