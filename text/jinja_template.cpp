@@ -140,6 +140,12 @@ class Renderer {
     loop.set("length", n);
     loop.set("depth", 1);
     loop.set("depth0", 0);
+    loop.set(
+        "cycle",
+        Callable{"cycle", [i](const CallArgs& args) -> Value {
+                   if (args.positional.empty()) fail("loop.cycle needs arguments");
+                   return args.positional[static_cast<std::size_t>(i) % args.positional.size()];
+                 }});
     if (i > 0) loop.set("previtem", items[static_cast<std::size_t>(i - 1)]);
     if (i + 1 < n) loop.set("nextitem", items[static_cast<std::size_t>(i + 1)]);
     return loop;

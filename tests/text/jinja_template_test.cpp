@@ -77,6 +77,7 @@ TEST_CASE("for loops know their place and honour break, continue, else and filte
   CHECK(render("{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}"
                "{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}") == "013");
   CHECK(render("{% for x in [] %}{{ x }}{% else %}empty{% endfor %}") == "empty");
+  CHECK(render("{% for x in range(4) %}{{ loop.cycle('a', 'b', 'c') }}{% endfor %}") == "abca");
   CHECK(render("{% for x in range(6) if x is odd %}{{ x }}/{{ loop.length }} {% endfor %}") ==
         "1/3 3/3 5/3 ");
   CHECK(render("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}",
