@@ -2,13 +2,17 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "app/commands.hpp"
 #include "engine/router.hpp"
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
+#include "text/jinja_template.hpp"
 
 namespace troupe::app {
 
@@ -45,6 +49,7 @@ void add_serve_command(CLI::App& app) {
     int cluster_wait_s = 60;
     int step_timeout_s = 60;
     TokenBudgetFlags budget;
+    std::string chat_template;  // --chat-template: a file's path or the template's text
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
@@ -55,6 +60,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--served-model-name", opts->server.served_model_name,
                   "the model's name in the API");
   cmd->add_option("--api-key", opts->server.api_key, "require this key on /v1 routes");
+  cmd->add_option("--chat-template", opts->chat_template,
+                  "Jinja chat template, a file or the text itself (default: the model's own)");
   cmd->add_option("--max-model-len", opts->engine.max_model_len, "context length (0: the model's)");
   cmd->add_option("--max-num-seqs", opts->engine.max_num_seqs, "most sequences per iteration");
   add_token_budget_options(cmd, opts->budget);
@@ -105,6 +112,30 @@ void add_serve_command(CLI::App& app) {
     // Before the model loads: a limit that cannot hold the connections fails at once.
     if (auto fits = net::HttpServer::prepare_descriptor_limit(opts->server); !fits) {
       fail(fits.error().message);
+    }
+    if (!opts->chat_template.empty()) {
+      // A path to an existing file is read; anything else is the template's text (as vLLM).
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(opts->chat_template, ec)) {
+        std::ifstream in(opts->chat_template, std::ios::binary);
+        std::stringstream text;
+        text << in.rdbuf();
+        if (!in) fail("cannot read the chat template " + opts->chat_template);
+        opts->server.chat_template = text.str();
+        opts->server.chat_template_origin = "--chat-template file " + opts->chat_template;
+      } else {
+        if (opts->chat_template.find("{{") == std::string::npos &&
+            opts->chat_template.find("{%") == std::string::npos) {
+          fail("--chat-template: no file " + opts->chat_template +
+               ", and as a template it has no Jinja tags");
+        }
+        opts->server.chat_template = opts->chat_template;
+        opts->server.chat_template_origin = "--chat-template text";
+      }
+      // A template the user named must work: refuse it now, before the model loads.
+      if (auto parsed = text::jinja::Template::parse(opts->server.chat_template); !parsed) {
+        fail(opts->server.chat_template_origin + ": " + parsed.error().message);
+      }
     }
     EngineConfig config = opts->engine;
     settle_token_budget(opts->budget, config);
@@ -157,6 +188,11 @@ void add_serve_command(CLI::App& app) {
     std::fprintf(stderr, "troupe: token budget: %s\n",
                  (*engine)->token_budget_description().c_str());
     net::HttpServer server(**engine, opts->server);
+    if (!server.chat_template().warning().empty()) {
+      std::fprintf(stderr, "troupe: warning: %s\n", server.chat_template().warning().c_str());
+    }
+    std::fprintf(stderr, "troupe: chat template: %s\n",
+                 server.chat_template().description().c_str());
     if (auto started = server.start(); !started) fail(started.error().message);
     std::fprintf(stderr, "troupe: serving '%s' at http://%s:%u (Ctrl-C stops)\n",
                  opts->server.served_model_name.c_str(), opts->server.host.c_str(), server.port());

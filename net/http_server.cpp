@@ -79,8 +79,14 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
       config(std::move(c)),
       admission(std::make_shared<Admission>(config.max_concurrent_requests)),
       tokenizer_pool(static_cast<std::size_t>(std::max(1, config.num_tokenizer_threads))) {
+  const bool overridden = !config.chat_template.empty();
+  std::string origin = "the model's own";
+  if (overridden) {
+    origin = config.chat_template_origin.empty() ? "--chat-template" : config.chat_template_origin;
+  }
   context = make_api_context(engine.tokenizer(), engine.max_model_len(), config.served_model_name,
-                             engine.chat_template());
+                             overridden ? config.chat_template : engine.chat_template(),
+                             std::move(origin));
 }
 
 RouteContext HttpServer::Impl::route_context() {
@@ -525,6 +531,10 @@ void HttpServer::stop() {
 
 std::uint16_t HttpServer::port() const {
   return impl_->acceptor ? impl_->acceptor->local_endpoint().port() : impl_->config.port;
+}
+
+const text::ChatTemplate& HttpServer::chat_template() const {
+  return *impl_->context.chat_template;
 }
 
 int HttpServer::num_connections() const {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "text/chat_template.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::monitoring {
@@ -21,6 +22,10 @@ struct ServerConfig {
   std::uint16_t port = 8000;  // 0: any free port (see HttpServer::port)
   std::string served_model_name = "troupe";
   std::string api_key;  // non-empty: /v1 routes need "Authorization: Bearer <key>"
+  // Jinja chat template text overriding the model's own (empty: the model's), and what
+  // to call it in the log ("--chat-template file x.jinja").
+  std::string chat_template;
+  std::string chat_template_origin;
   std::size_t max_body_bytes = std::size_t{4} << 20;     // 413 past it
   std::size_t max_header_bytes = std::size_t{16} << 10;  // 431 past it (trailers too)
   std::chrono::seconds read_timeout{30};                 // for a whole request (headers and body)
@@ -58,6 +63,8 @@ class HttpServer {
   void stop();
   std::uint16_t port() const;
   int num_connections() const;
+  // What chat requests render through (the startup log names it).
+  const text::ChatTemplate& chat_template() const;
   // Generation requests admitted and not yet ended in the engine.
   int num_requests_in_flight() const;
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "net/chat_input.hpp"
 #include "text/tokenizer.hpp"
 #include "text/unicode.hpp"
 
@@ -385,38 +386,12 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   CompletionRequest r;
   r.chat = true;
   if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
-  const auto* messages = o.if_contains("messages");
-  if (messages == nullptr || !messages->is_array() || messages->as_array().empty()) {
-    return tl::unexpected(bad("'messages' must be a non-empty array", "messages"));
-  }
-  std::vector<text::ChatMessage> chat;
-  for (const auto& m : messages->as_array()) {
-    if (!m.is_object()) return tl::unexpected(bad("each message must be an object", "messages"));
-    const auto& mo = m.as_object();
-    const auto* role = mo.if_contains("role");
-    if (role == nullptr || !role->is_string() ||
-        (role->get_string() != "system" && role->get_string() != "user" &&
-         role->get_string() != "assistant")) {
-      return tl::unexpected(bad("a message's role must be system, user or assistant", "messages"));
-    }
-    std::string content;
-    const auto* c = mo.if_contains("content");
-    if (c != nullptr && c->is_string()) {
-      content = std::string(c->get_string());
-    } else if (c != nullptr && c->is_array()) {  // [{"type": "text", "text": ...}]
-      for (const auto& part : c->as_array()) {
-        const auto* text = part.is_object() ? part.as_object().if_contains("text") : nullptr;
-        if (text == nullptr || !text->is_string()) {
-          return tl::unexpected(bad("only text content parts are supported", "messages"));
-        }
-        content += std::string(text->get_string());
-      }
-    } else if (c != nullptr && !c->is_null()) {
-      return tl::unexpected(bad("a message's content must be a string or text parts", "messages"));
-    }
-    chat.push_back({std::string(role->get_string()), std::move(content)});
-  }
-  const std::string prompt = text::render_chat(context.chat_family, chat, true);
+  TROUPE_API_TRY(const text::ChatInput input, parse_chat_input(o));
+  static const text::ChatTemplate kChatml = text::ChatTemplate::create("", "", {});
+  const auto rendered = (context.chat_template ? *context.chat_template : kChatml).render(input);
+  // The template refused the conversation (its raise_exception) or failed on it.
+  if (!rendered) return tl::unexpected(bad(rendered.error().message, "messages"));
+  const std::string& prompt = *rendered;
   if (auto fits = check_prompt_bytes(prompt.size(), context, "messages"); !fits) {
     return tl::unexpected(fits.error());
   }
@@ -444,12 +419,24 @@ tl::expected<CompletionRequest, ApiError> parse_chat_request(std::string_view bo
 }
 
 ApiContext make_api_context(const text::Tokenizer& tokenizer, std::int32_t max_model_len,
-                            std::string served_model_name, std::string_view chat_template) {
+                            std::string served_model_name, std::string_view chat_template,
+                            std::string chat_template_origin) {
   ApiContext context;
   context.tokenizer = &tokenizer;
   context.max_model_len = max_model_len;
   context.served_model_name = std::move(served_model_name);
-  context.chat_family = text::detect_chat_family(chat_template);
+  const auto& vocabulary = tokenizer.vocabulary();
+  text::ChatSpecialTokens special;
+  auto token_text = [&](TokenId id) {
+    return id >= 0 && static_cast<std::size_t>(id) < vocabulary.size()
+               ? vocabulary.tokens[static_cast<std::size_t>(id)]
+               : std::string();
+  };
+  special.bos_token = token_text(vocabulary.bos);
+  special.eos_token = token_text(vocabulary.eos);
+  special.tokenizer_adds_bos = vocabulary.add_bos;
+  context.chat_template = std::make_shared<const text::ChatTemplate>(
+      text::ChatTemplate::create(chat_template, std::move(chat_template_origin), special));
   // A token stands for at most its vocabulary text (SentencePiece's "▁" is three bytes
   // for one space; byte-level BPE spells a byte in one or two) or its decoded piece;
   // an unknown token for one UTF-8 character.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,14 +48,18 @@ struct ApiContext {
   const text::Tokenizer* tokenizer = nullptr;
   std::int32_t max_model_len = 0;
   std::string served_model_name;
-  text::ChatFamily chat_family = text::ChatFamily::chatml;
+  // The template chat requests render through (null: the built-in ChatML).
+  std::shared_ptr<const text::ChatTemplate> chat_template;
   // The most bytes of text one token can stand for: a prompt longer than max_model_len
   // times this cannot fit the context, and is refused before it is tokenized.
   std::size_t max_token_bytes = 4;
 };
 
+// `chat_template` is Jinja text (the model's own, or --chat-template's), named by
+// `chat_template_origin` in the log; see text::ChatTemplate::create for the fallback.
 ApiContext make_api_context(const text::Tokenizer& tokenizer, std::int32_t max_model_len,
-                            std::string served_model_name, std::string_view chat_template);
+                            std::string served_model_name, std::string_view chat_template,
+                            std::string chat_template_origin = "the model's own");
 
 // Parses a /v1/completions body: the prompt (text or token ids) is tokenized here.
 tl::expected<CompletionRequest, ApiError> parse_completion_request(std::string_view body,

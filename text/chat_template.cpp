@@ -1,5 +1,7 @@
 #include "text/chat_template.hpp"
 
+#include <cstdio>
+
 namespace troupe::text {
 
 namespace {
@@ -128,6 +130,74 @@ std::string render_chat(ChatFamily family, const std::vector<ChatMessage>& messa
     }
   }
   return out;
+}
+
+namespace {
+
+std::string size_text(std::size_t bytes) {
+  char buf[32];
+  if (bytes < 1024) {
+    std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f KB", static_cast<double>(bytes) / 1024.0);
+  }
+  return buf;
+}
+
+// The family renderers see each message's role and text content only.
+std::vector<ChatMessage> plain_messages(const jinja::List& messages) {
+  std::vector<ChatMessage> out;
+  for (const auto& m : messages) {
+    if (!m.is_dict()) continue;
+    const jinja::Value* role = m.as_dict().find("role");
+    const jinja::Value* content = m.as_dict().find("content");
+    out.push_back({role != nullptr && role->is_string() ? role->as_string() : "user",
+                   content != nullptr && content->is_string() ? content->as_string() : ""});
+  }
+  return out;
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::create(std::string_view source, std::string origin,
+                                  ChatSpecialTokens tokens) {
+  ChatTemplate t;
+  t.tokens_ = std::move(tokens);
+  t.family_ = detect_chat_family(source);
+  const std::string fallback = "built-in " + std::string(chat_family_name(t.family_)) + " fallback";
+  if (source.find("{{") == std::string_view::npos && source.find("{%") == std::string_view::npos) {
+    t.description_ = fallback;
+    if (!source.empty()) t.warning_ = origin + " has no Jinja tags; it is not a chat template";
+    return t;
+  }
+  auto parsed = jinja::Template::parse(source);
+  if (!parsed) {
+    t.description_ = fallback;
+    t.warning_ = origin + " does not parse (" + parsed.error().message + ")";
+    return t;
+  }
+  t.jinja_ = std::move(*parsed);
+  t.description_ = origin + " (Jinja, " + size_text(source.size()) + ")";
+  return t;
+}
+
+Result<std::string> ChatTemplate::render(const ChatInput& input) const {
+  if (!jinja_)
+    return render_chat(family_, plain_messages(input.messages), input.add_generation_prompt);
+  // As Hugging Face calls it: the kwargs, then the variables it always passes.
+  jinja::Dict variables = input.kwargs;
+  variables.set("messages", input.messages);
+  variables.set("tools", input.tools);
+  variables.set("documents", nullptr);
+  variables.set("add_generation_prompt", input.add_generation_prompt);
+  variables.set("bos_token", tokens_.bos_token);
+  variables.set("eos_token", tokens_.eos_token);
+  TROUPE_TRY(std::string prompt, jinja_->render(variables));
+  if (tokens_.tokenizer_adds_bos && !tokens_.bos_token.empty() &&
+      prompt.starts_with(tokens_.bos_token)) {
+    prompt.erase(0, tokens_.bos_token.size());
+  }
+  return prompt;
 }
 
 }  // namespace troupe::text

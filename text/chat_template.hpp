@@ -1,12 +1,17 @@
-// Chat templates: the GGUF's tokenizer.chat_template is recognised as one of
-// the common families and rendered by hand-written code for that family (no
-// Jinja interpreter). Without a template, or with one not recognised, ChatML is
-// used, as llama.cpp does.
+// Chat templates: a conversation rendered into the prompt text. The model's own
+// Jinja template (the GGUF's tokenizer.chat_template, or --chat-template's) runs
+// through the interpreter of jinja_template.hpp; the hand-written family renderers
+// below are the fallback for a model without one, or whose template does not parse
+// (without a template, or with one not recognised, ChatML, as llama.cpp does).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "text/jinja_template.hpp"
+#include "troupe/result.hpp"
 
 namespace troupe::text {
 
@@ -34,5 +39,49 @@ ChatFamily detect_chat_family(std::string_view chat_template);
 // with the assistant's turn opened when add_generation_prompt.
 std::string render_chat(ChatFamily family, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt = true);
+
+// What a conversation is rendered from: the messages as the client sent them (role,
+// content, tool_calls, tool_call_id, name), the request's tools (none when absent)
+// and its chat_template_kwargs.
+struct ChatInput {
+  jinja::List messages;
+  jinja::Value tools = nullptr;
+  jinja::Dict kwargs;
+  bool add_generation_prompt = true;
+};
+
+// The special tokens' texts a template sees, and whether the tokenizer adds BOS itself.
+struct ChatSpecialTokens {
+  std::string bos_token;
+  std::string eos_token;
+  bool tokenizer_adds_bos = false;
+};
+
+// The chat template a server uses, chosen once at startup.
+class ChatTemplate {
+ public:
+  // `source` is Jinja text (empty: the model has none); `origin` names it for the log
+  // ("the model's own", "--chat-template file x.jinja"). A source without any tag, or
+  // one that does not parse, falls back to its family's renderer, with a warning.
+  static ChatTemplate create(std::string_view source, std::string origin, ChatSpecialTokens tokens);
+
+  // The prompt text. When the tokenizer adds BOS, a BOS text the template printed at the
+  // start is taken off (as llama.cpp does), so the prompt holds one BOS, not two.
+  // Errors: the template's raise_exception (its own message) or a render error.
+  Result<std::string> render(const ChatInput& input) const;
+
+  bool is_jinja() const { return jinja_.has_value(); }
+  // For the startup log: "the model's own (Jinja, 1.2 KB)", "built-in chatml fallback".
+  const std::string& description() const { return description_; }
+  // Why the template was not used (a syntax error), empty when nothing went wrong.
+  const std::string& warning() const { return warning_; }
+
+ private:
+  std::optional<jinja::Template> jinja_;
+  ChatFamily family_ = ChatFamily::chatml;
+  ChatSpecialTokens tokens_;
+  std::string description_;
+  std::string warning_;
+};
 
 }  // namespace troupe::text

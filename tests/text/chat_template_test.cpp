@@ -57,3 +57,46 @@ TEST_CASE("each family renders a conversation the way its models were trained", 
         "brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
         "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
 }
+
+TEST_CASE("a model's own template renders through the interpreter, default system prompt and all",
+          "[chat][shared]") {
+  const auto qwen = ChatTemplate::create(troupe::test::read_text(troupe::test::shared_file(
+                                             "chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja")),
+                                         "the model's own", {"", "<|im_end|>", false});
+  REQUIRE(qwen.is_jinja());
+  CHECK(qwen.warning().empty());
+  CHECK(qwen.description() == "the model's own (Jinja, 2.4 KB)");
+  ChatInput input;
+  input.messages.push_back(jinja::Value(jinja::Dict{{{"role", "user"}, {"content", "Hi"}}}));
+  CHECK(qwen.render(input).value() ==
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+        "assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+
+  const auto gemma = ChatTemplate::create(troupe::test::read_text(troupe::test::shared_file(
+                                              "chat-templates/google-gemma-2-2b-it.jinja")),
+                                          "the model's own", {"<bos>", "<eos>", true});
+  const auto turns = gemma.render(input);
+  REQUIRE(turns.has_value());
+  // The tokenizer adds BOS, so the template's own goes.
+  CHECK(*turns == "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  input.messages.insert(input.messages.begin(),
+                        jinja::Value(jinja::Dict{{{"role", "system"}, {"content", "Be brief."}}}));
+  const auto refused = gemma.render(input);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message == "System role not supported");
+}
+
+TEST_CASE("without a usable template the family renderer is the fallback, and says so", "[chat]") {
+  const auto none = ChatTemplate::create("", "the model's own", {});
+  CHECK_FALSE(none.is_jinja());
+  CHECK(none.description() == "built-in chatml fallback");
+  CHECK(none.warning().empty());
+  const auto broken = ChatTemplate::create("[INST] {% if %}", "the model's own", {});
+  CHECK(broken.description() == "built-in mistral fallback");
+  CHECK(broken.warning() ==
+        "the model's own does not parse (chat template syntax error at line 1, column 14: "
+        "unexpected '%}')");
+  ChatInput input;
+  input.messages.push_back(jinja::Value(jinja::Dict{{{"role", "user"}, {"content", "Hi"}}}));
+  CHECK(broken.render(input).value() == "[INST]Hi[/INST]");
+}
