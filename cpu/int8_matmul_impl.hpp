@@ -39,6 +39,7 @@ namespace troupe::cpu::TROUPE_INT8_NAMESPACE {
 using gguf::TensorType;
 
 inline constexpr std::int64_t kChunk = 256;
+inline constexpr std::size_t kPrefetchBytes = 4096;
 
 // One weight row's chunk, decoded.
 struct ChunkWeights {
@@ -144,8 +145,15 @@ inline void tile(const Int8Rows& x, std::int64_t t0, const std::uint8_t* w, std:
     for (int r = 0; r < NR; ++r) acc[t][r] = Ops::zero();
   ChunkWeights cw[NR];
   for (std::int64_t ch = 0; ch < num_chunks; ++ch) {
-    for (int r = 0; r < NR; ++r)
-      decode_chunk<kType>(w + r * w_row_bytes + ch * kChunkBytes<kType>, cw[r]);
+    for (int r = 0; r < NR; ++r) {
+      const std::uint8_t* chunk = w + r * w_row_bytes + ch * kChunkBytes<kType>;
+      // The row's bytes a few chunks ahead: a decode row streams several weight rows at
+      // once, more than the hardware prefetcher keeps in flight.
+      for (std::size_t line = 0; line < kChunkBytes<kType>; line += 64) {
+        __builtin_prefetch(chunk + kPrefetchBytes + line);
+      }
+      decode_chunk<kType>(chunk, cw[r]);
+    }
     for (int t = 0; t < NT; ++t) {
       const std::int64_t row = t0 + t;
       const std::int8_t* q = x.q + row * cols + ch * kChunk;

@@ -15,6 +15,7 @@ packages=(
   curl prometheus                        # the server tests' HTTP client; promtool
   python3-websockets                     # the WebSocket example (and its test)
   python3-jinja2                         # chat templates rendered by jinja2, to compare with
+  python3-jsonschema                     # the validator the JSON schema grammar test checks against
   clang-format                           # style check
   clang libfuzzer-14-dev                 # fuzz targets (scripts/fuzz.sh)
   slowhttptest                           # slow-client tests of the HTTP server
