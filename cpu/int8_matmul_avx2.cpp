@@ -3,6 +3,8 @@
 // (and -mavxvnni); run only where the processor has them (int8_matmul.cpp checks).
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "cpu/int8_matmul.hpp"
 #include "gguf/half.hpp"
 
@@ -13,6 +15,8 @@
 #endif
 
 namespace troupe::cpu::TROUPE_INT8_NAMESPACE {
+
+#include "cpu/int8_bytes256.hpp"  // NOLINT(bugprone-suspicious-include): a copy per file
 
 // 64 bytes or 16 floats as two 256-bit halves.
 struct Ops {
@@ -77,20 +81,16 @@ struct Ops {
   }
   static Acc pairs_low(Acc s) { return pairs(s.lo); }
   static Acc pairs_high(Acc s) { return pairs(s.hi); }
-  static __m256i load256(const std::uint8_t* p) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  }
   static Unit load_x(const std::int8_t* q) {
-    return {load256(reinterpret_cast<const std::uint8_t*>(q)),
-            load256(reinterpret_cast<const std::uint8_t*>(q) + 32)};
+    return {Bytes256::load(reinterpret_cast<const std::uint8_t*>(q)),
+            Bytes256::load(reinterpret_cast<const std::uint8_t*>(q) + 32)};
   }
   static Unit bytes2x32(const std::uint8_t* p0, const std::uint8_t* p1) {
-    return {load256(p0), load256(p1)};
+    return {Bytes256::load(p0), Bytes256::load(p1)};
   }
   static Unit nibbles32(const std::uint8_t* p) {
-    const __m256i b = load256(p);
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    return {_mm256_and_si256(b, mask), _mm256_and_si256(_mm256_srli_epi16(b, 4), mask)};
+    const __m256i b = Bytes256::load(p);
+    return {Bytes256::low_nibbles(b), Bytes256::high_nibbles(b)};
   }
   static __m256i nibbles16(const std::uint8_t* p) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -100,26 +100,15 @@ struct Ops {
   static Unit nibbles16x2(const std::uint8_t* p0, const std::uint8_t* p1) {
     return {nibbles16(p0), nibbles16(p1)};
   }
-  static __m256i bit_to_16(__m256i qh, int bit) {
-    const __m256i shifted = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit));
-    return _mm256_slli_epi16(_mm256_and_si256(shifted, _mm256_set1_epi8(1)), 4);
-  }
   static Unit with_high_bits(Unit u, const std::uint8_t* qh, int bit) {
-    const __m256i h = load256(qh);
-    return {_mm256_or_si256(u.lo, bit_to_16(h, bit)), _mm256_or_si256(u.hi, bit_to_16(h, bit + 1))};
-  }
-  static __m256i q6_half(const std::uint8_t* ql, __m256i qh, bool high, int shift) {
-    const __m256i b = load256(ql);
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    const __m256i nibble =
-        high ? _mm256_and_si256(_mm256_srli_epi16(b, 4), mask) : _mm256_and_si256(b, mask);
-    const __m256i top =
-        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(3));
-    return _mm256_or_si256(nibble, _mm256_slli_epi16(top, 4));
+    const __m256i h = Bytes256::load(qh);
+    return {_mm256_or_si256(u.lo, Bytes256::bit_to_16(h, bit)),
+            _mm256_or_si256(u.hi, Bytes256::bit_to_16(h, bit + 1))};
   }
   static Unit q6(const std::uint8_t* ql, const std::uint8_t* qh, bool high, int shift) {
-    const __m256i h = load256(qh);
-    return {q6_half(ql, h, high, shift), q6_half(ql + 32, h, high, shift + 2)};
+    const __m256i h = Bytes256::load(qh);
+    return {Bytes256::q6_quarter(ql, h, high, shift),
+            Bytes256::q6_quarter(ql + 32, h, high, shift + 2)};
   }
   // Per lane of 4: the sum of u[i] * q[i]. pmaddubsw's int16 pair sums cannot saturate here:
   // u <= 63 (K-quants, Q4_0) or |w| <= 128 with |q| <= 127 (Q8_0) keeps them within 32512.

@@ -3,6 +3,8 @@
 // processor has them (int8_matmul.cpp checks).
 #include <immintrin.h>
 
+#include <cstdint>
+
 // GCC 12's AVX-512 headers build some results on `__m256d __Y = __Y;` (an intended
 // undefined value), which -Werror=uninitialized rejects once inlined here.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -14,6 +16,8 @@
 #define TROUPE_INT8_NAMESPACE int8_avx512
 
 namespace troupe::cpu::TROUPE_INT8_NAMESPACE {
+
+#include "cpu/int8_bytes256.hpp"  // NOLINT(bugprone-suspicious-include): a copy per file
 
 struct Ops {
   using Unit = __m512i;
@@ -63,19 +67,15 @@ struct Ops {
         _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), s);
   }
   static Unit load_x(const std::int8_t* q) { return _mm512_loadu_si512(q); }
-  static __m256i load256(const std::uint8_t* p) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  }
   static Unit join(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
   }
   static Unit bytes2x32(const std::uint8_t* p0, const std::uint8_t* p1) {
-    return join(load256(p0), load256(p1));
+    return join(Bytes256::load(p0), Bytes256::load(p1));
   }
   static Unit nibbles32(const std::uint8_t* p) {
-    const __m256i b = load256(p);
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    return join(_mm256_and_si256(b, mask), _mm256_and_si256(_mm256_srli_epi16(b, 4), mask));
+    const __m256i b = Bytes256::load(p);
+    return join(Bytes256::low_nibbles(b), Bytes256::high_nibbles(b));
   }
   static Unit nibbles16x2(const std::uint8_t* p0, const std::uint8_t* p1) {
     const __m256i b = _mm256_inserti128_si256(
@@ -87,26 +87,14 @@ struct Ops {
         join(_mm256_and_si256(b, mask), _mm256_and_si256(_mm256_srli_epi16(b, 4), mask));
     return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
   }
-  static __m256i bit_to_16(__m256i qh, int bit) {
-    const __m256i shifted = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit));
-    return _mm256_slli_epi16(_mm256_and_si256(shifted, _mm256_set1_epi8(1)), 4);
-  }
   static Unit with_high_bits(Unit u, const std::uint8_t* qh, int bit) {
-    const __m256i h = load256(qh);
-    return _mm512_or_si512(u, join(bit_to_16(h, bit), bit_to_16(h, bit + 1)));
-  }
-  static __m256i q6_half(const std::uint8_t* ql, __m256i qh, bool high, int shift) {
-    const __m256i b = load256(ql);
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    const __m256i nibble =
-        high ? _mm256_and_si256(_mm256_srli_epi16(b, 4), mask) : _mm256_and_si256(b, mask);
-    const __m256i top =
-        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(3));
-    return _mm256_or_si256(nibble, _mm256_slli_epi16(top, 4));
+    const __m256i h = Bytes256::load(qh);
+    return _mm512_or_si512(u, join(Bytes256::bit_to_16(h, bit), Bytes256::bit_to_16(h, bit + 1)));
   }
   static Unit q6(const std::uint8_t* ql, const std::uint8_t* qh, bool high, int shift) {
-    const __m256i h = load256(qh);
-    return join(q6_half(ql, h, high, shift), q6_half(ql + 32, h, high, shift + 2));
+    const __m256i h = Bytes256::load(qh);
+    return join(Bytes256::q6_quarter(ql, h, high, shift),
+                Bytes256::q6_quarter(ql + 32, h, high, shift + 2));
   }
   static Acc dot_fma(Acc acc, Unit u, Unit q, Acc scale) {
     const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q);

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "text/unicode.hpp"
+
 namespace troupe::text::jinja {
 
 namespace {
@@ -33,24 +35,6 @@ std::string normalize_newlines(std::string_view source) {
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
-}
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 class Lexer {
@@ -252,7 +236,7 @@ class Lexer {
             cp > 0x10FFFF) {
           return error_at(pos_ - 2, "a malformed \\" + std::string(1, e) + " escape");
         }
-        append_utf8(value, cp);
+        text::append_utf8(value, static_cast<char32_t>(cp));
         pos_ += hex;
         continue;
       }

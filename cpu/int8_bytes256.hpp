@@ -1,0 +1,26 @@
+// 256-bit byte helpers the AVX2, AVX-VNNI and AVX-512 int8 files share. Included inside
+// each file's own namespace, so that each keeps its own copy built with its own flags
+// (one shared inline copy could carry AVX-512 encodings into the AVX2 path). The includer
+// has included <immintrin.h> and <cstdint> at file scope.
+#pragma once
+
+struct Bytes256 {
+  static __m256i load(const std::uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static __m256i low_nibbles(__m256i b) { return _mm256_and_si256(b, _mm256_set1_epi8(0x0f)); }
+  static __m256i high_nibbles(__m256i b) { return low_nibbles(_mm256_srli_epi16(b, 4)); }
+  // 16 where bit `bit` of each byte of qh is set, else 0 (Q5_K's fifth bit).
+  static __m256i bit_to_16(__m256i qh, int bit) {
+    const __m256i shifted = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit));
+    return _mm256_slli_epi16(_mm256_and_si256(shifted, _mm256_set1_epi8(1)), 4);
+  }
+  // Q6_K's 32 values of one quarter: a nibble of ql[0..32) with bits shift, shift+1 of qh.
+  static __m256i q6_quarter(const std::uint8_t* ql, __m256i qh, bool high, int shift) {
+    const __m256i b = load(ql);
+    const __m256i nibble = high ? high_nibbles(b) : low_nibbles(b);
+    const __m256i top =
+        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(3));
+    return _mm256_or_si256(nibble, _mm256_slli_epi16(top, 4));
+  }
+};
