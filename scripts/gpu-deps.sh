@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Gathers what the GPU machine lacks into .gpu-deps/ (git-ignored), to be carried
 # there with the device tool: Catch2, Highway and tl::expected from this machine's
-# Debian packages (headers, libraries, CMake files), and ../shared's stories260K
-# for the forward test. The GPU machine has CUDA, cmake and ninja, none of these.
+# Debian packages (headers, libraries, CMake files), and ../shared's stories260K and
+# architecture models for the forward tests. The GPU machine has CUDA, cmake and ninja,
+# none of these.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=.gpu-deps
@@ -16,5 +17,11 @@ cp -r /usr/lib/x86_64-linux-gnu/cmake/hwy "$deps/usr/lib/x86_64-linux-gnu/cmake/
 cp -P /usr/lib/x86_64-linux-gnu/libhwy*.so* "$deps/usr/lib/x86_64-linux-gnu/"
 if [ -f ../shared/models/stories260K.gguf ]; then
   cp ../shared/models/stories260K.gguf "$deps/shared/models/"
+fi
+# The architectures' reference models (3-6 MB each) for the GPU forward test.
+if [ -d ../shared/models/archs ]; then
+  mkdir -p "$deps/shared/models/archs"
+  cp ../shared/models/archs/qwen2.gguf ../shared/models/archs/phi3.gguf \
+     ../shared/models/archs/gemma2.gguf "$deps/shared/models/archs/"
 fi
 du -sh "$deps"
