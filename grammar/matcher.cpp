@@ -55,6 +55,12 @@ bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte,
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
+  std::size_t positions = 0;
+  for (const Stack& stack : out) positions += stack.size();
+  if (positions > kMaxPositions) {
+    out.clear();
+    return false;
+  }
   return !out.empty();
 }
 

@@ -22,6 +22,9 @@ class Matcher {
   static constexpr std::size_t kMaxStacks = 4096;
   // Rules nested deeper than this reject the byte (a JSON value nested 1000 deep, say).
   static constexpr std::size_t kMaxDepth = 2048;
+  // All branches' positions together past this reject the byte: a state stays under 1 MB,
+  // and a token mask's walk, which keeps one state per byte of a token, under ~100 MB.
+  static constexpr std::size_t kMaxPositions = std::size_t{1} << 18;
 
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
 

@@ -159,6 +159,19 @@ TEST_CASE("deep nesting and ambiguity are bounded, not a crash", "[grammar]") {
   while (accepted < 5000 && m.accept_byte('[')) ++accepted;
   CHECK(accepted < 5000);  // stopped by the depth limit
   CHECK(accepted >= 1000);
+  // Branches that multiply with every byte: refused once too many, never grown without end.
+  const auto wide = compiled(R"g(root ::= x
+x ::= "(" ( x | y | z | w ) ")" | "a"
+y ::= "(" ( x | y | z | w ) ")" | "a"
+z ::= "(" ( x | y | z | w ) ")" | "a"
+w ::= "(" ( x | y | z | w ) ")" | "a")g");
+  Matcher many(wide);
+  std::size_t opened = 0;
+  while (opened < 5000 && many.accept_byte('(')) ++opened;
+  CHECK(opened < 5000);
+  std::size_t positions = 0;
+  for (const auto& stack : many.stacks()) positions += stack.size();
+  CHECK(positions <= Matcher::kMaxPositions);
   const auto ambiguous = compiled(R"(root ::= ( "a" | "a" "a" | "a" "a" "a" )*)");
   Matcher a(ambiguous);
   CHECK(a.accept_bytes(std::string(200, 'a')));
