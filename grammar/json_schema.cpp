@@ -17,8 +17,9 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr int kMaxDepth = 64;            // nested schemas
-constexpr std::int64_t kMaxDigits = 18;  // an unbounded integer's digits
+constexpr int kMaxDepth = 64;                       // nested schemas
+const std::string kPatternRulePrefix = "pattern-";  // rules whose bytes are kept JSON-safe
+constexpr std::int64_t kMaxDigits = 18;             // an unbounded integer's digits
 
 // The building blocks, each added to the grammar the first time a schema uses it.
 const std::vector<std::pair<std::string, std::string>> kPrimitives = {
@@ -74,22 +75,26 @@ const std::set<std::string> kAnnotations = {
     "definitions",     "strict",        "name",     "contentMediaType",
     "contentEncoding", "discriminator", "nullable"};
 
+std::string same_length(const std::string& lo, const std::string& hi);
+
+// A leading digit, then the rest: the rest in parentheses, since it may be alternatives.
+std::string digit_then(char digit, const std::string& lo_rest, const std::string& hi_rest) {
+  const std::string rest = same_length(lo_rest, hi_rest);
+  return "\"" + std::string(1, digit) + "\"" + (rest.empty() ? "" : " ( " + rest + " )");
+}
+
 // Numbers lo..hi (lo <= hi, both >= 0) of one length, as a GBNF expression.
 std::string same_length(const std::string& lo, const std::string& hi) {
   if (lo.empty()) return "";
   if (lo == hi) return "\"" + lo + "\"";
-  if (lo[0] == hi[0]) {
-    const std::string rest = same_length(lo.substr(1), hi.substr(1));
-    return "\"" + std::string(1, lo[0]) + "\" " + rest;
-  }
+  if (lo[0] == hi[0]) return digit_then(lo[0], lo.substr(1), hi.substr(1));
   const std::size_t n = lo.size() - 1;
   const bool lo_rest_zero = lo.find_first_not_of('0', 1) == std::string::npos;
   const bool hi_rest_nine = hi.find_first_not_of('9', 1) == std::string::npos;
   std::vector<std::string> parts;
   char first = lo[0], last = hi[0];
   if (!lo_rest_zero) {
-    parts.push_back("\"" + std::string(1, lo[0]) + "\" " +
-                    same_length(lo.substr(1), std::string(n, '9')));
+    parts.push_back(digit_then(lo[0], lo.substr(1), std::string(n, '9')));
     ++first;
   }
   if (!hi_rest_nine) --last;
@@ -99,8 +104,7 @@ std::string same_length(const std::string& lo, const std::string& hi) {
     parts.push_back(middle);
   }
   if (!hi_rest_nine) {
-    parts.push_back("\"" + std::string(1, hi[0]) + "\" " +
-                    same_length(std::string(n, '0'), hi.substr(1)));
+    parts.push_back(digit_then(hi[0], std::string(n, '0'), hi.substr(1)));
   }
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : " | ") + std::string("( ") + p + " )";
@@ -367,9 +371,19 @@ class Converter {
     use("ws");
     if (const auto* pattern = s.if_contains("pattern")) {
       if (!pattern->is_string()) return error(path + "/pattern", "pattern must be a string");
-      auto body = regex_to_gbnf(std::string(pattern->as_string()));
+      const std::string regex(pattern->as_string());
+      auto body = regex_to_gbnf(regex);
       if (!body) return error(path + "/pattern", body.error().message);
-      return "\"\\\"\" ( " + *body + " ) \"\\\"\" ws";
+      // A schema's pattern searches: unanchored ends take any characters. Its own rule, whose
+      // bytes parse_json_schema then keeps to those a JSON string holds unescaped.
+      const bool from_start = !regex.empty() && regex.front() == '^';
+      const bool to_end = !regex.empty() && regex.back() == '$' &&
+                          (regex.size() < 2 || regex[regex.size() - 2] != '\\');
+      const std::string any = "[^\"\\\\\\x00-\\x1f]*";
+      const std::string rule = fresh_name(kPatternRulePrefix + std::to_string(taken_.size()));
+      add_rule(rule,
+               (from_start ? "" : any + " ") + "( " + *body + " )" + (to_end ? "" : " " + any));
+      return "\"\\\"\" " + rule + " \"\\\"\" ws";
     }
     if (const auto* format = s.if_contains("format"); format != nullptr && format->is_string()) {
       const std::string f(format->as_string());
@@ -557,6 +571,53 @@ Result<std::string> json_schema_to_gbnf(const json::value& schema) {
   return Converter(schema).convert();
 }
 
+namespace {
+
+// A pattern matches a string's characters, but the output is the string's JSON text: a
+// quote, a backslash or a control character there would need an escape. Every byte set of
+// the pattern's rules (and the rules they use) loses those bytes; a literal that needs one
+// is refused. UTF-8 sequences are untouched (their bytes are all >= 0x80).
+Result<void> keep_patterns_json_safe(Grammar& g) {
+  ByteSet unsafe;
+  for (int b = 0; b < 0x20; ++b) unsafe.set(b);
+  unsafe.set('"');
+  unsafe.set('\\');
+  std::vector<bool> seen(g.rules.size(), false);
+  std::vector<std::uint32_t> work;
+  for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
+    if (g.rules[r].name.rfind(kPatternRulePrefix, 0) == 0) {
+      seen[r] = true;
+      work.push_back(r);
+    }
+  }
+  while (!work.empty()) {
+    const std::uint32_t r = work.back();
+    work.pop_back();
+    for (auto& alt : g.rules[r].alternatives) {
+      for (Element& e : alt) {
+        if (e.kind == Element::Kind::rule) {
+          if (!seen[e.index]) {
+            seen[e.index] = true;
+            work.push_back(e.index);
+          }
+          continue;
+        }
+        const ByteSet safe = g.byte_sets[e.index] & ~unsafe;
+        if (safe.none()) {
+          return make_error(ErrorCode::invalid_argument,
+                            "JSON schema pattern: a pattern that must match a quote, a backslash "
+                            "or a control character is not supported (the JSON text would need "
+                            "an escape there)");
+        }
+        e.index = g.byte_set_index(safe);
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<Grammar> parse_json_schema(const json::value& schema) {
   TROUPE_TRY(const std::string text, json_schema_to_gbnf(schema));
   auto grammar = parse_gbnf(text);
@@ -564,6 +625,7 @@ Result<Grammar> parse_json_schema(const json::value& schema) {
     return make_error(ErrorCode::internal, "the grammar made from a JSON schema does not parse (" +
                                                grammar.error().message + ")");
   }
+  TROUPE_TRY_VOID(keep_patterns_json_safe(*grammar));
   return grammar;
 }
 

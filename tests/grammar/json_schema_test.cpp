@@ -35,6 +35,9 @@ const std::vector<SchemaCase> kCases = {
     {R"({"const": {"a": [1, 2]}})", {"{\"a\":[1]}", "{\"a\":[1,2,3]}"}},
     {R"({"type": "string", "minLength": 2, "maxLength": 4})", {"\"a\"", "\"abcde\""}},
     {R"({"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"})", {"\"AB-12\"", "\"ab-123\""}},
+    {R"({"type": "string", "pattern": "^.+$"})", {"\"\"", "\"a\"b\"", "\"a\\\""}},
+    {R"({"type": "string", "pattern": "[0-9]{3}"})", {"\"ab12\"", "\"\""}},
+    {R"({"type": "string", "pattern": "^[^x]*(ab|c)$"})", {"\"xab\"", "\"q\"c\""}},
     {R"({"type": "string", "format": "date"})", {"\"2026-13-01\"", "\"26-01-01\""}},
     {R"({"type": "string", "format": "date-time"})", {"\"2026-12-01 10:00:00Z\""}},
     {R"({"type": "string", "format": "uuid"})", {"\"1234\""}},
@@ -96,7 +99,7 @@ std::shared_ptr<const CompiledGrammar> grammar_of(const char* schema_text) {
 }
 
 // A document drawn from the grammar: random allowed bytes, mostly printable ASCII, until the
-// grammar may end and a coin says stop; past a length, the byte that closes most.
+// grammar may end and a coin says stop; past a length, bytes that tend to close.
 std::string draw(const std::shared_ptr<const CompiledGrammar>& g, std::mt19937& rng) {
   static const std::string kClosing = "\"}]0123456789truefalsn,:-T.Z";
   Matcher m(g);
@@ -110,13 +113,13 @@ std::string draw(const std::shared_ptr<const CompiledGrammar>& g, std::mt19937& 
       return out;
     }
     std::vector<int> options;
-    if (out.size() > 120) {
+    if (out.size() > 120) {  // bytes that tend to close what is open, the quote most
       for (const char c : kClosing) {
-        if (next.test(static_cast<unsigned char>(c))) {
+        if (next.test(static_cast<unsigned char>(c)))
           options.push_back(static_cast<unsigned char>(c));
-          break;
-        }
       }
+      if (!options.empty() && options.front() == '"' && coin(rng) < 0.5) options.resize(1);
+      if (coin(rng) < 0.3) options.clear();  // now and then any byte (a pattern's letters)
     }
     if (options.empty()) {
       for (int b = 0x20; b < 0x7f; ++b) {
@@ -217,11 +220,37 @@ TEST_CASE("a schema the grammar cannot honour is refused, naming the keyword and
   CHECK_THAT(error_of(R"js({"type": "string", "pattern": "(?=a)"})js"),
              Catch::Contains("/pattern") && Catch::Contains("lookaround"));
   CHECK_THAT(error_of(R"({"type": "tuple"})"), Catch::Contains("unknown type"));
+  CHECK_THAT(error_of(R"js({"type": "string", "pattern": "^say \"hi\"$"})js"),
+             Catch::Contains("quote, a backslash"));
   CHECK_THAT(error_of(R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})"),
              Catch::Contains("allOf"));
   CHECK_THAT(error_of(R"(false)"), Catch::Contains("admits nothing"));
   CHECK_THAT(error_of(R"(3)"), Catch::Contains("object or a boolean"));
   CHECK_THAT(error_of(R"({"type": "array", "minItems": 5000})"), Catch::Contains("4096"));
+}
+
+TEST_CASE("integer bounds admit exactly the integers between them", "[grammar][json]") {
+  // Bounds whose inner digits differ, both signs, zero and single digits; every integer
+  // from -2100 to 2100 checked against each.
+  const std::vector<std::pair<int, int>> bounds = {
+      {101, 999}, {-1001, -101},  {5, 123}, {0, 0},  {-9, 9},     {-150, 1203},
+      {19, 2001}, {-2000, -1999}, {7, 70},  {-1, 1}, {990, 1009}, {120, 129}};
+  for (const auto& [lo, hi] : bounds) {
+    const std::string schema = R"({"type": "integer", "minimum": )" + std::to_string(lo) +
+                               R"(, "maximum": )" + std::to_string(hi) + "}";
+    const auto g = grammar_of(schema.c_str());
+    for (int x = -2100; x <= 2100; ++x) {
+      INFO(schema << " with " << x);
+      REQUIRE(accepts(g, std::to_string(x)) == (x >= lo && x <= hi));
+    }
+  }
+  const auto open_above = grammar_of(R"({"type": "integer", "minimum": 150})");
+  const auto open_below = grammar_of(R"({"type": "integer", "maximum": -37})");
+  for (int x = -2100; x <= 2100; ++x) {
+    INFO(x);
+    REQUIRE(accepts(open_above, std::to_string(x)) == (x >= 150));
+    REQUIRE(accepts(open_below, std::to_string(x)) == (x <= -37));
+  }
 }
 
 TEST_CASE("the json_object grammar takes any object and nothing else", "[grammar][json]") {
