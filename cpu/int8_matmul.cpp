@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "gguf/half.hpp"
 
@@ -35,7 +36,7 @@ std::vector<Int8Path> detect_paths() {
                     __builtin_cpu_supports("f16c");
   if (avx2) paths.push_back(Int8Path::avx2);
   if (avx2 && __builtin_cpu_supports("avxvnni")) paths.push_back(Int8Path::avx_vnni);
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512vnni")) {
     paths.push_back(Int8Path::avx512_vnni);
@@ -66,7 +67,19 @@ void Int8RowBuffer::quantize_row(std::int64_t r, const float* x) {
   for (std::int64_t b = 0; b < cols_ / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    bool finite = true;
+    for (int i = 0; i < 32; ++i) {
+      amax = std::max(amax, std::fabs(xb[i]));
+      finite = finite && std::isfinite(xb[i]);
+    }
+    if (!finite) {
+      // An activation that is NaN or infinite makes its products NaN, as the float path's
+      // would, instead of a finite number that hides where it came from.
+      std::fill_n(q + b * 32, 32, std::int8_t{0});
+      std::fill_n(lanes + b * 8, 8, std::numeric_limits<float>::quiet_NaN());
+      sums[2 * b] = sums[2 * b + 1] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
     const float scale = amax / 127.0f;
     const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
     std::int8_t* qb = q + b * 32;

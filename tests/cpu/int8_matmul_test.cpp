@@ -138,6 +138,29 @@ TEST_CASE("the int8 activations hold each block's scale and scaled sums", "[cpu]
   }
 }
 
+TEST_CASE("a NaN or infinite activation gives NaN products on every path", "[cpu][int8]") {
+  const std::int64_t rows = 3, cols = 288;  // a whole chunk and a tail block
+  for (const TensorType type : {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k}) {
+    const std::int64_t width = type == TensorType::q8_0 ? cols : 256;
+    const auto w = make_weights(type, rows, width, false);
+    for (const float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      auto xs = random_floats(static_cast<std::size_t>(width), 1.0f);
+      xs[3] = bad;
+      Int8RowBuffer buffer;
+      buffer.resize(1, width);
+      buffer.quantize_row(0, xs.data());
+      for (const Int8Path path : supported_int8_paths()) {
+        INFO(gguf::tensor_type_name(type) << " on " << int8_path_name(path) << " with " << bad);
+        std::vector<float> out(rows, 0.0f);
+        int8_matmul_on(path, type, buffer.rows(), 1, w.bytes.data(), w.row_bytes, rows, out.data(),
+                       rows);
+        for (const float v : out) CHECK(std::isnan(v));
+      }
+    }
+  }
+}
+
 TEST_CASE("an int8 matmul row is bit-identical alone and in a batch on every path", "[cpu][int8]") {
   const std::int64_t rows = 70, cols = 512, batch = 32;
   for (const TensorType type :
