@@ -12,11 +12,10 @@ std::uint32_t Grammar::rule_index(const std::string& name) {
 }
 
 std::uint32_t Grammar::byte_set_index(const ByteSet& set) {
-  for (std::uint32_t i = 0; i < byte_sets.size(); ++i) {
-    if (byte_sets[i] == set) return i;
-  }
-  byte_sets.push_back(set);
-  return static_cast<std::uint32_t>(byte_sets.size() - 1);
+  const auto [it, added] =
+      byte_set_ids.try_emplace(set, static_cast<std::uint32_t>(byte_sets.size()));
+  if (added) byte_sets.push_back(set);
+  return it->second;
 }
 
 namespace {
@@ -92,6 +91,12 @@ std::string find_left_recursion(const Grammar& g, const std::vector<bool>& nulla
 Result<CompiledGrammar> compile(const Grammar& grammar) {
   if (grammar.root >= grammar.rules.size()) {
     return make_error(ErrorCode::invalid_argument, "the grammar has no root rule");
+  }
+  if (grammar.rules.size() > kMaxRules) {
+    return make_error(ErrorCode::invalid_argument,
+                      "the grammar has " + std::to_string(grammar.rules.size()) +
+                          " rules (with those its groups and repetitions make); at most " +
+                          std::to_string(kMaxRules) + " are allowed");
   }
   for (const Rule& rule : grammar.rules) {
     if (rule.alternatives.empty()) {

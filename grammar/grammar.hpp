@@ -41,6 +41,7 @@ struct Grammar {
   std::vector<ByteSet> byte_sets;
   std::uint32_t root = 0;
   std::unordered_map<std::string, std::uint32_t> rule_ids;  // name -> index in rules
+  std::unordered_map<ByteSet, std::uint32_t> byte_set_ids;  // set -> index in byte_sets
 
   // The index of a rule named `name`, adding an empty one if there is none.
   std::uint32_t rule_index(const std::string& name);
@@ -58,6 +59,9 @@ struct CompiledGrammar {
   std::uint32_t root = 0;
   std::uint64_t id = 0;  // unique to each compile(): what caches of its states key on
 };
+
+// Rules a grammar may have (compile() refuses more): bounds the work of checking it.
+inline constexpr std::size_t kMaxRules = 20000;
 
 // Checks `grammar` (every referenced rule defined, no rule that can call itself before
 // consuming a byte: a matcher would never finish expanding it) and flattens it.

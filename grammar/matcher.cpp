@@ -6,7 +6,11 @@ namespace troupe::grammar {
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)) {
   for (const std::uint32_t start : grammar_->rule_starts[grammar_->root]) {
-    push_expanded(Stack{start}, stacks_);
+    if (!push_expanded(Stack{start}, stacks_)) {
+      stacks_.clear();  // past the limits from the start: nothing is allowed (ok() says so)
+      ok_ = false;
+      return;
+    }
   }
   std::sort(stacks_.begin(), stacks_.end());
   stacks_.erase(std::unique(stacks_.begin(), stacks_.end()), stacks_.end());
@@ -14,28 +18,42 @@ Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std:
 
 bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out) const {
   const auto& elements = grammar_->elements;
-  while (!stack.empty()) {
-    if (stack.size() > kMaxDepth || out.size() >= kMaxStacks) return false;
-    const Element& e = elements[stack.back()];
-    if (e.kind == Element::Kind::bytes) break;
-    if (e.kind == Element::Kind::end) {  // back to where the rule was entered
-      stack.pop_back();
-      continue;
+  // Branches still to expand: a work list, not recursion, so that a long chain of rules
+  // entered without a byte cannot exhaust the thread's stack.
+  std::vector<Stack> work;
+  work.push_back(std::move(stack));
+  std::size_t steps = 0;
+  while (!work.empty()) {
+    Stack s = std::move(work.back());
+    work.pop_back();
+    while (!s.empty()) {
+      if (s.size() > kMaxDepth || ++steps > kMaxExpansionSteps) return false;
+      const Element& e = elements[s.back()];
+      if (e.kind == Element::Kind::bytes) break;
+      if (e.kind == Element::Kind::end) {  // back to where the rule was entered
+        s.pop_back();
+        continue;
+      }
+      // Enter the rule: continue after it once one of its alternatives has matched. A rule
+      // entered last in its alternative leaves nothing to continue: its frame goes (a tail
+      // call), so that repetitions, which recurse on the right, keep stacks flat.
+      ++s.back();
+      if (elements[s.back()].kind == Element::Kind::end) s.pop_back();
+      const auto& starts = grammar_->rule_starts[e.index];
+      for (std::size_t a = 0; a + 1 < starts.size(); ++a) {
+        Stack branch = s;
+        branch.push_back(starts[a]);
+        work.push_back(std::move(branch));
+      }
+      s.push_back(starts.back());
     }
-    // Enter the rule: continue after it once one of its alternatives has matched. A rule
-    // entered last in its alternative leaves nothing to continue: its frame goes (a tail
-    // call), so that repetitions, which recurse on the right, keep stacks flat.
-    ++stack.back();
-    if (elements[stack.back()].kind == Element::Kind::end) stack.pop_back();
-    const auto& starts = grammar_->rule_starts[e.index];
-    for (std::size_t a = 0; a + 1 < starts.size(); ++a) {
-      Stack branch = stack;
-      branch.push_back(starts[a]);
-      if (!push_expanded(std::move(branch), out)) return false;
+    out.push_back(std::move(s));
+    if (out.size() >= kMaxStacks) {  // count distinct branches only
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      if (out.size() >= kMaxStacks) return false;
     }
-    stack.push_back(starts.back());
   }
-  out.push_back(std::move(stack));
   return true;
 }
 

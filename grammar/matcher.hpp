@@ -25,8 +25,13 @@ class Matcher {
   // All branches' positions together past this reject the byte: a state stays under 1 MB,
   // and a token mask's walk, which keeps one state per byte of a token, under ~100 MB.
   static constexpr std::size_t kMaxPositions = std::size_t{1} << 18;
+  // Rule entries one byte may expand through, in all branches.
+  static constexpr std::size_t kMaxExpansionSteps = std::size_t{1} << 20;
 
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
+  // False when the grammar's start already passes the limits: such a matcher allows
+  // nothing, and its grammar should be refused where it was given.
+  bool ok() const { return ok_; }
 
   // Advances by one byte; false, with the state unchanged, where the grammar forbids it.
   bool accept_byte(std::uint8_t byte);
@@ -49,6 +54,7 @@ class Matcher {
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::vector<Stack> stacks_;
+  bool ok_ = true;
 };
 
 }  // namespace troupe::grammar

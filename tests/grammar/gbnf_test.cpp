@@ -133,6 +133,9 @@ TEST_CASE("a wrong grammar is an error that says where and why", "[grammar]") {
   CHECK_THAT(error_of("root ::= *"),
              Catch::Contains("nothing to repeat") || Catch::Contains("end of the line"));
   CHECK_THAT(error_of(std::string(100, '(')), Catch::Contains("rule name"));
+  std::string many = "root ::= r0\n";
+  for (int i = 0; i <= 20000; ++i) many += "r" + std::to_string(i) + " ::= \"x\"\n";
+  CHECK_THAT(error_of(many), Catch::Contains("at most 20000"));
   CHECK_THAT(error_of("root ::= " + std::string(100, '(')), Catch::Contains("too deep"));
 }
 
@@ -172,6 +175,24 @@ w ::= "(" ( x | y | z | w ) ")" | "a")g");
   std::size_t positions = 0;
   for (const auto& stack : many.stacks()) positions += stack.size();
   CHECK(positions <= Matcher::kMaxPositions);
+  // A start with more distinct branches than allowed: the matcher says so, not a cut set.
+  const auto optional_run = compiled(R"(root ::= ("a"?){0,4096} "b")");
+  CHECK_FALSE(Matcher(optional_run).ok());
+  const auto short_run = compiled(R"(root ::= ("a"?){0,100} "b")");
+  Matcher fine(short_run);
+  CHECK(fine.ok());
+  CHECK(fine.accept_bytes("aab"));
+  // A chain of rules entered before any byte: expanded by a work list, not the call stack.
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 3000; ++i) {
+    chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " | \"x\"\n";
+  }
+  chain += "r3000 ::= \"y\"\n";
+  const auto deep = compiled(chain);
+  Matcher walker(deep);
+  CHECK(walker.ok());
+  CHECK(walker.accept_byte('y'));
+  CHECK(walker.can_end());
   const auto ambiguous = compiled(R"(root ::= ( "a" | "a" "a" | "a" "a" "a" )*)");
   Matcher a(ambiguous);
   CHECK(a.accept_bytes(std::string(200, 'a')));
