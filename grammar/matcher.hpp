@@ -26,7 +26,7 @@ class Matcher {
   // and a token mask's walk, which keeps one state per byte of a token, under ~100 MB.
   static constexpr std::size_t kMaxPositions = std::size_t{1} << 18;
   // Rule entries one byte may expand through, in all branches.
-  static constexpr std::size_t kMaxExpansionSteps = std::size_t{1} << 20;
+  static constexpr std::size_t kMaxExpansionSteps = std::size_t{1} << 16;
 
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
   // False when the grammar's start already passes the limits: such a matcher allows
