@@ -5,6 +5,15 @@
 #pragma once
 
 struct Bytes256 {
+  // Eight F16 values (given as their bits) as eight floats.
+  static __m256 halves(std::uint16_t h0, std::uint16_t h1, std::uint16_t h2, std::uint16_t h3,
+                       std::uint16_t h4, std::uint16_t h5, std::uint16_t h6, std::uint16_t h7) {
+    const __m128i bits =
+        _mm_set_epi16(static_cast<short>(h7), static_cast<short>(h6), static_cast<short>(h5),
+                      static_cast<short>(h4), static_cast<short>(h3), static_cast<short>(h2),
+                      static_cast<short>(h1), static_cast<short>(h0));
+    return _mm256_cvtph_ps(bits);
+  }
   static __m256i load(const std::uint8_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   }

@@ -35,11 +35,7 @@ struct Ops {
   static float half(std::uint16_t bits) { return _cvtsh_ss(bits); }
   static Acc halves8(std::uint16_t h0, std::uint16_t h1, std::uint16_t h2, std::uint16_t h3,
                      std::uint16_t h4, std::uint16_t h5, std::uint16_t h6, std::uint16_t h7) {
-    const __m128i bits =
-        _mm_set_epi16(static_cast<short>(h7), static_cast<short>(h6), static_cast<short>(h5),
-                      static_cast<short>(h4), static_cast<short>(h3), static_cast<short>(h2),
-                      static_cast<short>(h1), static_cast<short>(h0));
-    return _mm512_zextps256_ps512(_mm256_cvtph_ps(bits));
+    return _mm512_zextps256_ps512(Bytes256::halves(h0, h1, h2, h3, h4, h5, h6, h7));
   }
   static Acc words_u8(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2, std::uint32_t w3) {
     const __m128i bytes = _mm_set_epi32(static_cast<int>(w3), static_cast<int>(w2),

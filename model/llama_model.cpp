@@ -85,25 +85,13 @@ class WeightLoader {
 
  public:
   Result<Weight> vector(const std::string& name, std::int64_t size) {
-    const gguf::GgufTensorInfo* info = file_.find_tensor(name);
-    if (info == nullptr)
-      return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
-    if (info->type != gguf::TensorType::f32 || info->num_elements() != size) {
-      return make_error(ErrorCode::invalid_file,
-                        "tensor '" + name + "' must be " + std::to_string(size) + " F32 values");
-    }
+    TROUPE_TRY(const gguf::GgufTensorInfo* info, find_vector(name, size));
     return backend_.load_weight(*info);
   }
 
   Result<Weight> vector_slice(const std::string& name, std::int64_t size, std::int64_t begin,
                               std::int64_t count) {
-    const gguf::GgufTensorInfo* info = file_.find_tensor(name);
-    if (info == nullptr)
-      return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
-    if (info->type != gguf::TensorType::f32 || info->num_elements() != size) {
-      return make_error(ErrorCode::invalid_file,
-                        "tensor '" + name + "' must be " + std::to_string(size) + " F32 values");
-    }
+    TROUPE_TRY(const gguf::GgufTensorInfo* info, find_vector(name, size));
     TROUPE_ASSERT(begin >= 0 && count >= 0 && begin + count <= size, "vector slice out of range");
     gguf::GgufTensorInfo part = *info;
     part.num_dims = 1;
@@ -114,6 +102,18 @@ class WeightLoader {
   }
 
  private:
+  // `name`, checked to be `size` F32 values.
+  Result<const gguf::GgufTensorInfo*> find_vector(const std::string& name, std::int64_t size) {
+    const gguf::GgufTensorInfo* info = file_.find_tensor(name);
+    if (info == nullptr)
+      return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
+    if (info->type != gguf::TensorType::f32 || info->num_elements() != size) {
+      return make_error(ErrorCode::invalid_file,
+                        "tensor '" + name + "' must be " + std::to_string(size) + " F32 values");
+    }
+    return info;
+  }
+
   const gguf::GgufFile& file_;
   Backend& backend_;
   std::vector<std::unique_ptr<std::byte[]>> owned_;
