@@ -10,6 +10,7 @@ packages=(
   libexpected-dev                        # troupe::Result
   libcli11-dev                           # command line
   libcaf-dev                             # actors (CAF 0.17)
+  libssl-dev                             # OpenSSL: the cluster's TLS (a CAF bug mended in actors/)
   libboost1.81-dev libboost-json1.81-dev # HTTP (Asio, Beast) and JSON
   prometheus-cpp-dev                     # metrics registry and text format
   curl prometheus                        # the server tests' HTTP client; promtool

@@ -1,5 +1,7 @@
 #include "actors/cluster/cluster_messages.hpp"
 
+#include "actors/cluster/tls_error_queue.hpp"
+
 #include <algorithm>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
@@ -45,6 +47,11 @@ void load_middleman(caf::actor_system_config& config, const TlsFiles& tls) {
     config.openssl_certificate = tls.certificate;
     config.openssl_key = tls.key;
     config.openssl_cafile = tls.ca;
+    if (!tls_error_queue_guarded()) {
+      std::fprintf(stderr,
+                   "troupe: warning: OpenSSL's error queue is not cleared before TLS reads; a "
+                   "failed handshake may drop healthy cluster links\n");
+    }
   }
 }
 
