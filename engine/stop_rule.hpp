@@ -17,9 +17,12 @@ class StopRule {
  public:
   StopRule() = default;
   // `end_of_generation`: the vocabulary's EOS-like ids (dropped when params.ignore_eos).
+  // Under a grammar, the sampler lets an end token through only where the grammar can end
+  // (before min_tokens only where it must): it always stops then.
   StopRule(const SamplingParams& params, std::span<const TokenId> end_of_generation)
-      : stop_ids_(params.stop_token_ids), min_tokens_(params.min_tokens) {
-    if (!params.ignore_eos)
+      : stop_ids_(params.stop_token_ids),
+        min_tokens_(params.grammar.empty() ? params.min_tokens : 0) {
+    if (!params.ignore_eos || !params.grammar.empty())
       stop_ids_.insert(stop_ids_.end(), end_of_generation.begin(), end_of_generation.end());
   }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -25,6 +26,8 @@ class TokenMasker {
   explicit TokenMasker(std::vector<std::string> token_bytes);
 
   std::int32_t vocab_size() const { return static_cast<std::int32_t>(token_bytes_.size()); }
+  // What token `id` stands for (empty for a control token).
+  std::string_view token_bytes(std::int32_t id) const { return token_bytes_[id]; }
   // allowed: bit `id` set for every token the matcher can take next; [(vocab + 63) / 64].
   void fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& allowed) const;
 

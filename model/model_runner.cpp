@@ -1,14 +1,53 @@
 #include "model/model_runner.hpp"
 
+#include <future>
 #include <string>
 
+#include "grammar/gbnf.hpp"
+
 namespace troupe::model {
+
+Result<OutputGrammar> ModelRunner::output_grammar(const std::string& gbnf) {
+  if (tokenizer_ == nullptr) {
+    return make_error(ErrorCode::invalid_argument,
+                      "this runner has no tokenizer: it cannot hold outputs to a grammar");
+  }
+  if (!masker_) {
+    // Each token's bytes, once per model; ids past the tokenizer's (a padded embedding)
+    // stand for nothing.
+    std::vector<std::string> bytes(static_cast<std::size_t>(model_.config().vocab_size));
+    const auto known = std::min(bytes.size(), tokenizer_->size());
+    for (std::size_t id = 0; id < known; ++id) {
+      bytes[id] = std::string(tokenizer_->piece(static_cast<TokenId>(id)));
+    }
+    masker_ = std::make_shared<const grammar::TokenMasker>(std::move(bytes));
+  }
+  if (const auto it = grammars_.find(gbnf); it != grammars_.end()) {
+    return OutputGrammar{it->second, masker_};
+  }
+  auto refused = [](const Error& error) {
+    return make_error(ErrorCode::invalid_argument,
+                      "the output's grammar does not compile: " + error.message);
+  };
+  const auto parsed = grammar::parse_gbnf(gbnf);
+  if (!parsed) return refused(parsed.error());
+  auto compiled = grammar::compile(*parsed);
+  if (!compiled) return refused(compiled.error());
+  if (grammars_.size() >= kMaxCachedGrammars) grammars_.clear();
+  auto shared = std::make_shared<const grammar::CompiledGrammar>(std::move(*compiled));
+  grammars_.emplace(gbnf, shared);
+  return OutputGrammar{std::move(shared), masker_};
+}
 
 Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& params,
                                        std::span<const TokenId> prompt) {
   if (!model_.shard().computes_logits()) return {};  // rank 0 samples for the group
-  TROUPE_TRY(auto sampler,
-             Sampler::create(params, prompt, end_of_generation_, model_.config().vocab_size));
+  OutputGrammar constraint;
+  if (!params.grammar.empty()) {
+    TROUPE_TRY(constraint, output_grammar(params.grammar));
+  }
+  TROUPE_TRY(auto sampler, Sampler::create(params, prompt, end_of_generation_,
+                                           model_.config().vocab_size, std::move(constraint)));
   samplers_.insert_or_assign(id, std::move(sampler));
   return {};
 }
@@ -54,7 +93,20 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
       return results;
     }
   }
-  TROUPE_TRY_VOID(model_.forward(step, logits_));
+  // The grammars' masks depend only on the tokens so far: computed beside the forward pass.
+  std::vector<Sampler*> constrained;
+  for (Sampler* sampler : samplers) {
+    if (sampler->constrained()) constrained.push_back(sampler);
+  }
+  std::future<void> masks;
+  if (!constrained.empty()) {
+    masks = std::async(std::launch::async, [&constrained] {
+      for (Sampler* sampler : constrained) sampler->prepare_mask();
+    });
+  }
+  auto forward = model_.forward(step, logits_);
+  if (masks.valid()) masks.get();
+  TROUPE_TRY_VOID(std::move(forward));
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
   for (std::size_t row = 0; row < samplers.size(); ++row) {
     const std::span<const float> row_logits(logits_.data() + row * vocab, vocab);

@@ -1,16 +1,21 @@
 // Executes steps on one model: the forward pass, then one token sampled for each
 // sequence that asked for logits, with each sequence's own sampler (its seed,
-// penalties and min_tokens) kept from step to step.
+// penalties, min_tokens and grammar) kept from step to step. The grammars' token masks
+// for a step are computed on another thread while its forward pass runs.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "grammar/token_masker.hpp"
 #include "model/llama_model.hpp"
 #include "model/sampler.hpp"
+#include "text/tokenizer.hpp"
 
 namespace troupe::model {
 
@@ -19,12 +24,20 @@ class ModelRunner {
   // Sees each sampled row's logits (for tests that compare them): (sequence, logits).
   using LogitsObserver = std::function<void(std::uint64_t, std::span<const float>)>;
 
-  ModelRunner(LlamaModel& model, std::vector<TokenId> end_of_generation)
-      : model_(model), end_of_generation_(std::move(end_of_generation)) {}
+  // `tokenizer` (which must outlive the runner) gives the tokens' bytes for grammars;
+  // without it, a sequence with a grammar is refused.
+  ModelRunner(LlamaModel& model, std::vector<TokenId> end_of_generation,
+              const text::Tokenizer* tokenizer = nullptr)
+      : model_(model), end_of_generation_(std::move(end_of_generation)), tokenizer_(tokenizer) {}
 
-  // Starts sampling state for a sequence (the prompt feeds the repetition penalty).
+  // Starts sampling state for a sequence (the prompt feeds the repetition penalty). A
+  // grammar (params.grammar) that does not compile is an invalid_argument error.
   Result<void> add_sequence(std::uint64_t id, const SamplingParams& params,
                             std::span<const TokenId> prompt);
+
+  // Compiled grammars kept, by their text, so that requests with the same schema share
+  // them and their cached masks; past this many the cache starts over.
+  static constexpr std::size_t kMaxCachedGrammars = 64;
   void remove_sequence(std::uint64_t id) { samplers_.erase(id); }
 
   // Runs `step`; logit row i samples for sequence sampled_ids[i].
@@ -35,8 +48,13 @@ class ModelRunner {
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
 
  private:
+  Result<OutputGrammar> output_grammar(const std::string& gbnf);
+
   LlamaModel& model_;
   std::vector<TokenId> end_of_generation_;
+  const text::Tokenizer* tokenizer_ = nullptr;
+  std::shared_ptr<const grammar::TokenMasker> masker_;  // built at the first grammar
+  std::unordered_map<std::string, std::shared_ptr<const grammar::CompiledGrammar>> grammars_;
   std::unordered_map<std::uint64_t, Sampler> samplers_;
   LogitsObserver observer_;
   std::vector<float> logits_;

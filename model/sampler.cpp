@@ -39,7 +39,8 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, std::int32
 }
 
 Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const TokenId> prompt,
-                                std::vector<TokenId> end_of_generation, std::int32_t vocab_size) {
+                                std::vector<TokenId> end_of_generation, std::int32_t vocab_size,
+                                OutputGrammar constraint) {
   auto bad = [](const std::string& what) { return make_error(ErrorCode::invalid_argument, what); };
   if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature)) {
     return bad("temperature must be a finite number >= 0");
@@ -69,7 +70,20 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
                  std::to_string(vocab_size));
     }
   }
+  if (constraint.grammar && !constraint.masker) {
+    return bad("a grammar needs the model's token masker");
+  }
+  if (constraint.masker && constraint.masker->vocab_size() != vocab_size) {
+    return bad("the token masker's vocabulary of " +
+               std::to_string(constraint.masker->vocab_size()) + " is not the model's " +
+               std::to_string(vocab_size));
+  }
   Sampler s;
+  if (constraint.grammar) {
+    s.matcher_.emplace(std::move(constraint.grammar));
+    if (!s.matcher_->ok()) return bad("the grammar's start passes the matcher's limits");
+    s.masker_ = std::move(constraint.masker);
+  }
   s.params_ = params;
   s.vocab_size_ = vocab_size;
   s.end_of_generation_ = std::move(end_of_generation);
@@ -96,13 +110,82 @@ void Sampler::apply_penalties(std::vector<float>& logits) const {
   for (const auto& [t, n] : output_counts_) {
     logits[t] -= params_.frequency_penalty * static_cast<float>(n) + params_.presence_penalty;
   }
-  // Until min_tokens, the sequence may not end.
-  if (num_generated() < params_.min_tokens) {
+  // Until min_tokens, the sequence may not end (under a grammar, apply_grammar says).
+  if (num_generated() < params_.min_tokens && !constrained()) {
     for (TokenId t : params_.stop_token_ids) logits[t] = kMinusInfinity;
     if (!params_.ignore_eos) {
       for (TokenId t : end_of_generation_) {
         if (t >= 0 && t < vocab_size_) logits[t] = kMinusInfinity;
       }
+    }
+  }
+}
+
+bool Sampler::is_end(TokenId id) const {
+  return std::find(end_of_generation_.begin(), end_of_generation_.end(), id) !=
+             end_of_generation_.end() ||
+         std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), id) !=
+             params_.stop_token_ids.end();
+}
+
+void Sampler::prepare_mask() {
+  if (!constrained() || mask_ready_) return;
+  if (grammar_broken_) {
+    mask_.assign((static_cast<std::size_t>(vocab_size_) + 63) / 64, 0);
+  } else {
+    masker_->fill_mask(*matcher_, mask_);
+  }
+  mask_ready_ = true;
+}
+
+void Sampler::apply_grammar(std::vector<float>& logits) {
+  prepare_mask();
+  // The end tokens' logits, kept aside: the mask (over the tokens' bytes) never allows
+  // them, since they stand for no bytes; the grammar's end does.
+  const std::size_t num_ends = end_of_generation_.size() + params_.stop_token_ids.size();
+  end_logits_.resize(num_ends);
+  auto end_id = [&](std::size_t i) {
+    return i < end_of_generation_.size() ? end_of_generation_[i]
+                                         : params_.stop_token_ids[i - end_of_generation_.size()];
+  };
+  for (std::size_t i = 0; i < num_ends; ++i) {
+    const TokenId t = end_id(i);
+    end_logits_[i] = t >= 0 && t < vocab_size_ ? logits[t] : kMinusInfinity;
+  }
+  bool other = false;  // whether a token that continues the output is allowed
+  for (std::size_t word = 0; word < mask_.size(); ++word) {
+    const std::uint64_t bits = mask_[word];
+    const std::size_t first = word * 64;
+    const std::size_t last = std::min(first + 64, logits.size());
+    if (bits == 0) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(first),
+                logits.begin() + static_cast<std::ptrdiff_t>(last), kMinusInfinity);
+      continue;
+    }
+    for (std::size_t t = first; t < last; ++t) {
+      if ((bits >> (t - first)) & 1u) {
+        other = other || logits[t] != kMinusInfinity;
+      } else {
+        logits[t] = kMinusInfinity;
+      }
+    }
+  }
+  const bool can_end = !grammar_broken_ && matcher_->can_end();
+  // Nothing may follow: the output ends, whatever min_tokens asked. A broken output (or
+  // a grammar with no way on, which a compiled grammar cannot be) ends too.
+  const bool must_end = !other;
+  if (must_end || (can_end && num_generated() >= params_.min_tokens)) {
+    for (std::size_t i = 0; i < num_ends; ++i) {
+      const TokenId t = end_id(i);
+      if (t >= 0 && t < vocab_size_) logits[t] = end_logits_[i];
+    }
+  }
+  if (must_end) {
+    // The model may have put every end token at -inf: the first one is chosen then.
+    const bool any_end = std::any_of(end_logits_.begin(), end_logits_.end(),
+                                     [](float l) { return l != kMinusInfinity; });
+    if (!any_end && num_ends > 0 && end_id(0) >= 0 && end_id(0) < vocab_size_) {
+      logits[end_id(0)] = 0.0f;
     }
   }
 }
@@ -170,6 +253,7 @@ SampledToken Sampler::sample(std::span<const float> logits) {
   SampledToken result;
   scratch_.assign(logits.begin(), logits.end());
   apply_penalties(scratch_);
+  if (constrained()) apply_grammar(scratch_);
   // temperature scaling is folded into choose(); greedy ignores it.
   result.id = choose(scratch_);
   // Log-probabilities cost a pass over the vocabulary: only when asked.
@@ -186,12 +270,20 @@ SampledToken Sampler::sample(std::span<const float> logits) {
 void Sampler::record(TokenId id) {
   output_.push_back(id);
   ++output_counts_[id];
+  if (!constrained()) return;
+  mask_ready_ = false;
+  // An end token ends the output (the engine's stop rule); any other advances the grammar.
+  if (grammar_broken_ || is_end(id)) return;
+  if (!matcher_->accept_bytes(masker_->token_bytes(id))) grammar_broken_ = true;
 }
 
 std::optional<DeviceSamplingRow> Sampler::device_row() const {
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;
-  if (penalties || params_.logprobs || num_generated() < params_.min_tokens) return std::nullopt;
+  // (A grammar's mask is applied on the host too: the device takes no bitmask yet.)
+  if (penalties || params_.logprobs || num_generated() < params_.min_tokens || constrained()) {
+    return std::nullopt;
+  }
   DeviceSamplingRow row;
   row.temperature = params_.temperature;
   row.top_k = params_.top_k > 0 ? params_.top_k : 0;

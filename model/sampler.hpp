@@ -1,10 +1,12 @@
 // Chooses a sequence's next token from its logits: penalties, temperature,
 // top-k / top-p / min-p, a per-sequence seeded generator, log-probabilities,
-// and min_tokens (end-of-generation and stop ids masked until then). Whether a
+// min_tokens (end-of-generation and stop ids masked until then), and a grammar's
+// token mask for structured outputs (grammar/). Whether a
 // sequence has ended is the engine's to say (engine/stop_rule.hpp).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -12,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/matcher.hpp"
+#include "grammar/token_masker.hpp"
 #include "troupe/result.hpp"
 #include "troupe/sampling.hpp"
 
@@ -42,11 +46,22 @@ struct DeviceSamplingRow {
   std::uint64_t counter = 0;  // tokens the sequence has drawn so far
 };
 
+// The grammar an output is held to (SamplingParams::grammar, compiled) and the model's
+// token masker; both null for a free output.
+struct OutputGrammar {
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  std::shared_ptr<const grammar::TokenMasker> masker;
+};
+
 class Sampler {
  public:
-  // Checks the parameters; `end_of_generation` are the vocabulary's EOS-like ids.
+  // Checks the parameters; `end_of_generation` are the vocabulary's EOS-like ids. With
+  // `constraint`, every token is masked first to those the grammar allows next; the end
+  // tokens (EOS-like and stop ids) are allowed exactly where the grammar can end, and the
+  // only choice once it must (min_tokens then yields to the grammar).
   static Result<Sampler> create(const SamplingParams& params, std::span<const TokenId> prompt,
-                                std::vector<TokenId> end_of_generation, std::int32_t vocab_size);
+                                std::vector<TokenId> end_of_generation, std::int32_t vocab_size,
+                                OutputGrammar constraint = {});
 
   // Picks the next token from one row of logits [vocab_size]; records it.
   SampledToken sample(std::span<const float> logits);
@@ -60,9 +75,19 @@ class Sampler {
   std::int32_t num_generated() const { return static_cast<std::int32_t>(output_.size()); }
   const std::vector<TokenId>& output() const { return output_; }
 
+  bool constrained() const { return matcher_.has_value(); }
+  // Computes the grammar's token mask for the next position, if it is not yet: a runner
+  // calls it on another thread while the forward pass runs. Nothing for a free output.
+  void prepare_mask();
+  // Whether a sampled token fell outside what the grammar could take (the mask and the
+  // matcher disagreed, or a limit of the matcher was passed): only end tokens follow.
+  bool grammar_broken() const { return grammar_broken_; }
+
  private:
   Sampler() = default;
   void apply_penalties(std::vector<float>& logits) const;
+  void apply_grammar(std::vector<float>& logits);
+  bool is_end(TokenId id) const;
   TokenId choose(std::vector<float>& logits);
   void record(TokenId id);
 
@@ -77,6 +102,13 @@ class Sampler {
   std::vector<float> scratch_;
   std::vector<std::pair<float, TokenId>> candidates_;
   std::vector<double> probs_;
+  // A constrained output's place in its grammar and the mask for its next token.
+  std::optional<grammar::Matcher> matcher_;
+  std::shared_ptr<const grammar::TokenMasker> masker_;
+  std::vector<std::uint64_t> mask_;
+  bool mask_ready_ = false;
+  bool grammar_broken_ = false;
+  std::vector<float> end_logits_;
 };
 
 // log-softmax of one row, and its n largest entries (ties: lowest id first).

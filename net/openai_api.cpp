@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "net/chat_input.hpp"
+#include "net/structured_output.hpp"
 #include "text/tokenizer.hpp"
 #include "text/unicode.hpp"
 
@@ -320,6 +321,7 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
     }
     TROUPE_API_TRY(p.stop_token_ids, token_array(*ids, "stop_token_ids", tokenizer.size()));
   }
+  TROUPE_API_TRY(p.grammar, output_grammar(o));
   if (const auto* so = o.if_contains("stream_options"); so != nullptr && so->is_object()) {
     TROUPE_API_TRY(const auto usage, boolean(so->as_object(), "include_usage"));
     r.include_usage = usage.value_or(false);

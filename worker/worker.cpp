@@ -101,7 +101,7 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec,
   TROUPE_TRY(const std::int32_t num_blocks, kv_blocks_for_budget(spec, block_bytes, free_bytes));
   TROUPE_TRY_VOID(w->model_.allocate_kv_cache(num_blocks, spec.block_size));
   w->runner_ = std::make_unique<model::ModelRunner>(
-      llama, w->model_.tokenizer->vocabulary().end_of_generation);
+      llama, w->model_.tokenizer->vocabulary().end_of_generation, w->model_.tokenizer.get());
   if (spec.calibrate_step_cost && spec.world_size == 1) {
     // A calibration that fails costs only the measurement: the budget then starts from
     // its guess and learns from the first steps (a broken backend fails those anyway).

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct SamplingParams {
   std::int32_t min_tokens = 0;  // end-of-generation and stop ids are masked until then
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
+  // A grammar the output must match, as GBNF text (net/ writes it from a JSON schema, a
+  // regex, a choice or GBNF); empty: free. Its end ends the output even with ignore_eos.
+  std::string grammar;
 
   bool operator==(const SamplingParams&) const = default;
 };

@@ -1,0 +1,19 @@
+// The structured-output fields of a request, as the one grammar (GBNF text) its output
+// must match: OpenAI's response_format (json_object, json_schema), vLLM's
+// structured_outputs (json, regex, choice, grammar, json_object) and its older guided_json,
+// guided_regex, guided_choice and guided_grammar, and llama.cpp's json_schema and grammar.
+// At most one may be given. The grammar is compiled here, so that one that cannot be is
+// a 400 naming the field and where in it, before the request reaches a worker.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <string>
+
+#include "net/openai_api.hpp"
+
+namespace troupe::net {
+
+// The GBNF the body's constraint compiles to; empty when it asks for none.
+tl::expected<std::string, ApiError> output_grammar(const boost::json::object& body);
+
+}  // namespace troupe::net
