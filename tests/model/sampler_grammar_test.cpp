@@ -1,0 +1,136 @@
+// The sampler under a grammar: the mask comes first, end tokens only where the grammar can
+// end, and the end is the only choice once it must.
+#include <catch2/catch.hpp>
+#include <limits>
+
+#include "engine/stop_rule.hpp"
+#include "grammar/gbnf.hpp"
+#include "model/sampler.hpp"
+
+using namespace troupe;
+using namespace troupe::model;
+
+namespace {
+
+// Token 0 is the end of generation (it stands for no bytes); the others for their text.
+const std::vector<std::string> kPieces = {"", "a", "b", "ab", "c", "{", "}", "x"};
+constexpr TokenId kEos = 0, kA = 1, kB = 2, kAB = 3, kC = 4, kX = 7;
+constexpr std::int32_t kVocab = 8;
+constexpr float kLow = -5.0f;
+
+OutputGrammar constraint(const std::string& gbnf) {
+  auto parsed = grammar::parse_gbnf(gbnf);
+  REQUIRE(parsed.has_value());
+  auto compiled = grammar::compile(*parsed);
+  REQUIRE(compiled.has_value());
+  static const auto masker = std::make_shared<const grammar::TokenMasker>(kPieces);
+  return {std::make_shared<const grammar::CompiledGrammar>(std::move(*compiled)), masker};
+}
+
+Sampler make(const SamplingParams& params, const std::string& gbnf) {
+  auto s = Sampler::create(params, {}, {kEos}, kVocab, constraint(gbnf));
+  REQUIRE(s.has_value());
+  return std::move(*s);
+}
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 100;
+  p.grammar = "(set)";  // the runner's business; here it only marks the request constrained
+  return p;
+}
+
+// Logits with `favourite` far ahead, then `second`, the rest low.
+std::vector<float> logits(TokenId favourite, TokenId second = kEos) {
+  std::vector<float> l(kVocab, kLow);
+  l[static_cast<std::size_t>(second)] = 5.0f;
+  l[static_cast<std::size_t>(favourite)] = 10.0f;
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("under a grammar the sampler takes the best token the grammar allows", "[sampler]") {
+  auto s = make(greedy(), R"(root ::= "ab" "c")");
+  CHECK(s.constrained());
+  // x is the model's favourite, but only "a" and "ab" start the output: "ab" is higher.
+  auto l = logits(kX, kAB);
+  l[kA] = 1.0f;
+  CHECK(s.sample(l).id == kAB);
+  // The end of generation is the favourite now, but the grammar cannot end before "c".
+  CHECK(s.sample(logits(kEos, kX)).id == kC);
+  // Complete: only the end may follow, however unlikely the model finds it.
+  auto end = logits(kX, kA);
+  end[kEos] = -50.0f;
+  CHECK(s.sample(end).id == kEos);
+  CHECK_FALSE(s.grammar_broken());
+}
+
+TEST_CASE("drawn at any temperature, tokens stay inside the grammar", "[sampler]") {
+  // Anything but x, then the end: a draw may pick the end once the grammar can end.
+  const std::string gbnf = R"(root ::= [abc{}]+)";
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    SamplingParams p = greedy();
+    p.temperature = 1.5f;
+    p.seed = seed;
+    auto s = make(p, gbnf);
+    std::vector<float> flat(kVocab, 0.0f);
+    const TokenId first = s.sample(flat).id;
+    CHECK(first != kX);
+    CHECK(first != kEos);  // the grammar needs one character first
+    const TokenId second = s.sample(flat).id;
+    CHECK(second != kX);
+  }
+}
+
+TEST_CASE("end tokens wait for min_tokens, unless the grammar must end", "[sampler]") {
+  SamplingParams p = greedy();
+  p.min_tokens = 3;
+  // "a"s at will: the end is the favourite but waits for three tokens.
+  auto open = make(p, R"(root ::= "a"+)");
+  std::vector<TokenId> got;
+  for (int i = 0; i < 4; ++i) got.push_back(open.sample(logits(kEos, kA)).id);
+  CHECK(got == std::vector<TokenId>{kA, kA, kA, kEos});
+  // One "a" and nothing more: min_tokens yields, and the stop rule lets it stop.
+  auto closed = make(p, R"(root ::= "a")");
+  CHECK(closed.sample(logits(kA)).id == kA);
+  CHECK(closed.sample(logits(kA)).id == kEos);
+  const engine::StopRule rule(p, std::vector<TokenId>{kEos});
+  CHECK(rule.stops_on(kEos, closed.num_generated()));
+}
+
+TEST_CASE("a grammar's end stops the output even with ignore_eos", "[sampler]") {
+  SamplingParams p = greedy();
+  p.ignore_eos = true;
+  const engine::StopRule constrained(p, std::vector<TokenId>{kEos});
+  CHECK(constrained.stops_on(kEos, 1));
+  p.grammar.clear();
+  const engine::StopRule free(p, std::vector<TokenId>{kEos});
+  CHECK_FALSE(free.stops_on(kEos, 1));
+}
+
+TEST_CASE("stop token ids count as ends under a grammar", "[sampler]") {
+  SamplingParams p = greedy();
+  p.stop_token_ids = {kX};
+  auto s = make(p, R"(root ::= "a" "b"?)");
+  CHECK(s.sample(logits(kX, kA)).id == kA);
+  // After "a" the grammar can end: x, a stop id, is allowed as an end.
+  CHECK(s.sample(logits(kX, kB)).id == kX);
+}
+
+TEST_CASE("a token from outside the grammar breaks it: only ends follow", "[sampler]") {
+  auto s = make(greedy(), R"(root ::= "ab")");
+  CHECK_FALSE(s.device_row().has_value());  // the mask is applied on the host
+  s.accept(kX);                             // as a device might have drawn it
+  CHECK(s.grammar_broken());
+  CHECK(s.sample(logits(kA, kAB)).id == kEos);
+}
+
+TEST_CASE("a grammar needs the model's token masker, with the model's vocabulary", "[sampler]") {
+  OutputGrammar no_masker = constraint(R"(root ::= "a")");
+  no_masker.masker.reset();
+  CHECK_FALSE(Sampler::create(greedy(), {}, {kEos}, kVocab, no_masker).has_value());
+  CHECK_FALSE(
+      Sampler::create(greedy(), {}, {kEos}, kVocab + 1, constraint(R"(root ::= "a")")).has_value());
+}
