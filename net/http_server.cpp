@@ -424,12 +424,35 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     alive = co_await write_data();
   }
   std::int32_t completion_tokens = 0;
+  // A chat that may call tools holds back what may be a call until its choice ends.
+  std::vector<ToolCallStream> calls;
+  if (completion.chat && completion.tools.reads_calls()) {
+    calls.assign(static_cast<std::size_t>(completion.n), ToolCallStream(completion.tools));
+  }
   while (alive && num_open > 0 && !g->output.over()) {
     auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
     if (ec) break;
-    data = "data: " +
-           completion_chunk(context, id, created, completion, event, index_of(event.request_id)) +
-           "\n\n";
+    const int index = index_of(event.request_id);
+    const std::size_t bytes = event_bytes(event);
+    data.clear();
+    bool called = false;
+    if (!calls.empty()) {
+      ToolCallStream& held = calls[static_cast<std::size_t>(index)];
+      event.text = held.feed(event.text);
+      if (event.finished) {
+        ToolOutput read = held.finish();
+        event.text += read.content;
+        called = !read.calls.empty();
+        if (called) {
+          data += "data: " + tool_calls_chunk(context, id, created, read.calls, index) + "\n\n";
+        }
+      } else if (event.text.empty() && !completion.want_logprobs) {
+        g->output.remove(bytes);
+        continue;  // held: nothing to send yet
+      }
+    }
+    data += "data: " + completion_chunk(context, id, created, completion, event, index, called) +
+            "\n\n";
     if (event.finished) {
       --num_open;
       completion_tokens += event.num_generated_tokens;
@@ -446,7 +469,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     }
     // A client that went away is seen when a write fails (or by the watch): cancel then.
     alive = co_await write_data();
-    g->output.remove(event_bytes(event));
+    g->output.remove(bytes);
   }
   stop_watching();
   if (!alive || g->client_gone || g->output.over()) {

@@ -193,8 +193,9 @@ json::object error_fields(const ApiError& error) {
 
 }  // namespace
 
-std::string_view openai_finish_reason(FinishReason reason) {
+std::string_view openai_finish_reason(FinishReason reason, bool called) {
   if (reason == FinishReason::none) return "";
+  if (called && reason == FinishReason::stop) return "tool_calls";
   // OpenAI has no name for a deadline: the output was cut short, as at max_tokens.
   if (reason == FinishReason::timeout) return "length";
   return finish_reason_name(reason);
@@ -403,6 +404,8 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   r.generate.params.max_tokens = std::max<std::int32_t>(
       1, context.max_model_len - static_cast<std::int32_t>(r.generate.prompt.size()));
   if (auto common = parse_common(o, context, r); !common) return tl::unexpected(common.error());
+  TROUPE_API_TRY(r.tools,
+                 parse_tool_request(o, context.tool_call_format, r.generate.params.grammar));
   return r;
 }
 
@@ -449,6 +452,7 @@ ApiContext make_api_context(const text::Tokenizer& tokenizer, std::int32_t max_m
                      tokenizer.piece(static_cast<TokenId>(id), /*render_special=*/true).size()});
   }
   context.max_token_bytes = most;
+  context.tool_call_format = detect_tool_call_format(chat_template);
   return context;
 }
 
@@ -461,7 +465,20 @@ std::string completion_response(const ApiContext& context, const std::string& id
     const CompletionOutput& output = outputs[i];
     completion_tokens += output.end.num_generated_tokens;
     json::object choice{{"index", i}};
-    if (request.chat) {
+    bool called = false;
+    if (request.chat && request.tools.reads_calls()) {
+      ToolOutput read = read_tool_calls(request.tools, output.text);
+      called = !read.calls.empty();
+      json::object message{{"role", "assistant"}};
+      message["content"] = called && read.content.empty()
+                               ? json::value(nullptr)
+                               : json::value(text::to_valid_utf8(read.content));
+      if (called) message["tool_calls"] = tool_calls_json(read.calls, false);
+      choice["message"] = std::move(message);
+      choice["logprobs"] = request.want_logprobs
+                               ? json::value(chat_logprobs_json(*context.tokenizer, output.tokens))
+                               : json::value(nullptr);
+    } else if (request.chat) {
       choice["message"] =
           json::object{{"role", "assistant"}, {"content", text::to_valid_utf8(output.text)}};
       choice["logprobs"] = request.want_logprobs
@@ -473,7 +490,7 @@ std::string completion_response(const ApiContext& context, const std::string& id
                                ? json::value(logprobs_json(*context.tokenizer, output.tokens))
                                : json::value(nullptr);
     }
-    choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason));
+    choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason, called));
     choices.emplace_back(std::move(choice));
   }
   json::object response =
@@ -484,7 +501,8 @@ std::string completion_response(const ApiContext& context, const std::string& id
 }
 
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                             const CompletionRequest& request, const TokenEvent& event, int index) {
+                             const CompletionRequest& request, const TokenEvent& event, int index,
+                             bool called) {
   json::object choice{{"index", index}};
   const bool with_logprobs = request.want_logprobs && event.token != kNoToken;
   if (request.chat) {
@@ -504,10 +522,20 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
                                        : json::value(nullptr);
   }
   choice["finish_reason"] =
-      event.finished ? json::value(std::string(openai_finish_reason(event.finish_reason)))
+      event.finished ? json::value(std::string(openai_finish_reason(event.finish_reason, called)))
                      : json::value(nullptr);
   return json::serialize(
       envelope(context, id, created, chunk_object(request.chat), json::array{std::move(choice)}));
+}
+
+std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                             const std::vector<ToolCall>& calls, int index) {
+  json::object choice{{"index", index},
+                      {"delta", json::object{{"tool_calls", tool_calls_json(calls, true)}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}};
+  return json::serialize(
+      envelope(context, id, created, chunk_object(true), json::array{std::move(choice)}));
 }
 
 std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,

@@ -9,19 +9,13 @@
 #include <string_view>
 #include <vector>
 
+#include "net/api_error.hpp"
+#include "net/tool_calls.hpp"
 #include "text/chat_template.hpp"
 #include "text/tokenizer.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::net {
-
-// An error for the client: its HTTP status and an OpenAI error object.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;
-};
 
 std::string error_json(const ApiError& error);
 
@@ -40,6 +34,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool want_logprobs = false;
+  ToolRequest tools;  // chat: its tools and tool_choice
 };
 
 // What parsing needs of the served model; no engine, so that the parsers run (and are
@@ -53,6 +48,8 @@ struct ApiContext {
   // The most bytes of text one token can stand for: a prompt longer than max_model_len
   // times this cannot fit the context, and is refused before it is tokenized.
   std::size_t max_token_bytes = 4;
+  // How the model writes tool calls (from its chat template, or --tool-call-parser).
+  ToolCallFormat tool_call_format = ToolCallFormat::hermes;
 };
 
 // `chat_template` is Jinja text (the model's own, or --chat-template's), named by
@@ -81,8 +78,13 @@ std::string completion_response(const ApiContext& context, const std::string& id
                                 const std::vector<CompletionOutput>& outputs);
 // One SSE `data:` payload for a streamed event of choice `index` (text and, on
 // its last one, the finish reason).
+// `called`: the choice's output was read as tool calls (finish_reason "tool_calls").
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                             const CompletionRequest& request, const TokenEvent& event, int index);
+                             const CompletionRequest& request, const TokenEvent& event, int index,
+                             bool called = false);
+// A chat stream's tool calls for choice `index`, whole, in one delta (sent at its end).
+std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                             const std::vector<ToolCall>& calls, int index);
 // A chat stream's first chunk for a choice: the assistant's role.
 std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                             int index);
@@ -120,6 +122,7 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
 std::string websocket_error(std::string_view id, const ApiError& error);
 
 // OpenAI's finish_reason names ("stop", "length", ...).
-std::string_view openai_finish_reason(FinishReason reason);
+// `called`: a stop that ended in tool calls is "tool_calls".
+std::string_view openai_finish_reason(FinishReason reason, bool called = false);
 
 }  // namespace troupe::net

@@ -176,6 +176,21 @@ tl::expected<std::vector<Asked>, ApiError> constraints_in(const json::object& bo
   return asked;
 }
 
+// Compiled here as the worker will compile it, so that what fails, fails now.
+tl::expected<std::string, ApiError> checked(std::string gbnf, const std::string& param) {
+  if (gbnf.empty()) return tl::unexpected(bad("'" + param + "' is empty", param));
+  auto refused = [&](const std::string& why) {
+    return tl::unexpected(bad("'" + param + "': " + why, param));
+  };
+  const auto parsed = grammar::parse_gbnf(gbnf);
+  if (!parsed) return refused(parsed.error().message);
+  auto compiled = grammar::compile(*parsed);
+  if (!compiled) return refused(compiled.error().message);
+  const grammar::Matcher start(std::make_shared<const grammar::CompiledGrammar>(*compiled));
+  if (!start.ok()) return refused("the grammar's start passes the matcher's limits");
+  return gbnf;
+}
+
 }  // namespace
 
 tl::expected<std::string, ApiError> output_grammar(const json::object& body) {
@@ -185,18 +200,14 @@ tl::expected<std::string, ApiError> output_grammar(const json::object& body) {
   const Asked& one = asked->front();
   auto gbnf = gbnf_of(one);
   if (!gbnf) return tl::unexpected(gbnf.error());
-  if (gbnf->empty()) return tl::unexpected(bad("'" + one.param + "' is empty", one.param));
-  // Compiled here as the worker will compile it, so that what fails, fails now.
-  auto refused = [&](const std::string& why) {
-    return tl::unexpected(bad("'" + one.param + "': " + why, one.param));
-  };
-  const auto parsed = grammar::parse_gbnf(*gbnf);
-  if (!parsed) return refused(parsed.error().message);
-  auto compiled = grammar::compile(*parsed);
-  if (!compiled) return refused(compiled.error().message);
-  const grammar::Matcher start(std::make_shared<const grammar::CompiledGrammar>(*compiled));
-  if (!start.ok()) return refused("the grammar's start passes the matcher's limits");
-  return std::move(*gbnf);
+  return checked(std::move(*gbnf), one.param);
+}
+
+tl::expected<std::string, ApiError> schema_grammar(const json::value& schema,
+                                                   const std::string& param) {
+  auto gbnf = grammar::json_schema_to_gbnf(schema);
+  if (!gbnf) return tl::unexpected(bad("'" + param + "': " + gbnf.error().message, param));
+  return checked(std::move(*gbnf), param);
 }
 
 }  // namespace troupe::net

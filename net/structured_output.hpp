@@ -7,13 +7,18 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <string>
 
-#include "net/openai_api.hpp"
+#include "net/api_error.hpp"
 
 namespace troupe::net {
 
 // The GBNF the body's constraint compiles to; empty when it asks for none.
 tl::expected<std::string, ApiError> output_grammar(const boost::json::object& body);
+
+// The GBNF of one JSON schema, compiled to check it (tool calls' too); errors name `param`.
+tl::expected<std::string, ApiError> schema_grammar(const boost::json::value& schema,
+                                                   const std::string& param);
 
 }  // namespace troupe::net
