@@ -1,7 +1,9 @@
 #include "net/openai_api.hpp"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "net/chat_input.hpp"
@@ -235,6 +237,64 @@ tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext
   return {};
 }
 
+// Every field a request may carry: what troupe reads, and the accepted no-ops (user, an
+// end-user id; store, metadata and service_tier, OpenAI's storage and tiers, which mean
+// nothing here; guided_decoding_backend, vLLM's choice of engine: there is one).
+constexpr std::string_view kCommonFields[] = {"model",
+                                              "max_tokens",
+                                              "temperature",
+                                              "top_p",
+                                              "top_k",
+                                              "min_p",
+                                              "seed",
+                                              "presence_penalty",
+                                              "frequency_penalty",
+                                              "repetition_penalty",
+                                              "min_tokens",
+                                              "n",
+                                              "stream",
+                                              "stream_options",
+                                              "ignore_eos",
+                                              "stop",
+                                              "stop_token_ids",
+                                              "logprobs",
+                                              "response_format",
+                                              "structured_outputs",
+                                              "guided_json",
+                                              "guided_regex",
+                                              "guided_choice",
+                                              "guided_grammar",
+                                              "json_schema",
+                                              "grammar",
+                                              "user",
+                                              "store",
+                                              "metadata",
+                                              "service_tier",
+                                              "guided_decoding_backend"};
+constexpr std::string_view kCompletionFields[] = {"prompt"};
+constexpr std::string_view kChatFields[] = {
+    "messages",    "max_completion_tokens", "top_logprobs",         "tools",
+    "tool_choice", "parallel_tool_calls",   "chat_template_kwargs", "add_generation_prompt"};
+constexpr std::string_view kSocketFields[] = {"type", "id"};
+
+// Nothing is silently ignored: a field not read (and not a documented no-op) is a 400.
+tl::expected<void, ApiError> check_fields(const json::object& o, bool chat, bool socket) {
+  auto among = [](std::string_view key, auto const& fields) {
+    return std::find(std::begin(fields), std::end(fields), key) != std::end(fields);
+  };
+  for (const auto& [key, value] : o) {
+    if (among(key, kCommonFields) ||
+        (chat ? among(key, kChatFields) : among(key, kCompletionFields)) ||
+        (socket && among(key, kSocketFields))) {
+      continue;
+    }
+    return tl::unexpected(bad("Unrecognized request argument supplied: " + std::string(key) +
+                                  (chat ? " (chat completions)" : " (completions)"),
+                              std::string(key)));
+  }
+  return {};
+}
+
 // The sampling, stop and streaming fields both endpoints share; r.generate.prompt is set.
 tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContext& context,
                                           CompletionRequest& r) {
@@ -351,7 +411,9 @@ tl::expected<void, ApiError> check_prompt_bytes(std::size_t num_bytes, const Api
 }
 
 tl::expected<CompletionRequest, ApiError> completion_request(const json::object& o,
-                                                             const ApiContext& context) {
+                                                             const ApiContext& context,
+                                                             bool socket = false) {
+  if (auto known = check_fields(o, false, socket); !known) return tl::unexpected(known.error());
   CompletionRequest r;
   if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
   const auto& tokenizer = *context.tokenizer;
@@ -385,7 +447,9 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
 }
 
 tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
-                                                       const ApiContext& context) {
+                                                       const ApiContext& context,
+                                                       bool socket = false) {
+  if (auto known = check_fields(o, true, socket); !known) return tl::unexpected(known.error());
   CompletionRequest r;
   r.chat = true;
   if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
@@ -579,7 +643,8 @@ tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::stri
   m.id = std::string(id->get_string());
   if (m.type == "cancel") return m;
   // The parsed object decides: a generate with "messages" is a chat.
-  auto request = o.contains("messages") ? chat_request(o, context) : completion_request(o, context);
+  auto request = o.contains("messages") ? chat_request(o, context, /*socket=*/true)
+                                        : completion_request(o, context, /*socket=*/true);
   if (!request) return fail(m.id, request.error());
   m.request = std::move(*request);
   return m;

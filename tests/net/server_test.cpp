@@ -151,6 +151,18 @@ TEST_CASE("every failure is an OpenAI error object with the right status", "[net
   CHECK(too_long.status == 400);
   CHECK(error_of(too_long).find("maximum context length is 256 tokens") != std::string::npos);
   CHECK(s.post("/v1/completions", R"({"prompt":"x","model":"other"})", auth).status == 404);
+  // Nothing is silently ignored: an unknown field is named; the documented no-ops pass.
+  const auto unknown = s.post("/v1/completions", R"({"prompt":"x","logit_bias":{"1":5}})", auth);
+  CHECK(unknown.status == 400);
+  CHECK(error_of(unknown) == "Unrecognized request argument supplied: logit_bias (completions)");
+  CHECK(parse(unknown.body)["error"]["param"].string == "logit_bias");
+  CHECK(s.post("/v1/completions", R"({"prompt":"x","messages":[]})", auth).status == 400);
+  CHECK(s.post("/v1/chat/completions",
+               R"({"messages":[{"role":"user","content":"x"}],"functions":[]})", auth)
+            .status == 400);
+  CHECK(
+      s.post("/v1/completions", R"({"prompt":"x","max_tokens":1,"user":"u1","store":false})", auth)
+          .status == 200);
   CHECK(s.get("/nowhere", auth).status == 404);
   CHECK(s.get("/v1/completions", auth).status == 405);
   CHECK(s.post("/v1/completions", std::string(8000, ' '), auth).status == 413);
