@@ -94,8 +94,9 @@ struct CudaBackend::Impl {
   Buffer tokens, positions, token_seq, slots, logit_rows, decode_rows, tiles, tables;
   Buffer cast;      // 16-bit copy of a matmul's input
   Buffer partials;  // decode attention's per-split results
-  Buffer sampling_params, sampled_ids;
+  Buffer sampling_params, sampled_ids, token_masks;
   std::vector<kernels::SamplingRowArgs> sampling_args;  // reused every step
+  std::vector<std::uint64_t> mask_words;                // the rows' grammar bitmasks
   std::vector<std::int32_t> sampled;
   void* pinned = nullptr;  // host staging for a step's uploads
   std::int64_t pinned_bytes = 0;
@@ -204,9 +205,10 @@ CudaBackend::~CudaBackend() {
   nccl_ = nullptr;
   group_.reset();  // its collectives ran on this stream
   invalidate_graphs();
-  for (Buffer* b : {&impl_->tokens, &impl_->positions, &impl_->token_seq, &impl_->slots,
-                    &impl_->logit_rows, &impl_->decode_rows, &impl_->tiles, &impl_->tables,
-                    &impl_->cast, &impl_->partials, &impl_->sampling_params, &impl_->sampled_ids}) {
+  for (Buffer* b :
+       {&impl_->tokens, &impl_->positions, &impl_->token_seq, &impl_->slots, &impl_->logit_rows,
+        &impl_->decode_rows, &impl_->tiles, &impl_->tables, &impl_->cast, &impl_->partials,
+        &impl_->sampling_params, &impl_->sampled_ids, &impl_->token_masks}) {
     if (b->data != nullptr) cudaFree(b->data);
   }
   for (void* p : impl_->allocations) cudaFree(p);
@@ -989,15 +991,32 @@ Result<void> CudaBackend::sample(Tensor logits, std::span<const model::DeviceSam
   TROUPE_TRY_VOID(grow(m.sampled_ids, n * 4));
   auto& args = m.sampling_args;
   args.resize(rows.size());
+  const auto words = static_cast<std::size_t>((logits.cols + 63) / 64);
+  bool masked = false;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    args[i] = {r.temperature, r.top_k, r.top_p, r.min_p, r.seed, r.counter};
+    args[i] = {r.temperature, r.top_k, r.top_p, r.min_p, r.seed, r.counter, r.allowed != nullptr};
+    masked = masked || r.allowed != nullptr;
   }
   check(cudaMemcpyAsync(m.sampling_params.data, args.data(), args.size() * sizeof(args[0]),
                         cudaMemcpyHostToDevice, as_stream(stream_)),
         "sampling upload");
+  if (masked) {
+    // The grammars' bitmasks, one row of words per logit row (an unmasked row's unused).
+    m.mask_words.assign(rows.size() * words, 0);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].allowed != nullptr) {
+        std::copy(rows[i].allowed, rows[i].allowed + words, m.mask_words.begin() + i * words);
+      }
+    }
+    TROUPE_TRY_VOID(grow(m.token_masks, static_cast<std::int64_t>(m.mask_words.size() * 8)));
+    check(cudaMemcpyAsync(m.token_masks.data, m.mask_words.data(), m.mask_words.size() * 8,
+                          cudaMemcpyHostToDevice, as_stream(stream_)),
+          "grammar masks upload");
+  }
   kernels::sample(logits.data, logits.rows, static_cast<std::int32_t>(logits.cols),
                   static_cast<const kernels::SamplingRowArgs*>(m.sampling_params.data),
+                  masked ? static_cast<const std::uint64_t*>(m.token_masks.data) : nullptr,
                   static_cast<std::int32_t*>(m.sampled_ids.data), as_stream(stream_));
   auto& out = m.sampled;
   out.resize(rows.size());

@@ -106,10 +106,13 @@ struct SamplingRowArgs {
   float min_p;
   std::uint64_t seed;
   std::uint64_t counter;
+  std::int32_t masked;  // 1: the row's bitmask in `masks` holds its allowed tokens
 };
 // One token per row of logits [rows, vocab]: greedy, or temperature with top-k, top-p and
-// min-p, drawn from a counter-based generator keyed by (seed, counter).
-void sample(const float* logits, std::int64_t rows, std::int32_t vocab,
-            const SamplingRowArgs* params, std::int32_t* ids, cudaStream_t stream);
+// min-p, drawn from a counter-based generator keyed by (seed, counter). A masked row's
+// logits outside its bitmask (masks [rows, (vocab + 63) / 64]; bit t % 64 of word t / 64)
+// are set to -inf first; `masks` may be null when no row is masked.
+void sample(float* logits, std::int64_t rows, std::int32_t vocab, const SamplingRowArgs* params,
+            const std::uint64_t* masks, std::int32_t* ids, cudaStream_t stream);
 
 }  // namespace troupe::gpu::kernels

@@ -229,11 +229,29 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) ids[blockIdx.x] = sh.found;
 }
 
+// A grammar's bitmask: every token whose bit is clear becomes impossible (-inf weighs 0).
+__global__ void mask_kernel(float* logits, std::int32_t vocab, const SamplingRowArgs* params,
+                            const std::uint64_t* masks) {
+  const auto row = static_cast<std::int64_t>(blockIdx.y);
+  if (params[row].masked == 0) return;
+  const std::int32_t t = static_cast<std::int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t >= vocab) return;
+  const std::int64_t words = (vocab + 63) / 64;
+  const std::uint64_t word = masks[row * words + t / 64];
+  if (((word >> (t % 64)) & 1u) == 0) logits[row * vocab + t] = -INFINITY;
+}
+
 }  // namespace
 
-void sample(const float* logits, std::int64_t rows, std::int32_t vocab,
-            const SamplingRowArgs* params, std::int32_t* ids, cudaStream_t stream) {
+void sample(float* logits, std::int64_t rows, std::int32_t vocab, const SamplingRowArgs* params,
+            const std::uint64_t* masks, std::int32_t* ids, cudaStream_t stream) {
   if (rows == 0) return;
+  if (masks != nullptr) {
+    constexpr unsigned kMaskThreads = 256;
+    const dim3 grid((static_cast<unsigned>(vocab) + kMaskThreads - 1) / kMaskThreads,
+                    static_cast<unsigned>(rows));
+    mask_kernel<<<grid, kMaskThreads, 0, stream>>>(logits, vocab, params, masks);
+  }
   sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, params, ids);
 }
 

@@ -453,12 +453,14 @@ Result<void> LlamaModel::forward(const StepInput& step, std::vector<float>& logi
 
 Result<void> LlamaModel::forward_sample(const StepInput& step,
                                         std::span<const DeviceSamplingRow> rows,
-                                        std::vector<TokenId>& ids) {
+                                        std::vector<TokenId>& ids,
+                                        const std::function<void()>& before_sample) {
   if (rows.size() != step.logit_rows.size()) {
     return make_error(ErrorCode::invalid_argument, "one sampling row per logit row is needed");
   }
   TROUPE_TRY(const Tensor out, run(step));
   ids.assign(rows.size(), kNoToken);
+  if (before_sample) before_sample();
   if (rows.empty()) return {};
   return backend_->sample(view(out, static_cast<std::int64_t>(rows.size())), rows, ids);
 }

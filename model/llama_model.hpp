@@ -76,9 +76,11 @@ class LlamaModel {
   // other than 0 of a split model, which computes none, nothing).
   Result<void> forward(const StepInput& step, std::vector<float>& logits);
   // Runs one step and samples on the device (Backend::can_sample): one id per logit row,
-  // `rows[i]` for row i; the logits stay on the device.
+  // `rows[i]` for row i; the logits stay on the device. `before_sample` runs once the
+  // forward pass is queued and before the draw (the rows' grammar masks are finished then).
   Result<void> forward_sample(const StepInput& step, std::span<const DeviceSamplingRow> rows,
-                              std::vector<TokenId>& ids);
+                              std::vector<TokenId>& ids,
+                              const std::function<void()>& before_sample = {});
 
   LlamaModel(LlamaModel&&) noexcept;
   LlamaModel& operator=(LlamaModel&&) noexcept;

@@ -86,7 +86,20 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
       device_rows_.push_back(*row);
     }
     if (device_rows_.size() == samplers.size()) {
-      TROUPE_TRY_VOID(model_.forward_sample(step, device_rows_, ids_));
+      // The grammars' bitmasks are made while the device runs the forward pass.
+      std::vector<Sampler*> constrained;
+      for (Sampler* sampler : samplers) {
+        if (sampler->constrained()) constrained.push_back(sampler);
+      }
+      std::future<void> masks;
+      if (!constrained.empty()) {
+        masks = std::async(std::launch::async, [&constrained] {
+          for (Sampler* sampler : constrained) sampler->prepare_device_mask();
+        });
+      }
+      TROUPE_TRY_VOID(model_.forward_sample(step, device_rows_, ids_, [&masks] {
+        if (masks.valid()) masks.get();
+      }));
       for (std::size_t row = 0; row < samplers.size(); ++row) {
         results.push_back(samplers[row]->accept(ids_[row]));
       }

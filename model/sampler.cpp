@@ -83,6 +83,7 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
     s.matcher_.emplace(std::move(constraint.grammar));
     if (!s.matcher_->ok()) return bad("the grammar's start passes the matcher's limits");
     s.masker_ = std::move(constraint.masker);
+    s.device_mask_.assign((static_cast<std::size_t>(vocab_size) + 63) / 64, 0);
   }
   s.params_ = params;
   s.vocab_size_ = vocab_size;
@@ -128,6 +129,15 @@ bool Sampler::is_end(TokenId id) const {
              params_.stop_token_ids.end();
 }
 
+std::size_t Sampler::num_ends() const {
+  return end_of_generation_.size() + params_.stop_token_ids.size();
+}
+
+TokenId Sampler::end_id(std::size_t i) const {
+  return i < end_of_generation_.size() ? end_of_generation_[i]
+                                       : params_.stop_token_ids[i - end_of_generation_.size()];
+}
+
 void Sampler::prepare_mask() {
   if (!constrained() || mask_ready_) return;
   if (grammar_broken_) {
@@ -142,13 +152,9 @@ void Sampler::apply_grammar(std::vector<float>& logits) {
   prepare_mask();
   // The end tokens' logits, kept aside: the mask (over the tokens' bytes) never allows
   // them, since they stand for no bytes; the grammar's end does.
-  const std::size_t num_ends = end_of_generation_.size() + params_.stop_token_ids.size();
-  end_logits_.resize(num_ends);
-  auto end_id = [&](std::size_t i) {
-    return i < end_of_generation_.size() ? end_of_generation_[i]
-                                         : params_.stop_token_ids[i - end_of_generation_.size()];
-  };
-  for (std::size_t i = 0; i < num_ends; ++i) {
+  const std::size_t ends = num_ends();
+  end_logits_.resize(ends);
+  for (std::size_t i = 0; i < ends; ++i) {
     const TokenId t = end_id(i);
     end_logits_[i] = t >= 0 && t < vocab_size_ ? logits[t] : kMinusInfinity;
   }
@@ -175,7 +181,7 @@ void Sampler::apply_grammar(std::vector<float>& logits) {
   // a grammar with no way on, which a compiled grammar cannot be) ends too.
   const bool must_end = !other;
   if (must_end || (can_end && num_generated() >= params_.min_tokens)) {
-    for (std::size_t i = 0; i < num_ends; ++i) {
+    for (std::size_t i = 0; i < ends; ++i) {
       const TokenId t = end_id(i);
       if (t >= 0 && t < vocab_size_) logits[t] = end_logits_[i];
     }
@@ -184,8 +190,26 @@ void Sampler::apply_grammar(std::vector<float>& logits) {
     // The model may have put every end token at -inf: the first one is chosen then.
     const bool any_end = std::any_of(end_logits_.begin(), end_logits_.end(),
                                      [](float l) { return l != kMinusInfinity; });
-    if (!any_end && num_ends > 0 && end_id(0) >= 0 && end_id(0) < vocab_size_) {
+    if (!any_end && ends > 0 && end_id(0) >= 0 && end_id(0) < vocab_size_) {
       logits[end_id(0)] = 0.0f;
+    }
+  }
+}
+
+void Sampler::prepare_device_mask() {
+  if (!constrained()) return;
+  prepare_mask();
+  device_mask_ = mask_;
+  // As apply_grammar, with every allowed token taken as possible (the device sees the
+  // logits, the host does not).
+  const bool other = std::any_of(mask_.begin(), mask_.end(), [](std::uint64_t w) { return w; });
+  const bool can_end = !grammar_broken_ && matcher_->can_end();
+  if (!other || (can_end && num_generated() >= params_.min_tokens)) {
+    for (std::size_t i = 0; i < num_ends(); ++i) {
+      const TokenId t = end_id(i);
+      if (t >= 0 && t < vocab_size_) {
+        device_mask_[static_cast<std::size_t>(t) / 64] |= std::uint64_t{1} << (t % 64);
+      }
     }
   }
 }
@@ -280,8 +304,7 @@ void Sampler::record(TokenId id) {
 std::optional<DeviceSamplingRow> Sampler::device_row() const {
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;
-  // (A grammar's mask is applied on the host too: the device takes no bitmask yet.)
-  if (penalties || params_.logprobs || num_generated() < params_.min_tokens || constrained()) {
+  if (penalties || params_.logprobs || (num_generated() < params_.min_tokens && !constrained())) {
     return std::nullopt;
   }
   DeviceSamplingRow row;
@@ -291,6 +314,7 @@ std::optional<DeviceSamplingRow> Sampler::device_row() const {
   row.min_p = params_.min_p;
   row.seed = device_seed_;
   row.counter = static_cast<std::uint64_t>(num_generated());
+  if (constrained()) row.allowed = device_mask_.data();
   return row;
 }
 

@@ -44,6 +44,10 @@ struct DeviceSamplingRow {
   float min_p = 0.0f;
   std::uint64_t seed = 0;     // with `counter`, the row's random draw
   std::uint64_t counter = 0;  // tokens the sequence has drawn so far
+  // A grammar's allowed tokens (bit t % 64 of word t / 64, [(vocab + 63) / 64] words, the
+  // end tokens included where they may come): every other logit is -inf. Null: all. It is
+  // the sampler's, filled by prepare_device_mask() before the draw.
+  const std::uint64_t* allowed = nullptr;
 };
 
 // The grammar an output is held to (SamplingParams::grammar, compiled) and the model's
@@ -67,8 +71,12 @@ class Sampler {
   SampledToken sample(std::span<const float> logits);
 
   // The next draw as a device can make it, or nothing when it needs the host: penalties,
-  // log-probabilities, or stop tokens still masked by min_tokens.
+  // log-probabilities, or stop tokens still masked by min_tokens (a grammar's row masks
+  // them in its bitmask instead).
   std::optional<DeviceSamplingRow> device_row() const;
+  // Fills the bitmask device_row().allowed points at: the grammar's mask with the end
+  // tokens where they may come. A runner calls it (on any thread) before the draw.
+  void prepare_device_mask();
   // Records a token chosen elsewhere (on the device) from device_row()'s parameters.
   SampledToken accept(TokenId id);
 
@@ -88,6 +96,9 @@ class Sampler {
   void apply_penalties(std::vector<float>& logits) const;
   void apply_grammar(std::vector<float>& logits);
   bool is_end(TokenId id) const;
+  // The end tokens: end-of-generation ids, then stop ids.
+  std::size_t num_ends() const;
+  TokenId end_id(std::size_t i) const;
   TokenId choose(std::vector<float>& logits);
   void record(TokenId id);
 
@@ -106,6 +117,7 @@ class Sampler {
   std::optional<grammar::Matcher> matcher_;
   std::shared_ptr<const grammar::TokenMasker> masker_;
   std::vector<std::uint64_t> mask_;
+  std::vector<std::uint64_t> device_mask_;  // sized once: device rows point into it
   bool mask_ready_ = false;
   bool grammar_broken_ = false;
   std::vector<float> end_logits_;

@@ -286,6 +286,36 @@ TEST_CASE("device sampling: greedy is the argmax, filters keep their sets, seeds
       CHECK(c[r] == best);
     }
   }
+  SECTION("a grammar's bitmask leaves only its tokens; unmasked rows are untouched") {
+    // Even rows allow the ids with id % 7 == row % 7; odd rows have no mask.
+    const std::size_t words = (vocab + 63) / 64;
+    std::vector<std::vector<std::uint64_t>> masks(rows, std::vector<std::uint64_t>(words, 0));
+    auto allowed = [](int r, TokenId id) { return id % 7 == r % 7; };
+    for (int r = 0; r < rows; r += 2) {
+      for (TokenId id = 0; id < vocab; ++id) {
+        if (allowed(r, id)) masks[r][id / 64] |= std::uint64_t{1} << (id % 64);
+      }
+    }
+    std::vector<model::DeviceSamplingRow> ps(rows);
+    for (int r = 0; r < rows; ++r) {
+      ps[r].temperature = r % 4 < 2 ? 0.0f : 1.0f;  // greedy and drawn rows, masked or not
+      ps[r].seed = 99;
+      ps[r].counter = static_cast<std::uint64_t>(r);
+      if (r % 2 == 0) ps[r].allowed = masks[r].data();
+    }
+    std::vector<TokenId> ids(rows, -1);
+    REQUIRE(b.gpu->sample(*t, ps, ids).has_value());
+    for (int r = 0; r < rows; ++r) {
+      INFO("row " << r);
+      if (r % 2 == 0) CHECK(allowed(r, ids[r]));
+      if (ps[r].temperature != 0.0f) continue;
+      TokenId best = -1;
+      for (TokenId id = 0; id < vocab; ++id) {
+        if ((r % 2 == 1 || allowed(r, id)) && (best < 0 || row(r)[id] > row(r)[best])) best = id;
+      }
+      CHECK(ids[r] == best);
+    }
+  }
   SECTION("top_k keeps the k most likely") {
     model::DeviceSamplingRow p;
     p.top_k = 5;

@@ -121,8 +121,7 @@ TEST_CASE("stop token ids count as ends under a grammar", "[sampler]") {
 
 TEST_CASE("a token from outside the grammar breaks it: only ends follow", "[sampler]") {
   auto s = make(greedy(), R"(root ::= "ab")");
-  CHECK_FALSE(s.device_row().has_value());  // the mask is applied on the host
-  s.accept(kX);                             // as a device might have drawn it
+  s.accept(kX);  // as a device might have drawn it, had the mask been lost
   CHECK(s.grammar_broken());
   CHECK(s.sample(logits(kA, kAB)).id == kEos);
 }
@@ -133,4 +132,39 @@ TEST_CASE("a grammar needs the model's token masker, with the model's vocabulary
   CHECK_FALSE(Sampler::create(greedy(), {}, {kEos}, kVocab, no_masker).has_value());
   CHECK_FALSE(
       Sampler::create(greedy(), {}, {kEos}, kVocab + 1, constraint(R"(root ::= "a")")).has_value());
+}
+
+TEST_CASE("a device draws under the grammar's bitmask, ends included where they may come",
+          "[sampler]") {
+  auto bits = [](const model::DeviceSamplingRow& row) {
+    std::vector<TokenId> on;
+    for (TokenId t = 0; t < kVocab; ++t) {
+      if ((row.allowed[t / 64] >> (t % 64)) & 1u) on.push_back(t);
+    }
+    return on;
+  };
+  SamplingParams p = greedy();
+  p.min_tokens = 2;
+  auto s = make(p, R"(root ::= "a" "b"* | "ab" "c")");
+  // min_tokens does not send a constrained row to the host: its bitmask holds the ends back.
+  auto row = s.device_row();
+  REQUIRE(row.has_value());
+  REQUIRE(row->allowed != nullptr);
+  s.prepare_device_mask();
+  CHECK(bits(*row) == std::vector<TokenId>{kA, kAB});
+  s.accept(kA);  // can end, but min_tokens is 2: no end yet
+  s.prepare_device_mask();
+  CHECK(bits(*s.device_row()) == std::vector<TokenId>{kB});
+  s.accept(kB);  // past min_tokens: the end may come ("ab" also opens the second branch)
+  s.prepare_device_mask();
+  CHECK(bits(*s.device_row()) == std::vector<TokenId>{kEos, kB, kC});
+  // Complete: the end alone, whatever min_tokens says.
+  SamplingParams q = greedy();
+  q.min_tokens = 5;
+  auto done = make(q, R"(root ::= "ab")");
+  done.accept(kAB);
+  done.prepare_device_mask();
+  CHECK(bits(*done.device_row()) == std::vector<TokenId>{kEos});
+  // The pointer a row was given stays good: the same buffer is refilled.
+  CHECK(done.device_row()->allowed == done.device_row()->allowed);
 }
