@@ -1,17 +1,49 @@
 // `troupe bench throughput`: the offline throughput benchmark (bench/throughput).
 #include <CLI/CLI.hpp>
+#include <boost/json/parse.hpp>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "app/commands.hpp"
 #include "bench/throughput.hpp"
+#include "grammar/json_schema.hpp"
 
 namespace troupe::app {
+
+namespace {
+
+std::string read_text(const std::string& option, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw CLI::ValidationError(option, "cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The GBNF of --json-schema or --grammar (empty: neither), converted once for all requests.
+std::string output_grammar(const std::string& schema_file, const std::string& grammar_file) {
+  if (!grammar_file.empty()) {
+    std::string gbnf = read_text("--grammar", grammar_file);
+    if (gbnf.empty()) throw CLI::ValidationError("--grammar", grammar_file + " is empty");
+    return gbnf;
+  }
+  if (schema_file.empty()) return {};
+  boost::system::error_code ec;
+  const auto schema = boost::json::parse(read_text("--json-schema", schema_file), ec);
+  if (ec) throw CLI::ValidationError("--json-schema", "not JSON: " + ec.message());
+  auto gbnf = grammar::json_schema_to_gbnf(schema);
+  if (!gbnf) throw CLI::ValidationError("--json-schema", gbnf.error().message);
+  return std::move(*gbnf);
+}
+
+}  // namespace
 
 void add_bench_throughput_command(CLI::App& bench) {
   struct Options {
     bench::ThroughputOptions run;
     std::string batching = "continuous", policy = "fcfs", output_json;
+    std::string json_schema_file, grammar_file;
     bool no_prefix_caching = false;
     double kv_cache_gb = 1.0;
     TokenBudgetFlags budget;
@@ -31,6 +63,11 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--range-ratio", w.range_ratio, "random lengths within L*(1-R)..L*(1+R)");
   cmd->add_option("--seed", w.seed, "dataset and sampling seed");
   cmd->add_option("--temperature", r.temperature, "sampling temperature (0: greedy)");
+  auto* schema = cmd->add_option("--json-schema", opts->json_schema_file,
+                                 "hold every output to this JSON schema (a file)");
+  cmd->add_option("--grammar", opts->grammar_file,
+                  "hold every output to this GBNF grammar (a file)")
+      ->excludes(schema);
   cmd->add_option("--batching", opts->batching, "continuous or static");
   cmd->add_option("--scheduling-policy", opts->policy, "fcfs or priority");
   cmd->add_option("--max-num-seqs", r.engine.max_num_seqs, "most sequences per iteration");
@@ -56,6 +93,9 @@ void add_bench_throughput_command(CLI::App& bench) {
     run.engine.enable_prefix_caching = !opts->no_prefix_caching;
     settle_token_budget(opts->budget, run.engine);
     run.engine.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
+    run.grammar = output_grammar(opts->json_schema_file, opts->grammar_file);
+    if (!opts->grammar_file.empty()) run.constraint = "grammar " + opts->grammar_file;
+    if (!opts->json_schema_file.empty()) run.constraint = "json-schema " + opts->json_schema_file;
     auto result = bench::run_throughput(run);
     if (!result) {
       std::fprintf(stderr, "troupe bench throughput: %s\n", result.error().message.c_str());

@@ -20,7 +20,7 @@ struct Timing {
   std::vector<double> gaps_ms;  // between consecutive tokens
   std::int32_t num_tokens = 0;
   bool finished = false;
-  bool failed = false;
+  FinishReason reason = FinishReason::none;
 };
 
 }  // namespace
@@ -59,6 +59,7 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
     g.params.seed = w.seed * 1000003 + i;
     g.params.max_tokens = requests[i].output_len;
     g.params.ignore_eos = true;
+    g.params.grammar = o.grammar;
     totals.total_input_tokens += static_cast<std::int64_t>(g.prompt.size());
     auto submitted = engine->submit(std::move(g), [&, i](const TokenEvent& e) {
       const auto now = Clock::now();
@@ -74,7 +75,7 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
       }
       if (e.finished) {
         t.finished = true;
-        t.failed = e.finish_reason != FinishReason::length;
+        t.reason = e.finish_reason;
         ++num_done;
         done.notify_all();
       }
@@ -89,16 +90,22 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
   const EngineStats stats = engine->stats();
 
   LatencySamples samples;
+  // EOS is ignored, so an output ends at its length; under a grammar, also at the grammar's end.
+  const bool constrained = !o.grammar.empty();
   for (const Timing& t : timings) {
-    if (t.failed || t.num_tokens == 0) {
+    const bool grammar_end = constrained && t.reason == FinishReason::stop;
+    if ((t.reason != FinishReason::length && !grammar_end) || t.num_tokens == 0) {
       ++totals.failed;
       continue;
     }
     ++totals.completed;
+    if (grammar_end) ++result.num_grammar_ends;
     totals.total_output_tokens += t.num_tokens;
     samples.add(start, t.first, t.last, t.num_tokens, t.gaps_ms);
   }
   totals.set_duration(seconds);
+  result.mean_output_len =
+      totals.completed ? static_cast<double>(totals.total_output_tokens) / totals.completed : 0.0;
   result.total_token_throughput =
       static_cast<double>(totals.total_input_tokens + totals.total_output_tokens) / seconds;
   result.latency = samples.summarize();
@@ -131,7 +138,11 @@ std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
   json["token_budget"] = r.token_budget;
   json["enable_prefix_caching"] = o.engine.enable_prefix_caching;
   json["num_prompts"] = o.workload.num_prompts;
+  json["temperature"] = o.temperature;
+  json["constraint"] = o.constraint;
   add_totals(json, r.totals);
+  json["mean_output_len"] = r.mean_output_len;
+  json["num_grammar_ends"] = r.num_grammar_ends;
   json["total_token_throughput"] = r.total_token_throughput;
   add_latencies(json, r.latency);
   json["mean_batch_size"] = r.mean_batch_size;
@@ -150,12 +161,18 @@ void print(const ThroughputOptions& o, const ThroughputResult& r) {
   std::printf("============ Offline throughput (%s, %s batching) ============\n", o.dataset.c_str(),
               o.engine.mode == BatchingMode::continuous ? "continuous" : "static");
   std::printf("%-36s %s\n", "Token budget:", r.token_budget.c_str());
+  std::printf("%-36s %s\n", "Output constraint:", o.constraint.c_str());
   std::printf("%-36s %d / %d\n", "Completed / failed requests:", r.totals.completed,
               r.totals.failed);
   std::printf("%-36s %.2f\n", "Duration (s):", r.totals.duration_s);
   std::printf("%-36s %lld / %lld\n",
               "Input / output tokens:", static_cast<long long>(r.totals.total_input_tokens),
               static_cast<long long>(r.totals.total_output_tokens));
+  std::printf("%-36s %.1f", "Mean output length (tokens):", r.mean_output_len);
+  if (!o.grammar.empty()) {
+    std::printf("; %d of %d ended by the grammar", r.num_grammar_ends, r.totals.completed);
+  }
+  std::printf("\n");
   std::printf("%-36s %.3f\n", "Request throughput (req/s):", r.totals.request_throughput);
   std::printf("%-36s %.1f\n", "Output token throughput (tok/s):", r.totals.output_throughput);
   std::printf("%-36s %.1f\n", "Total token throughput (tok/s):", r.total_token_throughput);

@@ -1,6 +1,8 @@
 // Offline throughput benchmark (like `vllm bench throughput`): every request
 // submitted at once through the Engine API, in-process, ignoring EOS so that
 // output lengths are as drawn (bench/workload); latency percentiles under vLLM's names.
+// Under a grammar (structured outputs) the grammar's end still ends an output, so
+// outputs may be shorter than drawn: the mean output length says by how much.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +20,16 @@ struct ThroughputOptions {
   // Its dataset is `dataset`'s and its vocab_size the model's; its seed seeds sampling too.
   WorkloadOptions workload;
   float temperature = 1.0f;
+  // GBNF every output is held to (SamplingParams::grammar); empty: free. `constraint`
+  // names where it came from in the results ("json-schema FILE", "grammar FILE").
+  std::string grammar;
+  std::string constraint = "none";
 };
 
 struct ThroughputResult {
   RequestTotals totals;
+  double mean_output_len = 0.0;         // output tokens per completed request
+  std::int32_t num_grammar_ends = 0;    // outputs the grammar's end finished before max_tokens
   double total_token_throughput = 0.0;  // (input + output) tokens/s
   Latencies latency;
   double mean_batch_size = 0.0;  // sequences per iteration

@@ -146,6 +146,51 @@ TEST_CASE("troupe bench throughput reports vLLM's metrics as JSON", "[cli]") {
   CHECK(run_troupe("bench throughput --dataset-name bogus").exit_code == 1);
 }
 
+TEST_CASE("troupe bench throughput holds every output to a JSON schema or a grammar", "[cli]") {
+  const std::string json = test::temp_path("structured.json");
+  const std::string schema = std::string(TROUPE_SOURCE_DIR) + "/bench/schemas/record.json";
+  const std::string run_args =
+      "bench throughput --num-prompts 4 --input-len 8 --output-len 16 --max-num-seqs 4 "
+      "--kv-cache-gb 0.05 --output-json " +
+      json;
+  SECTION("a schema: named in the results, its outputs counted") {
+    const Run run = run_troupe(run_args + " --json-schema " + schema);
+    REQUIRE(run.exit_code == 0);
+    CHECK(run.out.find("Output constraint:                   json-schema " + schema) !=
+          std::string::npos);
+    CHECK(run.out.find("Mean output length (tokens):") != std::string::npos);
+    const auto result = test::JsonParser(test::read_text(json)).parse();
+    CHECK(result["constraint"].string == "json-schema " + schema);
+    CHECK(result["completed"].number == 4);
+    CHECK(result["failed"].number == 0);
+    CHECK(result["total_output_tokens"].number > 0);
+    CHECK(result["mean_output_len"].number > 0);
+    CHECK(result["mean_output_len"].number <= 16);
+    CHECK(result["output_throughput"].number > 0);
+  }
+  SECTION("a grammar whose end comes first: its outputs end there and still complete") {
+    const std::string gbnf = test::temp_path("yes-no.gbnf");
+    std::ofstream(gbnf) << "root ::= \"yes\" | \"no\"\n";
+    const Run run = run_troupe(run_args + " --grammar " + gbnf);
+    REQUIRE(run.exit_code == 0);
+    const auto result = test::JsonParser(test::read_text(json)).parse();
+    CHECK(result["constraint"].string == "grammar " + gbnf);
+    CHECK(result["completed"].number == 4);
+    CHECK(result["num_grammar_ends"].number == 4);
+    CHECK(result["mean_output_len"].number < 16);
+  }
+  SECTION("both at once, or a schema that is not JSON, are refused") {
+    const Run both = run_troupe(run_args + " --json-schema " + schema + " --grammar " + schema);
+    CHECK(both.exit_code != 0);
+    CHECK(both.out.find("excludes") != std::string::npos);
+    const std::string not_json = test::temp_path("not-a-schema.json");
+    std::ofstream(not_json) << "{ type: object";
+    const Run bad = run_troupe(run_args + " --json-schema " + not_json);
+    CHECK(bad.exit_code != 0);
+    CHECK(bad.out.find("not JSON") != std::string::npos);
+  }
+}
+
 TEST_CASE("troupe serve refuses a --max-connections its descriptor limit cannot hold", "[cli]") {
   // `ulimit -n` sets the hard limit too, so troupe cannot raise it.
   const Run run = run_troupe("serve --port 0 --max-connections 1024", "", "ulimit -n 256 && ");
