@@ -62,6 +62,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", opts->server.api_key, "require this key on /v1 routes");
   cmd->add_option("--chat-template", opts->chat_template,
                   "Jinja chat template, a file or the text itself (default: the model's own)");
+  cmd->add_option("--tool-call-parser", opts->server.tool_call_parser,
+                  "how the model writes tool calls (default: from its chat template)")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
   cmd->add_option("--max-model-len", opts->engine.max_model_len, "context length (0: the model's)");
   cmd->add_option("--max-num-seqs", opts->engine.max_num_seqs, "most sequences per iteration");
   add_token_budget_options(cmd, opts->budget);
@@ -191,8 +194,10 @@ void add_serve_command(CLI::App& app) {
     if (!server.chat_template().warning().empty()) {
       std::fprintf(stderr, "troupe: warning: %s\n", server.chat_template().warning().c_str());
     }
-    std::fprintf(stderr, "troupe: chat template: %s\n",
-                 server.chat_template().description().c_str());
+    std::fprintf(stderr, "troupe: chat template: %s; tool calls read as %s%s\n",
+                 server.chat_template().description().c_str(),
+                 std::string(server.tool_call_parser()).c_str(),
+                 opts->server.tool_call_parser.empty() ? " (from the template)" : "");
     if (auto started = server.start(); !started) fail(started.error().message);
     std::fprintf(stderr, "troupe: serving '%s' at http://%s:%u (Ctrl-C stops)\n",
                  opts->server.served_model_name.c_str(), opts->server.host.c_str(), server.port());

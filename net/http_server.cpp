@@ -87,6 +87,9 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
   context = make_api_context(engine.tokenizer(), engine.max_model_len(), config.served_model_name,
                              overridden ? config.chat_template : engine.chat_template(),
                              std::move(origin));
+  if (const auto format = tool_call_format_named(config.tool_call_parser)) {
+    context.tool_call_format = *format;
+  }
 }
 
 RouteContext HttpServer::Impl::route_context() {
@@ -558,6 +561,10 @@ std::uint16_t HttpServer::port() const {
 
 const text::ChatTemplate& HttpServer::chat_template() const {
   return *impl_->context.chat_template;
+}
+
+std::string_view HttpServer::tool_call_parser() const {
+  return tool_call_format_name(impl_->context.tool_call_format);
 }
 
 int HttpServer::num_connections() const {

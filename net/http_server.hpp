@@ -26,6 +26,9 @@ struct ServerConfig {
   // to call it in the log ("--chat-template file x.jinja").
   std::string chat_template;
   std::string chat_template_origin;
+  // How the model writes tool calls: hermes, llama3_json or mistral; empty: from the chat
+  // template (net/tool_calls.hpp).
+  std::string tool_call_parser;
   std::size_t max_body_bytes = std::size_t{4} << 20;     // 413 past it
   std::size_t max_header_bytes = std::size_t{16} << 10;  // 431 past it (trailers too)
   std::chrono::seconds read_timeout{30};                 // for a whole request (headers and body)
@@ -65,6 +68,8 @@ class HttpServer {
   int num_connections() const;
   // What chat requests render through (the startup log names it).
   const text::ChatTemplate& chat_template() const;
+  // The tool-call format chat outputs are read in ("hermes", ...).
+  std::string_view tool_call_parser() const;
   // Generation requests admitted and not yet ended in the engine.
   int num_requests_in_flight() const;
 
