@@ -18,6 +18,12 @@ Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std:
 
 bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out) const {
   const auto& elements = grammar_->elements;
+  // Most bytes land on another byte element (the next character of a literal, a class
+  // repeated in place): nothing to expand.
+  if (!stack.empty() && elements[stack.back()].kind == Element::Kind::bytes) {
+    out.push_back(std::move(stack));
+    return out.size() < kMaxStacks || push_checked(out);
+  }
   // Branches still to expand: a work list, not recursion, so that a long chain of rules
   // entered without a byte cannot exhaust the thread's stack.
   std::vector<Stack> work;
@@ -48,13 +54,16 @@ bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out) const {
       s.push_back(starts.back());
     }
     out.push_back(std::move(s));
-    if (out.size() >= kMaxStacks) {  // count distinct branches only
-      std::sort(out.begin(), out.end());
-      out.erase(std::unique(out.begin(), out.end()), out.end());
-      if (out.size() >= kMaxStacks) return false;
-    }
+    if (out.size() >= kMaxStacks && !push_checked(out)) return false;
   }
   return true;
+}
+
+bool Matcher::push_checked(std::vector<Stack>& out) {
+  // Count distinct branches only.
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out.size() < kMaxStacks;
 }
 
 bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte,
@@ -71,8 +80,10 @@ bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte,
       return false;
     }
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.size() > 1) {
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
   std::size_t positions = 0;
   for (const Stack& stack : out) positions += stack.size();
   if (positions > kMaxPositions) {

@@ -51,6 +51,8 @@ class Matcher {
   // Adds `stack`, its top expanded through rule entries and ends until it is a byte
   // element or empty; false where a limit is passed.
   bool push_expanded(Stack stack, std::vector<Stack>& out) const;
+  // Sorts out and drops repeated branches; false when kMaxStacks distinct ones remain.
+  static bool push_checked(std::vector<Stack>& out);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::vector<Stack> stacks_;

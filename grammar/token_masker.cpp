@@ -36,8 +36,10 @@ void TokenMasker::fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& 
       if (const auto it = cache_.find(key); it != cache_.end()) mask = it->second;
     }
     if (!mask) {
-      auto computed = std::make_shared<Mask>();
-      walk(matcher, stack, *computed);
+      // What the top position decides alone, then the undecided tokens on the whole stack.
+      const std::shared_ptr<const TopClass> top = classify(matcher, stack.back());
+      auto computed = std::make_shared<Mask>(top->accepted);
+      if (!top->uncertain.empty()) walk(matcher, stack, top->uncertain, *computed, nullptr);
       mask = computed;
       std::lock_guard lock(mutex_);
       if (cache_.size() >= kMaxCachedMasks) cache_.clear();
@@ -47,34 +49,70 @@ void TokenMasker::fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& 
   }
 }
 
-void TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack, Mask& allowed) const {
-  allowed.assign((token_bytes_.size() + 63) / 64, 0);
-  // states[d]: the branches after the first d bytes of the current token. A prefix the
-  // grammar rejected is remembered, so that the tokens after it that share it are skipped.
+std::shared_ptr<const TokenMasker::TopClass> TokenMasker::classify(const Matcher& matcher,
+                                                                   std::uint32_t top) const {
+  Key key{matcher.grammar().id, Matcher::Stack{top}};
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto it = classes_.find(key); it != classes_.end()) return it->second;
+  }
+  auto computed = std::make_shared<TopClass>();
+  computed->accepted.assign((token_bytes_.size() + 63) / 64, 0);
+  walk(matcher, key.stack, sorted_, computed->accepted, &computed->uncertain);
+  std::lock_guard lock(mutex_);
+  if (classes_.size() >= kMaxCachedMasks) classes_.clear();
+  classes_.emplace(std::move(key), computed);
+  return computed;
+}
+
+void TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack,
+                       const std::vector<std::int32_t>& ids, Mask& allowed,
+                       std::vector<std::int32_t>* uncertain) const {
+  // states[d]: the branches after the first d bytes of the current token; left[d]: whether
+  // one of states[0..d] left `stack` (a branch that matched it to its end: an empty
+  // stack), so that, with `uncertain`, what follows depends on the frames below it. A
+  // prefix the grammar rejected is remembered, so that the tokens after it that share it
+  // are decided at once.
   std::vector<std::vector<Matcher::Stack>> states(1, std::vector<Matcher::Stack>{stack});
+  std::vector<char> left(1, 0);
   std::string_view previous;
   std::size_t dead_prefix = 0;  // bytes of `previous` whose last byte was rejected; 0: none
-  for (const std::int32_t id : sorted_) {
+  bool dead_left = false;       // whether a branch had left before that prefix died
+  for (const std::int32_t id : ids) {
     const std::string_view bytes = token_bytes_[id];
     std::size_t common = 0;
     const std::size_t limit = std::min(bytes.size(), previous.size());
     while (common < limit && bytes[common] == previous[common]) ++common;
     previous = bytes;
-    if (dead_prefix != 0 && common >= dead_prefix) continue;  // starts with a rejected prefix
+    if (dead_prefix != 0 && common >= dead_prefix) {  // starts with a rejected prefix
+      if (dead_left && uncertain != nullptr) uncertain->push_back(id);
+      continue;
+    }
     dead_prefix = 0;
     // states[0..common] hold for this token too; match the rest.
     states.resize(common + 1);
+    left.resize(common + 1);
     bool alive = true;
     for (std::size_t d = common; d < bytes.size(); ++d) {
       std::vector<Matcher::Stack> next;
       if (!matcher.advance(states[d], static_cast<std::uint8_t>(bytes[d]), next)) {
         dead_prefix = d + 1;
+        dead_left = left[d] != 0;
         alive = false;
         break;
       }
+      const bool leaves =
+          std::any_of(next.begin(), next.end(), [](const Matcher::Stack& s) { return s.empty(); });
+      left.push_back(left[d] != 0 || leaves ? 1 : 0);
       states.push_back(std::move(next));
     }
-    if (alive) allowed[static_cast<std::size_t>(id) / 64] |= std::uint64_t{1} << (id % 64);
+    if (alive) {
+      // Taken whole, by a branch inside `stack` or by one that left it at the last byte
+      // (the frames below then hold, and need no more of this token).
+      allowed[static_cast<std::size_t>(id) / 64] |= std::uint64_t{1} << (id % 64);
+    } else if (dead_left && uncertain != nullptr) {
+      uncertain->push_back(id);
+    }
   }
 }
 

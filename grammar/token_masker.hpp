@@ -1,9 +1,12 @@
 // Which tokens a matcher allows next: every token whose bytes the grammar can take from the
 // matcher's state. The vocabulary is sorted once per model, so that tokens sharing a prefix
 // share the work of matching it, and a prefix the grammar rejects rejects every token that
-// starts with it at once. Each branch's mask is kept, keyed by the grammar and the branch's
-// whole stack, so that a state met again (every character inside a string, every digit of a
-// number, by any output of the same grammar) costs a lookup; any thread may call.
+// starts with it at once. As XGrammar does, a branch's top position is first walked alone:
+// what it decides whatever lies below is kept by (grammar, position), and only the tokens
+// it leaves undecided are walked on the whole stack. Each branch's mask is kept too, keyed
+// by the grammar and the whole stack, so that a state met again (every character inside a
+// string, every digit of a number, by any output of the same grammar) costs a lookup; any
+// thread may call.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +40,20 @@ class TokenMasker {
 
  private:
   using Mask = std::vector<std::uint64_t>;
-  // The tokens one branch allows, by walking the sorted vocabulary.
-  void walk(const Matcher& matcher, const Matcher::Stack& stack, Mask& allowed) const;
+  // What a branch's top position decides whatever lies below it (XGrammar's split): the
+  // tokens taken without leaving that position's rule, or by leaving it at their last
+  // byte, are accepted; those that die before any branch left it are rejected; the rest,
+  // which die after one did, depend on the rules below and stay uncertain.
+  struct TopClass {
+    Mask accepted;
+    std::vector<std::int32_t> uncertain;  // in the sorted vocabulary's order
+  };
+  std::shared_ptr<const TopClass> classify(const Matcher& matcher, std::uint32_t top) const;
+  // Walks `ids` (in the sorted vocabulary's order) from `stack`, setting the bits of the
+  // tokens it takes; with `uncertain`, lists those it rejects after a branch left `stack`.
+  void walk(const Matcher& matcher, const Matcher::Stack& stack,
+            const std::vector<std::int32_t>& ids, Mask& allowed,
+            std::vector<std::int32_t>* uncertain) const;
 
   struct Key {
     std::uint64_t grammar;
@@ -51,8 +66,10 @@ class TokenMasker {
 
   std::vector<std::string> token_bytes_;
   std::vector<std::int32_t> sorted_;  // non-empty tokens' ids, in byte order of their bytes
-  mutable std::mutex mutex_;          // guards cache_
+  mutable std::mutex mutex_;          // guards cache_ and classes_
   mutable std::unordered_map<Key, std::shared_ptr<const Mask>, KeyHash> cache_;
+  // By (grammar, top position): a one-element stack as the key.
+  mutable std::unordered_map<Key, std::shared_ptr<const TopClass>, KeyHash> classes_;
 };
 
 }  // namespace troupe::grammar
