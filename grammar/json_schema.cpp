@@ -53,6 +53,10 @@ const std::vector<std::pair<std::string, std::string>> kPrimitives = {
      R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})"},
 };
 
+// The formats that are grammars; the others are annotations.
+const std::set<std::string> kFormatsWithGrammar = {"date", "time",  "date-time",
+                                                   "uuid", "email", "ipv4"};
+
 // What each primitive uses, so that adding one adds them too.
 const std::unordered_map<std::string, std::vector<std::string>> kUses = {
     {"json-string", {"json-char", "ws"}},
@@ -231,6 +235,14 @@ class Converter {
     }
     if (!schema.is_object()) return error(path, "a schema must be an object or a boolean");
     const json::object& s = schema.as_object();
+    // Checked before $ref, const, enum and the combinators take the schema over: a keyword
+    // beside them that cannot be honoured is refused too, not dropped ("not" beside "anyOf"
+    // used to pass unchecked).
+    for (const auto& [key, value] : s) {
+      if (!known_keyword(std::string(key))) {
+        return error(path, "keyword '" + std::string(key) + "' is not supported");
+      }
+    }
     if (const auto* ref = s.if_contains("$ref")) return reference(*ref, path, depth);
     if (const auto* value = s.if_contains("const")) return literal(*value);
     if (const auto* values = s.if_contains("enum")) {
@@ -266,11 +278,6 @@ class Converter {
       }
       return visit(all->as_array()[0], name, path + "/allOf/0", depth + 1);
     }
-    for (const auto& [key, value] : s) {
-      if (!known_keyword(std::string(key))) {
-        return error(path, "keyword '" + std::string(key) + "' is not supported");
-      }
-    }
     const json::value* type = s.if_contains("type");
     if (type != nullptr && type->is_array()) {
       std::string out;
@@ -298,11 +305,27 @@ class Converter {
   }
 
   static bool known_keyword(const std::string& key) {
-    static const std::set<std::string> handled = {
-        "type",      "properties",       "required",        "additionalProperties",
-        "items",     "prefixItems",      "minItems",        "maxItems",
-        "minLength", "maxLength",        "pattern",         "minimum",
-        "maximum",   "exclusiveMinimum", "exclusiveMaximum"};
+    static const std::set<std::string> handled = {"$ref",
+                                                  "const",
+                                                  "enum",
+                                                  "anyOf",
+                                                  "oneOf",
+                                                  "allOf",
+                                                  "type",
+                                                  "properties",
+                                                  "required",
+                                                  "additionalProperties",
+                                                  "items",
+                                                  "prefixItems",
+                                                  "minItems",
+                                                  "maxItems",
+                                                  "minLength",
+                                                  "maxLength",
+                                                  "pattern",
+                                                  "minimum",
+                                                  "maximum",
+                                                  "exclusiveMinimum",
+                                                  "exclusiveMaximum"};
     return handled.contains(key) || kAnnotations.contains(key);
   }
 
@@ -369,6 +392,19 @@ class Converter {
 
   Result<std::string> string_schema(const json::object& s, const std::string& path) {
     use("ws");
+    // A pattern or a format is its own grammar, which a length bound would have to cut:
+    // refused rather than dropped, since a dropped bound lets through strings the schema
+    // refuses (found by tests/net/structured_outputs_test.cpp: "pattern": "^[a-z ]+$" with
+    // "maxLength": 4 ran on for hundreds of letters).
+    const auto* format = s.if_contains("format");
+    const bool format_grammar = format != nullptr && format->is_string() &&
+                                kFormatsWithGrammar.contains(std::string(format->as_string()));
+    if ((s.contains("pattern") || format_grammar) &&
+        (s.contains("minLength") || s.contains("maxLength"))) {
+      return error(path, std::string("minLength or maxLength together with ") +
+                             (s.contains("pattern") ? "a pattern" : "a format") +
+                             " is not supported yet");
+    }
     if (const auto* pattern = s.if_contains("pattern")) {
       if (!pattern->is_string()) return error(path + "/pattern", "pattern must be a string");
       const std::string regex(pattern->as_string());
@@ -385,7 +421,7 @@ class Converter {
                (from_start ? "" : any + " ") + "( " + *body + " )" + (to_end ? "" : " " + any));
       return "\"\\\"\" " + rule + " \"\\\"\" ws";
     }
-    if (const auto* format = s.if_contains("format"); format != nullptr && format->is_string()) {
+    if (format_grammar) {
       const std::string f(format->as_string());
       std::string body;
       if (f == "date") body = primitive("json-date");
@@ -425,20 +461,31 @@ class Converter {
   }
 
   Result<std::string> number_schema(const json::object& s, const std::string& path) {
-    for (const char* key : {"maximum", "exclusiveMaximum", "exclusiveMinimum"}) {
+    for (const char* key : {"maximum", "exclusiveMaximum"}) {
       if (s.contains(key))
         return error(path + "/" + key, "bounds on a number are not supported yet");
     }
-    if (const auto* min = s.if_contains("minimum")) {
-      if (!min->is_number() || min->to_number<double>() != 0.0) {
-        return error(path + "/minimum", "a number's minimum other than 0 is not supported yet");
+    for (const char* key : {"minimum", "exclusiveMinimum"}) {
+      const auto* v = s.if_contains(key);
+      if (v != nullptr && (!v->is_number() || v->to_number<double>() != 0.0)) {
+        return error(path + "/" + key,
+                     std::string("a number's ") + key + " other than 0 is not supported yet");
       }
-      use("json-frac");
-      use("json-exp");
-      use("ws");
-      return std::string("( \"0\" | [1-9] [0-9]{0,17} ) json-frac? json-exp? ws");
     }
-    return primitive("json-number");
+    if (!s.contains("minimum") && !s.contains("exclusiveMinimum")) return primitive("json-number");
+    use("json-frac");
+    use("ws");
+    if (s.contains("exclusiveMinimum")) {
+      // Above 0: a nonzero digit somewhere in the mantissa. The exponent keeps to two digits,
+      // so that the smallest value (1e-16 by the mantissa, times 1e-99) stays a positive
+      // double: a validator that reads 1e-400 as a double sees 0. (The header promised
+      // exclusiveMinimum 0, which this function used to refuse.)
+      return std::string(
+          "( [1-9] [0-9]{0,17} json-frac? | \"0.\" \"0\"{0,15} [1-9] [0-9]{0,15} ) "
+          "( [eE] [-+]? [0-9]{1,2} )? ws");
+    }
+    use("json-exp");
+    return std::string("( \"0\" | [1-9] [0-9]{0,17} ) json-frac? json-exp? ws");
   }
 
   Result<std::string> array_schema(const json::object& s, const std::string& name,
