@@ -1,5 +1,6 @@
 #include "grammar/json_schema.hpp"
 
+#include <algorithm>
 #include <boost/json/serialize.hpp>
 #include <cctype>
 #include <cmath>
@@ -244,15 +245,21 @@ class Converter {
       }
     }
     if (const auto* ref = s.if_contains("$ref")) return reference(*ref, path, depth);
-    if (const auto* value = s.if_contains("const")) return literal(*value);
+    // A "type" beside const or enum still holds: values of other types are left out
+    // ({"type": "string", "enum": ["a", 1]} used to give 1).
+    if (const auto* value = s.if_contains("const")) {
+      if (!of_type(*value, s.if_contains("type"))) return error(path, "const is not of its type");
+      return literal(*value);
+    }
     if (const auto* values = s.if_contains("enum")) {
       if (!values->is_array() || values->as_array().empty()) {
         return error(path + "/enum", "enum must be a non-empty array");
       }
       std::string out;
       for (const auto& v : values->as_array()) {
-        out += (out.empty() ? "" : " | ") + literal(v);
+        if (of_type(v, s.if_contains("type"))) out += (out.empty() ? "" : " | ") + literal(v);
       }
+      if (out.empty()) return error(path + "/enum", "no value of the enum is of its type");
       return "( " + out + " )";
     }
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -302,6 +309,28 @@ class Converter {
       }
     }
     return typed(s, t, name, path, depth);
+  }
+
+  // Whether `value` is of `type` (a name or a list of names; none: any).
+  static bool of_type(const json::value& value, const json::value* type) {
+    if (type == nullptr) return true;
+    if (type->is_array()) {
+      return std::any_of(type->as_array().begin(), type->as_array().end(),
+                         [&](const json::value& t) { return of_type(value, &t); });
+    }
+    if (!type->is_string()) return true;  // a bad type: typed() says so where it matters
+    const std::string t(type->as_string());
+    if (t == "string") return value.is_string();
+    if (t == "number") return value.is_number();
+    if (t == "integer") {
+      return value.is_int64() || value.is_uint64() ||
+             (value.is_double() && std::trunc(value.as_double()) == value.as_double());
+    }
+    if (t == "boolean") return value.is_bool();
+    if (t == "null") return value.is_null();
+    if (t == "array") return value.is_array();
+    if (t == "object") return value.is_object();
+    return false;
   }
 
   static bool known_keyword(const std::string& key) {

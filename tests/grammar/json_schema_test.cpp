@@ -32,6 +32,8 @@ const std::vector<SchemaCase> kCases = {
     {R"({"type": "null"})", {"nul", "None"}},
     {R"({"type": ["integer", "null"]})", {"1.5", "\"x\""}},
     {R"({"enum": ["red", "green", 3, null, true]})", {"\"blue\"", "4", "false"}},
+    {R"({"type": ["string", "null"], "enum": ["red", 3, null, true, 2.5]})", {"3", "true", "2.5"}},
+    {R"({"type": "integer", "enum": ["1", 1, 2.0, 2.5]})", {"\"1\"", "2.5"}},
     {R"({"const": {"a": [1, 2]}})", {"{\"a\":[1]}", "{\"a\":[1,2,3]}"}},
     {R"({"type": "string", "minLength": 2, "maxLength": 4})", {"\"a\"", "\"abcde\""}},
     {R"({"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"})", {"\"AB-12\"", "\"ab-123\""}},
@@ -216,6 +218,8 @@ TEST_CASE("a schema the grammar cannot honour is refused, naming the keyword and
   CHECK_THAT(error_of(R"({"anyOf": [{"type": "integer"}], "not": {"const": 1}})"),
              Catch::Contains("'not'"));
   CHECK_THAT(error_of(R"({"enum": [1, 2], "if": {"const": 1}})"), Catch::Contains("'if'"));
+  CHECK_THAT(error_of(R"({"type": "string", "const": 1})"), Catch::Contains("not of its type"));
+  CHECK_THAT(error_of(R"({"type": "string", "enum": [1, null]})"), Catch::Contains("enum"));
   CHECK_THAT(error_of(R"({"$ref": "https://example.com/s.json"})"), Catch::Contains("local"));
   CHECK_THAT(error_of(R"({"$ref": "#/$defs/missing"})"), Catch::Contains("not defined"));
   CHECK_THAT(error_of(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
