@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "net/http_server.hpp"
@@ -33,8 +34,10 @@ namespace {
 constexpr std::int32_t kContextLength = 1024;
 
 struct Server : test::ServedEngine {
-  explicit Server(std::function<void()> before_step = {})
-      : ServedEngine("structured-model", {}, kContextLength, 2048, std::move(before_step)) {}
+  explicit Server(std::function<void()> before_step = {},
+                  std::int32_t context_length = kContextLength, std::int32_t num_kv_blocks = 2048)
+      : ServedEngine("structured-model", {}, context_length, num_kv_blocks,
+                     std::move(before_step)) {}
   std::uint16_t port() const { return server->port(); }
 };
 
@@ -202,6 +205,7 @@ const std::vector<const char*> kSchemas = {
     R"({"type": ["boolean", "string"], "maxLength": 5})",
     R"({"enum": ["red", "green", 3, null, true, {"a": 1}]})",
     R"({"const": {"a": [1, 2], "b": "x"}})",
+    R"({"type": ["string", "null"], "enum": ["red", 3, null, true, "blue"]})",
     R"({"type": "string", "minLength": 3, "maxLength": 6})",
     R"({"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"})",
     R"({"type": "string", "pattern": "^(ab|c)*[0-9]{2}$"})",
@@ -656,4 +660,58 @@ TEST_CASE("a streamed output under a JSON schema validates once its deltas are j
     cases.push_back(json::object{{"schema", schema}, {"output", out.text}});
   }
   check_valid(cases);
+}
+
+TEST_CASE("outputs under a JSON schema stay valid when their sequences are preempted",
+          "[net][integration]") {
+  python_verdicts({});
+  // A context of 256 in 70 blocks of 4 tokens: room for about three of the eight sequences
+  // at once, so that the scheduler preempts and recomputes them; each keeps its grammar's
+  // place. Steps are stretched a little, so that all eight have arrived while the first run.
+  Server s([] { std::this_thread::sleep_for(1ms); }, 256, 70);
+  const json::value schema = json::parse(kNestedSchema);
+  std::vector<Job> jobs;
+  for (std::int64_t seed = 1; seed <= 8; ++seed) {
+    json::object body = request_for("/v1/completions", "Fill in the form, please.");
+    body["guided_json"] = schema;
+    body["max_tokens"] = 150;
+    body["temperature"] = 1.0;
+    body["seed"] = seed;
+    body["n"] = 1;
+    jobs.push_back({"/v1/completions", std::move(body), {}});
+  }
+  run_all(s, jobs, 8);
+  CHECK(s.engine->stats().num_preemptions > 0);
+  json::array cases;
+  for (const Job& job : jobs) {
+    INFO(describe(job));
+    const auto outputs = outputs_of(job.target, job.reply);
+    REQUIRE(outputs.size() == 1);
+    INFO("output: " << outputs[0].text);
+    CHECK(outputs[0].finish_reason == "stop");
+    cases.push_back(json::object{{"schema", schema}, {"output", outputs[0].text}});
+  }
+  check_valid(cases);
+  CHECK(s.kv_drains());
+}
+
+TEST_CASE("each of n choices under a constraint keeps to it on its own", "[net][integration]") {
+  Server s;
+  const json::array colours = {"red", "green", "blue", "cyan", "magenta"};
+  json::object body = request_for("/v1/completions", "Colours:");
+  body["guided_choice"] = colours;
+  body["n"] = 8;
+  body["temperature"] = 1.5;
+  body["seed"] = 21;
+  body["max_tokens"] = 20;
+  const auto outputs = outputs_of("/v1/completions", post(s.port(), "/v1/completions", body));
+  REQUIRE(outputs.size() == 8);
+  std::set<std::string> seen;
+  for (const auto& out : outputs) {
+    INFO("output: " << out.text);
+    CHECK(out.finish_reason == "stop");
+    CHECK(std::find(colours.begin(), colours.end(), json::value(out.text)) != colours.end());
+    seen.insert(out.text);
+  }
+  CHECK(seen.size() > 1);  // the choices are sampled apart, not copied
 }
