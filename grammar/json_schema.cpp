@@ -593,25 +593,35 @@ class Converter {
         (required.contains(k) ? required_kvs : optional_kvs).push_back(kv);
       }
     }
-    for (const auto& r : required) {
-      if (!declared.contains(r)) {
-        // A required key with no declared schema: any value.
-        required_kvs.push_back(gbnf_literal(json::serialize(json::string(r))) + " ws \":\" ws " +
-                               primitive("json-value"));
-      }
-    }
     // Extra keys: additionalProperties true (the default), false, or a schema of the values.
     std::string extra;
+    std::string extra_value = "json-value";  // the rule of an extra key's value; empty: none
     if (const auto* additional = s.if_contains("additionalProperties")) {
       if (additional->is_bool()) {
         if (additional->as_bool()) extra = primitive("json-kv");
+        if (!additional->as_bool()) extra_value.clear();
       } else {
-        TROUPE_TRY(const std::string value, visit(*additional, name + "-additional",
-                                                  path + "/additionalProperties", depth + 1));
-        extra = primitive("json-string") + " \":\" ws " + value;
+        TROUPE_TRY(extra_value, visit(*additional, name + "-additional",
+                                      path + "/additionalProperties", depth + 1));
+        extra = primitive("json-string") + " \":\" ws " + extra_value;
       }
     } else {
       extra = primitive("json-kv");
+    }
+    // A required key with no declared schema is an extra key, its value as
+    // additionalProperties says (it used to be any value, even where additionalProperties
+    // was a schema or false).
+    for (const auto& r : required) {
+      if (declared.contains(r)) continue;
+      if (extra_value.empty()) {
+        return error(path + "/required", "'" + r +
+                                             "' is required but additionalProperties is false "
+                                             "and it is not among the properties: no object is "
+                                             "valid");
+      }
+      if (extra_value == "json-value") use("json-value");
+      required_kvs.push_back(gbnf_literal(json::serialize(json::string(r))) + " ws \":\" ws " +
+                             extra_value);
     }
     // The optional members, each maybe there, commas between those that are: rule i holds
     // "member i, then any of the later ones" or "any of the later ones" alone.

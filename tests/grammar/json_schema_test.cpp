@@ -69,6 +69,8 @@ const std::vector<SchemaCase> kCases = {
      {"{}", "{\"x\":1}"}},
     {R"({"type": "object", "additionalProperties": {"type": "number"}})",
      {"{\"a\":\"b\"}", "{\"a\":}"}},
+    {R"({"type": "object", "required": ["x"], "additionalProperties": {"type": "boolean"}})",
+     {"{}", "{\"x\":1}", "{\"x\":true,\"y\":1}"}},
     {R"({"type": "object"})", {"[]", "{\"a\"}"}},
     {R"({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]})",
      {"1", "[\"a\"]"}},
@@ -219,6 +221,8 @@ TEST_CASE("a schema the grammar cannot honour is refused, naming the keyword and
              Catch::Contains("'not'"));
   CHECK_THAT(error_of(R"({"enum": [1, 2], "if": {"const": 1}})"), Catch::Contains("'if'"));
   CHECK_THAT(error_of(R"({"type": "string", "const": 1})"), Catch::Contains("not of its type"));
+  CHECK_THAT(error_of(R"({"type": "object", "required": ["x"], "additionalProperties": false})"),
+             Catch::Contains("'x' is required"));
   CHECK_THAT(error_of(R"({"type": "string", "enum": [1, null]})"), Catch::Contains("enum"));
   CHECK_THAT(error_of(R"({"$ref": "https://example.com/s.json"})"), Catch::Contains("local"));
   CHECK_THAT(error_of(R"({"$ref": "#/$defs/missing"})"), Catch::Contains("not defined"));
