@@ -252,6 +252,7 @@ const std::vector<const char*> kSchemas = {
 // Schemas whose keys are open: any string may be a key, and a random model closes a string
 // only by chance. Their outputs may run to max_tokens; those that finish must validate.
 const std::vector<const char*> kOpenSchemas = {
+    R"({"type": "object", "required": ["x"], "additionalProperties": {"type": "boolean"}})",
     R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
         "additionalProperties": true})",
     R"({"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}})",
@@ -526,6 +527,9 @@ TEST_CASE("a constraint that cannot be compiled is a 400 naming its parameter",
        "structured_outputs.choice",
        "non-empty"},
       {{{"json_schema", {{"type", "number"}, {"maximum", 4.5}}}}, "json_schema", "maximum"},
+      {{{"guided_json", R"({"type": "object", "required": ["x"], "additionalProperties": false})"}},
+       "guided_json",
+       "'x' is required"},
       // A length bound on a pattern or a format would be dropped: refused instead.
       {{{"guided_json", R"({"type": "string", "pattern": "^[a-z ]+$", "maxLength": 4})"}},
        "guided_json",
@@ -714,4 +718,32 @@ TEST_CASE("each of n choices under a constraint keeps to it on its own", "[net][
     seen.insert(out.text);
   }
   CHECK(seen.size() > 1);  // the choices are sampled apart, not copied
+}
+
+// Known bug, kept out of the suite until fixed: the JSON-safe filter of a pattern's bytes
+// (grammar/json_schema.cpp keep_patterns_json_safe) runs in parse_json_schema only, while
+// the server sends the worker json_schema_to_gbnf's text, which has no such filter. So \s
+// (and ., [^...], \S, \D, \W) can put a raw tab or newline, a quote or a backslash inside
+// the string: {"type": "string", "pattern": "^\\w{2}\\s\\d$"} at temperature 1.5 with
+// seeds 1 to 10 on completions gave "Js<TAB>6", "v8<LF>9" and "it<LF>7", not JSON.
+TEST_CASE("a pattern's free characters stay valid inside the JSON string",
+          "[net][integration][.known-bug]") {
+  python_verdicts({});
+  Server s;
+  const json::value schema = json::parse(R"({"type": "string", "pattern": "^\\w{2}\\s\\d$"})");
+  std::vector<Job> jobs;
+  for (std::int64_t seed = 1; seed <= 10; ++seed) {
+    json::object body = request_for("/v1/completions", "x");
+    body["guided_json"] = schema;
+    body["max_tokens"] = 50;
+    body["temperature"] = 1.5;
+    body["seed"] = seed;
+    jobs.push_back({"/v1/completions", std::move(body), {}});
+  }
+  run_all(s, jobs);
+  json::array cases;
+  for (const std::string& text : finished_outputs(jobs)) {
+    cases.push_back(json::object{{"schema", schema}, {"output", text}});
+  }
+  check_valid(cases);
 }
