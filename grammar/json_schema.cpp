@@ -1,5 +1,6 @@
 #include "grammar/json_schema.hpp"
 
+#include <algorithm>
 #include <boost/json/serialize.hpp>
 #include <cctype>
 #include <cmath>
@@ -52,6 +53,10 @@ const std::vector<std::pair<std::string, std::string>> kPrimitives = {
     {"json-uuid",
      R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})"},
 };
+
+// The formats that are grammars; the others are annotations.
+const std::set<std::string> kFormatsWithGrammar = {"date", "time",  "date-time",
+                                                   "uuid", "email", "ipv4"};
 
 // What each primitive uses, so that adding one adds them too.
 const std::unordered_map<std::string, std::vector<std::string>> kUses = {
@@ -231,16 +236,30 @@ class Converter {
     }
     if (!schema.is_object()) return error(path, "a schema must be an object or a boolean");
     const json::object& s = schema.as_object();
+    // Checked before $ref, const, enum and the combinators take the schema over: a keyword
+    // beside them that cannot be honoured is refused too, not dropped ("not" beside "anyOf"
+    // used to pass unchecked).
+    for (const auto& [key, value] : s) {
+      if (!known_keyword(std::string(key))) {
+        return error(path, "keyword '" + std::string(key) + "' is not supported");
+      }
+    }
     if (const auto* ref = s.if_contains("$ref")) return reference(*ref, path, depth);
-    if (const auto* value = s.if_contains("const")) return literal(*value);
+    // A "type" beside const or enum still holds: values of other types are left out
+    // ({"type": "string", "enum": ["a", 1]} used to give 1).
+    if (const auto* value = s.if_contains("const")) {
+      if (!of_type(*value, s.if_contains("type"))) return error(path, "const is not of its type");
+      return literal(*value);
+    }
     if (const auto* values = s.if_contains("enum")) {
       if (!values->is_array() || values->as_array().empty()) {
         return error(path + "/enum", "enum must be a non-empty array");
       }
       std::string out;
       for (const auto& v : values->as_array()) {
-        out += (out.empty() ? "" : " | ") + literal(v);
+        if (of_type(v, s.if_contains("type"))) out += (out.empty() ? "" : " | ") + literal(v);
       }
+      if (out.empty()) return error(path + "/enum", "no value of the enum is of its type");
       return "( " + out + " )";
     }
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -265,11 +284,6 @@ class Converter {
         return error(path + "/allOf", "allOf of more than one schema is not supported");
       }
       return visit(all->as_array()[0], name, path + "/allOf/0", depth + 1);
-    }
-    for (const auto& [key, value] : s) {
-      if (!known_keyword(std::string(key))) {
-        return error(path, "keyword '" + std::string(key) + "' is not supported");
-      }
     }
     const json::value* type = s.if_contains("type");
     if (type != nullptr && type->is_array()) {
@@ -297,12 +311,50 @@ class Converter {
     return typed(s, t, name, path, depth);
   }
 
+  // Whether `value` is of `type` (a name or a list of names; none: any).
+  static bool of_type(const json::value& value, const json::value* type) {
+    if (type == nullptr) return true;
+    if (type->is_array()) {
+      return std::any_of(type->as_array().begin(), type->as_array().end(),
+                         [&](const json::value& t) { return of_type(value, &t); });
+    }
+    if (!type->is_string()) return true;  // a bad type: typed() says so where it matters
+    const std::string t(type->as_string());
+    if (t == "string") return value.is_string();
+    if (t == "number") return value.is_number();
+    if (t == "integer") {
+      return value.is_int64() || value.is_uint64() ||
+             (value.is_double() && std::trunc(value.as_double()) == value.as_double());
+    }
+    if (t == "boolean") return value.is_bool();
+    if (t == "null") return value.is_null();
+    if (t == "array") return value.is_array();
+    if (t == "object") return value.is_object();
+    return false;
+  }
+
   static bool known_keyword(const std::string& key) {
-    static const std::set<std::string> handled = {
-        "type",      "properties",       "required",        "additionalProperties",
-        "items",     "prefixItems",      "minItems",        "maxItems",
-        "minLength", "maxLength",        "pattern",         "minimum",
-        "maximum",   "exclusiveMinimum", "exclusiveMaximum"};
+    static const std::set<std::string> handled = {"$ref",
+                                                  "const",
+                                                  "enum",
+                                                  "anyOf",
+                                                  "oneOf",
+                                                  "allOf",
+                                                  "type",
+                                                  "properties",
+                                                  "required",
+                                                  "additionalProperties",
+                                                  "items",
+                                                  "prefixItems",
+                                                  "minItems",
+                                                  "maxItems",
+                                                  "minLength",
+                                                  "maxLength",
+                                                  "pattern",
+                                                  "minimum",
+                                                  "maximum",
+                                                  "exclusiveMinimum",
+                                                  "exclusiveMaximum"};
     return handled.contains(key) || kAnnotations.contains(key);
   }
 
@@ -369,6 +421,19 @@ class Converter {
 
   Result<std::string> string_schema(const json::object& s, const std::string& path) {
     use("ws");
+    // A pattern or a format is its own grammar, which a length bound would have to cut:
+    // refused rather than dropped, since a dropped bound lets through strings the schema
+    // refuses (found by tests/net/structured_outputs_test.cpp: "pattern": "^[a-z ]+$" with
+    // "maxLength": 4 ran on for hundreds of letters).
+    const auto* format = s.if_contains("format");
+    const bool format_grammar = format != nullptr && format->is_string() &&
+                                kFormatsWithGrammar.contains(std::string(format->as_string()));
+    if ((s.contains("pattern") || format_grammar) &&
+        (s.contains("minLength") || s.contains("maxLength"))) {
+      return error(path, std::string("minLength or maxLength together with ") +
+                             (s.contains("pattern") ? "a pattern" : "a format") +
+                             " is not supported yet");
+    }
     if (const auto* pattern = s.if_contains("pattern")) {
       if (!pattern->is_string()) return error(path + "/pattern", "pattern must be a string");
       const std::string regex(pattern->as_string());
@@ -385,7 +450,7 @@ class Converter {
                (from_start ? "" : any + " ") + "( " + *body + " )" + (to_end ? "" : " " + any));
       return "\"\\\"\" " + rule + " \"\\\"\" ws";
     }
-    if (const auto* format = s.if_contains("format"); format != nullptr && format->is_string()) {
+    if (format_grammar) {
       const std::string f(format->as_string());
       std::string body;
       if (f == "date") body = primitive("json-date");
@@ -425,20 +490,31 @@ class Converter {
   }
 
   Result<std::string> number_schema(const json::object& s, const std::string& path) {
-    for (const char* key : {"maximum", "exclusiveMaximum", "exclusiveMinimum"}) {
+    for (const char* key : {"maximum", "exclusiveMaximum"}) {
       if (s.contains(key))
         return error(path + "/" + key, "bounds on a number are not supported yet");
     }
-    if (const auto* min = s.if_contains("minimum")) {
-      if (!min->is_number() || min->to_number<double>() != 0.0) {
-        return error(path + "/minimum", "a number's minimum other than 0 is not supported yet");
+    for (const char* key : {"minimum", "exclusiveMinimum"}) {
+      const auto* v = s.if_contains(key);
+      if (v != nullptr && (!v->is_number() || v->to_number<double>() != 0.0)) {
+        return error(path + "/" + key,
+                     std::string("a number's ") + key + " other than 0 is not supported yet");
       }
-      use("json-frac");
-      use("json-exp");
-      use("ws");
-      return std::string("( \"0\" | [1-9] [0-9]{0,17} ) json-frac? json-exp? ws");
     }
-    return primitive("json-number");
+    if (!s.contains("minimum") && !s.contains("exclusiveMinimum")) return primitive("json-number");
+    use("json-frac");
+    use("ws");
+    if (s.contains("exclusiveMinimum")) {
+      // Above 0: a nonzero digit somewhere in the mantissa. The exponent keeps to two digits,
+      // so that the smallest value (1e-16 by the mantissa, times 1e-99) stays a positive
+      // double: a validator that reads 1e-400 as a double sees 0. (The header promised
+      // exclusiveMinimum 0, which this function used to refuse.)
+      return std::string(
+          "( [1-9] [0-9]{0,17} json-frac? | \"0.\" \"0\"{0,15} [1-9] [0-9]{0,15} ) "
+          "( [eE] [-+]? [0-9]{1,2} )? ws");
+    }
+    use("json-exp");
+    return std::string("( \"0\" | [1-9] [0-9]{0,17} ) json-frac? json-exp? ws");
   }
 
   Result<std::string> array_schema(const json::object& s, const std::string& name,
@@ -517,25 +593,35 @@ class Converter {
         (required.contains(k) ? required_kvs : optional_kvs).push_back(kv);
       }
     }
-    for (const auto& r : required) {
-      if (!declared.contains(r)) {
-        // A required key with no declared schema: any value.
-        required_kvs.push_back(gbnf_literal(json::serialize(json::string(r))) + " ws \":\" ws " +
-                               primitive("json-value"));
-      }
-    }
     // Extra keys: additionalProperties true (the default), false, or a schema of the values.
     std::string extra;
+    std::string extra_value = "json-value";  // the rule of an extra key's value; empty: none
     if (const auto* additional = s.if_contains("additionalProperties")) {
       if (additional->is_bool()) {
         if (additional->as_bool()) extra = primitive("json-kv");
+        if (!additional->as_bool()) extra_value.clear();
       } else {
-        TROUPE_TRY(const std::string value, visit(*additional, name + "-additional",
-                                                  path + "/additionalProperties", depth + 1));
-        extra = primitive("json-string") + " \":\" ws " + value;
+        TROUPE_TRY(extra_value, visit(*additional, name + "-additional",
+                                      path + "/additionalProperties", depth + 1));
+        extra = primitive("json-string") + " \":\" ws " + extra_value;
       }
     } else {
       extra = primitive("json-kv");
+    }
+    // A required key with no declared schema is an extra key, its value as
+    // additionalProperties says (it used to be any value, even where additionalProperties
+    // was a schema or false).
+    for (const auto& r : required) {
+      if (declared.contains(r)) continue;
+      if (extra_value.empty()) {
+        return error(path + "/required", "'" + r +
+                                             "' is required but additionalProperties is false "
+                                             "and it is not among the properties: no object is "
+                                             "valid");
+      }
+      if (extra_value == "json-value") use("json-value");
+      required_kvs.push_back(gbnf_literal(json::serialize(json::string(r))) + " ws \":\" ws " +
+                             extra_value);
     }
     // The optional members, each maybe there, commas between those that are: rule i holds
     // "member i, then any of the later ones" or "any of the later ones" alone.

@@ -4,10 +4,11 @@
 // Supported: type (one or a list), properties with required and additionalProperties
 // (false, true or a schema; extra keys come after the declared ones), items, prefixItems,
 // minItems/maxItems, enum, const, anyOf/oneOf (oneOf is not made exclusive), allOf of one
-// schema, $ref to #/$defs/... or #/definitions/..., minLength/maxLength, pattern (over the
-// string's JSON text), format date (February to the 28th), time, date-time, uuid, email and
-// ipv4 (other formats are annotations), integer minimum/maximum/exclusiveMinimum/exclusiveMaximum,
-// and number minimum 0 / exclusiveMinimum 0. Annotations (title, description, default, examples,
+// schema, $ref to #/$defs/... or #/definitions/..., minLength/maxLength (not with a pattern
+// or with one of the formats below), pattern (over the string's JSON text), format date
+// (February to the 28th), time, date-time, uuid, email and ipv4 (other formats are
+// annotations), integer minimum/maximum/exclusiveMinimum/exclusiveMaximum, and number
+// minimum 0 / exclusiveMinimum 0. Annotations (title, description, default, examples,
 // $schema, $id, ...) are ignored. Anything else that would change which documents are valid
 // (not, if/then/else, patternProperties, uniqueItems, multipleOf, other number bounds, ...)
 // is refused with an error naming the keyword and where it is.

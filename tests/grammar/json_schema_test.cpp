@@ -32,6 +32,8 @@ const std::vector<SchemaCase> kCases = {
     {R"({"type": "null"})", {"nul", "None"}},
     {R"({"type": ["integer", "null"]})", {"1.5", "\"x\""}},
     {R"({"enum": ["red", "green", 3, null, true]})", {"\"blue\"", "4", "false"}},
+    {R"({"type": ["string", "null"], "enum": ["red", 3, null, true, 2.5]})", {"3", "true", "2.5"}},
+    {R"({"type": "integer", "enum": ["1", 1, 2.0, 2.5]})", {"\"1\"", "2.5"}},
     {R"({"const": {"a": [1, 2]}})", {"{\"a\":[1]}", "{\"a\":[1,2,3]}"}},
     {R"({"type": "string", "minLength": 2, "maxLength": 4})", {"\"a\"", "\"abcde\""}},
     {R"({"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"})", {"\"AB-12\"", "\"ab-123\""}},
@@ -50,6 +52,7 @@ const std::vector<SchemaCase> kCases = {
     {R"({"type": "integer", "minimum": 100})", {"99", "-100", "0"}},
     {R"({"type": "integer", "maximum": -7})", {"-6", "0", "7"}},
     {R"({"type": "number", "minimum": 0})", {"-1", "-0.5"}},
+    {R"({"type": "number", "exclusiveMinimum": 0})", {"0", "0.000", "0e5", "-1", "-0.5"}},
     {R"({"type": "array", "items": {"type": "integer"}})", {"[1,]", "[\"a\"]", "[1 2]"}},
     {R"({"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 3})",
      {"[]", "[true]", "[true,true,true,true]"}},
@@ -66,6 +69,8 @@ const std::vector<SchemaCase> kCases = {
      {"{}", "{\"x\":1}"}},
     {R"({"type": "object", "additionalProperties": {"type": "number"}})",
      {"{\"a\":\"b\"}", "{\"a\":}"}},
+    {R"({"type": "object", "required": ["x"], "additionalProperties": {"type": "boolean"}})",
+     {"{}", "{\"x\":1}", "{\"x\":true,\"y\":1}"}},
     {R"({"type": "object"})", {"[]", "{\"a\"}"}},
     {R"({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]})",
      {"1", "[\"a\"]"}},
@@ -212,11 +217,22 @@ TEST_CASE("a schema the grammar cannot honour is refused, naming the keyword and
   CHECK_THAT(error_of(R"({"type": "object", "properties": {"a": {"not": {"type": "null"}}}})"),
              Catch::Contains("'not'") && Catch::Contains("/properties/a"));
   CHECK_THAT(error_of(R"({"type": "array", "uniqueItems": true})"), Catch::Contains("uniqueItems"));
+  CHECK_THAT(error_of(R"({"anyOf": [{"type": "integer"}], "not": {"const": 1}})"),
+             Catch::Contains("'not'"));
+  CHECK_THAT(error_of(R"({"enum": [1, 2], "if": {"const": 1}})"), Catch::Contains("'if'"));
+  CHECK_THAT(error_of(R"({"type": "string", "const": 1})"), Catch::Contains("not of its type"));
+  CHECK_THAT(error_of(R"({"type": "object", "required": ["x"], "additionalProperties": false})"),
+             Catch::Contains("'x' is required"));
+  CHECK_THAT(error_of(R"({"type": "string", "enum": [1, null]})"), Catch::Contains("enum"));
   CHECK_THAT(error_of(R"({"$ref": "https://example.com/s.json"})"), Catch::Contains("local"));
   CHECK_THAT(error_of(R"({"$ref": "#/$defs/missing"})"), Catch::Contains("not defined"));
   CHECK_THAT(error_of(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
              Catch::Contains("no integer"));
   CHECK_THAT(error_of(R"({"type": "number", "maximum": 4.5})"), Catch::Contains("not supported"));
+  CHECK_THAT(error_of(R"({"type": "string", "pattern": "^a+$", "maxLength": 3})"),
+             Catch::Contains("maxLength") && Catch::Contains("pattern"));
+  CHECK_THAT(error_of(R"({"type": "string", "format": "email", "minLength": 3})"),
+             Catch::Contains("minLength") && Catch::Contains("format"));
   CHECK_THAT(error_of(R"js({"type": "string", "pattern": "(?=a)"})js"),
              Catch::Contains("/pattern") && Catch::Contains("lookaround"));
   CHECK_THAT(error_of(R"({"type": "tuple"})"), Catch::Contains("unknown type"));
