@@ -367,8 +367,53 @@ class Parser {
 
 }  // namespace
 
+namespace {
+
+Result<void> keep_json_safe(Grammar& g) {
+  ByteSet unsafe;
+  for (int b = 0; b < 0x20; ++b) unsafe.set(b);
+  unsafe.set('"');
+  unsafe.set('\\');
+  std::vector<bool> seen(g.rules.size(), false);
+  std::vector<std::uint32_t> work;
+  for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
+    if (std::string_view(g.rules[r].name).starts_with(kJsonSafeRulePrefix)) {
+      seen[r] = true;
+      work.push_back(r);
+    }
+  }
+  while (!work.empty()) {
+    const std::uint32_t r = work.back();
+    work.pop_back();
+    for (auto& alt : g.rules[r].alternatives) {
+      for (Element& e : alt) {
+        if (e.kind == Element::Kind::rule) {
+          if (!seen[e.index]) {
+            seen[e.index] = true;
+            work.push_back(e.index);
+          }
+          continue;
+        }
+        const ByteSet safe = g.byte_sets[e.index] & ~unsafe;
+        if (safe.none()) {
+          return make_error(ErrorCode::invalid_argument,
+                            "rule '" + g.rules[r].name +
+                                "' must match a quote, a backslash or a control character, which "
+                                "a JSON string's text would have to escape (not supported)");
+        }
+        e.index = g.byte_set_index(safe);
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<Grammar> parse_gbnf(std::string_view text) {
-  return Parser(text).parse();
+  TROUPE_TRY(Grammar grammar, Parser(text).parse());
+  TROUPE_TRY_VOID(keep_json_safe(grammar));
+  return grammar;
 }
 
 }  // namespace troupe::grammar

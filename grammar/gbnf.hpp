@@ -15,6 +15,13 @@
 
 namespace troupe::grammar {
 
+// Rules named with this prefix (and the rules they use) take no byte that a JSON string's
+// text would have to escape: no control character, quote or backslash. A JSON schema's
+// `pattern` matches a string's characters while the output is its JSON text; the schema's
+// GBNF names its pattern rules so, and whoever parses that text again gets the same
+// grammar. A literal in such a rule that needs one of those bytes is an error.
+inline constexpr std::string_view kJsonSafeRulePrefix = "json-safe-";
+
 // The grammar `text` describes, or an error that says where (line:column) and why.
 Result<Grammar> parse_gbnf(std::string_view text);
 

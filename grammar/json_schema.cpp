@@ -18,9 +18,11 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr int kMaxDepth = 64;                       // nested schemas
-const std::string kPatternRulePrefix = "pattern-";  // rules whose bytes are kept JSON-safe
-constexpr std::int64_t kMaxDigits = 18;             // an unbounded integer's digits
+constexpr int kMaxDepth = 64;  // nested schemas
+// Pattern rules' bytes are kept JSON-safe by parse_gbnf (gbnf.hpp): the worker that
+// compiles this text again gets the same grammar.
+const std::string kPatternRulePrefix = std::string(kJsonSafeRulePrefix) + "pattern-";
+constexpr std::int64_t kMaxDigits = 18;  // an unbounded integer's digits
 
 // The building blocks, each added to the grammar the first time a schema uses it.
 const std::vector<std::pair<std::string, std::string>> kPrimitives = {
@@ -657,61 +659,13 @@ Result<std::string> json_schema_to_gbnf(const json::value& schema) {
   return Converter(schema).convert();
 }
 
-namespace {
-
-// A pattern matches a string's characters, but the output is the string's JSON text: a
-// quote, a backslash or a control character there would need an escape. Every byte set of
-// the pattern's rules (and the rules they use) loses those bytes; a literal that needs one
-// is refused. UTF-8 sequences are untouched (their bytes are all >= 0x80).
-Result<void> keep_patterns_json_safe(Grammar& g) {
-  ByteSet unsafe;
-  for (int b = 0; b < 0x20; ++b) unsafe.set(b);
-  unsafe.set('"');
-  unsafe.set('\\');
-  std::vector<bool> seen(g.rules.size(), false);
-  std::vector<std::uint32_t> work;
-  for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
-    if (g.rules[r].name.rfind(kPatternRulePrefix, 0) == 0) {
-      seen[r] = true;
-      work.push_back(r);
-    }
-  }
-  while (!work.empty()) {
-    const std::uint32_t r = work.back();
-    work.pop_back();
-    for (auto& alt : g.rules[r].alternatives) {
-      for (Element& e : alt) {
-        if (e.kind == Element::Kind::rule) {
-          if (!seen[e.index]) {
-            seen[e.index] = true;
-            work.push_back(e.index);
-          }
-          continue;
-        }
-        const ByteSet safe = g.byte_sets[e.index] & ~unsafe;
-        if (safe.none()) {
-          return make_error(ErrorCode::invalid_argument,
-                            "JSON schema pattern: a pattern that must match a quote, a backslash "
-                            "or a control character is not supported (the JSON text would need "
-                            "an escape there)");
-        }
-        e.index = g.byte_set_index(safe);
-      }
-    }
-  }
-  return {};
-}
-
-}  // namespace
-
 Result<Grammar> parse_json_schema(const json::value& schema) {
   TROUPE_TRY(const std::string text, json_schema_to_gbnf(schema));
   auto grammar = parse_gbnf(text);
   if (!grammar) {
-    return make_error(ErrorCode::internal, "the grammar made from a JSON schema does not parse (" +
-                                               grammar.error().message + ")");
+    return make_error(grammar.error().code, "the grammar made from a JSON schema does not parse (" +
+                                                grammar.error().message + ")");
   }
-  TROUPE_TRY_VOID(keep_patterns_json_safe(*grammar));
   return grammar;
 }
 
