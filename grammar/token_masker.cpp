@@ -1,6 +1,8 @@
 #include "grammar/token_masker.hpp"
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
 
 namespace troupe::grammar {
 
@@ -65,15 +67,74 @@ std::shared_ptr<const TokenMasker::TopClass> TokenMasker::classify(const Matcher
   return computed;
 }
 
+namespace {
+
+// The branch sets one walk meets, each once, with the transitions between them: a byte's
+// step from a set is a pure function of the two, so it is computed once per walk (inside a
+// string, every token's every byte steps between the same few sets).
+class StepMemo {
+ public:
+  StepMemo(const Matcher& matcher, const Matcher::Stack& start) : matcher_(matcher) {
+    std::vector<Matcher::Stack> first{start};
+    intern(std::move(first));
+  }
+
+  // The set after `byte` from set `from`, or -1 where no branch takes it.
+  std::int32_t step(std::int32_t from, std::uint8_t byte) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(from) << 8) | byte;
+    if (const auto it = next_.find(key); it != next_.end()) return it->second;
+    std::vector<Matcher::Stack> out;
+    const std::int32_t to = matcher_.advance(sets_[static_cast<std::size_t>(from)], byte, out)
+                                ? intern(std::move(out))
+                                : -1;
+    next_.emplace(key, to);
+    return to;
+  }
+  // Whether a branch of set `id` has left the walk's start (an empty stack).
+  bool leaves(std::int32_t id) const { return leaves_[static_cast<std::size_t>(id)] != 0; }
+
+ private:
+  struct Hash {
+    std::size_t operator()(const std::vector<Matcher::Stack>& sets) const {
+      std::uint64_t h = 0xcbf29ce484222325ull;
+      for (const auto& stack : sets) {
+        h = (h ^ 0xffu) * 0x100000001B3ull;
+        for (const std::uint32_t p : stack) h = (h ^ p) * 0x100000001B3ull;
+      }
+      return static_cast<std::size_t>(h);
+    }
+  };
+
+  std::int32_t intern(std::vector<Matcher::Stack>&& set) {
+    if (const auto it = ids_.find(set); it != ids_.end()) return it->second;
+    const auto id = static_cast<std::int32_t>(sets_.size());
+    leaves_.push_back(
+        std::any_of(set.begin(), set.end(), [](const Matcher::Stack& s) { return s.empty(); }) ? 1
+                                                                                               : 0);
+    sets_.push_back(set);
+    ids_.emplace(std::move(set), id);
+    return id;
+  }
+
+  const Matcher& matcher_;
+  std::vector<std::vector<Matcher::Stack>> sets_;
+  std::vector<char> leaves_;
+  std::unordered_map<std::vector<Matcher::Stack>, std::int32_t, Hash> ids_;
+  std::unordered_map<std::uint64_t, std::int32_t> next_;
+};
+
+}  // namespace
+
 void TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack,
                        const std::vector<std::int32_t>& ids, Mask& allowed,
                        std::vector<std::int32_t>* uncertain) const {
-  // states[d]: the branches after the first d bytes of the current token; left[d]: whether
-  // one of states[0..d] left `stack` (a branch that matched it to its end: an empty
-  // stack), so that, with `uncertain`, what follows depends on the frames below it. A
-  // prefix the grammar rejected is remembered, so that the tokens after it that share it
-  // are decided at once.
-  std::vector<std::vector<Matcher::Stack>> states(1, std::vector<Matcher::Stack>{stack});
+  // path[d]: the branch set after the first d bytes of the current token; left[d]: whether
+  // one of path[0..d] left `stack` (a branch that matched it to its end: an empty stack),
+  // so that, with `uncertain`, what follows depends on the frames below it. A prefix the
+  // grammar rejected is remembered, so that the tokens after it that share it are decided
+  // at once.
+  StepMemo memo(matcher, stack);
+  std::vector<std::int32_t> path(1, 0);
   std::vector<char> left(1, 0);
   std::string_view previous;
   std::size_t dead_prefix = 0;  // bytes of `previous` whose last byte was rejected; 0: none
@@ -89,22 +150,20 @@ void TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack,
       continue;
     }
     dead_prefix = 0;
-    // states[0..common] hold for this token too; match the rest.
-    states.resize(common + 1);
+    // path[0..common] holds for this token too; match the rest.
+    path.resize(common + 1);
     left.resize(common + 1);
     bool alive = true;
     for (std::size_t d = common; d < bytes.size(); ++d) {
-      std::vector<Matcher::Stack> next;
-      if (!matcher.advance(states[d], static_cast<std::uint8_t>(bytes[d]), next)) {
+      const std::int32_t next = memo.step(path[d], static_cast<std::uint8_t>(bytes[d]));
+      if (next < 0) {
         dead_prefix = d + 1;
         dead_left = left[d] != 0;
         alive = false;
         break;
       }
-      const bool leaves =
-          std::any_of(next.begin(), next.end(), [](const Matcher::Stack& s) { return s.empty(); });
-      left.push_back(left[d] != 0 || leaves ? 1 : 0);
-      states.push_back(std::move(next));
+      left.push_back(left[d] != 0 || memo.leaves(next) ? 1 : 0);
+      path.push_back(next);
     }
     if (alive) {
       // Taken whole, by a branch inside `stack` or by one that left it at the last byte
