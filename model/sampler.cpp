@@ -158,6 +158,11 @@ void Sampler::apply_grammar(std::vector<float>& logits) {
     const TokenId t = end_id(i);
     end_logits_[i] = t >= 0 && t < vocab_size_ ? logits[t] : kMinusInfinity;
   }
+  // An end token is an end whatever its bytes: only the rule below lets one through.
+  for (std::size_t i = 0; i < ends; ++i) {
+    const TokenId t = end_id(i);
+    if (t >= 0 && t < vocab_size_) logits[t] = kMinusInfinity;
+  }
   bool other = false;  // whether a token that continues the output is allowed
   for (std::size_t word = 0; word < mask_.size(); ++word) {
     const std::uint64_t bits = mask_[word];
@@ -201,8 +206,15 @@ void Sampler::prepare_device_mask() {
   prepare_mask();
   device_mask_ = mask_;
   // As apply_grammar, with every allowed token taken as possible (the device sees the
-  // logits, the host does not).
-  const bool other = std::any_of(mask_.begin(), mask_.end(), [](std::uint64_t w) { return w; });
+  // logits, the host does not); an end token is an end whatever its bytes.
+  for (std::size_t i = 0; i < num_ends(); ++i) {
+    const TokenId t = end_id(i);
+    if (t >= 0 && t < vocab_size_) {
+      device_mask_[static_cast<std::size_t>(t) / 64] &= ~(std::uint64_t{1} << (t % 64));
+    }
+  }
+  const bool other =
+      std::any_of(device_mask_.begin(), device_mask_.end(), [](std::uint64_t w) { return w; });
   const bool can_end = !grammar_broken_ && matcher_->can_end();
   if (!other || (can_end && num_generated() >= params_.min_tokens)) {
     for (std::size_t i = 0; i < num_ends(); ++i) {

@@ -239,7 +239,8 @@ tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext
 
 // Every field a request may carry: what troupe reads, and the accepted no-ops (user, an
 // end-user id; store, metadata and service_tier, OpenAI's storage and tiers, which mean
-// nothing here; guided_decoding_backend, vLLM's choice of engine: there is one).
+// nothing here; guided_decoding_backend, vLLM's choice of engine: there is one). Any field
+// may also be null, and best_of 1, echo false and an empty logit_bias are accepted.
 constexpr std::string_view kCommonFields[] = {"model",
                                               "max_tokens",
                                               "temperature",
@@ -286,6 +287,13 @@ tl::expected<void, ApiError> check_fields(const json::object& o, bool chat, bool
     if (among(key, kCommonFields) ||
         (chat ? among(key, kChatFields) : among(key, kCompletionFields)) ||
         (socket && among(key, kSocketFields))) {
+      continue;
+    }
+    // Unset (null), or set to what leaving it out means: clients that send every field
+    // with its default (best_of 1, echo false, an empty logit_bias) ask nothing of it.
+    if (value.is_null() || (key == "best_of" && value.is_int64() && value.get_int64() == 1) ||
+        (key == "echo" && value.is_bool() && !value.get_bool()) ||
+        (key == "logit_bias" && value.is_object() && value.get_object().empty())) {
       continue;
     }
     return tl::unexpected(bad("Unrecognized request argument supplied: " + std::string(key) +

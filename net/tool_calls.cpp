@@ -224,8 +224,8 @@ tl::expected<ToolRequest, ApiError> parse_tool_request(const json::object& body,
                                : json::value(json::object{{"type", "object"}});
       // A call holds the arguments its function declares: where the parameters do not
       // say, no others (OpenAI's strict function calling says so always).
-      if (auto& o = schema.as_object(); o.contains("properties") &&
-                                        !o.contains("additionalProperties")) {
+      if (auto& o = schema.as_object();
+          o.contains("properties") && !o.contains("additionalProperties")) {
         o["additionalProperties"] = false;
       }
       functions.emplace_back(std::string(name->get_string()), std::move(schema));
@@ -368,11 +368,13 @@ std::string ToolCallStream::feed(std::string_view text) {
   if (opening && request_->format != ToolCallFormat::hermes) {
     const auto start = trim_left(held_);
     if (start.empty()) return "";
-    const bool call =
-        request_->format == ToolCallFormat::llama3_json
-            ? start.starts_with("{") ||
-                  std::string_view(kPythonTag).starts_with(start.substr(0, kPythonTag.size()))
-            : start.starts_with("[");
+    if (request_->format == ToolCallFormat::llama3_json && start.size() < kPythonTag.size() &&
+        kPythonTag.starts_with(start)) {
+      return "";  // perhaps <|python_tag|>: wait for the next piece to say
+    }
+    const bool call = request_->format == ToolCallFormat::llama3_json
+                          ? start.starts_with("{") || start.starts_with(kPythonTag)
+                          : start.starts_with("[");
     if (call) {
       in_call_ = true;
       return "";

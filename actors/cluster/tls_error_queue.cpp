@@ -1,4 +1,5 @@
-// CAF 0.17's OpenSSL module calls SSL_read and SSL_write without emptying the thread's
+// CAF 0.17's OpenSSL module calls SSL_read, SSL_write, SSL_accept and SSL_connect without
+// emptying the thread's
 // OpenSSL error queue first, and it never drains the queue after a handshake fails.
 // OpenSSL's SSL_get_error reads that queue before anything else (its manual: "the
 // current thread's error queue must be empty before the TLS/SSL I/O operation is
@@ -7,7 +8,7 @@
 // link that would block was taken for a fatal error, and CAF dropped that link: one
 // stranger's connection attempt cut every node off the head.
 //
-// CAF's library cannot be changed here, so the process defines these two functions
+// CAF's library cannot be changed here, so the process defines these four functions
 // itself. The dynamic linker binds the library's calls to the executable's definitions
 // first; each empties the queue and calls OpenSSL's own through RTLD_NEXT. For any other
 // caller in the process this is what OpenSSL asks of it anyway.
@@ -40,6 +41,20 @@ extern "C" int SSL_write(SSL* ssl, const void* buf, int num) {
   static const auto next = next_definition<int (*)(SSL*, const void*, int)>("SSL_write");
   ERR_clear_error();
   return next(ssl, buf, num);
+}
+
+// The handshakes are judged by SSL_get_error too: a node joining, or one half-way through
+// its handshake, after a stranger failed must not be refused for the stranger's error.
+extern "C" int SSL_accept(SSL* ssl) {
+  static const auto next = next_definition<int (*)(SSL*)>("SSL_accept");
+  ERR_clear_error();
+  return next(ssl);
+}
+
+extern "C" int SSL_connect(SSL* ssl) {
+  static const auto next = next_definition<int (*)(SSL*)>("SSL_connect");
+  ERR_clear_error();
+  return next(ssl);
 }
 
 namespace troupe::actors::cluster {

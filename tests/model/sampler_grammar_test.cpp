@@ -119,6 +119,19 @@ TEST_CASE("stop token ids count as ends under a grammar", "[sampler]") {
   CHECK(s.sample(logits(kX, kB)).id == kX);
 }
 
+TEST_CASE("an end token with text is an end: never in the middle, held by min_tokens",
+          "[sampler]") {
+  SamplingParams p = greedy();
+  p.stop_token_ids = {kB};  // "b" stands for text the grammar takes, but it stops
+  p.min_tokens = 2;
+  auto s = make(p, R"(root ::= "a" "b"* "c"?)");
+  CHECK(s.sample(logits(kB, kA)).id == kA);
+  // "b" is the favourite and its bytes fit, but it is an end, held by min_tokens: "c".
+  CHECK(s.sample(logits(kB, kC)).id == kC);
+  // Complete now: the end alone.
+  CHECK(s.sample(logits(kA, kX)).id == kEos);
+}
+
 TEST_CASE("a token from outside the grammar breaks it: only ends follow", "[sampler]") {
   auto s = make(greedy(), R"(root ::= "ab")");
   s.accept(kX);  // as a device might have drawn it, had the mask been lost

@@ -163,6 +163,14 @@ TEST_CASE("every failure is an OpenAI error object with the right status", "[net
   CHECK(
       s.post("/v1/completions", R"({"prompt":"x","max_tokens":1,"user":"u1","store":false})", auth)
           .status == 200);
+  // Unset fields, and fields set to what leaving them out means, ask nothing.
+  CHECK(s.post("/v1/completions",
+               R"({"prompt":"x","max_tokens":1,"logit_bias":null,"best_of":1,"echo":false,)"
+               R"("suffix":null})",
+               auth)
+            .status == 200);
+  CHECK(s.post("/v1/completions", R"({"prompt":"x","logit_bias":{}})", auth).status == 200);
+  CHECK(s.post("/v1/completions", R"({"prompt":"x","echo":true})", auth).status == 400);
   CHECK(s.get("/nowhere", auth).status == 404);
   CHECK(s.get("/v1/completions", auth).status == 405);
   CHECK(s.post("/v1/completions", std::string(8000, ' '), auth).status == 413);

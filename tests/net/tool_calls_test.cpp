@@ -179,6 +179,12 @@ TEST_CASE("a stream sends content until a call may begin, and reads the call at 
                                             {"  ", "{\"name\": \"add\"", ", \"parameters\": {}}"});
   CHECK(llama_sent.empty());
   CHECK(llama.calls.size() == 1);
+  // A '<' that is not <|python_tag|> does not hold the stream back.
+  const ToolRequest llama3 = automatic(ToolCallFormat::llama3_json);
+  ToolCallStream think(llama3);
+  CHECK(think.feed("<").empty());
+  CHECK(think.feed("think> a") == "<think> a");
+  CHECK(think.feed(" b") == " b");
   const auto [text, no_call] = streamed(automatic(ToolCallFormat::llama3_json), {"Hi", " {x}"});
   CHECK(text == "Hi {x}");
   CHECK(no_call.calls.empty());
