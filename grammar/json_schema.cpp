@@ -246,6 +246,20 @@ class Converter {
         return error(path, "keyword '" + std::string(key) + "' is not supported");
       }
     }
+    // $ref, const, enum and the combinators take the schema over: any other keyword beside
+    // them but annotations (and a type beside const or enum) would be dropped, so it is
+    // refused ({"$ref": ..., "maxLength": 2} used to allow the target's longer strings).
+    for (const char* taker : {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"}) {
+      if (!s.contains(taker)) continue;
+      const std::string_view took = taker;
+      for (const auto& [key, value] : s) {
+        if (key == took || kAnnotations.contains(std::string(key))) continue;
+        if (key == "type" && (took == "const" || took == "enum")) continue;
+        return error(path, "keyword '" + std::string(key) + "' beside '" + std::string(took) +
+                               "' is not supported (it would be ignored)");
+      }
+      break;
+    }
     if (const auto* ref = s.if_contains("$ref")) return reference(*ref, path, depth);
     // A "type" beside const or enum still holds: values of other types are left out
     // ({"type": "string", "enum": ["a", 1]} used to give 1).

@@ -240,6 +240,21 @@ TEST_CASE("a schema the grammar cannot honour is refused, naming the keyword and
              Catch::Contains("quote, a backslash"));
   CHECK_THAT(error_of(R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})"),
              Catch::Contains("allOf"));
+  // What $ref, const, enum and the combinators would drop beside them is refused.
+  CHECK_THAT(
+      error_of(R"({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 2})"),
+      Catch::Contains("'maxLength' beside '$ref'"));
+  CHECK_THAT(error_of(R"({"anyOf": [{"type": "string"}], "minLength": 2})"),
+             Catch::Contains("'minLength' beside 'anyOf'"));
+  CHECK_THAT(error_of(R"({"enum": ["a", "b"], "maxLength": 1})"),
+             Catch::Contains("'maxLength' beside 'enum'"));
+  // Annotations beside them are fine (Pydantic writes a title and a default beside anyOf).
+  CHECK(error_of(R"({"anyOf": [{"type": "string"}, {"type": "null"}], "default": null,
+                     "title": "X"})")
+            .empty());
+  CHECK(error_of(R"({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s",
+                     "description": "d"})")
+            .empty());
   CHECK_THAT(error_of(R"(false)"), Catch::Contains("admits nothing"));
   CHECK_THAT(error_of(R"(3)"), Catch::Contains("object or a boolean"));
   CHECK_THAT(error_of(R"({"type": "array", "minItems": 5000})"), Catch::Contains("4096"));
