@@ -9,7 +9,8 @@
 // (February to the 28th), time, date-time, uuid, email and ipv4 (other formats are
 // annotations), integer minimum/maximum/exclusiveMinimum/exclusiveMaximum, and number
 // minimum 0 / exclusiveMinimum 0. Annotations (title, description, default, examples,
-// $schema, $id, ...) are ignored. Anything else that would change which documents are valid
+// $schema, $id, ...) are ignored; beside $ref, const, enum and the combinators only they (and a
+// type beside const or enum) may stand. Anything else that would change which documents are valid
 // (not, if/then/else, patternProperties, uniqueItems, multipleOf, other number bounds, ...)
 // is refused with an error naming the keyword and where it is.
 //
