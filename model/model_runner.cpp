@@ -39,6 +39,25 @@ Result<OutputGrammar> ModelRunner::output_grammar(const std::string& gbnf) {
   return OutputGrammar{std::move(shared), masker_};
 }
 
+std::future<void> ModelRunner::start_masks(std::span<Sampler* const> samplers, bool device) {
+  // A grammar's mask depends only on the tokens so far: it is computed on another thread
+  // while the forward pass runs. Nothing to start without a constrained row.
+  std::vector<Sampler*> constrained;
+  for (Sampler* sampler : samplers) {
+    if (sampler->constrained()) constrained.push_back(sampler);
+  }
+  if (constrained.empty()) return {};
+  return std::async(std::launch::async, [constrained = std::move(constrained), device] {
+    for (Sampler* sampler : constrained) {
+      if (device) {
+        sampler->prepare_device_mask();
+      } else {
+        sampler->prepare_mask();
+      }
+    }
+  });
+}
+
 Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& params,
                                        std::span<const TokenId> prompt) {
   if (!model_.shard().computes_logits()) return {};  // rank 0 samples for the group
@@ -87,16 +106,7 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
     }
     if (device_rows_.size() == samplers.size()) {
       // The grammars' bitmasks are made while the device runs the forward pass.
-      std::vector<Sampler*> constrained;
-      for (Sampler* sampler : samplers) {
-        if (sampler->constrained()) constrained.push_back(sampler);
-      }
-      std::future<void> masks;
-      if (!constrained.empty()) {
-        masks = std::async(std::launch::async, [&constrained] {
-          for (Sampler* sampler : constrained) sampler->prepare_device_mask();
-        });
-      }
+      std::future<void> masks = start_masks(samplers, /*device=*/true);
       TROUPE_TRY_VOID(model_.forward_sample(step, device_rows_, ids_, [&masks] {
         if (masks.valid()) masks.get();
       }));
@@ -106,17 +116,7 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
       return results;
     }
   }
-  // The grammars' masks depend only on the tokens so far: computed beside the forward pass.
-  std::vector<Sampler*> constrained;
-  for (Sampler* sampler : samplers) {
-    if (sampler->constrained()) constrained.push_back(sampler);
-  }
-  std::future<void> masks;
-  if (!constrained.empty()) {
-    masks = std::async(std::launch::async, [&constrained] {
-      for (Sampler* sampler : constrained) sampler->prepare_mask();
-    });
-  }
+  std::future<void> masks = start_masks(samplers, /*device=*/false);
   auto forward = model_.forward(step, logits_);
   if (masks.valid()) masks.get();
   TROUPE_TRY_VOID(std::move(forward));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +50,8 @@ class ModelRunner {
 
  private:
   Result<OutputGrammar> output_grammar(const std::string& gbnf);
+  // The constrained samplers' masks (bitmasks for a device), on another thread.
+  static std::future<void> start_masks(std::span<Sampler* const> samplers, bool device);
 
   LlamaModel& model_;
   std::vector<TokenId> end_of_generation_;

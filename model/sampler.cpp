@@ -88,6 +88,13 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
   s.params_ = params;
   s.vocab_size_ = vocab_size;
   s.end_of_generation_ = std::move(end_of_generation);
+  if (s.constrained()) {
+    for (const std::vector<TokenId>* ids : {&s.end_of_generation_, &s.params_.stop_token_ids}) {
+      for (const TokenId t : *ids) {
+        if (t >= 0 && t < vocab_size) s.ends_.push_back(t);
+      }
+    }
+  }
   if (params.repetition_penalty != 1.0f) {
     for (TokenId t : prompt) ++s.prompt_counts_[t];
   }
@@ -122,20 +129,9 @@ void Sampler::apply_penalties(std::vector<float>& logits) const {
   }
 }
 
-bool Sampler::is_end(TokenId id) const {
-  return std::find(end_of_generation_.begin(), end_of_generation_.end(), id) !=
-             end_of_generation_.end() ||
-         std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), id) !=
-             params_.stop_token_ids.end();
-}
-
-std::size_t Sampler::num_ends() const {
-  return end_of_generation_.size() + params_.stop_token_ids.size();
-}
-
-TokenId Sampler::end_id(std::size_t i) const {
-  return i < end_of_generation_.size() ? end_of_generation_[i]
-                                       : params_.stop_token_ids[i - end_of_generation_.size()];
+bool Sampler::ends_allowed(bool other) const {
+  return !other ||
+         (!grammar_broken_ && matcher_->can_end() && num_generated() >= params_.min_tokens);
 }
 
 void Sampler::prepare_mask() {
@@ -150,18 +146,12 @@ void Sampler::prepare_mask() {
 
 void Sampler::apply_grammar(std::vector<float>& logits) {
   prepare_mask();
-  // The end tokens' logits, kept aside: the mask (over the tokens' bytes) never allows
-  // them, since they stand for no bytes; the grammar's end does.
-  const std::size_t ends = num_ends();
-  end_logits_.resize(ends);
-  for (std::size_t i = 0; i < ends; ++i) {
-    const TokenId t = end_id(i);
-    end_logits_[i] = t >= 0 && t < vocab_size_ ? logits[t] : kMinusInfinity;
-  }
-  // An end token is an end whatever its bytes: only the rule below lets one through.
-  for (std::size_t i = 0; i < ends; ++i) {
-    const TokenId t = end_id(i);
-    if (t >= 0 && t < vocab_size_) logits[t] = kMinusInfinity;
+  // An end token is an end whatever its bytes (the mask, over bytes, never allows one that
+  // stands for none): kept aside, masked, and let through only by ends_allowed.
+  end_logits_.resize(ends_.size());
+  for (std::size_t i = 0; i < ends_.size(); ++i) {
+    end_logits_[i] = logits[ends_[i]];
+    logits[ends_[i]] = kMinusInfinity;
   }
   bool other = false;  // whether a token that continues the output is allowed
   for (std::size_t word = 0; word < mask_.size(); ++word) {
@@ -181,49 +171,32 @@ void Sampler::apply_grammar(std::vector<float>& logits) {
       }
     }
   }
-  const bool can_end = !grammar_broken_ && matcher_->can_end();
-  // Nothing may follow: the output ends, whatever min_tokens asked. A broken output (or
-  // a grammar with no way on, which a compiled grammar cannot be) ends too.
-  const bool must_end = !other;
-  if (must_end || (can_end && num_generated() >= params_.min_tokens)) {
-    for (std::size_t i = 0; i < ends; ++i) {
-      const TokenId t = end_id(i);
-      if (t >= 0 && t < vocab_size_) logits[t] = end_logits_[i];
-    }
-  }
-  if (must_end) {
-    // The model may have put every end token at -inf: the first one is chosen then.
-    const bool any_end = std::any_of(end_logits_.begin(), end_logits_.end(),
-                                     [](float l) { return l != kMinusInfinity; });
-    if (!any_end && ends > 0 && end_id(0) >= 0 && end_id(0) < vocab_size_) {
-      logits[end_id(0)] = 0.0f;
-    }
-  }
+  // Nothing may follow (a broken output too): the output ends, whatever min_tokens asked.
+  if (!ends_allowed(other)) return;
+  for (std::size_t i = 0; i < ends_.size(); ++i) logits[ends_[i]] = end_logits_[i];
+  const bool any_end = std::any_of(end_logits_.begin(), end_logits_.end(),
+                                   [](float l) { return l != kMinusInfinity; });
+  // The model may have put every end token at -inf where one must come: the first then.
+  if (!other && !any_end && !ends_.empty()) logits[ends_.front()] = 0.0f;
 }
 
 void Sampler::prepare_device_mask() {
   if (!constrained()) return;
   prepare_mask();
-  device_mask_ = mask_;
   // As apply_grammar, with every allowed token taken as possible (the device sees the
-  // logits, the host does not); an end token is an end whatever its bytes.
-  for (std::size_t i = 0; i < num_ends(); ++i) {
-    const TokenId t = end_id(i);
-    if (t >= 0 && t < vocab_size_) {
-      device_mask_[static_cast<std::size_t>(t) / 64] &= ~(std::uint64_t{1} << (t % 64));
+  // logits, the host does not).
+  device_mask_ = mask_;
+  auto set_ends = [&](bool on) {
+    for (const TokenId t : ends_) {
+      auto& word = device_mask_[static_cast<std::size_t>(t) / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (t % 64);
+      word = on ? word | bit : word & ~bit;
     }
-  }
+  };
+  set_ends(false);
   const bool other =
       std::any_of(device_mask_.begin(), device_mask_.end(), [](std::uint64_t w) { return w; });
-  const bool can_end = !grammar_broken_ && matcher_->can_end();
-  if (!other || (can_end && num_generated() >= params_.min_tokens)) {
-    for (std::size_t i = 0; i < num_ends(); ++i) {
-      const TokenId t = end_id(i);
-      if (t >= 0 && t < vocab_size_) {
-        device_mask_[static_cast<std::size_t>(t) / 64] |= std::uint64_t{1} << (t % 64);
-      }
-    }
-  }
+  set_ends(ends_allowed(other));
 }
 
 TokenId Sampler::choose(std::vector<float>& logits) {
@@ -309,7 +282,7 @@ void Sampler::record(TokenId id) {
   if (!constrained()) return;
   mask_ready_ = false;
   // An end token ends the output (the engine's stop rule); any other advances the grammar.
-  if (grammar_broken_ || is_end(id)) return;
+  if (grammar_broken_ || std::find(ends_.begin(), ends_.end(), id) != ends_.end()) return;
   if (!matcher_->accept_bytes(masker_->token_bytes(id))) grammar_broken_ = true;
 }
 

@@ -95,10 +95,9 @@ class Sampler {
   Sampler() = default;
   void apply_penalties(std::vector<float>& logits) const;
   void apply_grammar(std::vector<float>& logits);
-  bool is_end(TokenId id) const;
-  // The end tokens: end-of-generation ids, then stop ids.
-  std::size_t num_ends() const;
-  TokenId end_id(std::size_t i) const;
+  // Whether an end token may come now: where nothing else may, or where the grammar can
+  // end once min_tokens are out. `other`: a token that continues the output is allowed.
+  bool ends_allowed(bool other) const;
   TokenId choose(std::vector<float>& logits);
   void record(TokenId id);
 
@@ -120,6 +119,7 @@ class Sampler {
   std::vector<std::uint64_t> device_mask_;  // sized once: device rows point into it
   bool mask_ready_ = false;
   bool grammar_broken_ = false;
+  std::vector<TokenId> ends_;  // under a grammar: end-of-generation and stop ids in the vocabulary
   std::vector<float> end_logits_;
 };
 

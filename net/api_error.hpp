@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "troupe/result.hpp"
 
@@ -13,5 +14,10 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;
 };
+
+// A 400 about `param` (the request field at fault, when there is one).
+inline ApiError bad_request(std::string message, std::string param = {}) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param)};
+}
 
 }  // namespace troupe::net

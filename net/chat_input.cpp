@@ -9,22 +9,19 @@ namespace jinja = text::jinja;
 
 namespace {
 
-ApiError bad(std::string message, std::string param) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param)};
-}
-
 tl::expected<jinja::Value, ApiError> content_of(const json::object& message) {
   const auto* c = message.if_contains("content");
   if (c == nullptr || c->is_null()) return jinja::Value(nullptr);
   if (c->is_string()) return jinja::Value(std::string(c->get_string()));
   if (!c->is_array()) {
-    return tl::unexpected(bad("a message's content must be a string or text parts", "messages"));
+    return tl::unexpected(
+        bad_request("a message's content must be a string or text parts", "messages"));
   }
   std::string text;  // [{"type": "text", "text": ...}]
   for (const auto& part : c->as_array()) {
     const auto* t = part.is_object() ? part.as_object().if_contains("text") : nullptr;
     if (t == nullptr || !t->is_string()) {
-      return tl::unexpected(bad("only text content parts are supported", "messages"));
+      return tl::unexpected(bad_request("only text content parts are supported", "messages"));
     }
     text += std::string(t->get_string());
   }
@@ -33,11 +30,12 @@ tl::expected<jinja::Value, ApiError> content_of(const json::object& message) {
 
 // Each call's function.arguments as the object its JSON text holds, when it holds one.
 tl::expected<jinja::Value, ApiError> tool_calls_of(const json::value& calls) {
-  if (!calls.is_array()) return tl::unexpected(bad("'tool_calls' must be an array", "messages"));
+  if (!calls.is_array())
+    return tl::unexpected(bad_request("'tool_calls' must be an array", "messages"));
   jinja::List out;
   for (const auto& call : calls.as_array()) {
     if (!call.is_object())
-      return tl::unexpected(bad("each tool call must be an object", "messages"));
+      return tl::unexpected(bad_request("each tool call must be an object", "messages"));
     jinja::Value value = template_value(call);
     const jinja::Value* function = value.as_dict().find("function");
     if (function != nullptr && function->is_dict()) {
@@ -55,14 +53,15 @@ tl::expected<jinja::Value, ApiError> tool_calls_of(const json::value& calls) {
 }
 
 tl::expected<jinja::Value, ApiError> message_of(const json::value& m) {
-  if (!m.is_object()) return tl::unexpected(bad("each message must be an object", "messages"));
+  if (!m.is_object())
+    return tl::unexpected(bad_request("each message must be an object", "messages"));
   const auto& mo = m.as_object();
   const auto* role = mo.if_contains("role");
   if (role == nullptr || !role->is_string() ||
       (role->get_string() != "system" && role->get_string() != "user" &&
        role->get_string() != "assistant" && role->get_string() != "tool")) {
     return tl::unexpected(
-        bad("a message's role must be system, user, assistant or tool", "messages"));
+        bad_request("a message's role must be system, user, assistant or tool", "messages"));
   }
   auto content = content_of(mo);
   if (!content) return tl::unexpected(content.error());
@@ -79,7 +78,7 @@ tl::expected<jinja::Value, ApiError> message_of(const json::value& m) {
     if (v == nullptr || v->is_null()) continue;
     if (!v->is_string()) {
       return tl::unexpected(
-          bad("a message's '" + std::string(key) + "' must be a string", "messages"));
+          bad_request("a message's '" + std::string(key) + "' must be a string", "messages"));
     }
     message.set(key, std::string(v->get_string()));
   }
@@ -127,7 +126,7 @@ tl::expected<text::ChatInput, ApiError> parse_chat_input(const json::object& bod
   text::ChatInput input;
   const auto* messages = body.if_contains("messages");
   if (messages == nullptr || !messages->is_array() || messages->as_array().empty()) {
-    return tl::unexpected(bad("'messages' must be a non-empty array", "messages"));
+    return tl::unexpected(bad_request("'messages' must be a non-empty array", "messages"));
   }
   for (const auto& m : messages->as_array()) {
     auto message = message_of(m);
@@ -135,14 +134,14 @@ tl::expected<text::ChatInput, ApiError> parse_chat_input(const json::object& bod
     input.messages.push_back(std::move(*message));
   }
   if (const auto* tools = body.if_contains("tools"); tools != nullptr && !tools->is_null()) {
-    if (!tools->is_array()) return tl::unexpected(bad("'tools' must be an array", "tools"));
+    if (!tools->is_array()) return tl::unexpected(bad_request("'tools' must be an array", "tools"));
     input.tools = template_value(*tools);
   }
   if (const auto* kwargs = body.if_contains("chat_template_kwargs");
       kwargs != nullptr && !kwargs->is_null()) {
     if (!kwargs->is_object()) {
       return tl::unexpected(
-          bad("'chat_template_kwargs' must be an object", "chat_template_kwargs"));
+          bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs"));
     }
     input.kwargs = template_value(*kwargs).as_dict();
   }
@@ -150,7 +149,7 @@ tl::expected<text::ChatInput, ApiError> parse_chat_input(const json::object& bod
       prompt != nullptr && !prompt->is_null()) {  // vLLM's extension; true by default
     if (!prompt->is_bool()) {
       return tl::unexpected(
-          bad("'add_generation_prompt' must be a boolean", "add_generation_prompt"));
+          bad_request("'add_generation_prompt' must be a boolean", "add_generation_prompt"));
     }
     input.add_generation_prompt = prompt->get_bool();
   }

@@ -17,23 +17,21 @@ namespace json = boost::json;
 
 namespace {
 
-ApiError bad(std::string message, std::string param = {}) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param)};
-}
-
 // Reads an optional number field; a wrong type is the client's error.
 tl::expected<std::optional<double>, ApiError> number(const json::object& o, std::string_view key) {
   const auto* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return std::optional<double>{};
   if (v->is_double()) {
     if (!std::isfinite(v->get_double())) {
-      return tl::unexpected(bad("'" + std::string(key) + "' must be finite", std::string(key)));
+      return tl::unexpected(
+          bad_request("'" + std::string(key) + "' must be finite", std::string(key)));
     }
     return std::optional<double>{v->get_double()};
   }
   if (v->is_int64()) return std::optional<double>{static_cast<double>(v->get_int64())};
   if (v->is_uint64()) return std::optional<double>{static_cast<double>(v->get_uint64())};
-  return tl::unexpected(bad("'" + std::string(key) + "' must be a number", std::string(key)));
+  return tl::unexpected(
+      bad_request("'" + std::string(key) + "' must be a number", std::string(key)));
 }
 
 // JSON integers are read exactly (Boost.JSON holds them as int64 or uint64; both fit
@@ -51,7 +49,8 @@ tl::expected<std::optional<Wide>, ApiError> integer(const json::object& o, std::
       std::fabs(v->get_double()) <= kExact) {
     return std::optional<Wide>{static_cast<Wide>(v->get_double())};
   }
-  return tl::unexpected(bad("'" + std::string(key) + "' must be an integer", std::string(key)));
+  return tl::unexpected(
+      bad_request("'" + std::string(key) + "' must be an integer", std::string(key)));
 }
 
 std::string wide_string(Wide v) {
@@ -71,9 +70,9 @@ tl::expected<std::optional<Wide>, ApiError> integer_in(const json::object& o, st
                                                        Wide lo, Wide hi) {
   auto v = integer(o, key);
   if (v && *v && (**v < lo || **v > hi)) {
-    return tl::unexpected(bad("'" + std::string(key) + "' must be in [" + wide_string(lo) + ", " +
-                                  wide_string(hi) + "], not " + wide_string(**v),
-                              std::string(key)));
+    return tl::unexpected(bad_request("'" + std::string(key) + "' must be in [" + wide_string(lo) +
+                                          ", " + wide_string(hi) + "], not " + wide_string(**v),
+                                      std::string(key)));
   }
   return v;
 }
@@ -82,7 +81,8 @@ tl::expected<std::optional<bool>, ApiError> boolean(const json::object& o, std::
   const auto* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return std::optional<bool>{};
   if (v->is_bool()) return std::optional<bool>{v->get_bool()};
-  return tl::unexpected(bad("'" + std::string(key) + "' must be a boolean", std::string(key)));
+  return tl::unexpected(
+      bad_request("'" + std::string(key) + "' must be a boolean", std::string(key)));
 }
 
 tl::expected<std::vector<TokenId>, ApiError> token_array(const json::value& v, std::string_view key,
@@ -91,7 +91,7 @@ tl::expected<std::vector<TokenId>, ApiError> token_array(const json::value& v, s
   for (const auto& e : v.as_array()) {
     if (!e.is_int64() && !e.is_uint64()) {
       return tl::unexpected(
-          bad("'" + std::string(key) + "' must hold token ids", std::string(key)));
+          bad_request("'" + std::string(key) + "' must hold token ids", std::string(key)));
     }
     const bool in_range =
         e.is_int64() ? e.get_int64() >= 0 && static_cast<std::uint64_t>(e.get_int64()) < vocab_size
@@ -99,9 +99,9 @@ tl::expected<std::vector<TokenId>, ApiError> token_array(const json::value& v, s
     if (!in_range) {
       const std::string id =
           e.is_int64() ? std::to_string(e.get_int64()) : std::to_string(e.get_uint64());
-      return tl::unexpected(
-          bad("token id " + id + " is outside the vocabulary of " + std::to_string(vocab_size),
-              std::string(key)));
+      return tl::unexpected(bad_request(
+          "token id " + id + " is outside the vocabulary of " + std::to_string(vocab_size),
+          std::string(key)));
     }
     ids.push_back(static_cast<TokenId>(e.is_int64() ? e.get_int64()
                                                     : static_cast<std::int64_t>(e.get_uint64())));
@@ -112,8 +112,8 @@ tl::expected<std::vector<TokenId>, ApiError> token_array(const json::value& v, s
 tl::expected<json::object, ApiError> parse_object(std::string_view body) {
   json::error_code ec;
   json::value v = json::parse(body, ec);
-  if (ec) return tl::unexpected(bad("the body is not valid JSON: " + ec.message()));
-  if (!v.is_object()) return tl::unexpected(bad("the body must be a JSON object"));
+  if (ec) return tl::unexpected(bad_request("the body is not valid JSON: " + ec.message()));
+  if (!v.is_object()) return tl::unexpected(bad_request("the body must be a JSON object"));
   return std::move(v.as_object());
 }
 
@@ -227,7 +227,7 @@ namespace {
 tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext& context,
                                          CompletionRequest& r) {
   if (const auto* m = o.if_contains("model"); m != nullptr && !m->is_null()) {
-    if (!m->is_string()) return tl::unexpected(bad("'model' must be a string", "model"));
+    if (!m->is_string()) return tl::unexpected(bad_request("'model' must be a string", "model"));
     r.model = std::string(m->get_string());
     if (r.model != context.served_model_name) {
       return tl::unexpected(
@@ -296,9 +296,10 @@ tl::expected<void, ApiError> check_fields(const json::object& o, bool chat, bool
         (key == "logit_bias" && value.is_object() && value.get_object().empty())) {
       continue;
     }
-    return tl::unexpected(bad("Unrecognized request argument supplied: " + std::string(key) +
-                                  (chat ? " (chat completions)" : " (completions)"),
-                              std::string(key)));
+    return tl::unexpected(
+        bad_request("Unrecognized request argument supplied: " + std::string(key) +
+                        (chat ? " (chat completions)" : " (completions)"),
+                    std::string(key)));
   }
   return {};
 }
@@ -342,19 +343,19 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
   Wide wanted = p.max_tokens;
   if (max_tokens) {
     if (*max_tokens < 1) {
-      return tl::unexpected(
-          bad("'max_tokens' must be at least 1, not " + wide_string(*max_tokens), "max_tokens"));
+      return tl::unexpected(bad_request(
+          "'max_tokens' must be at least 1, not " + wide_string(*max_tokens), "max_tokens"));
     }
     wanted = *max_tokens;
   }
   // What the client sent is quoted as sent, however large.
   if (num_prompt + wanted > limit) {
-    return tl::unexpected(
-        bad("This model's maximum context length is " + std::to_string(limit) +
-                " tokens. However, you requested " + wide_string(num_prompt + wanted) +
-                " tokens (" + wide_string(num_prompt) + " in the prompt, " + wide_string(wanted) +
-                " in the completion). Please reduce the prompt or max_tokens.",
-            num_prompt < limit ? "max_tokens" : "prompt"));
+    return tl::unexpected(bad_request(
+        "This model's maximum context length is " + std::to_string(limit) +
+            " tokens. However, you requested " + wide_string(num_prompt + wanted) + " tokens (" +
+            wide_string(num_prompt) + " in the prompt, " + wide_string(wanted) +
+            " in the completion). Please reduce the prompt or max_tokens.",
+        num_prompt < limit ? "max_tokens" : "prompt"));
   }
   p.max_tokens = static_cast<std::int32_t>(wanted);
   if (temperature) p.temperature = static_cast<float>(*temperature);
@@ -377,16 +378,16 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
       r.generate.stop.emplace_back(stop->get_string());
     } else if (stop->is_array()) {
       for (const auto& s : stop->as_array()) {
-        if (!s.is_string()) return tl::unexpected(bad("'stop' must hold strings", "stop"));
+        if (!s.is_string()) return tl::unexpected(bad_request("'stop' must hold strings", "stop"));
         r.generate.stop.emplace_back(s.get_string());
       }
     } else {
-      return tl::unexpected(bad("'stop' must be a string or an array of strings", "stop"));
+      return tl::unexpected(bad_request("'stop' must be a string or an array of strings", "stop"));
     }
   }
   if (const auto* ids = o.if_contains("stop_token_ids"); ids != nullptr && !ids->is_null()) {
     if (!ids->is_array()) {
-      return tl::unexpected(bad("'stop_token_ids' must be an array", "stop_token_ids"));
+      return tl::unexpected(bad_request("'stop_token_ids' must be an array", "stop_token_ids"));
     }
     TROUPE_API_TRY(p.stop_token_ids, token_array(*ids, "stop_token_ids", tokenizer.size()));
   }
@@ -409,13 +410,13 @@ tl::expected<void, ApiError> check_prompt_bytes(std::size_t num_bytes, const Api
   const auto most = static_cast<std::size_t>(std::max(context.max_model_len, 0)) *
                     std::max<std::size_t>(context.max_token_bytes, 1);
   if (num_bytes <= most) return {};
-  return tl::unexpected(bad("This model's maximum context length is " +
-                                std::to_string(context.max_model_len) +
-                                " tokens. However, your prompt's " + std::to_string(num_bytes) +
-                                " bytes are more than that many tokens can hold (" +
-                                std::to_string(context.max_token_bytes) +
-                                " bytes a token at most). Please reduce the prompt.",
-                            param));
+  return tl::unexpected(bad_request(
+      "This model's maximum context length is " + std::to_string(context.max_model_len) +
+          " tokens. However, your prompt's " + std::to_string(num_bytes) +
+          " bytes are more than that many tokens can hold (" +
+          std::to_string(context.max_token_bytes) +
+          " bytes a token at most). Please reduce the prompt.",
+      param));
 }
 
 tl::expected<CompletionRequest, ApiError> completion_request(const json::object& o,
@@ -426,7 +427,7 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
   if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
   const auto& tokenizer = *context.tokenizer;
   const auto* prompt = o.if_contains("prompt");
-  if (prompt == nullptr) return tl::unexpected(bad("'prompt' is required", "prompt"));
+  if (prompt == nullptr) return tl::unexpected(bad_request("'prompt' is required", "prompt"));
   if (prompt->is_string()) {
     if (auto fits = check_prompt_bytes(prompt->get_string().size(), context); !fits) {
       return tl::unexpected(fits.error());
@@ -444,11 +445,12 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
     r.generate.prompt = tokenizer.encode(std::string(text), true);
   } else {
     return tl::unexpected(
-        bad("'prompt' must be a string or an array of token ids (batches of "
-            "prompts are not supported yet)",
-            "prompt"));
+        bad_request("'prompt' must be a string or an array of token ids (batches of "
+                    "prompts are not supported yet)",
+                    "prompt"));
   }
-  if (r.generate.prompt.empty()) return tl::unexpected(bad("the prompt is empty", "prompt"));
+  if (r.generate.prompt.empty())
+    return tl::unexpected(bad_request("the prompt is empty", "prompt"));
   r.generate.params.max_tokens = 16;  // OpenAI's default for completions
   if (auto common = parse_common(o, context, r); !common) return tl::unexpected(common.error());
   return r;
@@ -465,7 +467,7 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   static const text::ChatTemplate kChatml = text::ChatTemplate::create("", "", {});
   const auto rendered = (context.chat_template ? *context.chat_template : kChatml).render(input);
   // The template refused the conversation (its raise_exception) or failed on it.
-  if (!rendered) return tl::unexpected(bad(rendered.error().message, "messages"));
+  if (!rendered) return tl::unexpected(bad_request(rendered.error().message, "messages"));
   const std::string& prompt = *rendered;
   if (auto fits = check_prompt_bytes(prompt.size(), context, "messages"); !fits) {
     return tl::unexpected(fits.error());
@@ -641,10 +643,10 @@ tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::stri
   if (type == nullptr || !type->is_string() ||
       (type->get_string() != "generate" && type->get_string() != "cancel")) {
     const std::string known = id != nullptr && id->is_string() ? std::string(id->get_string()) : "";
-    return fail(known, bad("'type' must be \"generate\" or \"cancel\"", "type"));
+    return fail(known, bad_request("'type' must be \"generate\" or \"cancel\"", "type"));
   }
   if (id == nullptr || !id->is_string() || id->get_string().empty()) {
-    return fail("", bad("'id' must be a non-empty string", "id"));
+    return fail("", bad_request("'id' must be a non-empty string", "id"));
   }
   WebSocketMessage m;
   m.type = std::string(type->get_string());
@@ -704,7 +706,7 @@ tl::expected<std::string, ApiError> tokenize_response(std::string_view body,
   TROUPE_API_TRY(const json::object o, parse_object(body));
   const auto* prompt = o.if_contains("prompt");
   if (prompt == nullptr || !prompt->is_string()) {
-    return tl::unexpected(bad("'prompt' must be a string", "prompt"));
+    return tl::unexpected(bad_request("'prompt' must be a string", "prompt"));
   }
   TROUPE_API_TRY(const auto add_special, boolean(o, "add_special_tokens"));
   // vLLM's /tokenize refuses a prompt longer than the context as well.
@@ -725,7 +727,7 @@ tl::expected<std::string, ApiError> detokenize_response(std::string_view body,
   TROUPE_API_TRY(const json::object o, parse_object(body));
   const auto* tokens = o.if_contains("tokens");
   if (tokens == nullptr || !tokens->is_array()) {
-    return tl::unexpected(bad("'tokens' must be an array of token ids", "tokens"));
+    return tl::unexpected(bad_request("'tokens' must be an array of token ids", "tokens"));
   }
   TROUPE_API_TRY(const auto ids, token_array(*tokens, "tokens", context.tokenizer->size()));
   return json::serialize(

@@ -15,10 +15,6 @@ namespace json = boost::json;
 
 namespace {
 
-ApiError bad(std::string message, std::string param) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param)};
-}
-
 // One constraint as asked: what it is, and where it was given (for errors).
 struct Asked {
   enum class Kind { json_schema, json_object, regex, choice, gbnf };
@@ -28,7 +24,7 @@ struct Asked {
 };
 
 tl::expected<std::string, ApiError> text_of(const json::value& v, const std::string& param) {
-  if (!v.is_string()) return tl::unexpected(bad("'" + param + "' must be a string", param));
+  if (!v.is_string()) return tl::unexpected(bad_request("'" + param + "' must be a string", param));
   return std::string(v.get_string());
 }
 
@@ -39,16 +35,17 @@ tl::expected<json::value, ApiError> schema_of(const json::value& v, const std::s
     boost::system::error_code ec;
     json::value parsed = json::parse(v.get_string(), ec);
     if (ec) {
-      return tl::unexpected(bad("'" + param + "' is not a JSON schema: " + ec.message(), param));
+      return tl::unexpected(
+          bad_request("'" + param + "' is not a JSON schema: " + ec.message(), param));
     }
     return parsed;
   }
-  return tl::unexpected(bad("'" + param + "' must be a JSON schema (an object)", param));
+  return tl::unexpected(bad_request("'" + param + "' must be a JSON schema (an object)", param));
 }
 
 tl::expected<std::string, ApiError> gbnf_of(const Asked& asked) {
   auto refused = [&](const Error& e) {
-    return tl::unexpected(bad("'" + asked.param + "': " + e.message, asked.param));
+    return tl::unexpected(bad_request("'" + asked.param + "': " + e.message, asked.param));
   };
   switch (asked.kind) {
     case Asked::Kind::json_object: {
@@ -75,14 +72,14 @@ tl::expected<std::string, ApiError> gbnf_of(const Asked& asked) {
     case Asked::Kind::choice: {
       if (!asked.value->is_array() || asked.value->as_array().empty()) {
         return tl::unexpected(
-            bad("'" + asked.param + "' must be a non-empty array of strings", asked.param));
+            bad_request("'" + asked.param + "' must be a non-empty array of strings", asked.param));
       }
       std::string gbnf = "root ::= ";
       bool first = true;
       for (const auto& choice : asked.value->as_array()) {
         if (!choice.is_string() || choice.get_string().empty()) {
           return tl::unexpected(
-              bad("'" + asked.param + "' must hold non-empty strings", asked.param));
+              bad_request("'" + asked.param + "' must hold non-empty strings", asked.param));
         }
         if (!first) gbnf += " | ";
         gbnf += grammar::gbnf_literal(choice.get_string());
@@ -106,7 +103,7 @@ tl::expected<std::vector<Asked>, ApiError> constraints_in(const json::object& bo
     const auto* type = rf->is_object() ? rf->as_object().if_contains("type") : nullptr;
     if (type == nullptr || !type->is_string()) {
       return tl::unexpected(
-          bad("'response_format' must be an object with a 'type'", "response_format"));
+          bad_request("'response_format' must be an object with a 'type'", "response_format"));
     }
     const auto& o = rf->as_object();
     const json::string& kind = type->get_string();
@@ -116,9 +113,9 @@ tl::expected<std::vector<Asked>, ApiError> constraints_in(const json::object& bo
           js != nullptr && js->is_object() ? js->as_object().if_contains("schema") : nullptr;
       if (schema == nullptr) {
         return tl::unexpected(
-            bad("'response_format' of type json_schema needs "
-                "'json_schema.schema'",
-                "response_format.json_schema.schema"));
+            bad_request("'response_format' of type json_schema needs "
+                        "'json_schema.schema'",
+                        "response_format.json_schema.schema"));
       }
       add(Asked::Kind::json_schema, schema, "response_format.json_schema.schema");
     } else if (kind == "json_object") {
@@ -130,24 +127,26 @@ tl::expected<std::vector<Asked>, ApiError> constraints_in(const json::object& bo
       }
     } else if (kind != "text") {
       return tl::unexpected(
-          bad("'response_format.type' must be text, json_object or "
-              "json_schema, not '" +
-                  std::string(kind) + "'",
-              "response_format.type"));
+          bad_request("'response_format.type' must be text, json_object or "
+                      "json_schema, not '" +
+                          std::string(kind) + "'",
+                      "response_format.type"));
     }
   }
   if (const auto* so = body.if_contains("structured_outputs"); so != nullptr && !so->is_null()) {
     if (!so->is_object()) {
-      return tl::unexpected(bad("'structured_outputs' must be an object", "structured_outputs"));
+      return tl::unexpected(
+          bad_request("'structured_outputs' must be an object", "structured_outputs"));
     }
     const auto& o = so->as_object();
     for (const auto& [key, value] : o) {
       if (key != "json" && key != "regex" && key != "choice" && key != "grammar" &&
           key != "json_object") {
-        return tl::unexpected(bad("'structured_outputs." + std::string(key) +
-                                      "' is not supported (json, regex, choice, grammar and "
-                                      "json_object are)",
-                                  "structured_outputs." + std::string(key)));
+        return tl::unexpected(
+            bad_request("'structured_outputs." + std::string(key) +
+                            "' is not supported (json, regex, choice, grammar and "
+                            "json_object are)",
+                        "structured_outputs." + std::string(key)));
       }
     }
     add(Asked::Kind::json_schema, o.if_contains("json"), "structured_outputs.json");
@@ -156,8 +155,8 @@ tl::expected<std::vector<Asked>, ApiError> constraints_in(const json::object& bo
     add(Asked::Kind::gbnf, o.if_contains("grammar"), "structured_outputs.grammar");
     if (const auto* jo = o.if_contains("json_object"); jo != nullptr && !jo->is_null()) {
       if (!jo->is_bool()) {
-        return tl::unexpected(bad("'structured_outputs.json_object' must be a boolean",
-                                  "structured_outputs.json_object"));
+        return tl::unexpected(bad_request("'structured_outputs.json_object' must be a boolean",
+                                          "structured_outputs.json_object"));
       }
       if (jo->get_bool()) add(Asked::Kind::json_object, jo, "structured_outputs.json_object");
     }
@@ -169,18 +168,19 @@ tl::expected<std::vector<Asked>, ApiError> constraints_in(const json::object& bo
   add(Asked::Kind::json_schema, body.if_contains("json_schema"), "json_schema");
   add(Asked::Kind::gbnf, body.if_contains("grammar"), "grammar");
   if (asked.size() > 1) {
-    return tl::unexpected(bad("only one output constraint may be given; this request has '" +
-                                  asked[0].param + "' and '" + asked[1].param + "'",
-                              asked[1].param));
+    return tl::unexpected(
+        bad_request("only one output constraint may be given; this request has '" + asked[0].param +
+                        "' and '" + asked[1].param + "'",
+                    asked[1].param));
   }
   return asked;
 }
 
 // Compiled here as the worker will compile it, so that what fails, fails now.
 tl::expected<std::string, ApiError> checked(std::string gbnf, const std::string& param) {
-  if (gbnf.empty()) return tl::unexpected(bad("'" + param + "' is empty", param));
+  if (gbnf.empty()) return tl::unexpected(bad_request("'" + param + "' is empty", param));
   auto refused = [&](const std::string& why) {
-    return tl::unexpected(bad("'" + param + "': " + why, param));
+    return tl::unexpected(bad_request("'" + param + "': " + why, param));
   };
   const auto parsed = grammar::parse_gbnf(gbnf);
   if (!parsed) return refused(parsed.error().message);
@@ -206,7 +206,7 @@ tl::expected<std::string, ApiError> output_grammar(const json::object& body) {
 tl::expected<std::string, ApiError> schema_grammar(const json::value& schema,
                                                    const std::string& param) {
   auto gbnf = grammar::json_schema_to_gbnf(schema);
-  if (!gbnf) return tl::unexpected(bad("'" + param + "': " + gbnf.error().message, param));
+  if (!gbnf) return tl::unexpected(bad_request("'" + param + "': " + gbnf.error().message, param));
   return checked(std::move(*gbnf), param);
 }
 

@@ -12,10 +12,6 @@ namespace json = boost::json;
 
 namespace {
 
-ApiError bad(std::string message, std::string param) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param)};
-}
-
 constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
@@ -194,30 +190,32 @@ tl::expected<ToolRequest, ApiError> parse_tool_request(const json::object& body,
   }();
   if (const auto* p = body.if_contains("parallel_tool_calls");
       p != nullptr && !p->is_null() && !p->is_bool()) {
-    return tl::unexpected(bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls"));
+    return tl::unexpected(
+        bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls"));
   }
   // Each function's parameters by name, checked.
   std::vector<std::pair<std::string, json::value>> functions;
   if (has_tools) {
-    if (!tools->is_array()) return tl::unexpected(bad("'tools' must be an array", "tools"));
+    if (!tools->is_array()) return tl::unexpected(bad_request("'tools' must be an array", "tools"));
     for (const auto& tool : tools->as_array()) {
       const auto* type = tool.is_object() ? tool.as_object().if_contains("type") : nullptr;
       const auto* function = tool.is_object() ? tool.as_object().if_contains("function") : nullptr;
       if (type == nullptr || !type->is_string() || type->get_string() != "function" ||
           function == nullptr || !function->is_object()) {
-        return tl::unexpected(
-            bad("each tool must be {\"type\": \"function\", \"function\": {...}}", "tools"));
+        return tl::unexpected(bad_request(
+            "each tool must be {\"type\": \"function\", \"function\": {...}}", "tools"));
       }
       const auto& f = function->as_object();
       const auto* name = f.if_contains("name");
       if (name == nullptr || !name->is_string() || name->get_string().empty()) {
-        return tl::unexpected(bad("each tool's function needs a 'name'", "tools"));
+        return tl::unexpected(bad_request("each tool's function needs a 'name'", "tools"));
       }
       const auto* parameters = f.if_contains("parameters");
       if (parameters != nullptr && !parameters->is_null() && !parameters->is_object()) {
-        return tl::unexpected(bad("the parameters of function '" + std::string(name->get_string()) +
-                                      "' must be a JSON schema (an object)",
-                                  "tools"));
+        return tl::unexpected(bad_request("the parameters of function '" +
+                                              std::string(name->get_string()) +
+                                              "' must be a JSON schema (an object)",
+                                          "tools"));
       }
       json::value schema = parameters != nullptr && !parameters->is_null()
                                ? *parameters
@@ -244,9 +242,9 @@ tl::expected<ToolRequest, ApiError> parse_tool_request(const json::object& body,
       request.choice = ToolRequest::Choice::required;
     } else {
       return tl::unexpected(
-          bad("'tool_choice' must be none, auto, required or "
-              "{\"type\": \"function\", \"function\": {\"name\": ...}}",
-              "tool_choice"));
+          bad_request("'tool_choice' must be none, auto, required or "
+                      "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                      "tool_choice"));
     }
   } else {
     const auto* function =
@@ -256,22 +254,22 @@ tl::expected<ToolRequest, ApiError> parse_tool_request(const json::object& body,
                            : nullptr;
     if (name == nullptr || !name->is_string()) {
       return tl::unexpected(
-          bad("'tool_choice' must be none, auto, required or "
-              "{\"type\": \"function\", \"function\": {\"name\": ...}}",
-              "tool_choice"));
+          bad_request("'tool_choice' must be none, auto, required or "
+                      "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                      "tool_choice"));
     }
     request.choice = ToolRequest::Choice::named;
     request.function = std::string(name->get_string());
   }
   if (request.choice != ToolRequest::Choice::none && functions.empty()) {
-    return tl::unexpected(bad("'tool_choice' needs 'tools'", "tool_choice"));
+    return tl::unexpected(bad_request("'tool_choice' needs 'tools'", "tool_choice"));
   }
   json::value schema;
   if (request.choice == ToolRequest::Choice::named) {
     const auto it = std::find_if(functions.begin(), functions.end(),
                                  [&](const auto& f) { return f.first == request.function; });
     if (it == functions.end()) {
-      return tl::unexpected(bad(
+      return tl::unexpected(bad_request(
           "'tool_choice' names function '" + request.function + "', which is not among the tools",
           "tool_choice"));
     }
@@ -292,13 +290,13 @@ tl::expected<ToolRequest, ApiError> parse_tool_request(const json::object& body,
   }
   if (!schema.is_null()) {
     if (!grammar.empty()) {
-      return tl::unexpected(
-          bad("'tool_choice' " +
-                  std::string(request.choice == ToolRequest::Choice::named ? "naming a function"
-                                                                           : "required") +
-                  " holds the output to a call: it cannot be combined with "
-                  "another output constraint",
-              "tool_choice"));
+      return tl::unexpected(bad_request(
+          "'tool_choice' " +
+              std::string(request.choice == ToolRequest::Choice::named ? "naming a function"
+                                                                       : "required") +
+              " holds the output to a call: it cannot be combined with "
+              "another output constraint",
+          "tool_choice"));
     }
     auto gbnf = schema_grammar(schema, "tools");
     if (!gbnf) return tl::unexpected(gbnf.error());

@@ -329,6 +329,25 @@ std::vector<std::string> finished_outputs(const std::vector<Job>& jobs) {
   return texts;
 }
 
+// Runs each case's constraint (a body's fields) on its jobs; every output must finish and
+// match the case's regex whole.
+void check_outputs_match(Server& s,
+                         const std::vector<std::pair<json::object, std::string>>& cases) {
+  std::vector<Job> jobs;
+  std::vector<std::string> regex_of_job;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto more = jobs_for(cases[i].first, i, 100);
+    jobs.insert(jobs.end(), more.begin(), more.end());
+    regex_of_job.insert(regex_of_job.end(), more.size(), cases[i].second);
+  }
+  run_all(s, jobs);
+  const auto texts = finished_outputs(jobs);
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    INFO(describe(jobs[j]) << "\noutput: " << texts[j]);
+    CHECK(std::regex_match(texts[j], std::regex(regex_of_job[j])));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("every output under a JSON schema finishes and validates against the schema",
@@ -398,19 +417,7 @@ TEST_CASE("outputs under a regex match it whole", "[net][integration]") {
       {{{"structured_outputs", {{"regex", R"([A-Z][a-z]{0,6}( [A-Z][a-z]{0,6}){0,2}\.)"}}}},
        R"([A-Z][a-z]{0,6}( [A-Z][a-z]{0,6}){0,2}\.)"},
   };
-  std::vector<Job> jobs;
-  std::vector<std::string> regex_of_job;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const auto more = jobs_for(cases[i].first, i, 100);
-    jobs.insert(jobs.end(), more.begin(), more.end());
-    regex_of_job.insert(regex_of_job.end(), more.size(), cases[i].second);
-  }
-  run_all(s, jobs);
-  const auto texts = finished_outputs(jobs);
-  for (std::size_t j = 0; j < jobs.size(); ++j) {
-    INFO(describe(jobs[j]) << "\noutput: " << texts[j]);
-    CHECK(std::regex_match(texts[j], std::regex(regex_of_job[j])));
-  }
+  check_outputs_match(s, cases);
 }
 
 TEST_CASE("outputs under a choice list are exactly one of the choices", "[net][integration]") {
@@ -452,19 +459,7 @@ item ::= [a-z]{1,5} | "'" [A-Z]{2} "'"
       {{{"structured_outputs", {{"grammar", list}}}},
        R"(\[)" + item + "(, " + item + R"(){0,3}\])"},
   };
-  std::vector<Job> jobs;
-  std::vector<std::string> regex_of_job;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const auto more = jobs_for(cases[i].first, i, 100);
-    jobs.insert(jobs.end(), more.begin(), more.end());
-    regex_of_job.insert(regex_of_job.end(), more.size(), cases[i].second);
-  }
-  run_all(s, jobs);
-  const auto texts = finished_outputs(jobs);
-  for (std::size_t j = 0; j < jobs.size(); ++j) {
-    INFO(describe(jobs[j]) << "\noutput: " << texts[j]);
-    CHECK(std::regex_match(texts[j], std::regex(regex_of_job[j])));
-  }
+  check_outputs_match(s, cases);
 }
 
 TEST_CASE("outputs under json_object are JSON objects", "[net][integration]") {

@@ -3,6 +3,8 @@
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 
+#include "grammar/gbnf.hpp"
+#include "grammar/matcher.hpp"
 #include "net/tool_calls.hpp"
 
 using namespace troupe;
@@ -30,6 +32,16 @@ ToolRequest request_of(const std::string& extra, std::string& grammar,
   auto r = parse_tool_request(body_with(extra), format, grammar);
   REQUIRE(r.has_value());
   return *r;
+}
+
+// Whether `gbnf`'s grammar matches `text` whole.
+bool matches(const std::string& gbnf, std::string_view text) {
+  auto parsed = grammar::parse_gbnf(gbnf);
+  REQUIRE(parsed.has_value());
+  auto compiled = grammar::compile(*parsed);
+  REQUIRE(compiled.has_value());
+  grammar::Matcher m(std::make_shared<const grammar::CompiledGrammar>(std::move(*compiled)));
+  return m.accept_bytes(text) && m.can_end();
 }
 
 ToolRequest automatic(ToolCallFormat format) {
@@ -69,12 +81,28 @@ TEST_CASE("a forced call holds the output to a grammar", "[net]") {
                             named);
   CHECK(r.choice == ToolRequest::Choice::named);
   CHECK(r.function == "get_weather");
-  CHECK(named.find("city") != std::string::npos);
+  // The named function's arguments, and nothing else (no other keys: the parameters
+  // declare properties and say nothing of others).
+  CHECK(matches(named, R"({"city": "Oslo"})"));
+  CHECK_FALSE(matches(named, R"({})"));
+  CHECK_FALSE(matches(named, R"({"city": "Oslo", "x": 1})"));
+  CHECK_FALSE(matches(named, R"([{"name": "get_weather", "parameters": {"city": "Oslo"}}])"));
   std::string required;
   CHECK(request_of(R"({"tool_choice": "required"})", required).choice ==
         ToolRequest::Choice::required);
-  CHECK(required.find("weather") != std::string::npos);
-  CHECK(required.find("add") != std::string::npos);
+  // One call or more, each of a tool by its name with that tool's parameters.
+  CHECK(matches(required, R"([{"name": "get_weather", "parameters": {"city": "Oslo"}}])"));
+  CHECK(matches(required, R"([{"name": "add", "parameters": {}}, )"
+                          R"({"name": "get_weather", "parameters": {"city": "Rome"}}])"));
+  CHECK_FALSE(matches(required, R"([])"));
+  CHECK_FALSE(matches(required, R"([{"name": "nope", "parameters": {}}])"));
+  CHECK_FALSE(matches(required, R"([{"name": "get_weather", "parameters": {}}])"));
+  // parallel_tool_calls false: one call at most.
+  std::string single;
+  request_of(R"({"tool_choice": "required", "parallel_tool_calls": false})", single);
+  CHECK(matches(single, R"([{"name": "add", "parameters": {}}])"));
+  CHECK_FALSE(matches(single, R"([{"name": "add", "parameters": {}}, )"
+                              R"({"name": "add", "parameters": {}}])"));
 }
 
 TEST_CASE("tool requests that cannot be served are 400s naming the field", "[net]") {
