@@ -697,7 +697,9 @@ std::string models_response(const ApiContext& context) {
                      {"created", 0},
                      {"owned_by", "troupe"},
                      {"root", context.served_model_name},
-                     {"max_model_len", context.max_model_len}};
+                     {"max_model_len", context.max_model_len},
+                     // troupe's own: what a benchmark client needs to draw token ids.
+                     {"vocab_size", context.tokenizer ? context.tokenizer->size() : 0}};
   return json::serialize(json::object{{"object", "list"}, {"data", json::array{std::move(model)}}});
 }
 

@@ -118,6 +118,18 @@ struct TokenLogprobEntry {
   bool operator==(const TokenLogprobEntry&) const = default;
 };
 
+// A prompt token's log-probability given the tokens before it (SamplingParams::
+// prompt_logprobs): its rank among the vocabulary (1: the most likely) and the n most
+// likely tokens at its position.
+struct PromptLogprob {
+  TokenId token = kNoToken;
+  float logprob = 0.0f;
+  std::int32_t rank = 0;
+  std::vector<TokenLogprobEntry> top_logprobs;
+
+  bool operator==(const PromptLogprob&) const = default;
+};
+
 // One event of a request's stream: a token (and the text it completed), or the end.
 struct TokenEvent {
   RequestId request_id = 0;
@@ -128,6 +140,9 @@ struct TokenEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   std::string error;  // when finish_reason is error
+  // On the request's first event, when it asked for prompt_logprobs: one entry for each
+  // prompt position from 1 (position 0 has no context; vLLM's null).
+  std::vector<PromptLogprob> prompt_logprobs;
   // Set on the end event.
   std::int32_t num_prompt_tokens = 0;
   std::int32_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache

@@ -23,6 +23,10 @@ struct SamplingParams {
   // As vLLM: none (no log-probabilities computed), 0 (the sampled token's), or
   // n (the sampled token's and the n most likely).
   std::optional<std::int32_t> logprobs;
+  // As vLLM's prompt_logprobs: none, 0 (each prompt token's own log-probability given the
+  // tokens before it), or n (and the n most likely at that position). A request that asks
+  // computes its whole prompt: the prefix cache does not serve it.
+  std::optional<std::int32_t> prompt_logprobs;
   std::int32_t max_tokens = 16;
   std::int32_t min_tokens = 0;  // end-of-generation and stop ids are masked until then
   std::vector<TokenId> stop_token_ids;
