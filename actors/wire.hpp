@@ -41,7 +41,7 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
   return f(caf::meta::type_name("troupe.SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p,
            seed.has, seed.value, x.repetition_penalty, x.presence_penalty, x.frequency_penalty,
            logprobs.has, logprobs.value, x.max_tokens, x.min_tokens, x.stop_token_ids, x.ignore_eos,
-           x.grammar, load);
+           x.grammar, x.logit_bias, load);
 }
 
 template <class Inspector>
@@ -55,7 +55,8 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
            x.peak_kv_usage, x.num_preemptions, x.prefix_queried_tokens, x.prefix_hit_tokens,
            x.num_steps, x.num_step_tokens, x.num_step_sequences, x.step_seconds, x.schedule_seconds,
            x.num_worker_restarts, x.num_live_actors, x.num_kv_blocks, x.block_size,
-           x.prefix_cache_blocks, x.num_decode_steps, x.decode_step_seconds);
+           x.prefix_cache_blocks, x.num_decode_steps, x.decode_step_seconds, x.num_prompt_tokens,
+           x.num_generated_tokens);
 }
 
 template <class Inspector>

@@ -2,16 +2,22 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
-}
+class Option;
+}  // namespace CLI
 
 namespace troupe {
 struct EngineConfig;
 }
 
 namespace troupe::app {
+
+// Narrows `option` to one of `words`; its help reads `--flag a|b|c=default`.
+CLI::Option* one_of(CLI::Option* option, const std::vector<std::string>& words,
+                    bool ignore_case = false);
 
 // --device, --gpu-memory-utilization and --enforce-eager, on any command that runs an engine.
 void add_device_options(CLI::App* cmd, EngineConfig& engine);
@@ -30,6 +36,14 @@ void settle_token_budget(const TokenBudgetFlags& flags, EngineConfig& engine);
 // --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca, on the head and on a node.
 void add_cluster_tls_options(CLI::App* cmd, std::string& certificate, std::string& key,
                              std::string& ca);
+
+// --log-level and --log-format, as given; apply them before the first line is logged.
+struct LogFlags {
+  std::string level = "info";
+  std::string format = "text";
+};
+void add_log_options(CLI::App* cmd, LogFlags& flags);
+void apply_log_options(const LogFlags& flags);
 
 void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);

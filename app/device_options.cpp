@@ -7,11 +7,20 @@
 
 namespace troupe::app {
 
+CLI::Option* one_of(CLI::Option* option, const std::vector<std::string>& words, bool ignore_case) {
+  std::string names;
+  for (const auto& w : words) names += (names.empty() ? "" : "|") + w;
+  auto member = ignore_case ? CLI::IsMember(words, CLI::ignore_case) : CLI::IsMember(words);
+  return option->check(member.description(""))->type_name(names);
+}
+
 void add_device_options(CLI::App* cmd, EngineConfig& engine) {
   static const std::map<std::string, Device> kDevices = {{"cpu", Device::cpu},
                                                          {"cuda", Device::cuda}};
   cmd->add_option("--device", engine.device, "where the model runs: cpu or cuda")
-      ->transform(CLI::CheckedTransformer(kDevices, CLI::ignore_case));
+      ->transform(CLI::CheckedTransformer(kDevices, CLI::ignore_case).description(""))
+      ->type_name("cpu|cuda")
+      ->default_str(engine.device == Device::cuda ? "cuda" : "cpu");
   cmd->add_option("--gpu-memory-utilization", engine.gpu_memory_utilization,
                   "cuda: share of the GPU memory left after the weights for the KV cache")
       ->check(CLI::Range(0.01, 1.0));
@@ -22,7 +31,9 @@ void add_device_options(CLI::App* cmd, EngineConfig& engine) {
   cmd->add_option("--kv-cache-dtype", engine.kv_cache_dtype,
                   "how the KV cache stores keys and values: auto (f16), f16, or f32 (exact; "
                   "CPU only)")
-      ->transform(CLI::CheckedTransformer(kKvTypes, CLI::ignore_case));
+      ->transform(CLI::CheckedTransformer(kKvTypes, CLI::ignore_case).description(""))
+      ->type_name("auto|f16|f32")
+      ->default_str("auto");
 }
 
 void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine) {

@@ -1,12 +1,18 @@
 // troupe: an LLM serving runtime. This is the command line.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
 
 #include "app/commands.hpp"
+#include "app/config_file.hpp"
+#include "monitoring/log.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"troupe: an LLM serving runtime on the actor model"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "troupe 0.1.0");
+  // Every flag's help says its default (set before the subcommands: they copy it).
+  app.option_defaults()->always_capture_default();
   troupe::app::add_serve_command(app);
   troupe::app::add_node_command(app);
   troupe::app::add_generate_command(app);
@@ -19,6 +25,20 @@ int main(int argc, char** argv) {
   troupe::app::add_bench_cluster_sim_command(*bench);
   troupe::app::add_bench_allreduce_command(*bench);
   troupe::app::add_bench_grammar_command(*bench);
-  CLI11_PARSE(app, argc, argv);
-  return 0;
+  troupe::app::add_config_option(app);
+  // --config FILE is read here, before CLI11 parses: its flags join the command line.
+  auto args = troupe::app::expand_config(app, std::vector<std::string>(argv + 1, argv + argc));
+  if (!args) {
+    std::fprintf(stderr, "troupe: %s\n", args.error().message.c_str());
+    return 2;
+  }
+  std::reverse(args->begin(), args->end());  // CLI11 takes them last first
+  int status = 0;
+  try {
+    app.parse(*args);
+  } catch (const CLI::ParseError& e) {
+    status = app.exit(e);
+  }
+  troupe::monitoring::flush_logging();
+  return status;
 }

@@ -33,8 +33,8 @@ void add_node_command(CLI::App& app) {
                   "(default: this machine's address on the route to the head)");
   cmd->add_option("--threads,-t", opts->node.num_threads,
                   "compute threads for a worker here (0: all cores)");
-  cmd->add_option("--device", opts->node.device, "cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  one_of(cmd->add_option("--device", opts->node.device, "where workers here run their model"),
+         {"cpu", "cuda"});
   cmd->add_option("--gpus", opts->node.num_gpus,
                   "GPUs this node announces to the head (default: every one it has)")
       ->check(CLI::NonNegativeNumber);

@@ -4,13 +4,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "app/commands.hpp"
 #include "engine/router.hpp"
+#include "monitoring/log.hpp"
 #include "monitoring/metrics.hpp"
+#include "monitoring/stats_logger.hpp"
 #include "net/http_server.hpp"
 #include "text/jinja_template.hpp"
 
@@ -28,6 +32,24 @@ std::string random_token() {
     token += part;
   }
   return token;
+}
+
+// vLLM takes a JSON list (--allowed-origins '["https://a.example"]'); a comma-separated
+// list and the flag given again are read too.
+std::vector<std::string> cors_list(const std::vector<std::string>& given) {
+  std::vector<std::string> items;
+  for (std::string value : given) {
+    if (!value.empty() && value.front() == '[' && value.back() == ']') {
+      value = value.substr(1, value.size() - 2);
+    }
+    std::stringstream parts(value);
+    for (std::string item; std::getline(parts, item, ',');) {
+      const auto first = item.find_first_not_of(" \t\"'");
+      const auto last = item.find_last_not_of(" \t\"'");
+      if (first != std::string::npos) items.push_back(item.substr(first, last - first + 1));
+    }
+  }
+  return items;
 }
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -50,6 +72,11 @@ void add_serve_command(CLI::App& app) {
     int step_timeout_s = 60;
     TokenBudgetFlags budget;
     std::string chat_template;  // --chat-template: a file's path or the template's text
+    LogFlags log;
+    bool disable_access_log = false;
+    bool disable_log_stats = false;
+    double log_stats_interval_s = 10.0;
+    std::vector<std::string> allowed_origins{"*"}, allowed_methods{"*"}, allowed_headers{"*"};
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
@@ -62,9 +89,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", opts->server.api_key, "require this key on /v1 routes");
   cmd->add_option("--chat-template", opts->chat_template,
                   "Jinja chat template, a file or the text itself (default: the model's own)");
-  cmd->add_option("--tool-call-parser", opts->server.tool_call_parser,
-                  "how the model writes tool calls (default: from its chat template)")
-      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+  one_of(cmd->add_option("--tool-call-parser", opts->server.tool_call_parser,
+                         "how the model writes tool calls (default: from its chat template)"),
+         {"hermes", "llama3_json", "mistral"});
   cmd->add_option("--max-model-len", opts->engine.max_model_len, "context length (0: the model's)");
   cmd->add_option("--max-num-seqs", opts->engine.max_num_seqs, "most sequences per iteration");
   add_token_budget_options(cmd, opts->budget);
@@ -78,9 +105,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--data-parallel-size,--dp", opts->engine.data_parallel_size,
                   "replicas, each with its own worker and KV cache, behind the router")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--router", opts->router,
-                  "which replica takes a request: prefix, least-loaded or round-robin")
-      ->check(CLI::IsMember({"prefix", "least-loaded", "round-robin"}));
+  one_of(cmd->add_option("--router", opts->router,
+                         "which replica takes a request: the one holding the prompt's prefix, "
+                         "the least loaded, or each in turn"),
+         {"prefix", "least-loaded", "round-robin"});
   add_device_options(cmd, opts->engine);
   add_tensor_parallel_options(cmd, opts->engine);
   cmd->add_option("--cluster-port", opts->cluster.port,
@@ -105,13 +133,36 @@ void add_serve_command(CLI::App& app) {
                   "generation requests in flight before 429");
   cmd->add_option("--max-connections", opts->server.max_connections,
                   "open connections before 503 (the descriptor limit must hold them)");
+  add_log_options(cmd, opts->log);
+  cmd->add_flag("--disable-access-log,--disable-uvicorn-access-log", opts->disable_access_log,
+                "no line per request in the log");
+  cmd->add_flag("--disable-log-stats", opts->disable_log_stats,
+                "no periodic engine line (throughput, load, KV cache) in the log");
+  cmd->add_option("--log-stats-interval", opts->log_stats_interval_s,
+                  "seconds between the engine's lines while it is busy")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--allowed-origins", opts->allowed_origins,
+                  "origins browsers may call from: a JSON list, a comma-separated list, or * "
+                  "(CORS)");
+  cmd->add_option("--allowed-methods", opts->allowed_methods,
+                  "methods cross-origin requests may use (CORS)");
+  cmd->add_option("--allowed-headers", opts->allowed_headers,
+                  "headers cross-origin requests may send (CORS)");
+  cmd->add_flag("--allow-credentials", opts->server.cors.allow_credentials,
+                "cross-origin requests may carry cookies or an Authorization header (CORS)");
   cmd->add_option("--max-buffered-output-bytes", opts->server.max_buffered_output_bytes,
                   "output a connection may leave unread before it is closed (1008 on a socket)");
   cmd->callback([opts, cmd] {
     auto fail = [](const std::string& message) {
+      monitoring::flush_logging();
       std::fprintf(stderr, "troupe serve: %s\n", message.c_str());
       throw CLI::RuntimeError(1);
     };
+    apply_log_options(opts->log);
+    opts->server.access_log = !opts->disable_access_log;
+    opts->server.cors.allowed_origins = cors_list(opts->allowed_origins);
+    opts->server.cors.allowed_methods = cors_list(opts->allowed_methods);
+    opts->server.cors.allowed_headers = cors_list(opts->allowed_headers);
     // Before the model loads: a limit that cannot hold the connections fails at once.
     if (auto fits = net::HttpServer::prepare_descriptor_limit(opts->server); !fits) {
       fail(fits.error().message);
@@ -162,12 +213,13 @@ void add_serve_command(CLI::App& app) {
       if (generated) cluster.token = random_token();
       cluster.on_listening = [cluster, generated,
                               replicas = config.data_parallel_size](std::uint16_t port) {
-        std::fprintf(stderr, "troupe: cluster port %s:%u; waiting for %d node(s)\n",
-                     cluster.host.c_str(), port, replicas - (cluster.head_hosts_replica ? 1 : 0));
+        const std::string address = cluster.host + ":" + std::to_string(port);
+        monitoring::log_info("cluster port " + address + "; waiting for " +
+                             std::to_string(replicas - (cluster.head_hosts_replica ? 1 : 0)) +
+                             " node(s)");
         if (generated) {
-          std::fprintf(stderr,
-                       "troupe: cluster token %s (troupe node --join %s:%u --cluster-token %s)\n",
-                       cluster.token.c_str(), cluster.host.c_str(), port, cluster.token.c_str());
+          monitoring::log_info("cluster token " + cluster.token + " (troupe node --join " +
+                               address + " --cluster-token " + cluster.token + ")");
         }
       };
       config.cluster = std::move(cluster);
@@ -176,36 +228,47 @@ void add_serve_command(CLI::App& app) {
     config.metrics = metrics;
     opts->server.metrics = metrics;
     config.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
-    std::fprintf(stderr, "troupe: loading %s\n", config.model_path.c_str());
+    monitoring::log_info("loading " + config.model_path);
     auto engine = Engine::create(config);
     if (!engine) fail(engine.error().message);
     const auto stats = (*engine)->stats();
     if (config.data_parallel_size > 1) {
-      std::fprintf(stderr, "troupe: %d replicas behind the %s router\n", config.data_parallel_size,
-                   opts->router.c_str());
+      monitoring::log_info(std::to_string(config.data_parallel_size) + " replicas behind the " +
+                           opts->router + " router");
     }
-    std::fprintf(
-        stderr, "troupe: %s; KV cache: %d blocks of %d tokens = %lld tokens; max model length %d\n",
-        (*engine)->device_description().c_str(), stats.num_kv_blocks, stats.block_size,
-        static_cast<long long>(stats.num_kv_blocks) * stats.block_size, (*engine)->max_model_len());
-    std::fprintf(stderr, "troupe: token budget: %s\n",
-                 (*engine)->token_budget_description().c_str());
+    monitoring::log_info(
+        (*engine)->device_description() + "; KV cache: " + std::to_string(stats.num_kv_blocks) +
+            " blocks of " + std::to_string(stats.block_size) + " tokens = " +
+            std::to_string(static_cast<long long>(stats.num_kv_blocks) * stats.block_size) +
+            " tokens; max model length " + std::to_string((*engine)->max_model_len()),
+        {{"kv_blocks", stats.num_kv_blocks},
+         {"block_size", stats.block_size},
+         {"max_model_len", (*engine)->max_model_len()}});
+    monitoring::log_info("token budget: " + (*engine)->token_budget_description());
     net::HttpServer server(**engine, opts->server);
     if (!server.chat_template().warning().empty()) {
-      std::fprintf(stderr, "troupe: warning: %s\n", server.chat_template().warning().c_str());
+      monitoring::log_warning(server.chat_template().warning());
     }
-    std::fprintf(stderr, "troupe: chat template: %s; tool calls read as %s%s\n",
-                 server.chat_template().description().c_str(),
-                 std::string(server.tool_call_parser()).c_str(),
-                 opts->server.tool_call_parser.empty() ? " (from the template)" : "");
+    monitoring::log_info("chat template: " + server.chat_template().description() +
+                         "; tool calls read as " + std::string(server.tool_call_parser()) +
+                         (opts->server.tool_call_parser.empty() ? " (from the template)" : ""));
     if (auto started = server.start(); !started) fail(started.error().message);
-    std::fprintf(stderr, "troupe: serving '%s' at http://%s:%u (Ctrl-C stops)\n",
-                 opts->server.served_model_name.c_str(), opts->server.host.c_str(), server.port());
+    monitoring::log_info("serving '" + opts->server.served_model_name + "' at http://" +
+                         opts->server.host + ":" + std::to_string(server.port()) +
+                         " (Ctrl-C stops)");
+    std::optional<monitoring::StatsLogger> stats_logger;
+    if (!opts->disable_log_stats) {
+      stats_logger.emplace([&engine] { return (*engine)->stats(); },
+                           std::chrono::milliseconds(
+                               static_cast<std::int64_t>(opts->log_stats_interval_s * 1000.0)));
+    }
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::fprintf(stderr, "troupe: stopping\n");
+    monitoring::log_info("stopping");
+    stats_logger.reset();
     server.stop();
+    monitoring::flush_logging();
   });
 }
 

@@ -144,6 +144,8 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
       }
     }
     const auto finished = scheduler_.update(step.plan, sampled);
+    counters_.num_prompt_tokens += step.plan.num_tokens - step.plan.num_decodes;
+    counters_.num_generated_tokens += static_cast<std::int64_t>(output.tokens.size());
     if (token_budget_) {
       token_budget_->observe({step.plan.num_tokens, step.plan.num_decodes, output.seconds});
     }
@@ -191,6 +193,8 @@ EngineStats EngineCore::stats() const {
   s.num_steps = counters_.num_steps;
   s.num_step_tokens = counters_.num_step_tokens;
   s.num_step_sequences = counters_.num_step_sequences;
+  s.num_prompt_tokens = counters_.num_prompt_tokens;
+  s.num_generated_tokens = counters_.num_generated_tokens;
   s.num_worker_restarts = counters_.num_worker_restarts;
   s.step_seconds = counters_.step_seconds;
   s.num_decode_steps = counters_.num_decode_steps;

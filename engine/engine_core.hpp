@@ -56,6 +56,8 @@ struct CoreCounters {
   std::int64_t num_steps = 0;
   std::int64_t num_step_tokens = 0;
   std::int64_t num_step_sequences = 0;
+  std::int64_t num_prompt_tokens = 0;     // prompt tokens run through the model (not cached)
+  std::int64_t num_generated_tokens = 0;  // tokens sampled
   double peak_kv_usage = 0.0;
   std::int64_t num_worker_restarts = 0;
   double step_seconds = 0.0;          // in the worker, as it reported

@@ -105,6 +105,10 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
 }
 
 void Sampler::apply_penalties(std::vector<float>& logits) const {
+  // OpenAI's logit_bias, first: the penalties then act on the biased logits.
+  for (const auto& [t, bias] : params_.logit_bias) {
+    if (t >= 0 && t < vocab_size_) logits[t] += bias;
+  }
   if (params_.repetition_penalty != 1.0f) {
     auto penalize = [&](TokenId t) {
       float& l = logits[t];
@@ -289,7 +293,8 @@ void Sampler::record(TokenId id) {
 std::optional<DeviceSamplingRow> Sampler::device_row() const {
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;
-  if (penalties || params_.logprobs || (num_generated() < params_.min_tokens && !constrained())) {
+  if (penalties || params_.logprobs || !params_.logit_bias.empty() ||
+      (num_generated() < params_.min_tokens && !constrained())) {
     return std::nullopt;
   }
   DeviceSamplingRow row;

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <string>
+
+#include "net/cors.hpp"
 
 namespace troupe::net {
 
@@ -15,6 +19,23 @@ Response ok(const Request& request, std::string body) {
 using Answer = Response (*)(const Request& request, const RouteContext& context);
 
 // A JSON body, or the client's error.
+// A path segment with its %XX escapes decoded (a model named "org/model" arrives as
+// "org%2Fmodel" from clients that escape it); a malformed escape stays as written.
+std::string percent_decoded(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
 Response json_answer(const Request& request, tl::expected<std::string, ApiError> body) {
   return body ? ok(request, std::move(*body)) : error_response(request, body.error());
 }
@@ -123,6 +144,7 @@ RouteKind route_kind(const Request& request) {
 
 std::string_view route_label(std::string_view path) {
   const RouteSpec* r = find_route(path);
+  if (r == nullptr && path.starts_with("/v1/models/")) return "/v1/models/{model}";
   return r != nullptr ? r->path : "other";
 }
 
@@ -165,11 +187,25 @@ Response error_response(const Request& request, const ApiError& error) {
 }
 
 Response route(const Request& request, const RouteContext& context) {
+  // Before the key: a browser's preflight carries none.
+  if (is_cors_preflight(request)) return cors_preflight_response(request, context.config->cors);
   if (auto refused = missing_api_key(request, *context.config)) {
     return error_response(request, *refused);
   }
   const std::string path(request_path(request));
   const RouteSpec* r = find_route(path);
+  // GET /v1/models/{model}: the one route with a parameter (the name may hold '/').
+  constexpr std::string_view kModel = "/v1/models/";
+  if (r == nullptr && path.starts_with(kModel) && path.size() > kModel.size()) {
+    if (request.method() != http::verb::get) {
+      return error_response(request, ApiError{405,
+                                              "method " + std::string(request.method_string()) +
+                                                  " is not allowed on " + path,
+                                              "invalid_request_error", ""});
+    }
+    return json_answer(request,
+                       model_response(*context.api, percent_decoded(path.substr(kModel.size()))));
+  }
   if (r == nullptr || !is_routed(*r, context)) {
     return error_response(request, ApiError{404, "no route " + path, "NotFoundError", ""});
   }

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "monitoring/log.hpp"
+#include "net/cors.hpp"
 #include "net/server_impl.hpp"
 
 namespace troupe::net {
@@ -72,7 +74,25 @@ void watch_for_disconnect(Engine& engine, tcp::socket& socket, std::shared_ptr<G
   socket.async_wait(tcp::socket::wait_read, std::move(on_readable));
 }
 
+// The peer's address and port, for the log ("-" once it is gone).
+std::string peer_name(const tcp::socket& socket) {
+  error_code ec;
+  const auto peer = socket.remote_endpoint(ec);
+  if (ec) return "-";
+  return peer.address().to_string() + ":" + std::to_string(peer.port());
+}
+
 }  // namespace
+
+void AccessEntry::ended(const TokenEvent& end, std::string_view reason) {
+  output_tokens = std::max<std::int64_t>(output_tokens, 0) + end.num_generated_tokens;
+  if (finish_reason.empty()) {
+    finish_reason = reason;
+  } else if (finish_reason.find(reason) == std::string::npos) {
+    finish_reason += ",";
+    finish_reason += reason;
+  }
+}
 
 HttpServer::Impl::Impl(Engine& e, ServerConfig c)
     : engine(e),
@@ -112,8 +132,37 @@ RouteContext HttpServer::Impl::route_context() {
   return r;
 }
 
-void HttpServer::Impl::count(const Request& request, int status) {
+void HttpServer::Impl::count(const Request& request, int status, AccessEntry& entry) {
+  entry.status = status;
   if (config.metrics) config.metrics->count_http(route_label(request_path(request)), status);
+}
+
+void HttpServer::Impl::log_access(const Request& request, const AccessEntry& e,
+                                  std::string_view client) const {
+  if (!config.access_log || !monitoring::log_enabled(monitoring::LogLevel::info)) return;
+  constexpr std::size_t kMostPathBytes = 256;  // a path is the client's: keep a line a line
+  const std::string_view path = request_path(request).substr(0, kMostPathBytes);
+  const double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - e.start).count();
+  using monitoring::LogField;
+  const auto count_or_none = [](std::string_view key, std::int64_t n) {
+    return n < 0 ? LogField(key, nullptr) : LogField(key, n);
+  };
+  const LogField fields[] = {
+      {"method", std::string_view(request.method_string())},
+      {"path", path},
+      {"status", e.status},
+      e.request_id.empty() ? LogField("request_id", nullptr) : LogField("request_id", e.request_id),
+      count_or_none("prompt_tokens", e.prompt_tokens),
+      count_or_none("output_tokens", e.output_tokens),
+      e.ttft_seconds ? LogField("ttft_ms", *e.ttft_seconds * 1e3) : LogField("ttft_ms", nullptr),
+      {"total_ms", total * 1e3},
+      e.finish_reason.empty() ? LogField("finish_reason", nullptr)
+                              : LogField("finish_reason", e.finish_reason),
+      {"client_gone", e.client_gone},
+      {"client", client},
+  };
+  monitoring::log(monitoring::LogLevel::info, "request", fields);
 }
 
 void HttpServer::Impl::warn(const std::string& message) {
@@ -125,10 +174,9 @@ void HttpServer::Impl::warn(const std::string& message) {
   }
   last_warning = now;
   if (num_suppressed_warnings > 0) {
-    std::fprintf(stderr, "troupe: %s (and %d more warnings in the last second)\n", message.c_str(),
-                 num_suppressed_warnings);
+    monitoring::log_warning(message, {{"suppressed_in_last_second", num_suppressed_warnings}});
   } else {
-    std::fprintf(stderr, "troupe: %s\n", message.c_str());
+    monitoring::log_warning(message);
   }
   num_suppressed_warnings = 0;
 }
@@ -201,6 +249,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     explicit Count(std::atomic<int>& c) : n(c) { ++n; }
     ~Count() { --n; }
   } count_connection(num_connections);
+  const std::string client = peer_name(socket);
   beast::tcp_stream stream(std::move(socket));
   if (num_connections.load() > config.max_connections) {
     Request none;
@@ -217,6 +266,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     RequestParser parser;
     configure_parser(parser, config);
     const error_code ec = co_await read_request(stream, buffer, parser);
+    AccessEntry entry;  // from a whole request read: the client's pace before it is its own
     if (ec) {
       const auto error = read_error(ec, config);
       if (!error) break;  // closed, reset or timed out: no one to answer
@@ -238,7 +288,9 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       co_await websocket_session(std::move(stream), std::move(request));
       co_return;
     }
-    if (!co_await handle(stream, request)) break;
+    const bool alive = co_await handle(stream, request, entry);
+    log_access(request, entry, client);
+    if (!alive) break;
   }
   error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -246,9 +298,10 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
 
 // Every response is built into a named local before the one co_await that sends it:
 // GCC 12 destroys temporaries inside co_await expressions twice.
-asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Request& request) {
+asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Request& request,
+                                               AccessEntry& entry) {
   if (is_generation(request) && is_authorized(request, config)) {
-    const bool alive = co_await completions(stream, request);
+    const bool alive = co_await completions(stream, request, entry);
     co_return alive;
   }
   Response response;
@@ -264,20 +317,25 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
   } else {
     response = route(request, route_context());
   }
-  count(request, static_cast<int>(response.result_int()));
+  count(request, static_cast<int>(response.result_int()), entry);
+  add_cors_headers(request, response, config.cors);
   const bool alive = co_await send(stream, std::move(response), config.write_timeout);
   co_return alive;
 }
 
 asio::awaitable<bool> HttpServer::Impl::refuse(beast::tcp_stream& stream, const Request& request,
-                                               const ApiError& error) {
-  count(request, error.status);
+                                               const ApiError& error, AccessEntry& entry) {
+  count(request, error.status, entry);
+  // The engine or the server turned a request away for want of room: the operator hears.
+  if (error.status == 429 || error.status == 503) warn("refused a request: " + error.message);
   auto response = error_response(request, error);
+  add_cors_headers(request, response, config.cors);
   const bool alive = co_await send(stream, std::move(response), config.write_timeout);
   co_return alive;
 }
 
-asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, Request& request) {
+asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, Request& request,
+                                                    AccessEntry& entry) {
   const bool chat = route_kind(request) == RouteKind::chat_completion;
   using Parsed = tl::expected<CompletionRequest, ApiError>;
   std::function<Parsed()> parse = [this, &request, chat]() -> Parsed {
@@ -290,13 +348,21 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   };
   Parsed parsed = co_await run_on(tokenizer_pool, std::move(parse));
   if (!parsed) {
-    const bool alive = co_await refuse(stream, request, parsed.error());
+    const bool alive = co_await refuse(stream, request, parsed.error(), entry);
     co_return alive;
   }
   const CompletionRequest& completion = *parsed;
   const std::string id =
       (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion.fetch_add(1));
   const std::int64_t created = unix_time();
+  entry.request_id = id;
+  entry.prompt_tokens = static_cast<std::int64_t>(completion.generate.prompt.size());
+  for (std::size_t i = 1; i < completion.prompts.size(); ++i) {
+    entry.prompt_tokens += static_cast<std::int64_t>(completion.prompts[i].size());
+  }
+  // Sequences run: best_of candidates (n when not given) for each prompt, prompt-major.
+  const int per_prompt = std::max(completion.best_of, completion.n);
+  const int num_sequences = completion.num_prompts() * per_prompt;
 
   // Admission: past the limit, the client should come back later.
   if (!admission->try_acquire()) {
@@ -304,7 +370,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
                         "the server has " + std::to_string(config.max_concurrent_requests) +
                             " requests in flight: try again later",
                         "rate_limit_error", ""};
-    const bool alive = co_await refuse(stream, request, busy);
+    const bool alive = co_await refuse(stream, request, busy, entry);
     co_return alive;
   }
 
@@ -312,7 +378,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   auto g = std::make_shared<Generation>(config.max_buffered_output_bytes);
   g->channel = std::make_shared<EventChannel>(co_await asio::this_coro::executor, 1024);
   g->admission = admission;
-  g->num_open = completion.n;
+  g->num_open = num_sequences;
   g->stream = &stream;
   struct Detach {  // the callbacks may outlive this coroutine: they must not see the stream
     Generation& g;
@@ -336,17 +402,20 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     if (!g->channel->try_send(error_code{}, e))
       g->channel->async_send(error_code{}, e, [](error_code) {});
   };
-  // n choices are n engine requests of one prompt; their events share the channel.
-  for (std::int32_t i = 0; i < completion.n; ++i) {
+  // Each choice (or candidate) is an engine request of its prompt; their events share the
+  // channel. A prompt's i-th sequence has the seed plus i, as it would alone.
+  for (int s = 0; s < num_sequences; ++s) {
     GenerateRequest generate = completion.generate;
+    const int i = s % per_prompt;
+    if (!completion.prompts.empty()) generate.prompt = completion.prompts[s / per_prompt];
     if (generate.params.seed && i > 0) *generate.params.seed += static_cast<std::uint64_t>(i);
     auto submitted = engine.submit(std::move(generate), on_event);
     if (!submitted) {
       cancel_all(engine, *g);
-      // The choices never submitted will never end: give their share back now.
-      if (g->num_open.fetch_sub(completion.n - i) == completion.n - i) admission->release();
+      // The sequences never submitted will never end: give their share back now.
+      if (g->num_open.fetch_sub(num_sequences - s) == num_sequences - s) admission->release();
       const ApiError refused = api_error(submitted.error());
-      const bool alive = co_await refuse(stream, request, refused);
+      const bool alive = co_await refuse(stream, request, refused, entry);
       co_return alive;
     }
     g->ids.push_back(*submitted);
@@ -360,10 +429,13 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     error_code ignored;
     stream.socket().cancel(ignored);
   };
-  int num_open = completion.n;
+  int num_open = num_sequences;
 
   if (!completion.stream) {
-    std::vector<CompletionOutput> outputs(static_cast<std::size_t>(completion.n));
+    std::vector<CompletionOutput> outputs(static_cast<std::size_t>(num_sequences));
+    for (int s = 0; s < num_sequences; ++s) {
+      outputs[static_cast<std::size_t>(s)].prompt_index = static_cast<std::size_t>(s / per_prompt);
+    }
     std::optional<ApiError> failure;
     while (num_open > 0 && !g->output.over()) {
       auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
@@ -371,8 +443,14 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       g->output.remove(event_bytes(event));
       CompletionOutput& output = outputs[index_of(event.request_id)];
       output.text += event.text;
+      if (!event.prompt_logprobs.empty()) output.prompt_logprobs = std::move(event.prompt_logprobs);
+      if (event.token != kNoToken) {
+        entry.first_token();
+        output.cumulative_logprob += event.logprob;
+      }
       if (event.token != kNoToken && completion.want_logprobs) output.tokens.push_back(event);
       if (event.finished) {
+        entry.ended(event, openai_finish_reason(event.finish_reason));
         if (event.finish_reason == FinishReason::error) failure = api_error(event);
         output.end = std::move(event);
         --num_open;
@@ -380,16 +458,20 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     }
     stop_watching();
     if (g->client_gone || g->output.over()) {
+      entry.client_gone = true;
       g->channel->close();
       co_return false;
     }
     if (failure) {
-      const bool alive = co_await refuse(stream, request, *failure);
+      const bool alive = co_await refuse(stream, request, *failure, entry);
       co_return alive;
     }
-    auto response = make_response(request, http::status::ok,
-                                  completion_response(context, id, created, completion, outputs));
-    count(request, 200);
+    auto response =
+        make_response(request, http::status::ok,
+                      completion_response(context, id, created, completion,
+                                          best_choices(completion, std::move(outputs))));
+    count(request, 200, entry);
+    add_cors_headers(request, response, config.cors);
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
   }
@@ -403,8 +485,9 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   head.set(http::field::cache_control, "no-cache");
   head.chunked(chunked);
   head.keep_alive(chunked && request.keep_alive());
+  add_cors_headers(request, head, config.cors);
   http::response_serializer<http::empty_body> serializer{head};
-  count(request, 200);
+  count(request, 200, entry);
   stream.expires_after(config.write_timeout);
   auto [head_ec, head_n] = co_await http::async_write_header(stream, serializer, kUseTuple);
   bool alive = !head_ec;
@@ -421,23 +504,35 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   };
   if (alive && completion.chat) {  // a chat stream opens each choice with the assistant's role
     data.clear();
-    for (int i = 0; i < completion.n; ++i) {
+    for (int i = 0; i < num_sequences; ++i) {
       data += "data: " + chat_role_chunk(context, id, created, i) + "\n\n";
     }
     alive = co_await write_data();
   }
-  std::int32_t completion_tokens = 0;
+  Usage usage;
   // A chat that may call tools holds back what may be a call until its choice ends.
   std::vector<ToolCallStream> calls;
   if (completion.chat && completion.tools.reads_calls()) {
-    calls.assign(static_cast<std::size_t>(completion.n), ToolCallStream(completion.tools));
+    calls.assign(static_cast<std::size_t>(num_sequences), ToolCallStream(completion.tools));
   }
+  // echo: a choice's prompt goes out before its first token (with the prompt's logprobs,
+  // which come with that first event).
+  std::vector<bool> echoed(static_cast<std::size_t>(num_sequences), !completion.echo);
   while (alive && num_open > 0 && !g->output.over()) {
     auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
     if (ec) break;
     const int index = index_of(event.request_id);
     const std::size_t bytes = event_bytes(event);
+    if (event.token != kNoToken) entry.first_token();
     data.clear();
+    if (!echoed[static_cast<std::size_t>(index)]) {
+      echoed[static_cast<std::size_t>(index)] = true;
+      data +=
+          "data: " +
+          echo_chunk(context, id, created, completion, static_cast<std::size_t>(index / per_prompt),
+                     event.prompt_logprobs, index) +
+          "\n\n";
+    }
     bool called = false;
     if (!calls.empty()) {
       ToolCallStream& held = calls[static_cast<std::size_t>(index)];
@@ -458,15 +553,19 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
             "\n\n";
     if (event.finished) {
       --num_open;
-      completion_tokens += event.num_generated_tokens;
+      usage.completion_tokens += event.num_generated_tokens;
+      if (index % per_prompt == 0) {  // each prompt once
+        usage.prompt_tokens += event.num_prompt_tokens;
+        usage.cached_tokens += event.num_cached_tokens;
+      }
+      entry.ended(event, openai_finish_reason(event.finish_reason, called));
       // Cut short by a failure (a lost node mid-stream): the client hears why, as an
       // error event after the choice's last chunk (finish_reason "error").
       if (event.finish_reason == FinishReason::error) {
         data += "data: " + error_json(api_error(event)) + "\n\n";
       }
       if (num_open == 0 && completion.include_usage) {
-        data += "data: " + usage_chunk(context, id, created, completion, event, completion_tokens) +
-                "\n\n";
+        data += "data: " + usage_chunk(context, id, created, completion, usage) + "\n\n";
       }
       if (num_open == 0) data += "data: [DONE]\n\n";
     }
@@ -476,6 +575,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   }
   stop_watching();
   if (!alive || g->client_gone || g->output.over()) {
+    entry.client_gone = true;
     cancel_all(engine, *g);
     g->channel->close();
     co_return false;

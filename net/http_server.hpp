@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "text/chat_template.hpp"
 #include "troupe/engine.hpp"
@@ -16,6 +17,14 @@ class Metrics;
 }
 
 namespace troupe::net {
+
+// Which cross-origin requests browsers may make (net/cors.hpp); vLLM's defaults: all.
+struct CorsConfig {
+  std::vector<std::string> allowed_origins{"*"};
+  std::vector<std::string> allowed_methods{"*"};
+  std::vector<std::string> allowed_headers{"*"};
+  bool allow_credentials = false;
+};
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
@@ -45,6 +54,10 @@ struct ServerConfig {
   int num_threads = 1;  // I/O threads (each connection keeps to one strand)
   // Threads that parse and tokenize request bodies, off the I/O threads.
   int num_tokenizer_threads = 2;
+  CorsConfig cors;
+  // One line per request in the log (route, status, tokens, times, client); the log's
+  // level must be info or lower for it to show.
+  bool access_log = true;
   // Served at GET /metrics (with the HTTP counts added); 404 there when null.
   std::shared_ptr<monitoring::Metrics> metrics;
 };

@@ -123,20 +123,74 @@ tl::expected<json::object, ApiError> parse_object(std::string_view body) {
     return tl::unexpected(std::move(TROUPE_TRY_CAT(api_, __LINE__)).error()); \
   lhs = std::move(*TROUPE_TRY_CAT(api_, __LINE__))
 
-json::object logprobs_json(const text::Tokenizer& tokenizer,
-                           const std::vector<TokenEvent>& events) {
-  json::array tokens, token_logprobs, top;
-  for (const auto& e : events) {
-    tokens.emplace_back(text::to_valid_utf8(tokenizer.piece(e.token)));
-    token_logprobs.emplace_back(e.logprob);
-    json::object entries;
-    for (const auto& t : e.top_logprobs)
-      entries[text::to_valid_utf8(tokenizer.piece(t.id))] = t.logprob;
+// The legacy completions shape: tokens, token_logprobs, top_logprobs (the sampled token
+// always among them, as OpenAI's: logprobs 0 gives it alone) and text_offset (bytes from
+// the choice's start). With `prompt`, the echoed prompt's tokens come first: its first
+// token has no context, so null logprobs, as OpenAI's.
+json::object logprobs_json(const text::Tokenizer& tokenizer, const std::vector<TokenEvent>& events,
+                           std::size_t offset = 0, const std::vector<TokenId>* prompt = nullptr,
+                           const std::vector<PromptLogprob>* prompt_logprobs = nullptr) {
+  json::array tokens, token_logprobs, top, offsets;
+  auto add = [&](TokenId token, json::value logprob, json::value entries) {
+    const std::string piece = text::to_valid_utf8(tokenizer.piece(token));
+    offsets.emplace_back(offset);
+    offset += piece.size();
+    tokens.emplace_back(piece);
+    token_logprobs.emplace_back(std::move(logprob));
     top.emplace_back(std::move(entries));
+  };
+  auto top_entries = [&](TokenId token, float logprob, const std::vector<TokenLogprobEntry>& list) {
+    json::object entries;
+    for (const auto& t : list) entries[text::to_valid_utf8(tokenizer.piece(t.id))] = t.logprob;
+    const std::string own = text::to_valid_utf8(tokenizer.piece(token));
+    if (!entries.contains(own)) entries[own] = logprob;
+    return entries;
+  };
+  if (prompt != nullptr) {
+    for (std::size_t i = 0; i < prompt->size(); ++i) {
+      const PromptLogprob* entry =
+          i > 0 && prompt_logprobs != nullptr && i - 1 < prompt_logprobs->size()
+              ? &(*prompt_logprobs)[i - 1]
+              : nullptr;
+      if (entry == nullptr) {
+        add((*prompt)[i], nullptr, nullptr);
+      } else {
+        add((*prompt)[i], entry->logprob,
+            top_entries(entry->token, entry->logprob, entry->top_logprobs));
+      }
+    }
+  }
+  for (const auto& e : events) {
+    add(e.token, e.logprob, top_entries(e.token, e.logprob, e.top_logprobs));
   }
   return json::object{{"tokens", std::move(tokens)},
                       {"token_logprobs", std::move(token_logprobs)},
-                      {"top_logprobs", std::move(top)}};
+                      {"top_logprobs", std::move(top)},
+                      {"text_offset", std::move(offsets)}};
+}
+
+// vLLM's prompt_logprobs: null for the first token, then for each position a map from
+// token id to {logprob, rank, decoded_token}: the prompt's own token and the top ones.
+json::array prompt_logprobs_json(const text::Tokenizer& tokenizer,
+                                 const std::vector<PromptLogprob>& entries) {
+  json::array out;
+  out.emplace_back(nullptr);
+  for (const PromptLogprob& e : entries) {
+    json::object position;
+    auto put = [&](TokenId id, float logprob, std::int32_t rank) {
+      position[std::to_string(id)] =
+          json::object{{"logprob", logprob},
+                       {"rank", rank},
+                       {"decoded_token", text::to_valid_utf8(tokenizer.piece(id))}};
+    };
+    put(e.token, e.logprob, e.rank);
+    for (std::size_t r = 0; r < e.top_logprobs.size(); ++r) {
+      const auto& t = e.top_logprobs[r];
+      if (t.id != e.token) put(t.id, t.logprob, static_cast<std::int32_t>(r + 1));
+    }
+    out.emplace_back(std::move(position));
+  }
+  return out;
 }
 
 // Chat's shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
@@ -160,12 +214,12 @@ json::object chat_logprobs_json(const text::Tokenizer& tokenizer,
   return json::object{{"content", std::move(content)}};
 }
 
-json::object usage_json(const TokenEvent& end, std::int32_t completion_tokens) {
+json::object usage_json(const Usage& usage) {
   return json::object{
-      {"prompt_tokens", end.num_prompt_tokens},
-      {"completion_tokens", completion_tokens},
-      {"total_tokens", end.num_prompt_tokens + completion_tokens},
-      {"prompt_tokens_details", json::object{{"cached_tokens", end.num_cached_tokens}}}};
+      {"prompt_tokens", usage.prompt_tokens},
+      {"completion_tokens", usage.completion_tokens},
+      {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+      {"prompt_tokens_details", json::object{{"cached_tokens", usage.cached_tokens}}}};
 }
 
 // What every completion object and stream chunk opens with, in OpenAI's order; a caller
@@ -240,7 +294,7 @@ tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext
 // Every field a request may carry: what troupe reads, and the accepted no-ops (user, an
 // end-user id; store, metadata and service_tier, OpenAI's storage and tiers, which mean
 // nothing here; guided_decoding_backend, vLLM's choice of engine: there is one). Any field
-// may also be null, and best_of 1, echo false and an empty logit_bias are accepted.
+// may also be null.
 constexpr std::string_view kCommonFields[] = {"model",
                                               "max_tokens",
                                               "temperature",
@@ -259,6 +313,8 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "stop",
                                               "stop_token_ids",
                                               "logprobs",
+                                              "prompt_logprobs",
+                                              "logit_bias",
                                               "response_format",
                                               "structured_outputs",
                                               "guided_json",
@@ -272,7 +328,7 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "metadata",
                                               "service_tier",
                                               "guided_decoding_backend"};
-constexpr std::string_view kCompletionFields[] = {"prompt"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "best_of", "suffix"};
 constexpr std::string_view kChatFields[] = {
     "messages",    "max_completion_tokens", "top_logprobs",         "tools",
     "tool_choice", "parallel_tool_calls",   "chat_template_kwargs", "add_generation_prompt"};
@@ -289,19 +345,61 @@ tl::expected<void, ApiError> check_fields(const json::object& o, bool chat, bool
         (socket && among(key, kSocketFields))) {
       continue;
     }
-    // Unset (null), or set to what leaving it out means: clients that send every field
-    // with its default (best_of 1, echo false, an empty logit_bias) ask nothing of it.
-    if (value.is_null() || (key == "best_of" && value.is_int64() && value.get_int64() == 1) ||
-        (key == "echo" && value.is_bool() && !value.get_bool()) ||
-        (key == "logit_bias" && value.is_object() && value.get_object().empty())) {
-      continue;
-    }
+    // Unset (null): clients that send every field with its default ask nothing of it.
+    if (value.is_null()) continue;
     return tl::unexpected(
         bad_request("Unrecognized request argument supplied: " + std::string(key) +
                         (chat ? " (chat completions)" : " (completions)"),
                     std::string(key)));
   }
   return {};
+}
+
+// As vLLM's --max-logprobs: the most top entries a token's logprobs may ask for.
+constexpr Wide kMostLogprobs = 20;
+// A batch of prompts, and the sequences one request may run (prompts x best_of).
+constexpr std::size_t kMostPrompts = 64;
+constexpr std::int32_t kMostSequences = 64;
+
+// {"token id": bias}: a bias in [-100, 100] added to the token's logit before sampling
+// (-100 bans it, 100 all but forces it), as OpenAI's.
+tl::expected<std::vector<std::pair<TokenId, float>>, ApiError> logit_bias(const json::object& o,
+                                                                          std::size_t vocab_size) {
+  std::vector<std::pair<TokenId, float>> biases;
+  const auto* field = o.if_contains("logit_bias");
+  if (field == nullptr || field->is_null()) return biases;
+  if (!field->is_object()) {
+    return tl::unexpected(bad_request("'logit_bias' must map token ids to numbers", "logit_bias"));
+  }
+  for (const auto& [key, value] : field->get_object()) {
+    TokenId id = kNoToken;
+    const std::string text(key);
+    std::size_t used = 0;
+    try {
+      const long long parsed = std::stoll(text, &used);
+      if (used == text.size() && parsed >= 0 && static_cast<std::uint64_t>(parsed) < vocab_size) {
+        id = static_cast<TokenId>(parsed);
+      }
+    } catch (const std::exception&) {
+    }
+    if (id == kNoToken) {
+      return tl::unexpected(bad_request("'logit_bias' key '" + text +
+                                            "' is not a token id of the vocabulary of " +
+                                            std::to_string(vocab_size),
+                                        "logit_bias"));
+    }
+    if (!value.is_number()) {
+      return tl::unexpected(bad_request("'logit_bias' values must be numbers", "logit_bias"));
+    }
+    const double bias = value.to_number<double>();
+    if (!(bias >= -100.0 && bias <= 100.0)) {
+      return tl::unexpected(
+          bad_request("'logit_bias' values must be within [-100, 100]", "logit_bias"));
+    }
+    biases.emplace_back(id, static_cast<float>(bias));
+  }
+  std::sort(biases.begin(), biases.end());
+  return biases;
 }
 
 // The sampling, stop and streaming fields both endpoints share; r.generate.prompt is set.
@@ -337,8 +435,12 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
   } else {
     TROUPE_API_TRY(logprobs, integer_in(o, "logprobs", 0, kInt32Max));
   }
+  TROUPE_API_TRY(const auto prompt_logprobs, integer_in(o, "prompt_logprobs", 0, kMostLogprobs));
   if (n) r.n = static_cast<std::int32_t>(*n);
-  const auto num_prompt = static_cast<Wide>(r.generate.prompt.size());
+  // The longest prompt of a batch is the one that must fit.
+  std::size_t longest = r.generate.prompt.size();
+  for (const auto& prompt : r.prompts) longest = std::max(longest, prompt.size());
+  const auto num_prompt = static_cast<Wide>(longest);
   const std::int32_t limit = context.max_model_len;
   Wide wanted = p.max_tokens;
   if (max_tokens) {
@@ -372,7 +474,17 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
     r.want_logprobs = true;
   }
   if (ignore_eos) p.ignore_eos = *ignore_eos;
+  if (prompt_logprobs) {
+    p.prompt_logprobs = static_cast<std::int32_t>(*prompt_logprobs);
+    r.want_prompt_logprobs = true;
+  }
+  TROUPE_API_TRY(p.logit_bias, logit_bias(o, tokenizer.size()));
   r.stream = stream.value_or(false);
+  if (r.stream && r.want_prompt_logprobs) {
+    return tl::unexpected(bad_request(
+        "'prompt_logprobs' is not streamed: ask without 'stream' (or use echo with logprobs)",
+        "prompt_logprobs"));
+  }
   if (const auto* stop = o.if_contains("stop"); stop != nullptr && !stop->is_null()) {
     if (stop->is_string()) {
       r.generate.stop.emplace_back(stop->get_string());
@@ -428,31 +540,99 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
   const auto& tokenizer = *context.tokenizer;
   const auto* prompt = o.if_contains("prompt");
   if (prompt == nullptr) return tl::unexpected(bad_request("'prompt' is required", "prompt"));
-  if (prompt->is_string()) {
-    if (auto fits = check_prompt_bytes(prompt->get_string().size(), context); !fits) {
-      return tl::unexpected(fits.error());
-    }
-    r.generate.prompt = tokenizer.encode(std::string(prompt->get_string()), /*add_special=*/true);
-  } else if (prompt->is_array() && !prompt->as_array().empty() &&
-             (prompt->as_array()[0].is_int64() || prompt->as_array()[0].is_uint64())) {
-    TROUPE_API_TRY(r.generate.prompt, token_array(*prompt, "prompt", tokenizer.size()));
-  } else if (prompt->is_array() && prompt->as_array().size() == 1 &&
-             prompt->as_array()[0].is_string()) {
-    const auto& text = prompt->as_array()[0].get_string();
-    if (auto fits = check_prompt_bytes(text.size(), context); !fits) {
-      return tl::unexpected(fits.error());
-    }
-    r.generate.prompt = tokenizer.encode(std::string(text), true);
+  auto is_id = [](const json::value& v) { return v.is_int64() || v.is_uint64(); };
+  // One prompt (a text, or token ids) or a batch (texts, or lists of token ids).
+  std::vector<const json::value*> items;
+  if (prompt->is_string() ||
+      (prompt->is_array() && !prompt->as_array().empty() && is_id(prompt->as_array()[0]))) {
+    items.push_back(prompt);
+  } else if (prompt->is_array() && !prompt->as_array().empty()) {
+    for (const auto& item : prompt->as_array()) items.push_back(&item);
   } else {
-    return tl::unexpected(
-        bad_request("'prompt' must be a string or an array of token ids (batches of "
-                    "prompts are not supported yet)",
-                    "prompt"));
+    return tl::unexpected(bad_request(
+        "'prompt' must be a string, an array of token ids, or an array of either", "prompt"));
   }
-  if (r.generate.prompt.empty())
-    return tl::unexpected(bad_request("the prompt is empty", "prompt"));
-  r.generate.params.max_tokens = 16;  // OpenAI's default for completions
+  if (items.size() > kMostPrompts) {
+    return tl::unexpected(bad_request("at most " + std::to_string(kMostPrompts) +
+                                          " prompts in one request, not " +
+                                          std::to_string(items.size()),
+                                      "prompt"));
+  }
+  const auto* suffix = o.if_contains("suffix");
+  const bool fill_in = suffix != nullptr && !suffix->is_null() &&
+                       !(suffix->is_string() && suffix->get_string().empty());
+  const auto& vocab = tokenizer.vocabulary();
+  if (fill_in && !suffix->is_string()) {
+    return tl::unexpected(bad_request("'suffix' must be a string", "suffix"));
+  }
+  if (fill_in && !vocab.has_fill_in_the_middle()) {
+    return tl::unexpected(bad_request(
+        "'suffix' needs a model with fill-in-the-middle tokens, and this one has none", "suffix"));
+  }
+  TROUPE_API_TRY(const auto echo, boolean(o, "echo"));
+  r.echo = echo.value_or(false);
+  for (const json::value* item : items) {
+    std::vector<TokenId> ids;
+    std::string text;
+    if (item->is_string()) {
+      text = std::string(item->get_string());
+      if (auto fits = check_prompt_bytes(text.size(), context); !fits) {
+        return tl::unexpected(fits.error());
+      }
+      ids = tokenizer.encode(text, /*add_special=*/!fill_in);
+    } else if (item->is_array() && !item->as_array().empty() && is_id(item->as_array()[0])) {
+      TROUPE_API_TRY(ids, token_array(*item, "prompt", tokenizer.size()));
+      if (r.echo) text = tokenizer.decode(ids);
+    } else {
+      return tl::unexpected(bad_request(
+          "each prompt of a batch must be a string or a non-empty array of token ids", "prompt"));
+    }
+    if (fill_in) {
+      // Prefix, suffix, middle (llama.cpp's /infill order): the model writes the middle.
+      std::vector<TokenId> framed;
+      if (vocab.add_bos && vocab.bos != kNoToken) framed.push_back(vocab.bos);
+      framed.push_back(vocab.fim_pre);
+      framed.insert(framed.end(), ids.begin(), ids.end());
+      framed.push_back(vocab.fim_suf);
+      const auto tail = tokenizer.encode(std::string(suffix->get_string()), false);
+      framed.insert(framed.end(), tail.begin(), tail.end());
+      framed.push_back(vocab.fim_mid);
+      ids = std::move(framed);
+    }
+    if (ids.empty()) return tl::unexpected(bad_request("the prompt is empty", "prompt"));
+    r.prompts.push_back(std::move(ids));
+    r.prompt_texts.push_back(std::move(text));
+  }
+  r.generate.prompt = r.prompts.front();
+  if (r.prompts.size() == 1) r.prompts.clear();  // one prompt: generate.prompt alone
+  r.generate.params.max_tokens = 16;             // OpenAI's default for completions
   if (auto common = parse_common(o, context, r); !common) return tl::unexpected(common.error());
+  TROUPE_API_TRY(const auto best_of, integer_in(o, "best_of", 1, 16));
+  r.best_of = static_cast<std::int32_t>(best_of.value_or(r.n));
+  if (r.best_of < r.n) {
+    return tl::unexpected(bad_request("'best_of' (" + std::to_string(r.best_of) +
+                                          ") must be at least 'n' (" + std::to_string(r.n) + ")",
+                                      "best_of"));
+  }
+  if (r.best_of > r.n && r.stream) {
+    return tl::unexpected(
+        bad_request("'best_of' greater than 'n' cannot be streamed: its choices are picked "
+                    "once every candidate has ended",
+                    "best_of"));
+  }
+  if (r.num_prompts() * r.best_of > kMostSequences) {
+    return tl::unexpected(bad_request("a request may run at most " +
+                                          std::to_string(kMostSequences) +
+                                          " sequences: prompts x best_of (or n) is " +
+                                          std::to_string(r.num_prompts() * r.best_of),
+                                      r.prompts.empty() ? "best_of" : "prompt"));
+  }
+  // The prompt's own logprobs, returned before the output's, need the prompt positions.
+  if (r.echo && r.want_logprobs && !r.generate.params.prompt_logprobs) {
+    r.generate.params.prompt_logprobs = r.generate.params.logprobs;
+  }
+  // Candidates are ranked by their tokens' log-probabilities.
+  if (r.best_of > r.n && !r.generate.params.logprobs) r.generate.params.logprobs = 0;
   return r;
 }
 
@@ -534,10 +714,16 @@ std::string completion_response(const ApiContext& context, const std::string& id
                                 std::int64_t created, const CompletionRequest& request,
                                 const std::vector<CompletionOutput>& outputs) {
   json::array choices;
-  std::int32_t completion_tokens = 0;
+  Usage usage;
+  std::vector<bool> counted(static_cast<std::size_t>(request.num_prompts()), false);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const CompletionOutput& output = outputs[i];
-    completion_tokens += output.end.num_generated_tokens;
+    usage.completion_tokens += output.end.num_generated_tokens;
+    if (output.prompt_index < counted.size() && !counted[output.prompt_index]) {
+      counted[output.prompt_index] = true;
+      usage.prompt_tokens += output.end.num_prompt_tokens;
+      usage.cached_tokens += output.end.num_cached_tokens;
+    }
     json::object choice{{"index", i}};
     bool called = false;
     if (request.chat && request.tools.reads_calls()) {
@@ -558,6 +744,15 @@ std::string completion_response(const ApiContext& context, const std::string& id
       choice["logprobs"] = request.want_logprobs
                                ? json::value(chat_logprobs_json(*context.tokenizer, output.tokens))
                                : json::value(nullptr);
+    } else if (request.echo) {
+      const auto& prompt =
+          request.prompts.empty() ? request.generate.prompt : request.prompts[output.prompt_index];
+      const std::string& prompt_text = request.prompt_texts[output.prompt_index];
+      choice["text"] = text::to_valid_utf8(prompt_text + output.text);
+      choice["logprobs"] = request.want_logprobs
+                               ? json::value(logprobs_json(*context.tokenizer, output.tokens, 0,
+                                                           &prompt, &output.prompt_logprobs))
+                               : json::value(nullptr);
     } else {
       choice["text"] = text::to_valid_utf8(output.text);
       choice["logprobs"] = request.want_logprobs
@@ -565,12 +760,20 @@ std::string completion_response(const ApiContext& context, const std::string& id
                                : json::value(nullptr);
     }
     choice["finish_reason"] = std::string(openai_finish_reason(output.end.finish_reason, called));
+    // vLLM's: a completion's choice carries its prompt's; a chat's come once, below.
+    if (request.want_prompt_logprobs && !request.chat) {
+      choice["prompt_logprobs"] = prompt_logprobs_json(*context.tokenizer, output.prompt_logprobs);
+    }
     choices.emplace_back(std::move(choice));
   }
   json::object response =
       envelope(context, id, created, request.chat ? "chat.completion" : "text_completion",
                std::move(choices));
-  response["usage"] = usage_json(outputs.front().end, completion_tokens);
+  response["usage"] = usage_json(usage);
+  if (request.want_prompt_logprobs && request.chat && !outputs.empty()) {
+    response["prompt_logprobs"] =
+        prompt_logprobs_json(*context.tokenizer, outputs.front().prompt_logprobs);
+  }
   return json::serialize(response);
 }
 
@@ -623,11 +826,43 @@ std::string chat_role_chunk(const ApiContext& context, const std::string& id, st
 }
 
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                        const CompletionRequest& request, const TokenEvent& end,
-                        std::int32_t completion_tokens) {
+                        const CompletionRequest& request, const Usage& usage) {
   json::object chunk = envelope(context, id, created, chunk_object(request.chat), json::array{});
-  chunk["usage"] = usage_json(end, completion_tokens);
+  chunk["usage"] = usage_json(usage);
   return json::serialize(chunk);
+}
+
+std::string echo_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                       const CompletionRequest& request, std::size_t prompt_index,
+                       const std::vector<PromptLogprob>& prompt_logprobs, int index) {
+  const auto& prompt =
+      request.prompts.empty() ? request.generate.prompt : request.prompts[prompt_index];
+  json::object choice{{"index", index},
+                      {"text", text::to_valid_utf8(request.prompt_texts[prompt_index])}};
+  choice["logprobs"] =
+      request.want_logprobs
+          ? json::value(logprobs_json(*context.tokenizer, {}, 0, &prompt, &prompt_logprobs))
+          : json::value(nullptr);
+  choice["finish_reason"] = nullptr;
+  return json::serialize(
+      envelope(context, id, created, chunk_object(false), json::array{std::move(choice)}));
+}
+
+std::vector<CompletionOutput> best_choices(const CompletionRequest& request,
+                                           std::vector<CompletionOutput> outputs) {
+  const auto per_prompt = static_cast<std::size_t>(std::max(request.best_of, request.n));
+  const auto n = static_cast<std::size_t>(request.n);
+  if (per_prompt == n) return outputs;
+  std::vector<CompletionOutput> chosen;
+  for (std::size_t first = 0; first + per_prompt <= outputs.size(); first += per_prompt) {
+    std::vector<std::size_t> order(per_prompt);
+    for (std::size_t i = 0; i < per_prompt; ++i) order[i] = first + i;
+    std::stable_sort(order.begin(), order.end(), [&outputs](std::size_t a, std::size_t b) {
+      return outputs[a].cumulative_logprob > outputs[b].cumulative_logprob;
+    });
+    for (std::size_t i = 0; i < n; ++i) chosen.push_back(std::move(outputs[order[i]]));
+  }
+  return chosen;
 }
 
 tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
@@ -656,6 +891,18 @@ tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::stri
   auto request = o.contains("messages") ? chat_request(o, context, /*socket=*/true)
                                         : completion_request(o, context, /*socket=*/true);
   if (!request) return fail(m.id, request.error());
+  // A socket's generate is one stream of one sequence's events (docs/websocket.md).
+  const CompletionRequest& r = *request;
+  if (r.num_prompts() > 1 || r.best_of > r.n || r.echo || r.want_prompt_logprobs) {
+    const char* param = r.num_prompts() > 1 ? "prompt"
+                        : r.best_of > r.n   ? "best_of"
+                        : r.echo            ? "echo"
+                                            : "prompt_logprobs";
+    return fail(m.id, bad_request(std::string("'") + param +
+                                      "' is not supported on the socket: one prompt, one "
+                                      "sequence per generate (send several generates)",
+                                  param));
+  }
   m.request = std::move(*request);
   return m;
 }
@@ -681,7 +928,8 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
   }
   if (event.finished) {
     o["finish_reason"] = std::string(openai_finish_reason(event.finish_reason));
-    o["usage"] = usage_json(event, event.num_generated_tokens);
+    o["usage"] = usage_json(
+        Usage{event.num_prompt_tokens, event.num_cached_tokens, event.num_generated_tokens});
   }
   return json::serialize(o);
 }
@@ -691,16 +939,31 @@ std::string websocket_error(std::string_view id, const ApiError& error) {
       {"type", "error"}, {"id", text::to_valid_utf8(id)}, {"error", error_fields(error)}});
 }
 
+namespace {
+json::object model_object(const ApiContext& context) {
+  return json::object{{"id", context.served_model_name},
+                      {"object", "model"},
+                      {"created", 0},
+                      {"owned_by", "troupe"},
+                      {"root", context.served_model_name},
+                      {"max_model_len", context.max_model_len},
+                      // troupe's own: what a benchmark client needs to draw token ids.
+                      {"vocab_size", context.tokenizer ? context.tokenizer->size() : 0}};
+}
+}  // namespace
+
 std::string models_response(const ApiContext& context) {
-  json::object model{{"id", context.served_model_name},
-                     {"object", "model"},
-                     {"created", 0},
-                     {"owned_by", "troupe"},
-                     {"root", context.served_model_name},
-                     {"max_model_len", context.max_model_len},
-                     // troupe's own: what a benchmark client needs to draw token ids.
-                     {"vocab_size", context.tokenizer ? context.tokenizer->size() : 0}};
-  return json::serialize(json::object{{"object", "list"}, {"data", json::array{std::move(model)}}});
+  return json::serialize(
+      json::object{{"object", "list"}, {"data", json::array{model_object(context)}}});
+}
+
+tl::expected<std::string, ApiError> model_response(const ApiContext& context,
+                                                   std::string_view model) {
+  if (model != context.served_model_name) {
+    return tl::unexpected(ApiError{404, "The model '" + std::string(model) + "' does not exist.",
+                                   "NotFoundError", "model"});
+  }
+  return json::serialize(model_object(context));
 }
 
 tl::expected<std::string, ApiError> tokenize_response(std::string_view body,

@@ -35,6 +35,21 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool want_logprobs = false;
   ToolRequest tools;  // chat: its tools and tool_choice
+  // Completions: every prompt of a batch ("prompt" as a list of strings or of token
+  // lists), the first also in generate.prompt. Choices are prompt-major: choice
+  // prompt * n + i is the i-th of prompt `prompt`.
+  std::vector<std::vector<TokenId>> prompts;
+  bool echo = false;  // each choice opens with its prompt (and its logprobs when asked)
+  // echo: each prompt's text as the client gave it (a token prompt's, detokenized).
+  std::vector<std::string> prompt_texts;
+  // Candidates run per prompt; the n with the highest cumulative log-probability are
+  // returned (best_of > n is never streamed).
+  std::int32_t best_of = 1;
+  bool want_prompt_logprobs = false;  // vLLM's prompt_logprobs: returned with each choice
+
+  std::int32_t num_prompts() const {
+    return prompts.empty() ? 1 : static_cast<std::int32_t>(prompts.size());
+  }
 };
 
 // What parsing needs of the served model; no engine, so that the parsers run (and are
@@ -70,9 +85,25 @@ struct CompletionOutput {
   std::string text;
   std::vector<TokenEvent> tokens;  // with logprobs when asked
   TokenEvent end;
+  std::size_t prompt_index = 0;                // which prompt of the request it continues
+  double cumulative_logprob = 0.0;             // of its tokens (best_of ranks by it)
+  std::vector<PromptLogprob> prompt_logprobs;  // when asked (prompt_logprobs, echo)
 };
 
-// One choice per output, in order (choice i is outputs[i]).
+// What a request's choices cost: the prompts once each, every choice's output.
+struct Usage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;
+  std::int64_t completion_tokens = 0;
+};
+// The n choices of each prompt among its best_of candidates (`outputs` prompt-major,
+// best_of per prompt): the highest cumulative log-probabilities, in that order (the
+// earlier candidate on a tie); all of them, in order, when best_of is n.
+std::vector<CompletionOutput> best_choices(const CompletionRequest& request,
+                                           std::vector<CompletionOutput> outputs);
+
+// One choice per output, in order (choice i is outputs[i]); with echo, each opens with
+// its prompt.
 std::string completion_response(const ApiContext& context, const std::string& id,
                                 std::int64_t created, const CompletionRequest& request,
                                 const std::vector<CompletionOutput>& outputs);
@@ -91,10 +122,17 @@ std::string chat_role_chunk(const ApiContext& context, const std::string& id, st
 // The last chunk when stream_options.include_usage asks for it.
 // `completion_tokens` sums over the choices; the prompt counts once.
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                        const CompletionRequest& request, const TokenEvent& end,
-                        std::int32_t completion_tokens);
+                        const CompletionRequest& request, const Usage& usage);
+// A streamed completion's echo: choice `index` opens with its prompt's text (and the
+// prompt's logprobs when asked), before its first token.
+std::string echo_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                       const CompletionRequest& request, std::size_t prompt_index,
+                       const std::vector<PromptLogprob>& prompt_logprobs, int index);
 
 std::string models_response(const ApiContext& context);
+// GET /v1/models/{model}: the served model's object, or 404 for any other name.
+tl::expected<std::string, ApiError> model_response(const ApiContext& context,
+                                                   std::string_view model);
 tl::expected<std::string, ApiError> tokenize_response(std::string_view body,
                                                       const ApiContext& context);
 tl::expected<std::string, ApiError> detokenize_response(std::string_view body,

@@ -10,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -97,6 +98,27 @@ asio::awaitable<T> run_on(asio::thread_pool& pool, std::function<T()> work) {
 
 struct WsConnection;
 
+// What one HTTP request was and what became of it: its line in the access log.
+struct AccessEntry {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  int status = 0;
+  std::string request_id;           // a generation's (cmpl-N, chatcmpl-N)
+  std::int64_t prompt_tokens = -1;  // -1: not a generation, or refused before tokenizing
+  std::int64_t output_tokens = -1;
+  std::optional<double> ttft_seconds;
+  std::string finish_reason;  // the choices' reasons, "," between different ones
+  bool client_gone = false;   // the client left before its answer was complete
+
+  void first_token() {
+    if (!ttft_seconds) {
+      ttft_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+  // A choice ended: its tokens and reason count.
+  void ended(const TokenEvent& end, std::string_view reason);
+};
+
 struct HttpServer::Impl {
   Impl(Engine& e, ServerConfig c);
 
@@ -121,12 +143,13 @@ struct HttpServer::Impl {
   // Reads one request into `parser` (answering Expect: 100-continue); the error it ended on.
   asio::awaitable<error_code> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
                                            RequestParser& parser);
-  asio::awaitable<bool> handle(beast::tcp_stream& stream, Request& request);
-  asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request);
+  asio::awaitable<bool> handle(beast::tcp_stream& stream, Request& request, AccessEntry& entry);
+  asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request,
+                                    AccessEntry& entry);
   // Answers with an error and counts it; false when the connection ends with it. The
   // error must be a named local of the caller: GCC 12 destroys temporaries in co_await twice.
   asio::awaitable<bool> refuse(beast::tcp_stream& stream, const Request& request,
-                               const ApiError& error);
+                               const ApiError& error, AccessEntry& entry);
   asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request);
   asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
   asio::awaitable<void> websocket_command(std::shared_ptr<WsConnection> connection,
@@ -134,11 +157,13 @@ struct HttpServer::Impl {
   void websocket_overflow(const std::shared_ptr<WsConnection>& connection);
 
   RouteContext route_context();
-  // Counts a response in troupe_http_requests_total.
-  void count(const Request& request, int status);
+  // Counts a response in troupe_http_requests_total and keeps its status for the log.
+  void count(const Request& request, int status, AccessEntry& entry);
+  // The request's line in the access log (info), when it is on.
+  void log_access(const Request& request, const AccessEntry& entry, std::string_view client) const;
   // A connection coroutine ended on an exception: that connection alone is gone.
   void on_session_exception(std::exception_ptr error);
-  // At most one line a second on stderr; the rest are counted and said with the next.
+  // At most one warning a second in the log; the rest are counted and said with the next.
   void warn(const std::string& message);
 };
 

@@ -9,6 +9,7 @@ packages=(
   libhwy-dev                             # CPU SIMD kernels
   libexpected-dev                        # troupe::Result
   libcli11-dev                           # command line
+  libspdlog-dev                          # the server log (monitoring/log)
   libcaf-dev                             # actors (CAF 0.17)
   libssl-dev                             # OpenSSL: the cluster's TLS (a CAF bug mended in actors/)
   libboost1.81-dev libboost-json1.81-dev # HTTP (Asio, Beast) and JSON

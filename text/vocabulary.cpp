@@ -1,6 +1,7 @@
 #include "text/vocabulary.hpp"
 
 #include <algorithm>
+#include <array>
 
 namespace troupe::text {
 
@@ -102,6 +103,27 @@ Result<Vocabulary> Vocabulary::from_gguf(const gguf::GgufFile& file) {
   TROUPE_TRY(vocab.eot, optional_token_id(file, "tokenizer.ggml.eot_token_id", n));
   TROUPE_TRY(vocab.unk, optional_token_id(file, "tokenizer.ggml.unknown_token_id", n));
   TROUPE_TRY(vocab.pad, optional_token_id(file, "tokenizer.ggml.padding_token_id", n));
+  // Fill-in-the-middle markers: llama.cpp's keys (and their older names), else the
+  // tokens' names in the code models that have them.
+  TROUPE_TRY(vocab.fim_pre, optional_token_id(file, "tokenizer.ggml.fim_pre_token_id", n));
+  TROUPE_TRY(vocab.fim_suf, optional_token_id(file, "tokenizer.ggml.fim_suf_token_id", n));
+  TROUPE_TRY(vocab.fim_mid, optional_token_id(file, "tokenizer.ggml.fim_mid_token_id", n));
+  if (vocab.fim_pre == kNoToken) {
+    TROUPE_TRY(vocab.fim_pre, optional_token_id(file, "tokenizer.ggml.prefix_token_id", n));
+    TROUPE_TRY(vocab.fim_suf, optional_token_id(file, "tokenizer.ggml.suffix_token_id", n));
+    TROUPE_TRY(vocab.fim_mid, optional_token_id(file, "tokenizer.ggml.middle_token_id", n));
+  }
+  for (const auto& [pre, suf, mid] :
+       {std::array<const char*, 3>{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+        std::array<const char*, 3>{"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+        std::array<const char*, 3>{"<fim-prefix>", "<fim-suffix>", "<fim-middle>"},
+        std::array<const char*, 3>{"<PRE>", "<SUF>", "<MID>"}}) {
+    if (vocab.has_fill_in_the_middle()) break;
+    vocab.fim_pre = vocab.find(pre);
+    vocab.fim_suf = vocab.find(suf);
+    vocab.fim_mid = vocab.find(mid);
+  }
+  if (!vocab.has_fill_in_the_middle()) vocab.fim_pre = vocab.fim_suf = vocab.fim_mid = kNoToken;
   if (spm && file.find("tokenizer.ggml.bos_token_id") == nullptr && n > 2) vocab.bos = 1;
   if (spm && file.find("tokenizer.ggml.eos_token_id") == nullptr && n > 2) vocab.eos = 2;
   if (spm && file.find("tokenizer.ggml.unknown_token_id") == nullptr && n > 2) vocab.unk = 0;

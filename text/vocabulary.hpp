@@ -44,6 +44,10 @@ struct Vocabulary {
   TokenId eot = kNoToken;  // end of turn, where the model has one
   TokenId unk = kNoToken;
   TokenId pad = kNoToken;
+  // Fill-in-the-middle: prefix, suffix and middle markers (all three, or none usable).
+  TokenId fim_pre = kNoToken;
+  TokenId fim_suf = kNoToken;
+  TokenId fim_mid = kNoToken;
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = true;
@@ -57,6 +61,9 @@ struct Vocabulary {
     return it == token_ids.end() ? kNoToken : it->second;
   }
   bool is_end_of_generation(TokenId id) const;
+  bool has_fill_in_the_middle() const {
+    return fim_pre != kNoToken && fim_suf != kNoToken && fim_mid != kNoToken;
+  }
 };
 
 }  // namespace troupe::text

@@ -112,6 +112,8 @@ EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
     sum.num_steps += s.num_steps;
     sum.num_step_tokens += s.num_step_tokens;
     sum.num_step_sequences += s.num_step_sequences;
+    sum.num_prompt_tokens += s.num_prompt_tokens;
+    sum.num_generated_tokens += s.num_generated_tokens;
     sum.step_seconds += s.step_seconds;
     sum.num_decode_steps += s.num_decode_steps;
     sum.decode_step_seconds += s.decode_step_seconds;

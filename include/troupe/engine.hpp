@@ -162,10 +162,14 @@ struct EngineStats {
   std::int64_t num_steps = 0;
   std::int64_t num_step_tokens = 0;     // tokens run through the model
   std::int64_t num_step_sequences = 0;  // sum over steps of sequences in the step
-  double step_seconds = 0.0;            // in the worker (forward and sampling)
-  std::int64_t num_decode_steps = 0;    // steps that carried decodes only (no prefill)
-  double decode_step_seconds = 0.0;     // their time in the worker
-  double schedule_seconds = 0.0;        // in the scheduler's own logic
+  // Prompt tokens run through the model (prefill chunks; cached ones are not), and tokens
+  // sampled: what the log's prompt and generation throughput count.
+  std::int64_t num_prompt_tokens = 0;
+  std::int64_t num_generated_tokens = 0;
+  double step_seconds = 0.0;          // in the worker (forward and sampling)
+  std::int64_t num_decode_steps = 0;  // steps that carried decodes only (no prefill)
+  double decode_step_seconds = 0.0;   // their time in the worker
+  double schedule_seconds = 0.0;      // in the scheduler's own logic
   std::int64_t num_worker_restarts = 0;
   std::int64_t num_live_actors = 0;  // in the engine's actor system (request actors included)
   std::int32_t num_kv_blocks = 0;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "troupe/types.hpp"
@@ -34,6 +35,9 @@ struct SamplingParams {
   // A grammar the output must match, as GBNF text (net/ writes it from a JSON schema, a
   // regex, a choice or GBNF); empty: free. Its end ends the output even with ignore_eos.
   std::string grammar;
+  // OpenAI's logit_bias: (token, bias in [-100, 100]) added to the token's logit before
+  // penalties and sampling; sorted by token.
+  std::vector<std::pair<TokenId, float>> logit_bias;
 
   bool operator==(const SamplingParams&) const = default;
 };

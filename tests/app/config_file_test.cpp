@@ -1,0 +1,114 @@
+// --config FILE: YAML and JSON read into flags, the command line winning, and clear
+// errors for what is not a flag value.
+#include <CLI/CLI.hpp>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "app/config_file.hpp"
+
+using namespace troupe::app;
+
+namespace {
+
+struct Fixture {
+  CLI::App app{"test"};
+  CLI::App* serve = app.add_subcommand("serve", "");
+  int port = 8000;
+  std::string host = "127.0.0.1";
+  bool no_prefix = false;
+  std::vector<std::string> origins;
+  Fixture() {
+    serve->add_option("--port", port, "");
+    serve->add_option("--host", host, "");
+    serve->add_flag("--no-enable-prefix-caching", no_prefix, "");
+    serve->add_option("--allowed-origins", origins, "");
+    add_config_option(app);
+  }
+  std::filesystem::path write(const std::string& name, const std::string& text) {
+    const auto path = std::filesystem::temp_directory_path() / name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::vector<std::string> expand(std::vector<std::string> args) {
+    auto out = expand_config(app, std::move(args));
+    REQUIRE(out);
+    return *out;
+  }
+  std::string error(std::vector<std::string> args) {
+    auto out = expand_config(app, std::move(args));
+    REQUIRE_FALSE(out);
+    return out.error().message;
+  }
+};
+
+using Args = std::vector<std::string>;
+
+}  // namespace
+
+TEST_CASE("a YAML file's flags join the command line, which wins", "[app][config]") {
+  Fixture f;
+  const auto path = f.write("troupe-config-test.yaml",
+                            "# a comment\n"
+                            "port: 9000\n"
+                            "host: \"0.0.0.0\"  # trailing comment\n"
+                            "no_enable_prefix_caching: true\n"
+                            "allowed-origins:\n"
+                            "  - https://a.example\n"
+                            "  - 'https://b.example'\n");
+  CHECK(f.expand({"serve", "--config", path.string()}) ==
+        Args{"serve", "--port", "9000", "--host", "0.0.0.0", "--no-enable-prefix-caching",
+             "--allowed-origins", "https://a.example", "--allowed-origins", "https://b.example"});
+  // Given on the command line (either spelling): the file's value is left out.
+  CHECK(f.expand({"serve", "--port=1", "--config=" + path.string(), "--host", "h"}) ==
+        Args{"serve", "--no-enable-prefix-caching", "--allowed-origins", "https://a.example",
+             "--allowed-origins", "https://b.example", "--port=1", "--host", "h"});
+  // And CLI11 reads the result as a command line.
+  auto args = f.expand({"serve", "--config", path.string(), "--port", "7"});
+  std::reverse(args.begin(), args.end());
+  f.app.parse(args);
+  CHECK(f.port == 7);
+  CHECK(f.host == "0.0.0.0");
+  CHECK(f.no_prefix);
+  CHECK(f.origins == Args{"https://a.example", "https://b.example"});
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a JSON file is read too, lists and switches included", "[app][config]") {
+  Fixture f;
+  const auto path = f.write("troupe-config-test.json",
+                            R"({"port": 9001, "allowed_origins": ["https://a.example"],
+                                "no-enable-prefix-caching": false})");
+  CHECK(f.expand({"serve", "--config", path.string()}) ==
+        Args{"serve", "--port", "9001", "--allowed-origins", "https://a.example"});
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("what is not a flag value is refused, naming the file, line and flag", "[app][config]") {
+  Fixture f;
+  auto refused = [&f](const std::string& text) {
+    const auto path = f.write("troupe-config-bad.yaml", text);
+    const std::string message = f.error({"serve", "--config", path.string()});
+    std::filesystem::remove(path);
+    return message;
+  };
+  CHECK_THAT(
+      refused("port: 1\nmodell: x\n"),
+      Catch::Contains("line 2") && Catch::Contains("`modell` is not a flag of `troupe serve`"));
+  CHECK_THAT(refused("port:\n  nested: 1\n"), Catch::Contains("line 2: nested keys"));
+  CHECK_THAT(refused("port: [1, 2]\n"), Catch::Contains("--port takes one value"));
+  CHECK_THAT(refused("no-enable-prefix-caching: maybe\n"), Catch::Contains("is a switch"));
+  CHECK_THAT(refused("host: \"open\n"), Catch::Contains("closing quote"));
+  CHECK_THAT(refused("{\"port\": {\"a\": 1}}"), Catch::Contains("only strings, numbers"));
+  CHECK_THAT(refused("{\"port\": "), Catch::Contains("not valid JSON"));
+  CHECK_THAT(f.error({"serve", "--config", "/nonexistent/troupe.yaml"}),
+             Catch::Contains("cannot read the config file /nonexistent/troupe.yaml"));
+  CHECK_THAT(f.error({"serve", "--config"}), Catch::Contains("--config needs a file"));
+}
+
+TEST_CASE("without --config the command line is left as it is", "[app][config]") {
+  Fixture f;
+  CHECK(f.expand({"serve", "--port", "1"}) == Args{"serve", "--port", "1"});
+  CHECK(parse_config_text("# nothing but a comment\n").value().empty());
+}
