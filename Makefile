@@ -6,7 +6,7 @@ BUILD_FUZZ  ?= build-fuzz
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build run clients test test-unit test-sanitize test-fuzz fuzz format format-check bench clean
+.PHONY: all setup configure build install run clients test test-unit test-sanitize test-fuzz fuzz format format-check bench clean
 
 all: build
 
@@ -18,6 +18,13 @@ configure: setup
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Installs the binary, dashboards, docs and examples under PREFIX (bin/, share/troupe/,
+# share/doc/troupe/); DESTDIR stages the tree elsewhere for packaging.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: build
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Serves the OpenAI-compatible API on the built-in model (MODEL=path for another).
 MODEL ?=
