@@ -12,6 +12,7 @@ void add_bench_serve_command(CLI::App& bench) {
   struct Options {
     bench::ServeOptions run;
     std::string request_rate = "inf", output_json;
+    bool disable_progress = false;
   };
   auto opts = std::make_shared<Options>();
   auto& r = opts->run;
@@ -20,7 +21,8 @@ void add_bench_serve_command(CLI::App& bench) {
       "serve", "benchmark a running OpenAI-compatible server (like vllm bench serve)");
   cmd->add_option("--host", r.host, "server address");
   cmd->add_option("--port", r.port, "server port");
-  cmd->add_option("--model", r.model, "model name to send");
+  cmd->add_option("--model", r.model,
+                  "model name to send (default: the server's, from /v1/models)");
   cmd->add_option("--api-key", r.api_key, "bearer key");
   cmd->add_option("--dataset-name", "random (the only dataset)")->check(CLI::IsMember({"random"}));
   cmd->add_option("--num-prompts", w.num_prompts, "requests to send");
@@ -32,11 +34,15 @@ void add_bench_serve_command(CLI::App& bench) {
                   "requests/s (Poisson), or inf: all at once");
   cmd->add_option("--max-concurrency", r.max_concurrency, "most requests in flight (0: no limit)");
   cmd->add_option("--seed", w.seed, "dataset seed");
-  cmd->add_option("--vocab-size", w.vocab_size, "prompt token ids are drawn below this");
+  cmd->add_option("--vocab-size", w.vocab_size,
+                  "prompt token ids are drawn below this (default: the vocab_size the server "
+                  "reports in /v1/models, less the control tokens at its end)");
   cmd->add_option("--output-json,--result-filename", opts->output_json,
                   "also write the results here");
+  cmd->add_flag("--disable-tqdm", opts->disable_progress, "no progress on stderr");
   cmd->callback([opts] {
     auto& run = opts->run;
+    run.progress = !opts->disable_progress;
     if (opts->request_rate != "inf") {
       try {
         run.request_rate = std::stod(opts->request_rate);
@@ -49,10 +55,18 @@ void add_bench_serve_command(CLI::App& bench) {
       std::fprintf(stderr, "troupe bench serve: %s\n", result.error().message.c_str());
       throw CLI::RuntimeError(1);
     }
-    bench::print(run, *result);
+    std::fputs(bench::summary(run, *result).c_str(), stdout);
+    if (result->totals.failed > 0) {
+      std::fprintf(stderr, "troupe bench serve: %d of %d requests failed; the first: %s\n",
+                   result->totals.failed, run.workload.num_prompts, result->first_error.c_str());
+    }
     if (!opts->output_json.empty()) {
       std::ofstream out(opts->output_json);
       out << bench::to_json(run, *result);
+      if (!out.flush()) {
+        std::fprintf(stderr, "troupe bench serve: cannot write %s\n", opts->output_json.c_str());
+        throw CLI::RuntimeError(1);
+      }
     }
     if (result->totals.completed == 0) throw CLI::RuntimeError(1);
   });

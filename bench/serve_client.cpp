@@ -1,11 +1,16 @@
-// HTTP client coroutines on Boost.Beast: one per request, each timing the SSE
-// events of its stream as they arrive.
+// HTTP client coroutines on Boost.Beast: a few questions to the server first (its model, its
+// vocabulary), then one coroutine per request, each timing the SSE events of its stream as
+// they arrive.
 #include "bench/serve_client.hpp"
+
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <random>
 
@@ -20,6 +25,75 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+// Control tokens sit at a vocabulary's end (Llama-3 has 256 of them); past this many probes
+// the rest of the vocabulary is kept as it is.
+constexpr std::int32_t kMaxControlProbes = 1024;
+
+// Requests done of a run, on stderr: a redrawn bar on a terminal; elsewhere a line each time
+// another tenth is done, so that a log gets ten lines at most.
+class Progress {
+ public:
+  Progress(std::int32_t total, bool enabled)
+      : total_(total), enabled_(enabled && total > 0), tty_(::isatty(STDERR_FILENO) == 1) {
+    if (enabled_ && tty_) draw();
+  }
+
+  void add_one() {
+    ++done_;
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    if (tty_) {
+      // Redrawn at most ten times a second, and once at the end.
+      if (done_ == total_ || now - drawn_ >= std::chrono::milliseconds(100)) draw();
+      return;
+    }
+    const std::int32_t tenths = done_ * 10 / total_;
+    if (tenths > tenths_shown_) {
+      tenths_shown_ = tenths;
+      std::fprintf(stderr, "troupe bench serve: %3d%% (%d/%d requests, %.1f s)\n",
+                   done_ * 100 / total_, done_, total_, seconds(now));
+    }
+  }
+
+  void finish() {
+    if (enabled_ && tty_) std::fputc('\n', stderr);
+  }
+
+ private:
+  double seconds(Clock::time_point now) const {
+    return std::chrono::duration<double>(now - start_).count();
+  }
+
+  // tqdm's layout: " 45%|██████▊        | 45/100 [00:03<00:04, 12.30it/s]".
+  void draw() {
+    constexpr int kWidth = 30;
+    static const char* const kEighths[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
+    drawn_ = Clock::now();
+    const double elapsed = seconds(drawn_);
+    const int eighths = done_ * kWidth * 8 / total_;
+    std::string bar;
+    for (int i = 0; i < eighths / 8; ++i) bar += "█";
+    bar += kEighths[eighths % 8];
+    bar.append(static_cast<std::size_t>(kWidth - eighths / 8 - (eighths % 8 ? 1 : 0)), ' ');
+    const double rate = elapsed > 0 ? done_ / elapsed : 0.0;
+    const double left = rate > 0 ? (total_ - done_) / rate : 0.0;
+    std::fprintf(stderr, "\r%3d%%|%s| %d/%d [%s<%s, %.2fit/s]", done_ * 100 / total_, bar.c_str(),
+                 done_, total_, clock_text(elapsed).c_str(), clock_text(left).c_str(), rate);
+    std::fflush(stderr);
+  }
+
+  static std::string clock_text(double seconds) {
+    const auto s = static_cast<long>(seconds);
+    char text[32];
+    std::snprintf(text, sizeof text, "%02ld:%02ld", s / 60, s % 60);
+    return text;
+  }
+
+  std::int32_t total_;
+  bool enabled_, tty_;
+  std::int32_t done_ = 0, tenths_shown_ = 0;
+  Clock::time_point start_ = Clock::now(), drawn_;
+};
 
 struct Sample {
   bool ok = false;
@@ -33,15 +107,135 @@ struct Sample {
 struct Shared {
   const ServeOptions& options;
   std::vector<Sample> samples;
+  Progress& progress;
   std::int32_t in_flight = 0;
   std::unique_ptr<asio::steady_timer> slot_freed;  // wakes the dispatcher when a request ends
 };
 
-std::string request_body(const ServeOptions& o, const BenchRequest& request) {
+void set_common_fields(http::request<http::string_body>& req, const ServeOptions& o) {
+  req.set(http::field::host, o.host);
+  if (!o.api_key.empty()) req.set(http::field::authorization, "Bearer " + o.api_key);
+}
+
+// A whole (not streamed) answer to one of the questions asked before the run.
+struct Reply {
+  std::string error;  // empty when an HTTP answer came
+  unsigned status = 0;
+  std::string body;
+};
+
+asio::awaitable<Reply> fetch(const ServeOptions& o, http::verb verb, std::string target,
+                             std::string body) {
+  Reply reply;
+  auto executor = co_await asio::this_coro::executor;
+  tcp::resolver resolver(executor);
+  beast::tcp_stream stream(executor);
+  auto [rec, endpoints] =
+      co_await resolver.async_resolve(o.host, std::to_string(o.port), kUseTuple);
+  if (rec) {
+    reply.error = rec.message();
+    co_return reply;
+  }
+  stream.expires_after(std::chrono::seconds(30));
+  auto [cec, ep] = co_await stream.async_connect(endpoints, kUseTuple);
+  if (cec) {
+    reply.error = cec.message();
+    co_return reply;
+  }
+  http::request<http::string_body> req{verb, target, 11};
+  set_common_fields(req, o);
+  if (verb == http::verb::post) req.set(http::field::content_type, "application/json");
+  req.body() = std::move(body);
+  req.prepare_payload();
+  auto [wec, wn] = co_await http::async_write(stream, req, kUseTuple);
+  http::response<http::string_body> res;
+  beast::flat_buffer buffer;
+  auto [ec, n] = wec ? std::tuple(wec, std::size_t{0})
+                     : co_await http::async_read(stream, buffer, res, kUseTuple);
+  if (ec) {
+    reply.error = ec.message();
+  } else {
+    reply.status = res.result_int();
+    reply.body = std::move(res.body());
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  co_return reply;
+}
+
+Reply call(const ServeOptions& o, http::verb verb, std::string target, std::string body = {}) {
+  asio::io_context io;
+  Reply reply;
+  asio::co_spawn(io, fetch(o, verb, std::move(target), std::move(body)),
+                 [&reply](std::exception_ptr e, Reply r) {
+                   reply = std::move(r);
+                   if (e) reply.error = "the client failed";
+                 });
+  io.run();
+  return reply;
+}
+
+std::string server_name(const ServeOptions& o) {
+  return "http://" + o.host + ":" + std::to_string(o.port);
+}
+
+// The model and its bounds: from GET /v1/models, with the command line's overrides.
+Result<ServedModel> ask_served_model(const ServeOptions& o) {
+  const Reply reply = call(o, http::verb::get, "/v1/models");
+  if (!reply.error.empty()) {
+    return make_error(ErrorCode::unavailable,
+                      "cannot reach " + server_name(o) + " (" + reply.error + ")");
+  }
+  ServedModel model;
+  model.id = o.model;
+  model.vocab_size = o.workload.vocab_size;
+  if (reply.status != 200) {
+    // A server without /v1/models still works when the command line says everything.
+    if (!o.model.empty() && o.workload.vocab_size > 0) return model;
+    return make_error(ErrorCode::unavailable,
+                      "GET " + server_name(o) + "/v1/models answered HTTP " +
+                          std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
+  }
+  TROUPE_TRY(const ServedModel served, parse_served_model(reply.body, o.model));
+  model.id = served.id;
+  model.max_model_len = served.max_model_len;
+  if (model.vocab_size > 0) return model;  // --vocab-size overrides
+  if (served.vocab_size <= 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "the server at " + server_name(o) +
+                          " does not report its vocabulary size in /v1/models (vocab_size is "
+                          "troupe's own field: an older troupe or another server has none); "
+                          "pass --vocab-size");
+  }
+  model.vocab_size = served.vocab_size;
+  return model;
+}
+
+// Ids at the vocabulary's end that decode to no text are control tokens (<|eot_id|>, the
+// reserved ones), not prompt text: /detokenize tells them, one id at a time. A server without
+// /detokenize keeps its whole vocabulary.
+std::int32_t without_trailing_control_tokens(const ServeOptions& o, std::int32_t vocab_size) {
+  std::int32_t end = vocab_size;
+  for (std::int32_t probes = 0; end - 1 > kFirstPromptToken && probes < kMaxControlProbes;
+       ++probes) {
+    const Reply r =
+        call(o, http::verb::post, "/detokenize", "{\"tokens\":[" + std::to_string(end - 1) + "]}");
+    if (!r.error.empty() || r.status != 200) break;
+    boost::system::error_code ec;
+    const auto json = boost::json::parse(r.body, ec);
+    const auto* text = !ec && json.is_object() ? json.as_object().if_contains("prompt") : nullptr;
+    if (text == nullptr || !text->is_string() || !text->get_string().empty()) break;
+    --end;
+  }
+  return end;
+}
+
+std::string request_body(const std::string& model, const BenchRequest& request) {
   boost::json::object body;
-  body["model"] = o.model;
+  body["model"] = model;
   body["prompt"] = boost::json::array(request.prompt.begin(), request.prompt.end());
   body["max_tokens"] = request.output_len;
+  // As vLLM's client for the random dataset: every request generates exactly max_tokens.
   body["ignore_eos"] = true;
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
@@ -65,10 +259,8 @@ asio::awaitable<void> one_request(Shared& shared, std::size_t index, std::string
     s.error = "connect: " + rec.message();
   } else {
     http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
-    req.set(http::field::host, shared.options.host);
+    set_common_fields(req, shared.options);
     req.set(http::field::content_type, "application/json");
-    if (!shared.options.api_key.empty())
-      req.set(http::field::authorization, "Bearer " + shared.options.api_key);
     req.body() = std::move(body);
     req.prepare_payload();
     stream.expires_never();
@@ -114,6 +306,7 @@ asio::awaitable<void> one_request(Shared& shared, std::size_t index, std::string
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   }
   --shared.in_flight;
+  shared.progress.add_one();
   shared.slot_freed->cancel_one();
 }
 
@@ -138,7 +331,79 @@ asio::awaitable<void> dispatch(Shared& shared, std::vector<std::string> bodies) 
   }
 }
 
+// Python's str.format, as vLLM prints: "{:<40} {:<10}" and a title centred in 50 columns.
+__attribute__((format(printf, 2, 3))) void append(std::string& out, const char* format, ...) {
+  char line[256];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  out += line;
+}
+
+void append_title(std::string& out, const std::string& title, char fill) {
+  const std::size_t pad = title.size() < 50 ? 50 - title.size() : 0;
+  out += std::string(pad / 2, fill) + title + std::string(pad - pad / 2, fill) + "\n";
+}
+
+void append_metric(std::string& out, const char* header, const char* name, const Percentiles& p) {
+  append_title(out, header, '-');
+  append(out, "%-40s %-10.2f\n", ("Mean " + std::string(name) + " (ms):").c_str(), p.mean);
+  append(out, "%-40s %-10.2f\n", ("Median " + std::string(name) + " (ms):").c_str(), p.median);
+  append(out, "%-40s %-10.2f\n", ("P99 " + std::string(name) + " (ms):").c_str(), p.p99);
+}
+
 }  // namespace
+
+Result<ServedModel> parse_served_model(std::string_view models_json, std::string_view wanted) {
+  boost::system::error_code ec;
+  const auto json = boost::json::parse(models_json, ec);
+  const auto* data = !ec && json.is_object() ? json.as_object().if_contains("data") : nullptr;
+  if (data == nullptr || !data->is_array() || data->as_array().empty()) {
+    return make_error(ErrorCode::invalid_argument,
+                      "/v1/models lists no model: " + std::string(models_json.substr(0, 200)));
+  }
+  std::string served;
+  for (const auto& entry : data->as_array()) {
+    const auto* o = entry.if_object();
+    const auto* id = o ? o->if_contains("id") : nullptr;
+    if (id == nullptr || !id->is_string()) continue;
+    if (!wanted.empty() && id->get_string() != wanted) {
+      served += (served.empty() ? "'" : ", '") + std::string(id->get_string()) + "'";
+      continue;
+    }
+    ServedModel model;
+    model.id = std::string(id->get_string());
+    // A number that is not a positive 32-bit integer reads as absent.
+    auto number = [o](const char* key) -> std::int32_t {
+      const auto* v = o->if_contains(key);
+      if (v == nullptr || !v->is_int64() || v->get_int64() <= 0 || v->get_int64() > INT32_MAX)
+        return 0;
+      return static_cast<std::int32_t>(v->get_int64());
+    };
+    model.vocab_size = number("vocab_size");
+    model.max_model_len = number("max_model_len");
+    return model;
+  }
+  return make_error(ErrorCode::invalid_argument,
+                    "the server does not serve '" + std::string(wanted) + "' (it serves " +
+                        (served.empty() ? std::string("none by name") : served) + ")");
+}
+
+Result<void> check_fits(const std::vector<BenchRequest>& requests, std::int32_t max_model_len) {
+  if (max_model_len <= 0) return {};
+  for (const BenchRequest& r : requests) {
+    const auto length = static_cast<std::int64_t>(r.prompt.size()) + r.output_len;
+    if (length > max_model_len) {
+      return make_error(ErrorCode::out_of_range,
+                        "a request of " + std::to_string(r.prompt.size()) + " prompt and " +
+                            std::to_string(r.output_len) + " output tokens exceeds the server's " +
+                            "max_model_len of " + std::to_string(max_model_len) +
+                            ": lower --random-input-len or --random-output-len");
+    }
+  }
+  return {};
+}
 
 Result<ServeResult> run_serve_benchmark(const ServeOptions& o) {
   const WorkloadOptions& w = o.workload;
@@ -146,20 +411,36 @@ Result<ServeResult> run_serve_benchmark(const ServeOptions& o) {
     return make_error(ErrorCode::invalid_argument,
                       "num-prompts, input-len, output-len must be positive");
   }
-  TROUPE_TRY(const auto requests, make_workload(w));
+  ServeResult result;
+  TROUPE_TRY(result.server, ask_served_model(o));
+  if (o.workload.vocab_size <= 0) {
+    result.server.vocab_size = without_trailing_control_tokens(o, result.server.vocab_size);
+  }
+  if (result.server.vocab_size <= kFirstPromptToken) {
+    return make_error(ErrorCode::invalid_argument,
+                      "prompt ids are drawn from " + std::to_string(kFirstPromptToken) +
+                          " (past the byte tokens) up, but the vocabulary has " +
+                          std::to_string(result.server.vocab_size) + " tokens");
+  }
+  WorkloadOptions drawn = w;
+  drawn.vocab_size = result.server.vocab_size;
+  TROUPE_TRY(const auto requests, make_workload(drawn));
+  TROUPE_TRY_VOID(check_fits(requests, result.server.max_model_len));
+
   asio::io_context io;
-  Shared shared{o, std::vector<Sample>(requests.size()), 0,
+  Progress progress(static_cast<std::int32_t>(requests.size()), o.progress);
+  Shared shared{o, std::vector<Sample>(requests.size()), progress, 0,
                 std::make_unique<asio::steady_timer>(io)};
   std::vector<std::string> bodies;
-  ServeResult result;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     shared.samples[i].num_input = static_cast<std::int32_t>(requests[i].prompt.size());
-    bodies.push_back(request_body(o, requests[i]));
+    bodies.push_back(request_body(result.server.id, requests[i]));
   }
   const auto start = Clock::now();
   asio::co_spawn(io, dispatch(shared, std::move(bodies)), asio::detached);
   io.run();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  progress.finish();
   RequestTotals& totals = result.totals;
   LatencySamples samples;
   for (const Sample& s : shared.samples) {
@@ -174,12 +455,15 @@ Result<ServeResult> run_serve_benchmark(const ServeOptions& o) {
     samples.add(s.start, s.first, s.last, s.num_output, s.gaps_ms);
   }
   totals.set_duration(seconds);
+  result.total_token_throughput =
+      static_cast<double>(totals.total_input_tokens + totals.total_output_tokens) / seconds;
   result.latency = samples.summarize();
   return result;
 }
 
 std::string to_json(const ServeOptions& o, const ServeResult& r) {
   boost::json::object json;
+  json["model_id"] = r.server.id;
   json["num_prompts"] = o.workload.num_prompts;
   if (o.request_rate > 0)
     json["request_rate"] = o.request_rate;
@@ -187,19 +471,34 @@ std::string to_json(const ServeOptions& o, const ServeResult& r) {
     json["request_rate"] = "inf";
   json["max_concurrency"] = o.max_concurrency;
   add_totals(json, r.totals);
+  json["total_token_throughput"] = r.total_token_throughput;
   add_latencies(json, r.latency);
   return boost::json::serialize(json) + "\n";
 }
 
-void print(const ServeOptions& o, const ServeResult& r) {
-  std::printf("============ Serving benchmark (%s:%u) ============\n", o.host.c_str(), o.port);
-  std::printf("%-36s %d / %d\n", "Completed / failed requests:", r.totals.completed,
-              r.totals.failed);
-  if (!r.first_error.empty()) std::printf("%-36s %s\n", "First error:", r.first_error.c_str());
-  std::printf("%-36s %.2f\n", "Duration (s):", r.totals.duration_s);
-  std::printf("%-36s %.3f\n", "Request throughput (req/s):", r.totals.request_throughput);
-  std::printf("%-36s %.1f\n", "Output token throughput (tok/s):", r.totals.output_throughput);
-  print_latencies(r.latency);
+std::string summary(const ServeOptions& o, const ServeResult& r) {
+  const RequestTotals& t = r.totals;
+  std::string out;
+  append_title(out, " Serving Benchmark Result ", '=');
+  append(out, "%-40s %-10d\n", "Successful requests:", t.completed);
+  append(out, "%-40s %-10d\n", "Failed requests:", t.failed);
+  if (o.max_concurrency > 0)
+    append(out, "%-40s %-10d\n", "Maximum request concurrency:", o.max_concurrency);
+  if (o.request_rate > 0)
+    append(out, "%-40s %-10.2f\n", "Request rate configured (RPS):", o.request_rate);
+  append(out, "%-40s %-10.2f\n", "Benchmark duration (s):", t.duration_s);
+  append(out, "%-40s %-10lld\n",
+         "Total input tokens:", static_cast<long long>(t.total_input_tokens));
+  append(out, "%-40s %-10lld\n",
+         "Total generated tokens:", static_cast<long long>(t.total_output_tokens));
+  append(out, "%-40s %-10.2f\n", "Request throughput (req/s):", t.request_throughput);
+  append(out, "%-40s %-10.2f\n", "Output token throughput (tok/s):", t.output_throughput);
+  append(out, "%-40s %-10.2f\n", "Total Token throughput (tok/s):", r.total_token_throughput);
+  append_metric(out, "Time to First Token", "TTFT", r.latency.ttft_ms);
+  append_metric(out, "Time per Output Token (excl. 1st token)", "TPOT", r.latency.tpot_ms);
+  append_metric(out, "Inter-token Latency", "ITL", r.latency.itl_ms);
+  out += std::string(50, '=') + "\n";
+  return out;
 }
 
 }  // namespace troupe::bench
