@@ -1,5 +1,7 @@
 #include "monitoring/metrics.hpp"
 
+#include "monitoring/process_stats.hpp"
+
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -9,8 +11,10 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 namespace troupe::monitoring {
 
@@ -23,23 +27,44 @@ p::Histogram::BucketBoundaries latency_buckets() {
   return {0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60, 120};
 }
 
-p::Counter& counter(p::Registry& r, const char* name, const char* help) {
-  return p::BuildCounter().Name(name).Help(help).Register(r).Add({});
-}
-
-p::Gauge& gauge(p::Registry& r, const char* name, const char* help) {
-  return p::BuildGauge().Name(name).Help(help).Register(r).Add({});
-}
-
-p::Histogram& histogram(p::Registry& r, const char* name, const char* help,
-                        p::Histogram::BucketBoundaries buckets) {
-  return p::BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(buckets));
+// vLLM's request-length buckets (build_1_2_5_buckets), fixed up to a million tokens
+// instead of up to max_model_len: the same boundaries whatever the model.
+p::Histogram::BucketBoundaries token_count_buckets() {
+  p::Histogram::BucketBoundaries buckets;
+  for (double decade = 1; decade <= 1e6; decade *= 10) {
+    for (double step : {1.0, 2.0, 5.0}) {
+      if (decade * step <= 1e6) buckets.push_back(decade * step);
+    }
+  }
+  return buckets;
 }
 
 }  // namespace
 
 struct Metrics::Impl {
+  explicit Impl(std::string model_name) : model{{"model_name", std::move(model_name)}} {}
+
+  // Every troupe_ family carries the served model's name, as vLLM labels every vllm:
+  // metric: a dashboard selects by it, and two servers scraped together stay apart.
+  const p::Labels model;
   std::shared_ptr<p::Registry> registry = std::make_shared<p::Registry>();
+
+  p::Family<p::Counter>& counter_family(const char* name, const char* help) {
+    return p::BuildCounter().Name(name).Help(help).Labels(model).Register(*registry);
+  }
+  p::Family<p::Gauge>& gauge_family(const char* name, const char* help) {
+    return p::BuildGauge().Name(name).Help(help).Labels(model).Register(*registry);
+  }
+  p::Counter& counter(const char* name, const char* help) {
+    return counter_family(name, help).Add({});
+  }
+  p::Gauge& gauge(const char* name, const char* help) { return gauge_family(name, help).Add({}); }
+  p::Histogram& histogram(const char* name, const char* help,
+                          p::Histogram::BucketBoundaries buckets) {
+    return p::BuildHistogram().Name(name).Help(help).Labels(model).Register(*registry).Add(
+        {}, std::move(buckets));
+  }
+
   // Each replica's last state and the totals its counters have taken in so far.
   struct Replica {
     std::int64_t running = 0, waiting = 0, blocks = 0;
@@ -49,105 +74,119 @@ struct Metrics::Impl {
   std::mutex mutex;
   std::map<std::int32_t, Replica> replicas;
   // The whole engine (every replica summed) ...
-  p::Gauge& running =
-      gauge(*registry, "troupe_num_requests_running", "Requests running (holding KV blocks)");
-  p::Gauge& waiting =
-      gauge(*registry, "troupe_num_requests_waiting", "Requests waiting to be scheduled");
-  p::Gauge& kv_usage = gauge(*registry, "troupe_kv_cache_usage_ratio",
-                             "Fraction of KV-cache blocks held by requests");
+  p::Gauge& running = gauge("troupe_num_requests_running", "Requests running (holding KV blocks)");
+  p::Gauge& waiting = gauge("troupe_num_requests_waiting", "Requests waiting to be scheduled");
+  p::Gauge& kv_usage =
+      gauge("troupe_kv_cache_usage_ratio", "Fraction of KV-cache blocks held by requests");
   // ... and each replica.
-  p::Family<p::Gauge>& replica_running = p::BuildGauge()
-                                             .Name("troupe_replica_num_requests_running")
-                                             .Help("Requests running, by replica")
-                                             .Register(*registry);
-  p::Family<p::Gauge>& replica_waiting = p::BuildGauge()
-                                             .Name("troupe_replica_num_requests_waiting")
-                                             .Help("Requests waiting, by replica")
-                                             .Register(*registry);
-  p::Family<p::Gauge>& replica_kv_usage = p::BuildGauge()
-                                              .Name("troupe_replica_kv_cache_usage_ratio")
-                                              .Help("Fraction of KV-cache blocks held, by replica")
-                                              .Register(*registry);
-  p::Family<p::Gauge>& replica_up = p::BuildGauge()
-                                        .Name("troupe_replica_up")
-                                        .Help("1 while a replica has a worker, by replica")
-                                        .Register(*registry);
-  p::Family<p::Counter>& replica_losses = p::BuildCounter()
-                                              .Name("troupe_replica_losses_total")
-                                              .Help("Workers a replica lost, by replica")
-                                              .Register(*registry);
+  p::Family<p::Gauge>& replica_running =
+      gauge_family("troupe_replica_num_requests_running", "Requests running, by replica");
+  p::Family<p::Gauge>& replica_waiting =
+      gauge_family("troupe_replica_num_requests_waiting", "Requests waiting, by replica");
+  p::Family<p::Gauge>& replica_kv_usage = gauge_family(
+      "troupe_replica_kv_cache_usage_ratio", "Fraction of KV-cache blocks held, by replica");
+  p::Family<p::Gauge>& replica_up =
+      gauge_family("troupe_replica_up", "1 while a replica has a worker, by replica");
+  p::Family<p::Counter>& replica_losses =
+      counter_family("troupe_replica_losses_total", "Workers a replica lost, by replica");
   p::Counter& resubmitted =
-      counter(*registry, "troupe_resubmitted_requests_total",
+      counter("troupe_resubmitted_requests_total",
               "Requests moved unseen to another replica when theirs lost its worker");
-  p::Gauge& nodes = gauge(*registry, "troupe_cluster_nodes", "Nodes joined to the head");
-  p::Counter& node_joins = counter(*registry, "troupe_cluster_node_joins_total", "Node joins");
-  p::Counter& prompt_tokens =
-      counter(*registry, "troupe_prompt_tokens_total", "Prompt tokens computed");
-  p::Counter& generation_tokens =
-      counter(*registry, "troupe_generation_tokens_total", "Tokens generated");
-  p::Counter& preemptions =
-      counter(*registry, "troupe_num_preemptions_total", "Sequences preempted");
-  p::Counter& prefix_queries = counter(*registry, "troupe_prefix_cache_queries_total",
-                                       "Prompt tokens looked up in the prefix cache");
-  p::Counter& prefix_hits = counter(*registry, "troupe_prefix_cache_hits_total",
-                                    "Prompt tokens found in the prefix cache");
-  p::Family<p::Counter>& outcomes = p::BuildCounter()
-                                        .Name("troupe_request_success_total")
-                                        .Help("Requests ended, by finish reason")
-                                        .Register(*registry);
-  p::Histogram& ttft = histogram(*registry, "troupe_time_to_first_token_seconds",
+  p::Gauge& nodes = gauge("troupe_cluster_nodes", "Nodes joined to the head");
+  p::Counter& node_joins = counter("troupe_cluster_node_joins_total", "Node joins");
+  p::Counter& prompt_tokens = counter("troupe_prompt_tokens_total", "Prompt tokens computed");
+  p::Counter& generation_tokens = counter("troupe_generation_tokens_total", "Tokens generated");
+  p::Counter& preemptions = counter("troupe_num_preemptions_total", "Sequences preempted");
+  p::Counter& prefix_queries =
+      counter("troupe_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache");
+  p::Counter& prefix_hits =
+      counter("troupe_prefix_cache_hits_total", "Prompt tokens found in the prefix cache");
+  p::Family<p::Counter>& outcomes =
+      counter_family("troupe_request_success_total", "Requests ended, by finish reason");
+  p::Histogram& ttft = histogram("troupe_time_to_first_token_seconds",
                                  "Time from submission to the first token", latency_buckets());
-  p::Histogram& itl = histogram(*registry, "troupe_inter_token_latency_seconds",
+  p::Histogram& itl = histogram("troupe_inter_token_latency_seconds",
                                 "Time between two tokens of a request", latency_buckets());
   p::Histogram& tpot =
-      histogram(*registry, "troupe_time_per_output_token_seconds",
+      histogram("troupe_time_per_output_token_seconds",
                 "Mean time per output token after the first, per request", latency_buckets());
-  p::Histogram& e2e = histogram(*registry, "troupe_e2e_request_latency_seconds",
+  p::Histogram& e2e = histogram("troupe_e2e_request_latency_seconds",
                                 "Time from submission to the last token", latency_buckets());
   p::Histogram& queue =
-      histogram(*registry, "troupe_request_queue_time_seconds",
+      histogram("troupe_request_queue_time_seconds",
                 "Time from submission to the first scheduled step", latency_buckets());
   p::Histogram& prefill =
-      histogram(*registry, "troupe_request_prefill_time_seconds",
+      histogram("troupe_request_prefill_time_seconds",
                 "Time from a request's first scheduled step to its first token", latency_buckets());
   p::Histogram& decode =
-      histogram(*registry, "troupe_request_decode_time_seconds",
+      histogram("troupe_request_decode_time_seconds",
                 "Time from a request's first token to its last", latency_buckets());
-  p::Histogram& iteration = histogram(*registry, "troupe_iteration_duration_seconds",
+  p::Histogram& request_prompt_tokens = histogram(
+      "troupe_request_prompt_tokens", "Prompt tokens of each ended request", token_count_buckets());
+  p::Histogram& request_generation_tokens =
+      histogram("troupe_request_generation_tokens", "Tokens generated for each ended request",
+                token_count_buckets());
+  p::Histogram& iteration = histogram("troupe_iteration_duration_seconds",
                                       "Model step time (forward and sampling)", latency_buckets());
   p::Histogram& step_overhead = histogram(
-      *registry, "troupe_step_overhead_seconds",
+      "troupe_step_overhead_seconds",
       "Per step, the round trip to the worker minus the worker's own time (messaging, network)",
       {0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1});
   p::Histogram& iteration_tokens =
-      histogram(*registry, "troupe_iteration_tokens", "Tokens run through the model per iteration",
+      histogram("troupe_iteration_tokens", "Tokens run through the model per iteration",
                 {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
-  p::Family<p::Counter>& http = p::BuildCounter()
-                                    .Name("troupe_http_requests_total")
-                                    .Help("HTTP requests answered, by route and status")
-                                    .Register(*registry);
-  p::Gauge& connections =
-      gauge(*registry, "troupe_http_connections", "Open HTTP and WebSocket connections");
+  p::Family<p::Counter>& http =
+      counter_family("troupe_http_requests_total", "HTTP requests answered, by route and status");
+  p::Gauge& connections = gauge("troupe_http_connections", "Open HTTP and WebSocket connections");
   p::Gauge& requests_in_flight =
-      gauge(*registry, "troupe_http_requests_in_flight",
+      gauge("troupe_http_requests_in_flight",
             "Generation requests admitted and not yet ended in the engine");
-  p::Gauge& live_actors =
-      gauge(*registry, "troupe_live_actors", "Actors alive in the engine's actor system");
-  p::Family<p::Counter>& connection_errors =
-      p::BuildCounter()
-          .Name("troupe_http_connection_errors_total")
-          .Help("Connections the server ended on its own, by reason")
-          .Register(*registry);
-  p::Counter& accept_errors = counter(*registry, "troupe_http_accept_errors_total",
-                                      "Failed accepts (retried after a short backoff)");
+  p::Gauge& live_actors = gauge("troupe_live_actors", "Actors alive in the engine's actor system");
+  p::Family<p::Counter>& connection_errors = counter_family(
+      "troupe_http_connection_errors_total", "Connections the server ended on its own, by reason");
+  p::Counter& accept_errors =
+      counter("troupe_http_accept_errors_total", "Failed accepts (retried after a short backoff)");
 };
 
-Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}
+Metrics::Metrics(std::string model_name) : impl_(std::make_unique<Impl>(std::move(model_name))) {}
 Metrics::~Metrics() = default;
 
+namespace {
+
+// The process_* families under the names and types every Prometheus client library
+// gives them, without the model label: dashboards of process metrics select by job.
+std::vector<p::MetricFamily> process_families(const ProcessStats& stats) {
+  std::vector<p::MetricFamily> families;
+  auto add = [&](const char* name, const char* help, p::MetricType type,
+                 const std::optional<double>& value) {
+    if (!value) return;
+    p::ClientMetric metric;
+    (type == p::MetricType::Counter ? metric.counter.value : metric.gauge.value) = *value;
+    families.push_back({name, help, type, {metric}});
+  };
+  add("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+      p::MetricType::Counter, stats.cpu_seconds);
+  add("process_open_fds", "Number of open file descriptors.", p::MetricType::Gauge, stats.open_fds);
+  add("process_max_fds", "Maximum number of open file descriptors.", p::MetricType::Gauge,
+      stats.max_fds);
+  add("process_virtual_memory_bytes", "Virtual memory size in bytes.", p::MetricType::Gauge,
+      stats.virtual_memory_bytes);
+  add("process_resident_memory_bytes", "Resident memory size in bytes.", p::MetricType::Gauge,
+      stats.resident_memory_bytes);
+  add("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+      p::MetricType::Gauge, stats.start_time_seconds);
+  return families;
+}
+
+}  // namespace
+
 std::string Metrics::serialize() const {
+  auto families = impl_->registry->Collect();
+  for (auto& family : process_families(read_process_stats())) {
+    families.push_back(std::move(family));
+  }
   std::ostringstream out;
-  p::TextSerializer().Serialize(out, impl_->registry->Collect());
+  p::TextSerializer().Serialize(out, families);
   return out.str();
 }
 
@@ -233,6 +272,13 @@ void Metrics::observe_request(std::string_view finish_reason, double e2e_seconds
     impl_->ttft.Observe(ttft_seconds);
     impl_->tpot.Observe(tpot_seconds);
   }
+}
+
+void Metrics::observe_request_tokens(std::int32_t num_prompt_tokens,
+                                     std::int32_t num_generated_tokens) {
+  // A negative count is a caller's slip: left out rather than thrown into an actor.
+  if (num_prompt_tokens >= 0) impl_->request_prompt_tokens.Observe(num_prompt_tokens);
+  if (num_generated_tokens >= 0) impl_->request_generation_tokens.Observe(num_generated_tokens);
 }
 
 void Metrics::observe_inter_token(double seconds) {

@@ -1,6 +1,8 @@
 // The server's Prometheus metrics (prometheus-cpp's registry and text format;
 // net/ serves them at GET /metrics). Actors and the HTTP front record into it;
-// it knows nothing of either. Every method is thread-safe.
+// it knows nothing of either. Every method is thread-safe. Every troupe_ metric carries
+// a model_name label, as vLLM's do; the process_* metrics of the Prometheus client
+// libraries come with them. docs/metrics.md lists them all, and vLLM's names beside.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +14,9 @@ namespace troupe::monitoring {
 
 class Metrics {
  public:
-  Metrics();
+  // `model_name`: the served model's name (--served-model-name), the model_name label's
+  // value on every troupe_ metric.
+  explicit Metrics(std::string model_name = "troupe");
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
@@ -59,6 +63,9 @@ class Metrics {
   // --- one request (its actor, when it ends) ---
   void observe_request(std::string_view finish_reason, double e2e_seconds, double ttft_seconds,
                        double tpot_seconds, bool has_tokens);
+  // Its prompt and generated tokens (vLLM's request_prompt_tokens and
+  // request_generation_tokens); a negative count is not observed.
+  void observe_request_tokens(std::int32_t num_prompt_tokens, std::int32_t num_generated_tokens);
   void observe_inter_token(double seconds);
   // From the first scheduled step to the first token, and from there to the last.
   void observe_phases(double prefill_seconds, double decode_seconds);

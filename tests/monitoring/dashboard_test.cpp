@@ -1,4 +1,5 @@
-// Every query of the Grafana dashboard names metrics the server really exposes.
+// Every query of the Grafana dashboard names metrics the server really exposes, and
+// selects the troupe_ ones by the dashboard's model_name variable (as vLLM's does).
 #include <catch2/catch.hpp>
 #include <regex>
 #include <set>
@@ -20,7 +21,7 @@ TEST_CASE("every dashboard query names an exposed metric", "[monitoring]") {
   metrics.record_replica_loss(0, 1);
   const std::string exposition = metrics.serialize();
   std::set<std::string> exposed;
-  const std::regex sample(R"(^(troupe_[a-z_]+))");
+  const std::regex sample(R"(^((troupe|process)_[a-z0-9_]+))");
   std::istringstream lines(exposition);
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
@@ -33,7 +34,8 @@ TEST_CASE("every dashboard query names an exposed metric", "[monitoring]") {
                                        "/monitoring/grafana/troupe-dashboard.json"))
           .parse();
   std::size_t num_queries = 0;
-  const std::regex metric(R"(troupe_[a-z_]+)");
+  const std::regex metric(R"((troupe|process)_[a-z0-9_]+)");
+  const std::string by_model = R"({model_name="$model_name")";
   for (const auto& panel : dashboard["panels"].array) {
     for (const auto& target : panel["targets"].array) {
       const std::string& expr = target["expr"].string;
@@ -41,10 +43,26 @@ TEST_CASE("every dashboard query names an exposed metric", "[monitoring]") {
       for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end; ++it) {
         INFO(panel["title"].string << ": " << expr);
         CHECK(exposed.count(it->str()) == 1);
+        if (it->str().rfind("troupe_", 0) == 0) {
+          CHECK(expr.compare(it->position() + it->length(), by_model.size(), by_model) == 0);
+        }
       }
     }
   }
   CHECK(num_queries >= 24);
+
+  // The model_name variable lists the values of an exposed metric's label.
+  const test::Json* variable = nullptr;
+  for (const auto& each : dashboard["templating"]["list"].array) {
+    if (each["name"].string == "model_name") variable = &each;
+  }
+  REQUIRE(variable != nullptr);
+  std::smatch m;
+  const std::string& definition = (*variable)["definition"].string;
+  REQUIRE(std::regex_match(definition, m,
+                           std::regex(R"(label_values\((troupe_[a-z0-9_]+), model_name\))")));
+  CHECK(exposed.count(m[1]) == 1);
+  CHECK(exposition.find(m[1].str() + R"({model_name="troupe"})") != std::string::npos);
 }
 
 TEST_CASE("the Prometheus scrape config points at the server's /metrics", "[monitoring]") {
