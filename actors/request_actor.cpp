@@ -46,6 +46,7 @@ void finish(Self self, TokenEvent event, FinishReason reason, const std::string&
             : 0.0;
     state.metrics->observe_request(finish_reason_name(event.finish_reason),
                                    seconds(now - state.submitted).count(), ttft, tpot, has_tokens);
+    state.metrics->observe_request_tokens(state.num_prompt_tokens, state.num_generated);
     if (has_tokens && state.first_scheduled.time_since_epoch().count() != 0) {
       state.metrics->observe_phases(seconds(state.first_token - state.first_scheduled).count(),
                                     seconds(state.last_token - state.first_token).count());

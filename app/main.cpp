@@ -10,7 +10,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"troupe: an LLM serving runtime on the actor model"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "troupe 0.1.0");
+  app.set_version_flag("--version", "troupe " TROUPE_VERSION);
   // Every flag's help says its default (set before the subcommands: they copy it).
   app.option_defaults()->always_capture_default();
   troupe::app::add_serve_command(app);

@@ -224,7 +224,7 @@ void add_serve_command(CLI::App& app) {
       };
       config.cluster = std::move(cluster);
     }
-    auto metrics = std::make_shared<monitoring::Metrics>();
+    auto metrics = std::make_shared<monitoring::Metrics>(opts->server.served_model_name);
     config.metrics = metrics;
     opts->server.metrics = metrics;
     config.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));

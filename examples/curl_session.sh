@@ -15,4 +15,4 @@ echo "== chat";                 curl -sS "${json[@]}" "$url/v1/chat/completions"
   -d '{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 16}'; echo
 echo "== tokenize";             curl -sS "${json[@]}" "$url/tokenize" -d '{"prompt": "Hello world"}'; echo
 echo "== a bad request";        curl -sS "${json[@]}" "$url/v1/completions" -d '{"prompt": 42}'; echo
-echo "== metrics (excerpt)";    curl -sS "$url/metrics" | grep -E '^troupe_(generation_tokens_total|num_requests_running) '
+echo "== metrics (excerpt)";    curl -sS "$url/metrics" | grep -E '^troupe_(generation_tokens_total|num_requests_running)[{ ]'

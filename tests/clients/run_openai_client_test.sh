@@ -23,8 +23,9 @@ node "$dir/openai_client_test.mjs" "$url"
 # The online benchmark client against the same server.
 port=${url##*:}
 "$troupe" bench serve --port "$port" --api-key sk-test --num-prompts 12 --input-len 16 --output-len 8 \
-  --max-concurrency 4 --vocab-size 1024 --output-json "$work/serve.json" | tee "$work/serve.out"
-grep -q 'Completed / failed requests:         12 / 0' "$work/serve.out"
+  --max-concurrency 4 --output-json "$work/serve.json" | tee "$work/serve.out"
+grep -Eq '^Successful requests: +12 ' "$work/serve.out"
+grep -Eq '^Failed requests: +0 ' "$work/serve.out"
 /usr/bin/python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["total_output_tokens"] == 96' \
   "$work/serve.json"
 # The examples, as a user runs them (the server wants the key).

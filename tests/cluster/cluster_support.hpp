@@ -177,9 +177,14 @@ class Cluster {
   // A metric's value (the first line that starts with `name`), or -1.
   double metric(const std::string& name) {
     const std::string text = metrics();
-    const auto at = text.find("\n" + name + " ");
-    if (at == std::string::npos) return -1;
-    return std::stod(text.substr(at + name.size() + 2));
+    // "name value", or "name{model_name=\"...\"} value" (every troupe_ series has it).
+    for (auto at = text.find("\n" + name); at != std::string::npos;
+         at = text.find("\n" + name, at + 1)) {
+      auto end = at + 1 + name.size();
+      if (text.compare(end, 12, "{model_name=") == 0) end = text.find("} ", end) + 1;
+      if (end < text.size() && text[end] == ' ') return std::stod(text.substr(end + 1));
+    }
+    return -1;
   }
 
   template <class Predicate>

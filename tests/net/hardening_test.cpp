@@ -163,9 +163,10 @@ TEST_CASE("accepting survives running out of descriptors", "[net][hardening]") {
   }
   // The test did reach EMFILE: the server counted failed accepts (present and not 0).
   const std::string text = s.metrics_text();
-  const auto at = text.find("\ntroupe_http_accept_errors_total ");
+  const std::string series = "\ntroupe_http_accept_errors_total{model_name=\"troupe\"} ";
+  const auto at = text.find(series);
   REQUIRE(at != std::string::npos);
-  CHECK(text.compare(at, 35, "\ntroupe_http_accept_errors_total 0\n") != 0);
+  CHECK(text.compare(at, series.size() + 2, series + "0\n") != 0);
   // The accept loop is still there: new clients are served.
   CHECK(test::http_status(
             s.exchange("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 5s)) == 200);
@@ -200,7 +201,7 @@ TEST_CASE("a WebSocket client that never reads is cut off, and its slots go to o
   CHECK(test::http_status(answer) == 200);
   CHECK(eventually([&] { return s.server->num_requests_in_flight() == 0; }, 5s));
   // The server closed the connection, saying why when the client finally reads.
-  CHECK(s.metrics_text().find(R"(troupe_http_connection_errors_total{reason="slow_reader"} 1)") !=
+  CHECK(s.metrics_text().find(R"(troupe_http_connection_errors_total{model_name="troupe",reason="slow_reader"} 1)") !=
         std::string::npos);
   CHECK(eventually([&] { return s.server->num_connections() == 0; }, 10s));
   boost::beast::flat_buffer buffer;
@@ -235,7 +236,7 @@ TEST_CASE("an SSE client that never reads is cut off, and its slot goes to other
   }));
   // The only slot is free although the client has read (almost) nothing.
   CHECK(test::http_status(s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":2})")) == 200);
-  CHECK(s.metrics_text().find(R"(troupe_http_connection_errors_total{reason="slow_reader"} 1)") !=
+  CHECK(s.metrics_text().find(R"(troupe_http_connection_errors_total{model_name="troupe",reason="slow_reader"} 1)") !=
         std::string::npos);
 }
 

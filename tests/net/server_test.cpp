@@ -263,19 +263,19 @@ TEST_CASE("/metrics exposes the engine's metrics and passes promtool",
                            "troupe_num_preemptions_total",
                            "troupe_prefix_cache_queries_total",
                            "troupe_prefix_cache_hits_total",
-                           "troupe_request_success_total{finish_reason=\"length\"} 2",
+                           "troupe_request_success_total{model_name=\"troupe\",finish_reason=\"length\"} 2",
                            "troupe_time_to_first_token_seconds_bucket",
                            "troupe_inter_token_latency_seconds_count",
                            "troupe_time_per_output_token_seconds_sum",
-                           "troupe_e2e_request_latency_seconds_count 2",
-                           "troupe_request_queue_time_seconds_count 2",
+                           "troupe_e2e_request_latency_seconds_count{model_name=\"troupe\"} 2",
+                           "troupe_request_queue_time_seconds_count{model_name=\"troupe\"} 2",
                            "troupe_iteration_duration_seconds_count",
-                           "troupe_request_prefill_time_seconds_count 2",
-                           "troupe_request_decode_time_seconds_count 2",
+                           "troupe_request_prefill_time_seconds_count{model_name=\"troupe\"} 2",
+                           "troupe_request_decode_time_seconds_count{model_name=\"troupe\"} 2",
                            "troupe_iteration_tokens_bucket",
-                           "troupe_generation_tokens_total 10",
-                           "troupe_http_requests_total{route=\"/v1/completions\",status=\"200\"} 2",
-                           "troupe_http_requests_total{route=\"other\",status=\"404\"} 1"}) {
+                           "troupe_generation_tokens_total{model_name=\"troupe\"} 10",
+                           "troupe_http_requests_total{model_name=\"troupe\",route=\"/v1/completions\",status=\"200\"} 2",
+                           "troupe_http_requests_total{model_name=\"troupe\",route=\"other\",status=\"404\"} 1"}) {
     INFO(name);
     CHECK(r.body.find(name) != std::string::npos);
   }

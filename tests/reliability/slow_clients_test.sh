@@ -187,7 +187,7 @@ curl -sf -m 5 -o /dev/null -H 'Content-Type: application/json' -d "$completion" 
 metrics=$(curl -sf -m 5 "$url/metrics" || true)
 for gauge in troupe_num_requests_running troupe_num_requests_waiting troupe_kv_cache_usage_ratio \
   troupe_http_requests_in_flight; do
-  value=$(awk -v g="$gauge" '$1 == g { print $2 }' <<<"$metrics")
+  value=$(awk -v g="$gauge" '$1 == g || index($1, g "{model_name=") == 1 { print $2 }' <<<"$metrics")
   [ -z "$value" ] || awk -v v="$value" 'BEGIN { exit !(v == 0) }' ||
     fail "$gauge is $value after the slow clients left (want 0)"
 done

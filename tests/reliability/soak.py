@@ -181,9 +181,13 @@ class Conn:
 def parse_metrics(text: str) -> dict[str, float]:
     values = {}
     for line in text.splitlines():
-        if not line or line.startswith("#") or "{" in line:
+        if not line or line.startswith("#"):
             continue
-        name, _, value = line.partition(" ")
+        series, _, value = line.rpartition(" ")
+        # Unlabelled but for model_name (every troupe_ series has it).
+        name, _, labels = series.partition("{")
+        if labels and (not labels.startswith("model_name=") or labels.count('="') != 1):
+            continue
         try:
             values[name] = float(value.split()[0])
         except (ValueError, IndexError):
