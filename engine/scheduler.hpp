@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -44,6 +45,7 @@ struct SequenceRequest {
   std::int32_t max_tokens = 16;
   std::int32_t priority = 0;
   StopRule stop = {};  // stop and end-of-generation ids
+  std::optional<std::int32_t> prompt_logprobs;  // SamplingParams::prompt_logprobs
 };
 
 // One sequence's share of an iteration: its next num_new_tokens tokens.

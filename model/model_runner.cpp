@@ -72,9 +72,23 @@ Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& p
 }
 
 Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
-                                                       std::span<const std::uint64_t> sampled_ids) {
-  if (sampled_ids.size() != step.logit_rows.size()) {
-    return make_error(ErrorCode::invalid_argument, "one sequence id per logit row is needed");
+                                                       std::span<const std::uint64_t> sampled_ids,
+                                                       std::span<const PromptRows> prompt_rows,
+                                                       std::vector<PromptLogprobs>* prompt_scores) {
+  if (prompt_scores != nullptr) prompt_scores->clear();
+  std::size_t num_prompt_rows = 0;
+  for (const PromptRows& rows : prompt_rows) {
+    for (const TokenId t : rows.targets) {
+      if (t < 0 || t >= model_.config().vocab_size) {
+        return make_error(ErrorCode::invalid_argument,
+                          "a prompt token to score is outside the vocabulary");
+      }
+    }
+    num_prompt_rows += rows.targets.size();
+  }
+  if (sampled_ids.size() + num_prompt_rows != step.logit_rows.size()) {
+    return make_error(ErrorCode::invalid_argument,
+                      "one sequence id per sampled row and one target per prompt row are needed");
   }
   // A rank other than 0 of a tensor-parallel group runs its share of the step and
   // samples nothing: rank 0 holds the logits.
@@ -97,7 +111,8 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
   std::vector<SampledToken> results;
   results.reserve(sampled_ids.size());
   // On a device that samples, only token ids come back, unless a row needs the host.
-  if (model_.backend().can_sample() && !samplers.empty() && !observer_) {
+  if (model_.backend().can_sample() && !samplers.empty() && !observer_ &&
+      num_prompt_rows == 0) {
     device_rows_.clear();
     for (const Sampler* sampler : samplers) {
       const auto row = sampler->device_row();
@@ -125,6 +140,18 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
     const std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
     if (observer_) observer_(sampled_ids[row], row_logits);
     results.push_back(samplers[row]->sample(row_logits));
+  }
+  // The prompt rows: each scored, then forgotten (the buffer is the next step's).
+  std::size_t row = samplers.size();
+  for (const PromptRows& rows : prompt_rows) {
+    PromptLogprobs scores{rows.id, rows.first_position, {}};
+    scores.entries.reserve(rows.targets.size());
+    for (const TokenId target : rows.targets) {
+      const std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
+      scores.entries.push_back(score_prompt_token(row_logits, target, rows.top_n));
+      ++row;
+    }
+    if (prompt_scores != nullptr) prompt_scores->push_back(std::move(scores));
   }
   return results;
 }
