@@ -20,9 +20,9 @@ Result<void> EngineCore::add(CoreRequest request) {
   const std::int32_t max_tokens = request.params.max_tokens;
   const auto num_scores = static_cast<std::size_t>(request.prompt.size()) - 1;
   StopRule stop(request.params, end_of_generation_);
-  TROUPE_TRY_VOID(scheduler_.add({request.id, std::move(request.prompt), max_tokens,
-                                  request.priority, std::move(stop),
-                                  request.params.prompt_logprobs}));
+  TROUPE_TRY_VOID(
+      scheduler_.add({request.id, std::move(request.prompt), max_tokens, request.priority,
+                      std::move(stop), request.params.prompt_logprobs}));
   LiveRequest live;
   live.params = std::move(request.params);
   live.reply_to = std::move(request.reply_to);

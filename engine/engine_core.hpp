@@ -39,7 +39,7 @@ struct RequestEvent {
   std::chrono::steady_clock::time_point first_scheduled;  // its first step
   // With the request's first token (or its end, when it ends before any, once they are
   // all known), when it asked for prompt_logprobs: prompt positions 1 .. n-1.
-  std::vector<PromptLogprob> prompt_logprobs;
+  std::vector<PromptLogprob> prompt_logprobs = {};
 };
 
 // An event with the driver's handle for its listener.

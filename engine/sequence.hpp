@@ -40,7 +40,7 @@ struct Sequence {
   bool prefix_cache_open = true;           // false once a block of it was a duplicate
   std::int32_t num_preemptions = 0;
   // SamplingParams::prompt_logprobs: the prompt's rows are scored until the first token.
-  std::optional<std::int32_t> prompt_logprobs;
+  std::optional<std::int32_t> prompt_logprobs = std::nullopt;
 
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
   std::int32_t num_generated() const { return num_tokens() - num_prompt_tokens; }

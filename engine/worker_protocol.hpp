@@ -85,7 +85,7 @@ struct StepWork {
   model::StepInput step;
   std::vector<std::uint64_t> sampled_ids;  // the sequence of each sampled logit row
   // The logit rows after the sampled ones: prompts to score (prompt_logprobs).
-  std::vector<model::PromptRows> prompt_rows;
+  std::vector<model::PromptRows> prompt_rows = {};
   std::vector<NewSequence> new_sequences;
   std::vector<std::uint64_t> removed;  // ended since the last step: their samplers go
 
@@ -97,7 +97,7 @@ struct StepWork {
 struct StepOutput {
   std::uint64_t step_id = 0;
   std::vector<model::SampledToken> tokens;
-  std::vector<model::PromptLogprobs> prompt_logprobs;
+  std::vector<model::PromptLogprobs> prompt_logprobs = {};
   bool failed = false;
   WorkerError error;
   double seconds = 0.0;  // in the worker

@@ -111,8 +111,7 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
   std::vector<SampledToken> results;
   results.reserve(sampled_ids.size());
   // On a device that samples, only token ids come back, unless a row needs the host.
-  if (model_.backend().can_sample() && !samplers.empty() && !observer_ &&
-      num_prompt_rows == 0) {
+  if (model_.backend().can_sample() && !samplers.empty() && !observer_ && num_prompt_rows == 0) {
     device_rows_.clear();
     for (const Sampler* sampler : samplers) {
       const auto row = sampler->device_row();

@@ -90,7 +90,9 @@ std::vector<PromptLogprob> score_alone(const EngineConfig& config, const Generat
   return prompt_scores(events, *id);
 }
 
-bool close(float a, float b) { return std::abs(a - b) <= 1e-4f * std::max(1.0f, std::abs(b)); }
+bool close(float a, float b) {
+  return std::abs(a - b) <= 1e-4f * std::max(1.0f, std::abs(b));
+}
 
 }  // namespace
 
@@ -219,7 +221,7 @@ TEST_CASE("a warm prefix cache does not serve a prompt being scored",
   CHECK(prompt_scores(events, *again).empty());
 }
 
-TEST_CASE("prompt_logprobs out of [0, 20] is refused; unasked, none come",
+TEST_CASE("prompt_logprobs outside 0..20 is refused, and a request that does not ask gets none",
           "[actors][prompt_logprobs]") {
   auto engine = Engine::create(stories_config());
   REQUIRE(engine.has_value());

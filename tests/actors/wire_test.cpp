@@ -162,7 +162,8 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     out.tokens.push_back({17, -0.25f, {{17, -0.25f}, {3, -2.5f}}});
     out.tokens.push_back({kNoToken, 0.0f, {}});
     out.seconds = 0.0125;
-    out.prompt_logprobs.push_back({11, 0, {{6, -1.5f, 2, {{9, -0.5f}, {6, -1.5f}}}, {7, -4.0f, 30, {}}}});
+    out.prompt_logprobs.push_back(
+        {11, 0, {{6, -1.5f, 2, {{9, -0.5f}, {6, -1.5f}}}, {7, -4.0f, 30, {}}}});
     CHECK(round_trip(system, out) == out);
     CHECK(message_round_trip(system, out) == out);
     engine::StepOutput failed;
