@@ -246,3 +246,29 @@ TEST_CASE("prompt_logprobs outside 0..20 is refused, and a request that does not
   for (const auto& e : events.of(*plain)) CHECK(e.prompt_logprobs.empty());
   CHECK(prompt_scores(events, *single).empty());
 }
+
+TEST_CASE("a model split over two local ranks scores a prompt as one worker does",
+          "[actors][prompt_logprobs][tp]") {
+  const auto prompt = a_prompt(23, 5);
+  // F32 keys and values: in F16 the ranks' other rounding can land a value on the other
+  // side of an F16 step, and the scores then differ by ~1e-3.
+  auto one = stories_config(8);
+  one.kv_cache_dtype = KvCacheType::f32;
+  const auto whole = score_alone(one, scoring(prompt, 3));
+  auto config = one;
+  config.tensor_parallel_size = 2;  // the LM head split by vocabulary: rank 0 gathers
+  config.collective_timeout = std::chrono::seconds(5);
+  const auto split = score_alone(config, scoring(prompt, 3));
+  // The ranks' partial sums are added in another order than one worker's: close, not equal.
+  REQUIRE(split.size() == whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    INFO("position " << i + 1);
+    CHECK(split[i].token == whole[i].token);
+    CHECK(close(split[i].logprob, whole[i].logprob));
+    REQUIRE(split[i].top_logprobs.size() == 3);
+    for (std::size_t k = 0; k < 3; ++k) {
+      CHECK(split[i].top_logprobs[k].id == whole[i].top_logprobs[k].id);
+      CHECK(close(split[i].top_logprobs[k].logprob, whole[i].top_logprobs[k].logprob));
+    }
+  }
+}
