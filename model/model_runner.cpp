@@ -1,7 +1,9 @@
 #include "model/model_runner.hpp"
 
+#include <algorithm>
 #include <future>
 #include <string>
+#include <thread>
 
 #include "grammar/gbnf.hpp"
 
@@ -69,6 +71,52 @@ Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& p
                                            model_.config().vocab_size, std::move(constraint)));
   samplers_.insert_or_assign(id, std::move(sampler));
   return {};
+}
+
+void ModelRunner::score_prompt_rows(std::span<const PromptRows> prompt_rows, std::size_t first_row,
+                                    std::vector<PromptLogprobs>* out) {
+  if (out == nullptr || prompt_rows.empty()) return;
+  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+  // Every row's place in the logits and in the answer, then the rows scored on a few
+  // threads: each is a pass of exp over the vocabulary, and a long prompt has a row per
+  // token. A row's numbers never depend on the others', nor on the thread.
+  struct Job {
+    const float* logits;
+    TokenId target;
+    std::int32_t top_n;
+    PromptTokenLogprob* entry;
+  };
+  std::vector<Job> jobs;
+  out->clear();
+  out->reserve(prompt_rows.size());
+  std::size_t row = first_row;
+  for (const PromptRows& rows : prompt_rows) {
+    out->push_back({rows.id, rows.first_position, {}});
+    out->back().entries.resize(rows.targets.size());
+  }
+  for (std::size_t r = 0; r < prompt_rows.size(); ++r) {
+    for (std::size_t i = 0; i < prompt_rows[r].targets.size(); ++i) {
+      jobs.push_back({logits_.data() + row++ * vocab, prompt_rows[r].targets[i],
+                      prompt_rows[r].top_n, &(*out)[r].entries[i]});
+    }
+  }
+  auto run = [&jobs, vocab](std::size_t begin, std::size_t end) {
+    for (std::size_t j = begin; j < end; ++j) {
+      *jobs[j].entry = score_prompt_token({jobs[j].logits, vocab}, jobs[j].target, jobs[j].top_n);
+    }
+  };
+  constexpr std::size_t kRowsPerThread = 16;
+  const std::size_t threads = std::clamp<std::size_t>(
+      std::min<std::size_t>(std::thread::hardware_concurrency(), kMaxScoringThreads), 1,
+      std::max<std::size_t>(jobs.size() / kRowsPerThread, 1));
+  std::vector<std::future<void>> parts;
+  const std::size_t per = (jobs.size() + threads - 1) / threads;
+  for (std::size_t t = 1; t < threads; ++t) {
+    const std::size_t begin = std::min(t * per, jobs.size());
+    parts.push_back(std::async(std::launch::async, run, begin, std::min(begin + per, jobs.size())));
+  }
+  run(0, std::min(per, jobs.size()));
+  for (auto& part : parts) part.get();
 }
 
 Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
@@ -140,18 +188,7 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
     if (observer_) observer_(sampled_ids[row], row_logits);
     results.push_back(samplers[row]->sample(row_logits));
   }
-  // The prompt rows: each scored, then forgotten (the buffer is the next step's).
-  std::size_t row = samplers.size();
-  for (const PromptRows& rows : prompt_rows) {
-    PromptLogprobs scores{rows.id, rows.first_position, {}};
-    scores.entries.reserve(rows.targets.size());
-    for (const TokenId target : rows.targets) {
-      const std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
-      scores.entries.push_back(score_prompt_token(row_logits, target, rows.top_n));
-      ++row;
-    }
-    if (prompt_scores != nullptr) prompt_scores->push_back(std::move(scores));
-  }
+  score_prompt_rows(prompt_rows, samplers.size(), prompt_scores);
   return results;
 }
 

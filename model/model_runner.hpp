@@ -56,6 +56,11 @@ class ModelRunner {
 
  private:
   Result<OutputGrammar> output_grammar(const std::string& gbnf);
+  // Scores the prompt rows, which start at logit row `first_row` of logits_.
+  void score_prompt_rows(std::span<const PromptRows> prompt_rows, std::size_t first_row,
+                         std::vector<PromptLogprobs>* out);
+  // Most threads that score a step's prompt rows (the forward pass's are idle then).
+  static constexpr std::size_t kMaxScoringThreads = 8;
   // The constrained samplers' masks (bitmasks for a device), on another thread.
   static std::future<void> start_masks(std::span<Sampler* const> samplers, bool device);
 

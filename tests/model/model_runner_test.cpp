@@ -148,6 +148,24 @@ TEST_CASE("a prompt token's score: log-softmax, rank by strictly greater logits,
   CHECK(model::score_prompt_token(logits, 3, 0).rank == 5);
 }
 
+TEST_CASE("a prompt token's top entries are the sampler's top_logprobs, ties and all",
+          "[model][prompt_logprobs]") {
+  // Values on a coarse grid: many ties, at the cut too.
+  std::vector<float> logits(1000);
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    logits[i] = static_cast<float>((i * 7919) % 61) * 0.25f - 5.0f;
+  }
+  for (const std::int32_t n : {1, 5, 20}) {
+    for (const TokenId target : {0, 17, 999}) {
+      const auto s = model::score_prompt_token(logits, target, n);
+      CHECK(s.top_logprobs == model::top_logprobs(logits, n));
+      const auto own = logits[static_cast<std::size_t>(target)];
+      CHECK(s.rank ==
+            1 + std::count_if(logits.begin(), logits.end(), [own](float l) { return l > own; }));
+    }
+  }
+}
+
 TEST_CASE("a step that scores a prompt is sampled on the host, each row scored in order",
           "[model][runner][prompt_logprobs]") {
   const auto path = test::write_small_model("runner-prompt");
