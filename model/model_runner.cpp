@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <future>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "grammar/gbnf.hpp"
@@ -111,9 +112,14 @@ void ModelRunner::score_prompt_rows(std::span<const PromptRows> prompt_rows, std
       std::max<std::size_t>(jobs.size() / kRowsPerThread, 1));
   std::vector<std::future<void>> parts;
   const std::size_t per = (jobs.size() + threads - 1) / threads;
-  for (std::size_t t = 1; t < threads; ++t) {
-    const std::size_t begin = std::min(t * per, jobs.size());
-    parts.push_back(std::async(std::launch::async, run, begin, std::min(begin + per, jobs.size())));
+  std::size_t begin = per;  // [0, per) is this thread's
+  try {
+    for (; begin < jobs.size(); begin += per) {
+      parts.push_back(
+          std::async(std::launch::async, run, begin, std::min(begin + per, jobs.size())));
+    }
+  } catch (const std::system_error&) {
+    run(begin, jobs.size());  // no thread to be had: the rest here
   }
   run(0, std::min(per, jobs.size()));
   for (auto& part : parts) part.get();
