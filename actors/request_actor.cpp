@@ -71,6 +71,8 @@ void on_token(Self self, TokenUpdate& update) {
   }
   TokenEvent event;
   event.request_id = state.id;
+  // Only the request's first event carries them (EngineCore attaches them once).
+  event.prompt_logprobs = std::move(update.prompt_logprobs);
   if (update.token.id != kNoToken) {
     const auto now = std::chrono::steady_clock::now();
     if (state.num_generated == 0) {

@@ -34,19 +34,27 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
   wire::OptionalField<std::uint64_t> seed(x.seed);
   wire::OptionalField<std::int32_t> logprobs(x.logprobs);
+  wire::OptionalField<std::int32_t> prompt_logprobs(x.prompt_logprobs);
   auto load = caf::meta::load_callback([&]() -> caf::error {
     seed.store();
-    return logprobs.store();
+    logprobs.store();
+    return prompt_logprobs.store();
   });
   return f(caf::meta::type_name("troupe.SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p,
            seed.has, seed.value, x.repetition_penalty, x.presence_penalty, x.frequency_penalty,
            logprobs.has, logprobs.value, x.max_tokens, x.min_tokens, x.stop_token_ids, x.ignore_eos,
-           x.grammar, x.logit_bias, load);
+           x.grammar, x.logit_bias, prompt_logprobs.has, prompt_logprobs.value, load);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenLogprobEntry& x) {
   return f(caf::meta::type_name("troupe.TokenLogprobEntry"), x.id, x.logprob);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PromptLogprob& x) {
+  return f(caf::meta::type_name("troupe.PromptLogprob"), x.token, x.logprob, x.rank,
+           x.top_logprobs);
 }
 
 template <class Inspector>
@@ -81,6 +89,22 @@ typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
   return f(caf::meta::type_name("troupe.SampledToken"), x.id, x.logprob, x.top_logprobs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PromptRows& x) {
+  return f(caf::meta::type_name("troupe.PromptRows"), x.id, x.first_position, x.top_n, x.targets);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PromptTokenLogprob& x) {
+  return f(caf::meta::type_name("troupe.PromptTokenLogprob"), x.token, x.logprob, x.rank,
+           x.top_logprobs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PromptLogprobs& x) {
+  return f(caf::meta::type_name("troupe.PromptLogprobs"), x.id, x.first_position, x.entries);
 }
 
 }  // namespace model
@@ -119,19 +143,19 @@ typename Inspector::result_type inspect(Inspector& f, NewSequence& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepWork& x) {
   return f(caf::meta::type_name("troupe.StepWork"), x.step_id, x.step, x.sampled_ids,
-           x.new_sequences, x.removed);
+           x.new_sequences, x.removed, x.prompt_rows);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RequestEvent& x) {
   return f(caf::meta::type_name("troupe.RequestEvent"), x.id, x.token, x.finish_reason, x.error,
-           x.num_cached_tokens, x.first_scheduled);
+           x.num_cached_tokens, x.first_scheduled, x.prompt_logprobs);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
   return f(caf::meta::type_name("troupe.StepOutput"), x.step_id, x.tokens, x.failed, x.error,
-           x.seconds);
+           x.seconds, x.prompt_logprobs);
 }
 
 }  // namespace engine

@@ -18,12 +18,57 @@ void EngineCore::calibrate(std::span<const StepCost> steps) {
 
 Result<void> EngineCore::add(CoreRequest request) {
   const std::int32_t max_tokens = request.params.max_tokens;
+  const auto num_scores = static_cast<std::size_t>(request.prompt.size()) - 1;
   StopRule stop(request.params, end_of_generation_);
-  TROUPE_TRY_VOID(scheduler_.add(
-      {request.id, std::move(request.prompt), max_tokens, request.priority, std::move(stop)}));
-  requests_.emplace(request.id,
-                    LiveRequest{std::move(request.params), std::move(request.reply_to), false, {}});
+  TROUPE_TRY_VOID(
+      scheduler_.add({request.id, std::move(request.prompt), max_tokens, request.priority,
+                      std::move(stop), request.params.prompt_logprobs}));
+  LiveRequest live;
+  live.params = std::move(request.params);
+  live.reply_to = std::move(request.reply_to);
+  if (live.params.prompt_logprobs) live.prompt_logprobs.resize(num_scores);
+  requests_.emplace(request.id, std::move(live));
   return {};
+}
+
+void EngineCore::attach_prompt_logprobs(LiveRequest& request, RequestEvent& event) {
+  if (!request.params.prompt_logprobs || request.prompt_logprobs_sent) return;
+  if (request.num_scored != static_cast<std::int32_t>(request.prompt_logprobs.size())) return;
+  event.prompt_logprobs = std::move(request.prompt_logprobs);
+  request.prompt_logprobs_sent = true;
+}
+
+bool EngineCore::scores_match(const InFlight& step, const StepOutput& output) {
+  if (output.prompt_logprobs.size() != step.prompt_rows.size()) return false;
+  for (std::size_t i = 0; i < step.prompt_rows.size(); ++i) {
+    const auto& asked = step.prompt_rows[i];
+    const auto& got = output.prompt_logprobs[i];
+    if (got.id != asked.id || got.first_position != asked.first_position ||
+        got.entries.size() != asked.targets.size()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void EngineCore::keep_scores(const StepOutput& output) {
+  for (const model::PromptLogprobs& scores : output.prompt_logprobs) {
+    const auto it = requests_.find(scores.id);
+    if (it == requests_.end()) continue;  // cancelled while the step ran
+    LiveRequest& request = it->second;
+    auto position = static_cast<std::size_t>(scores.first_position);
+    for (const model::PromptTokenLogprob& entry : scores.entries) {
+      if (position >= request.prompt_logprobs.size()) break;
+      PromptLogprob& kept = request.prompt_logprobs[position++];
+      kept.token = entry.token;
+      kept.logprob = entry.logprob;
+      kept.rank = entry.rank;
+      kept.top_logprobs.clear();
+      for (const auto& top : entry.top_logprobs) kept.top_logprobs.push_back({top.id, top.logprob});
+    }
+    // Chunks run in order from position 0, so what lies below the furthest is known.
+    request.num_scored = std::max(request.num_scored, static_cast<std::int32_t>(position));
+  }
 }
 
 RequestUpdate EngineCore::end_update(SeqId id, LiveRequest& request, FinishReason reason,
@@ -34,6 +79,7 @@ RequestUpdate EngineCore::end_update(SeqId id, LiveRequest& request, FinishReaso
   update.finish_reason = reason;
   update.error = std::move(error);
   update.first_scheduled = request.first_scheduled;
+  attach_prompt_logprobs(request, update);
   return update;
 }
 
@@ -87,7 +133,7 @@ std::optional<StepWork> EngineCore::next_step() {
   if (flight.plan.chunks.empty()) return std::nullopt;
   StepWork work;
   work.step_id = flight.step_id = next_step_id_++;
-  work.step = build_step_input(flight.plan, scheduler_, &work.sampled_ids);
+  work.step = build_step_input(flight.plan, scheduler_, &work.sampled_ids, &work.prompt_rows);
   work.removed.swap(removed_);
   const auto now = std::chrono::steady_clock::now();
   for (const ScheduledChunk& chunk : flight.plan.chunks) {
@@ -105,6 +151,7 @@ std::optional<StepWork> EngineCore::next_step() {
   counters_.num_step_sequences += static_cast<std::int64_t>(flight.plan.chunks.size());
   counters_.peak_kv_usage = std::max(counters_.peak_kv_usage, scheduler_.kv_cache().usage());
   flight.sampled_ids = work.sampled_ids;
+  flight.prompt_rows = work.prompt_rows;
   in_flight_ = std::move(flight);
   return work;
 }
@@ -130,9 +177,11 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
   AppliedStep applied;
   if (output.failed) {
     applied = fail_step(step, output.error);
-  } else if (output.step_id != step.step_id || output.tokens.size() != step.sampled_ids.size()) {
+  } else if (output.step_id != step.step_id || output.tokens.size() != step.sampled_ids.size() ||
+             !scores_match(step, output)) {
     applied = fail_step(step, {ErrorCode::internal, "the worker answered another step", true});
   } else {
+    keep_scores(output);
     std::vector<SampledResult> sampled;
     sampled.reserve(output.tokens.size());
     for (const auto& token : output.tokens) sampled.push_back({token.id});
@@ -162,6 +211,7 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
       update.token = output.tokens[i];
       update.num_cached_tokens = cached[i];
       update.first_scheduled = it->second.first_scheduled;
+      attach_prompt_logprobs(it->second, update);
       const auto end = std::find_if(finished.begin(), finished.end(),
                                     [id](const FinishedSequence& f) { return f.id == id; });
       if (end != finished.end()) {

@@ -37,6 +37,9 @@ struct RequestEvent {
   std::string error;
   std::int32_t num_cached_tokens = 0;                     // prompt tokens the prefix cache served
   std::chrono::steady_clock::time_point first_scheduled;  // its first step
+  // With the request's first token (or its end, when it ends before any, once they are
+  // all known), when it asked for prompt_logprobs: prompt positions 1 .. n-1.
+  std::vector<PromptLogprob> prompt_logprobs = {};
 };
 
 // An event with the driver's handle for its listener.
@@ -120,14 +123,26 @@ class EngineCore {
     std::any reply_to;
     bool announced = false;  // the worker holds its sampler
     std::chrono::steady_clock::time_point first_scheduled;
+    // prompt_logprobs: entry p scores prompt position p + 1, filled as chunks run (from
+    // position 0: a scored prompt is never served by the prefix cache).
+    std::vector<PromptLogprob> prompt_logprobs;
+    std::int32_t num_scored = 0;  // entries [0, num_scored) are known
+    bool prompt_logprobs_sent = false;
   };
   struct InFlight {
     BatchPlan plan;
     std::vector<SeqId> sampled_ids;
+    std::vector<model::PromptRows> prompt_rows;
     std::uint64_t step_id = 0;
   };
 
   RequestUpdate end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error);
+  // Whether the worker's prompt scores are the ones the step asked for.
+  static bool scores_match(const InFlight& step, const StepOutput& output);
+  // Keeps a step's prompt scores with their requests.
+  void keep_scores(const StepOutput& output);
+  // The request's prompt_logprobs for its first event: once, and only when all are known.
+  static void attach_prompt_logprobs(LiveRequest& request, RequestEvent& event);
   void forget(SeqId id);
   AppliedStep fail_step(const InFlight& step, const WorkerError& error);
 

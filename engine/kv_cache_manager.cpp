@@ -17,7 +17,8 @@ double KvCacheManager::usage() const {
 }
 
 std::vector<BlockId> KvCacheManager::find_cached_prefix(const Sequence& seq) const {
-  if (!enable_prefix_caching_) return {};
+  // A prompt being scored runs every row; its blocks still enter the cache after.
+  if (!enable_prefix_caching_ || seq.scores_prompt()) return {};
   const std::int32_t max_blocks = (seq.num_tokens() - 1) / block_size_;
   return cache_.match(seq.tokens, max_blocks);
 }

@@ -36,7 +36,8 @@ class KvCacheManager {
   }
 
   // For a sequence holding no blocks: its longest cached prefix, in whole blocks,
-  // never all of its tokens (the last one must run to produce logits).
+  // never all of its tokens (the last one must run to produce logits); none for a
+  // sequence that scores its prompt (Sequence::scores_prompt).
   std::vector<BlockId> find_cached_prefix(const Sequence& seq) const;
   // How many of `prompt`'s tokens a new sequence would find cached (whole blocks, never
   // all of them): what a router compares across replicas. Counts in no statistic.

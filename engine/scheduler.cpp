@@ -57,6 +57,7 @@ Result<void> Scheduler::add(SequenceRequest request) {
   seq.stop = std::move(request.stop);
   seq.priority = request.priority;
   seq.arrival = next_arrival_++;
+  seq.prompt_logprobs = request.prompt_logprobs;
   sequences_.emplace(seq.id, std::move(seq));
   enqueue_waiting(request.id, false);
   return {};

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -43,7 +44,8 @@ struct SequenceRequest {
   std::vector<TokenId> prompt;
   std::int32_t max_tokens = 16;
   std::int32_t priority = 0;
-  StopRule stop = {};  // stop and end-of-generation ids
+  StopRule stop = {};                                          // stop and end-of-generation ids
+  std::optional<std::int32_t> prompt_logprobs = std::nullopt;  // SamplingParams::prompt_logprobs
 };
 
 // One sequence's share of an iteration: its next num_new_tokens tokens.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/stop_rule.hpp"
@@ -38,9 +39,13 @@ struct Sequence {
   std::int32_t num_registered_blocks = 0;  // leading full blocks entered in the prefix cache
   bool prefix_cache_open = true;           // false once a block of it was a duplicate
   std::int32_t num_preemptions = 0;
+  // SamplingParams::prompt_logprobs: the prompt's rows are scored until the first token.
+  std::optional<std::int32_t> prompt_logprobs = std::nullopt;
 
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
   std::int32_t num_generated() const { return num_tokens() - num_prompt_tokens; }
+  // Whether its prefill scores the prompt: every prompt row must run (no cached prefix).
+  bool scores_prompt() const { return prompt_logprobs.has_value() && num_generated() == 0; }
   bool is_prefilling() const { return num_computed_tokens < num_tokens() - 1; }
 };
 

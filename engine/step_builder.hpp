@@ -1,18 +1,23 @@
 // Flattens a batch plan into the model's step input: every chunk's tokens one
 // after another, with positions, query offsets, context lengths, block tables
-// and the rows whose logits are sampled.
+// and the rows whose logits are sampled, then the rows that score prompts.
 #pragma once
 
 #include <vector>
 
 #include "engine/scheduler.hpp"
+#include "model/prompt_logprobs.hpp"
 #include "model/step_input.hpp"
 
 namespace troupe::engine {
 
-// Call between schedule() and update(). `sampled_ids` receives, per logit row,
-// the sequence it samples for.
+// Call between schedule() and update(). `sampled_ids` receives, per sampled logit row,
+// the sequence it samples for. With `prompt_rows`, a chunk of a sequence that scores its
+// prompt (Sequence::scores_prompt) also asks logits for each of its rows whose next
+// token is a prompt token: those rows follow the sampled ones in logit_rows, in the
+// order of `prompt_rows`. (Its last prompt row is the sampled one, as for any chunk.)
 model::StepInput build_step_input(const BatchPlan& plan, const Scheduler& scheduler,
-                                  std::vector<SeqId>* sampled_ids = nullptr);
+                                  std::vector<SeqId>* sampled_ids = nullptr,
+                                  std::vector<model::PromptRows>* prompt_rows = nullptr);
 
 }  // namespace troupe::engine

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/token_budget.hpp"
+#include "model/prompt_logprobs.hpp"
 #include "model/sampler.hpp"
 #include "model/step_input.hpp"
 #include "troupe/result.hpp"
@@ -82,17 +83,21 @@ struct NewSequence {
 struct StepWork {
   std::uint64_t step_id = 0;
   model::StepInput step;
-  std::vector<std::uint64_t> sampled_ids;  // [num_logits] the sequence of each logit row
+  std::vector<std::uint64_t> sampled_ids;  // the sequence of each sampled logit row
+  // The logit rows after the sampled ones: prompts to score (prompt_logprobs).
+  std::vector<model::PromptRows> prompt_rows = {};
   std::vector<NewSequence> new_sequences;
   std::vector<std::uint64_t> removed;  // ended since the last step: their samplers go
 
   bool operator==(const StepWork&) const = default;
 };
 
-// One iteration's result: one sampled token per logit row, or an error.
+// One iteration's result: one sampled token per sampled row and the scores of each
+// StepWork::prompt_rows, or an error.
 struct StepOutput {
   std::uint64_t step_id = 0;
   std::vector<model::SampledToken> tokens;
+  std::vector<model::PromptLogprobs> prompt_logprobs = {};
   bool failed = false;
   WorkerError error;
   double seconds = 0.0;  // in the worker

@@ -1,7 +1,10 @@
 #include "model/model_runner.hpp"
 
+#include <algorithm>
 #include <future>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include "grammar/gbnf.hpp"
 
@@ -71,10 +74,75 @@ Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& p
   return {};
 }
 
+void ModelRunner::score_prompt_rows(std::span<const PromptRows> prompt_rows, std::size_t first_row,
+                                    std::vector<PromptLogprobs>* out) {
+  if (out == nullptr || prompt_rows.empty()) return;
+  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+  // Every row's place in the logits and in the answer, then the rows scored on a few
+  // threads: each is a pass of exp over the vocabulary, and a long prompt has a row per
+  // token. A row's numbers never depend on the others', nor on the thread.
+  struct Job {
+    const float* logits;
+    TokenId target;
+    std::int32_t top_n;
+    PromptTokenLogprob* entry;
+  };
+  std::vector<Job> jobs;
+  out->clear();
+  out->reserve(prompt_rows.size());
+  std::size_t row = first_row;
+  for (const PromptRows& rows : prompt_rows) {
+    out->push_back({rows.id, rows.first_position, {}});
+    out->back().entries.resize(rows.targets.size());
+  }
+  for (std::size_t r = 0; r < prompt_rows.size(); ++r) {
+    for (std::size_t i = 0; i < prompt_rows[r].targets.size(); ++i) {
+      jobs.push_back({logits_.data() + row++ * vocab, prompt_rows[r].targets[i],
+                      prompt_rows[r].top_n, &(*out)[r].entries[i]});
+    }
+  }
+  auto run = [&jobs, vocab](std::size_t begin, std::size_t end) {
+    for (std::size_t j = begin; j < end; ++j) {
+      *jobs[j].entry = score_prompt_token({jobs[j].logits, vocab}, jobs[j].target, jobs[j].top_n);
+    }
+  };
+  constexpr std::size_t kRowsPerThread = 16;
+  const std::size_t threads = std::clamp<std::size_t>(
+      std::min<std::size_t>(std::thread::hardware_concurrency(), kMaxScoringThreads), 1,
+      std::max<std::size_t>(jobs.size() / kRowsPerThread, 1));
+  std::vector<std::future<void>> parts;
+  const std::size_t per = (jobs.size() + threads - 1) / threads;
+  std::size_t begin = per;  // [0, per) is this thread's
+  try {
+    for (; begin < jobs.size(); begin += per) {
+      parts.push_back(
+          std::async(std::launch::async, run, begin, std::min(begin + per, jobs.size())));
+    }
+  } catch (const std::system_error&) {
+    run(begin, jobs.size());  // no thread to be had: the rest here
+  }
+  run(0, std::min(per, jobs.size()));
+  for (auto& part : parts) part.get();
+}
+
 Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
-                                                       std::span<const std::uint64_t> sampled_ids) {
-  if (sampled_ids.size() != step.logit_rows.size()) {
-    return make_error(ErrorCode::invalid_argument, "one sequence id per logit row is needed");
+                                                       std::span<const std::uint64_t> sampled_ids,
+                                                       std::span<const PromptRows> prompt_rows,
+                                                       std::vector<PromptLogprobs>* prompt_scores) {
+  if (prompt_scores != nullptr) prompt_scores->clear();
+  std::size_t num_prompt_rows = 0;
+  for (const PromptRows& rows : prompt_rows) {
+    for (const TokenId t : rows.targets) {
+      if (t < 0 || t >= model_.config().vocab_size) {
+        return make_error(ErrorCode::invalid_argument,
+                          "a prompt token to score is outside the vocabulary");
+      }
+    }
+    num_prompt_rows += rows.targets.size();
+  }
+  if (sampled_ids.size() + num_prompt_rows != step.logit_rows.size()) {
+    return make_error(ErrorCode::invalid_argument,
+                      "one sequence id per sampled row and one target per prompt row are needed");
   }
   // A rank other than 0 of a tensor-parallel group runs its share of the step and
   // samples nothing: rank 0 holds the logits.
@@ -97,7 +165,7 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
   std::vector<SampledToken> results;
   results.reserve(sampled_ids.size());
   // On a device that samples, only token ids come back, unless a row needs the host.
-  if (model_.backend().can_sample() && !samplers.empty() && !observer_) {
+  if (model_.backend().can_sample() && !samplers.empty() && !observer_ && num_prompt_rows == 0) {
     device_rows_.clear();
     for (const Sampler* sampler : samplers) {
       const auto row = sampler->device_row();
@@ -126,6 +194,7 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
     if (observer_) observer_(sampled_ids[row], row_logits);
     results.push_back(samplers[row]->sample(row_logits));
   }
+  score_prompt_rows(prompt_rows, samplers.size(), prompt_scores);
   return results;
 }
 

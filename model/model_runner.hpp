@@ -15,6 +15,7 @@
 
 #include "grammar/token_masker.hpp"
 #include "model/llama_model.hpp"
+#include "model/prompt_logprobs.hpp"
 #include "model/sampler.hpp"
 #include "text/tokenizer.hpp"
 
@@ -41,15 +42,25 @@ class ModelRunner {
   static constexpr std::size_t kMaxCachedGrammars = 64;
   void remove_sequence(std::uint64_t id) { samplers_.erase(id); }
 
-  // Runs `step`; logit row i samples for sequence sampled_ids[i].
+  // Runs `step`; logit row i samples for sequence sampled_ids[i]. The logit rows after
+  // those score prompts (`prompt_rows`, in order, one row per target); their scores go to
+  // `prompt_scores`, one PromptLogprobs per PromptRows. A step that scores a prompt is
+  // sampled on the host: its logits are read back anyway.
   Result<std::vector<SampledToken>> execute(const StepInput& step,
-                                            std::span<const std::uint64_t> sampled_ids);
+                                            std::span<const std::uint64_t> sampled_ids,
+                                            std::span<const PromptRows> prompt_rows = {},
+                                            std::vector<PromptLogprobs>* prompt_scores = nullptr);
 
   // With an observer, every row is sampled on the host from logits read back.
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
 
  private:
   Result<OutputGrammar> output_grammar(const std::string& gbnf);
+  // Scores the prompt rows, which start at logit row `first_row` of logits_.
+  void score_prompt_rows(std::span<const PromptRows> prompt_rows, std::size_t first_row,
+                         std::vector<PromptLogprobs>* out);
+  // Most threads that score a step's prompt rows (the forward pass's are idle then).
+  static constexpr std::size_t kMaxScoringThreads = 8;
   // The constrained samplers' masks (bitmasks for a device), on another thread.
   static std::future<void> start_masks(std::span<Sampler* const> samplers, bool device);
 

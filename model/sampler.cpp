@@ -10,19 +10,19 @@ namespace {
 
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 
-double log_sum_exp(std::span<const float> logits) {
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  return max + std::log(sum);
-}
-
 // Larger value first; ties by lower id.
 bool higher(const std::pair<float, TokenId>& a, const std::pair<float, TokenId>& b) {
   return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
 }  // namespace
+
+double log_sum_exp(std::span<const float> logits) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  return max + std::log(sum);
+}
 
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, std::int32_t n) {
   const double lse = log_sum_exp(logits);
@@ -59,6 +59,9 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
   }
   if (params.logprobs && (*params.logprobs < 0 || *params.logprobs > 20)) {
     return bad("logprobs must be in [0, 20]");
+  }
+  if (params.prompt_logprobs && (*params.prompt_logprobs < 0 || *params.prompt_logprobs > 20)) {
+    return bad("prompt_logprobs must be in [0, 20]");
   }
   if (params.max_tokens < 1) return bad("max_tokens must be at least 1");
   if (params.min_tokens < 0 || params.min_tokens > params.max_tokens) {

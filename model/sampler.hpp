@@ -123,6 +123,9 @@ class Sampler {
   std::vector<float> end_logits_;
 };
 
+// log(sum(exp(logits))), in double: the one normalizer of every log-probability.
+double log_sum_exp(std::span<const float> logits);
+
 // log-softmax of one row, and its n largest entries (ties: lowest id first).
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, std::int32_t n);
 

@@ -67,12 +67,14 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   }
   // Run even so: a rank of a group that skipped its forward pass would leave the others
   // waiting in their collectives.
-  auto tokens = runner.execute(work.step, work.sampled_ids);
+  std::vector<model::PromptLogprobs> prompt_scores;
+  auto tokens = runner.execute(work.step, work.sampled_ids, work.prompt_rows, &prompt_scores);
   if (refused) return fail(std::move(*refused));
   if (!tokens) return fail(tokens.error());
   engine::StepOutput out;
   out.step_id = work.step_id;
   out.tokens = std::move(*tokens);
+  out.prompt_logprobs = std::move(prompt_scores);
   return out;
 }
 

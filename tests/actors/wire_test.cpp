@@ -59,6 +59,7 @@ SamplingParams unusual_params() {
   p.presence_penalty = 0.25f;
   p.frequency_penalty = -0.5f;
   p.logprobs = 3;
+  p.prompt_logprobs = 0;  // present, and zero
   p.max_tokens = 1000;
   p.min_tokens = 2;
   p.stop_token_ids = {2, 7, 31999};
@@ -77,6 +78,9 @@ engine::StepWork a_step() {
   w.new_sequences.push_back({11, unusual_params(), {5, 6, 7}});
   w.new_sequences.push_back({12, SamplingParams{}, {1}});
   w.removed = {3, 4};
+  // Sequence 11's rows 0 and 1 score its prompt's tokens 6 and 7 (row 2 samples).
+  w.step.logit_rows.insert(w.step.logit_rows.end(), {0, 1});
+  w.prompt_rows.push_back({11, 0, 3, {6, 7}});
   return w;
 }
 
@@ -95,6 +99,8 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     CHECK(back == plain);
     CHECK_FALSE(back.seed.has_value());
     CHECK_FALSE(back.logprobs.has_value());
+    CHECK_FALSE(back.prompt_logprobs.has_value());
+    CHECK(round_trip(system, p).prompt_logprobs == std::optional<std::int32_t>(0));
     SamplingParams zero_seed;
     zero_seed.seed = 0;  // present, and zero: not the same as absent
     CHECK(round_trip(system, zero_seed).seed == std::optional<std::uint64_t>(0));
@@ -156,6 +162,8 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     out.tokens.push_back({17, -0.25f, {{17, -0.25f}, {3, -2.5f}}});
     out.tokens.push_back({kNoToken, 0.0f, {}});
     out.seconds = 0.0125;
+    out.prompt_logprobs.push_back(
+        {11, 0, {{6, -1.5f, 2, {{9, -0.5f}, {6, -1.5f}}}, {7, -4.0f, 30, {}}}});
     CHECK(round_trip(system, out) == out);
     CHECK(message_round_trip(system, out) == out);
     engine::StepOutput failed;
@@ -217,6 +225,8 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     event.error = "none";
     event.num_cached_tokens = 16;
     event.first_scheduled = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(123456));
+    event.prompt_logprobs.push_back({5, -2.25f, 3, {{8, -0.75f}, {2, -1.0f}, {5, -2.25f}}});
+    event.prompt_logprobs.push_back({6, -0.125f, 1, {}});
     const auto back = message_round_trip(system, event);
     CHECK(back.id == event.id);
     CHECK(back.token == event.token);
@@ -224,5 +234,6 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     CHECK(back.error == event.error);
     CHECK(back.num_cached_tokens == event.num_cached_tokens);
     CHECK(back.first_scheduled == event.first_scheduled);
+    CHECK(back.prompt_logprobs == event.prompt_logprobs);
   }
 }
