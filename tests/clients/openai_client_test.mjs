@@ -105,6 +105,99 @@ await assert.rejects(client.completions.create({ ...params, model: 'gpt-4' }),
                      (e) => e.status === 404);
 await assert.rejects(client.completions.create({ ...params, max_tokens: 100000 }),
                      (e) => e.status === 400 && /maximum context length/.test(e.message));
+// The rest of the OpenAI surface.
+const retrieved = await client.models.retrieve('troupe');
+assert.equal(retrieved.id, 'troupe');
+await assert.rejects(client.models.retrieve('nope'), (e) => e.status === 404);
+
+// logprobs 0: each token's own, alone in its top_logprobs, with text offsets.
+const scored = await client.completions.create({ ...params, logprobs: 0 });
+const lp = scored.choices[0].logprobs;
+assert.equal(scored.choices[0].text, completion.choices[0].text);
+assert.equal(lp.tokens.length, 6);
+assert.equal(lp.token_logprobs.length, 6);
+lp.top_logprobs.forEach((top, i) => {
+  assert.equal(Object.keys(top).length, 1);
+  assert.equal(top[lp.tokens[i]], lp.token_logprobs[i]);
+});
+assert.deepEqual(lp.text_offset.slice(0, 2), [0, lp.tokens[0].length]);
+
+// echo: the prompt, then the output; with logprobs, the prompt's first token has none.
+const echoed = await client.completions.create({ ...params, echo: true, logprobs: 1 });
+assert.equal(echoed.choices[0].text, params.prompt + completion.choices[0].text);
+const elp = echoed.choices[0].logprobs;
+assert.equal(elp.token_logprobs[0], null);
+assert.equal(elp.top_logprobs[0], null);
+assert.equal(elp.tokens.length, echoed.usage.prompt_tokens + 6);
+assert.ok(elp.token_logprobs.slice(1).every((v) => typeof v === 'number' && v <= 0));
+let echoStreamed = '';
+for await (const chunk of await client.completions.create({ ...params, echo: true, stream: true })) {
+  echoStreamed += chunk.choices[0]?.text ?? '';
+}
+assert.equal(echoStreamed, echoed.choices[0].text);
+// vLLM's prompt_logprobs: null, then one map per prompt position.
+const promptScored = await client.completions.create({ ...params, prompt_logprobs: 2 });
+const plp = promptScored.choices[0].prompt_logprobs;
+assert.equal(plp.length, promptScored.usage.prompt_tokens);
+assert.equal(plp[0], null);
+for (const position of plp.slice(1)) {
+  const entries = Object.values(position);
+  assert.ok(entries.length >= 2 && entries.length <= 3);
+  assert.ok(entries.every((e) => e.logprob <= 0 && e.rank >= 1 && typeof e.decoded_token === 'string'));
+}
+
+// A batch of prompts (texts, or token lists): n choices for each, prompt-major.
+const batch = await client.completions.create({
+  model: 'troupe', prompt: [params.prompt, 'Hello'], max_tokens: 6, temperature: 0, n: 2 });
+assert.equal(batch.choices.length, 4);
+assert.deepEqual(batch.choices.map((c) => c.index), [0, 1, 2, 3]);
+assert.equal(batch.choices[0].text, completion.choices[0].text);
+assert.equal(batch.choices[1].text, completion.choices[0].text);
+const hello = await client.completions.create({ ...params, prompt: 'Hello' });
+assert.equal(batch.choices[2].text, hello.choices[0].text);
+assert.equal(batch.usage.prompt_tokens, completion.usage.prompt_tokens + hello.usage.prompt_tokens);
+assert.equal(batch.usage.completion_tokens, 24);
+const ids = await client.completions.create({ model: 'troupe', prompt: [[5, 6, 7], [8, 9]], max_tokens: 2 });
+assert.equal(ids.choices.length, 2);
+assert.equal(ids.usage.prompt_tokens, 5);
+
+// best_of: the candidate with the highest cumulative logprob among n=best_of's.
+const sampling = { ...params, temperature: 1.5, seed: 11 };
+const candidates = await client.completions.create({ ...sampling, n: 4, logprobs: 0 });
+const sums = candidates.choices.map((c) => c.logprobs.token_logprobs.reduce((a, b) => a + b, 0));
+const best = await client.completions.create({ ...sampling, best_of: 4 });
+assert.equal(best.choices.length, 1);
+assert.equal(best.choices[0].text, candidates.choices[sums.indexOf(Math.max(...sums))].text);
+await assert.rejects(client.completions.create({ ...params, n: 2, best_of: 1 }),
+                     (e) => e.status === 400 && /best_of/.test(e.message));
+await assert.rejects(client.completions.create({ ...params, best_of: 2, stream: true }),
+                     (e) => e.status === 400);
+
+// logit_bias: +100 all but forces a token, out of the vocabulary is a 400.
+const forced = await client.completions.create({ ...params, logit_bias: { 300: 100 } });
+const detok = await fetch(`${base}/detokenize`, {
+  method: 'POST', headers: { Authorization: 'Bearer sk-test', 'Content-Type': 'application/json' },
+  body: JSON.stringify({ tokens: [300, 300, 300, 300, 300, 300] }) });
+assert.equal(forced.choices[0].text, (await detok.json()).prompt);
+await assert.rejects(client.completions.create({ ...params, logit_bias: { 99999: 1 } }),
+                     (e) => e.status === 400 && /logit_bias/.test(e.message));
+// suffix: this model has no fill-in-the-middle tokens.
+await assert.rejects(client.completions.create({ ...params, suffix: 'The end.' }),
+                     (e) => e.status === 400 && /fill-in-the-middle/.test(e.message));
+await assert.rejects(client.completions.create({ ...params, top_a: 1 }),
+                     (e) => e.status === 400 && /top_a/.test(e.message));
+
+// CORS, as a browser page at another origin calls it.
+const preflight = await fetch(`${base}/v1/completions`, { method: 'OPTIONS', headers: {
+  Origin: 'https://app.example', 'Access-Control-Request-Method': 'POST',
+  'Access-Control-Request-Headers': 'authorization, content-type' } });
+assert.equal(preflight.status, 200);
+assert.equal(preflight.headers.get('access-control-allow-origin'), '*');
+assert.equal(preflight.headers.get('access-control-allow-headers'), 'authorization, content-type');
+const crossOrigin = await fetch(`${base}/v1/models`, {
+  headers: { Authorization: 'Bearer sk-test', Origin: 'https://app.example' } });
+assert.equal(crossOrigin.headers.get('access-control-allow-origin'), '*');
+
 const stranger = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'wrong', maxRetries: 0 });
 await assert.rejects(stranger.models.list(), (e) => e.status === 401);
 console.log('openai client: all checks passed');
