@@ -2,6 +2,7 @@
 // starts a worker and waits for its load report, builds the scheduler from it, and
 // turns calls into messages.
 #include "troupe/engine.hpp"
+#include "monitoring/log.hpp"
 
 #include <caf/io/all.hpp>
 
@@ -231,7 +232,8 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
     if (!setup.node.empty()) {
       e.message = "node " + setup.node + ": " + e.message;
       // Said at once, as a replica placed later says it: the engine's end may take a while.
-      std::fprintf(stderr, "troupe: replica %d cannot load on %s\n", index, e.message.c_str());
+      monitoring::logf(monitoring::LogLevel::warning, "replica %d cannot load on %s", index,
+                       e.message.c_str());
     }
     return tl::unexpected(e);
   }

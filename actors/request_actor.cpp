@@ -1,4 +1,5 @@
 #include "actors/request_actor.hpp"
+#include "monitoring/log.hpp"
 
 #include <cstdio>
 
@@ -13,11 +14,11 @@ void deliver(RequestState& state, const TokenEvent& event) {
   try {
     state.on_event(event);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "troupe: request %llu: the event callback threw: %s\n",
-                 static_cast<unsigned long long>(state.id), e.what());
+    monitoring::logf(monitoring::LogLevel::warning, "request %llu: the event callback threw: %s",
+                     static_cast<unsigned long long>(state.id), e.what());
   } catch (...) {
-    std::fprintf(stderr, "troupe: request %llu: the event callback threw\n",
-                 static_cast<unsigned long long>(state.id));
+    monitoring::logf(monitoring::LogLevel::warning, "request %llu: the event callback threw",
+                     static_cast<unsigned long long>(state.id));
   }
 }
 

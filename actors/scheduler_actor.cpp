@@ -1,4 +1,5 @@
 #include "actors/scheduler_actor.hpp"
+#include "monitoring/log.hpp"
 
 #include <any>
 #include <cstdio>
@@ -95,8 +96,8 @@ void replace_local_worker(Self self) {
 void lose_remote_worker(Self self, const std::string& why) {
   auto& state = self->state;
   if (!state.worker_ready) return;  // already lost
-  std::fprintf(stderr, "troupe: replica %d lost its worker on node %s: %s\n", state.setup.index,
-               state.setup.node.c_str(), why.c_str());
+  monitoring::logf(monitoring::LogLevel::warning, "replica %d lost its worker on node %s: %s",
+                   state.setup.index, state.setup.node.c_str(), why.c_str());
   self->demonitor(state.setup.worker.address());
   self->send_exit(state.setup.worker, caf::exit_reason::kill);
   set_ready(self, false);
@@ -150,9 +151,9 @@ void place_worker(Self self) {
                       auto& state = self->state;
                       if (state.setup.worker.address() != loading) return;
                       if (report.failed) {
-                        std::fprintf(stderr, "troupe: replica %d cannot load on node %s: %s\n",
-                                     state.setup.index, state.setup.node.c_str(),
-                                     report.error.message.c_str());
+                        monitoring::logf(monitoring::LogLevel::warning,
+                                         "replica %d cannot load on node %s: %s", state.setup.index,
+                                         state.setup.node.c_str(), report.error.message.c_str());
                         self->demonitor(state.setup.worker.address());
                         self->send_exit(state.setup.worker, caf::exit_reason::kill);
                         // That node will not do: the replica waits for another.
@@ -161,8 +162,9 @@ void place_worker(Self self) {
                         place_worker(self);
                         return;
                       }
-                      std::fprintf(stderr, "troupe: replica %d is up again on node %s\n",
-                                   state.setup.index, state.setup.node.c_str());
+                      monitoring::logf(monitoring::LogLevel::info,
+                                       "replica %d is up again on node %s", state.setup.index,
+                                       state.setup.node.c_str());
                       state.core->calibrate(report.step_costs);
                       set_ready(self, true);
                       maybe_step(self);
@@ -171,8 +173,9 @@ void place_worker(Self self) {
                       auto& state = self->state;
                       if (state.setup.worker.address() != loading) return;
                       const std::string why = self->system().render(err);
-                      std::fprintf(stderr, "troupe: replica %d: its new worker did not load: %s\n",
-                                   state.setup.index, why.c_str());
+                      monitoring::logf(monitoring::LogLevel::warning,
+                                       "replica %d: its new worker did not load: %s",
+                                       state.setup.index, why.c_str());
                       self->demonitor(state.setup.worker.address());
                       self->send_exit(state.setup.worker, caf::exit_reason::kill);
                       // Not that node again (a dead one is dropped anyway): another, when
@@ -185,8 +188,8 @@ void place_worker(Self self) {
                     });
           },
           [self](const caf::error& err) {
-            std::fprintf(stderr, "troupe: replica %d cannot be placed: %s\n",
-                         self->state.setup.index, self->system().render(err).c_str());
+            monitoring::logf(monitoring::LogLevel::warning, "replica %d cannot be placed: %s",
+                             self->state.setup.index, self->system().render(err).c_str());
           });
 }
 
@@ -259,8 +262,9 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
     if (state.worker_ready) return lose_remote_worker(self, why);
     // Lost while it loaded: another node, at once (the load's answer would come only at
     // its timeout, and is ignored as stale).
-    std::fprintf(stderr, "troupe: replica %d: the node %s went while its worker loaded: %s\n",
-                 state.setup.index, state.setup.node.c_str(), why.c_str());
+    monitoring::logf(monitoring::LogLevel::warning,
+                     "replica %d: the node %s went while its worker loaded: %s", state.setup.index,
+                     state.setup.node.c_str(), why.c_str());
     state.setup.worker = nullptr;
     place_worker(self);
   });

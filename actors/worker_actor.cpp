@@ -1,5 +1,11 @@
 #include "actors/worker_actor.hpp"
 
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "monitoring/log.hpp"
+
 namespace troupe::actors {
 
 namespace {
@@ -43,10 +49,36 @@ class ActorStore final : public model::RendezvousStore {
   std::chrono::milliseconds timeout_;
 };
 
+// Says how far a load is, once it has taken more than a moment: a line at each tenth
+// after the first second, and how long it took.
+model::LoadProgress load_progress(const engine::WorkerSpec& spec) {
+  struct Said {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    std::int32_t tenths = 0;
+  };
+  auto said = std::make_shared<Said>();
+  return [said, path = spec.model_path, rank = spec.rank, ranks = spec.world_size](
+             std::int32_t done, std::int32_t all) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - said->start).count();
+    const std::int32_t tenths = all > 0 ? done * 10 / all : 10;
+    if (seconds < 1.0 || tenths <= said->tenths) return;
+    said->tenths = tenths;
+    monitoring::log_info(done == all ? "weights loaded" : "loading weights",
+                         {{"model", path},
+                          {"percent", tenths * 10},
+                          {"layers", done},
+                          {"of", all},
+                          {"rank", rank},
+                          {"ranks", ranks},
+                          {"seconds", std::round(seconds * 10.0) / 10.0}});
+  };
+}
+
 engine::LoadReport load(Self self, const engine::WorkerSpec& spec, const worker::GroupLink* link) {
   auto& state = self->state;
   state.worker.reset();  // a second load replaces the first
-  auto loaded = worker::Worker::load(spec, link);
+  auto loaded = worker::Worker::load(spec, link, load_progress(spec));
   if (!loaded) {
     engine::LoadReport failed;
     failed.failed = true;

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/json.hpp>
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -151,7 +152,12 @@ Result<std::vector<ConfigEntry>> parse_yaml(std::string_view text) {
 Result<std::string> json_scalar(const json::value& v, const std::string& key) {
   if (v.is_string()) return std::string(v.as_string());
   if (v.is_bool()) return std::string(v.as_bool() ? "true" : "false");
-  if (v.is_int64() || v.is_uint64() || v.is_double()) return json::serialize(v);
+  if (v.is_int64() || v.is_uint64()) return json::serialize(v);
+  if (v.is_double()) {  // the shortest form that reads back: 0.9, not 9E-1
+    char digits[32];
+    const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, v.as_double());
+    return std::string(digits, ec == std::errc() ? end : digits);
+  }
   return make_error(ErrorCode::invalid_argument,
                     "\"" + key +
                         "\": only strings, numbers, booleans and lists of them are flag "
@@ -191,6 +197,11 @@ std::string flag_name(std::string key) {
   while (!key.empty() && key.front() == '-') key.erase(key.begin());
   std::replace(key.begin(), key.end(), '_', '-');
   return key;
+}
+
+// A switch's other half: --no-enable-prefix-caching for --enable-prefix-caching, and back.
+std::string opposite(const std::string& name) {
+  return name.starts_with("no-") ? name.substr(3) : "no-" + name;
 }
 
 bool given(const CLI::Option& option, const std::vector<std::string>& args) {
@@ -282,14 +293,22 @@ Result<std::vector<std::string>> expand_config(const CLI::App& app, std::vector<
                                                          "` is not a flag of `troupe " +
                                                          command->get_name() + "` (see --help)");
     }
-    if (given(*option, rest)) continue;     // the command line wins
-    if (option->get_expected_min() == 0) {  // a switch
+    // The command line wins: the flag itself, or for a switch its other half.
+    const CLI::Option* other = command->get_option_no_throw("--" + opposite(name));
+    const bool is_switch = option->get_expected_min() == 0;
+    if (given(*option, rest) || (is_switch && other != nullptr && given(*other, rest))) continue;
+    if (is_switch) {
       const auto on = entry.values.size() == 1 ? truth(entry.values.front()) : std::nullopt;
       if (!on) {
         return make_error(ErrorCode::invalid_argument,
                           where + "--" + name + " is a switch: true or false");
       }
-      if (*on) added.push_back("--" + name);
+      // `enable-prefix-caching: false` means its other half, where there is one.
+      if (*on) {
+        added.push_back("--" + name);
+      } else if (other != nullptr && other->get_expected_min() == 0) {
+        added.push_back("--" + opposite(name));
+      }
       continue;
     }
     if (entry.is_list && option->get_items_expected_max() <= 1) {

@@ -20,6 +20,7 @@ void add_node_command(CLI::App& app) {
   struct Options {
     actors::cluster::NodeSettings node;
     std::string join;
+    LogFlags log;
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("node", "join a head (troupe serve --cluster-port) as a node");
@@ -44,7 +45,9 @@ void add_node_command(CLI::App& app) {
                   "this node's copy of the model (default: the head's path); the head checks "
                   "that it is the same file");
   add_cluster_tls_options(cmd, opts->node.tls_certificate, opts->node.tls_key, opts->node.tls_ca);
+  add_log_options(cmd, opts->log);
   cmd->callback([opts] {
+    apply_log_options(opts->log);
     const auto colon = opts->join.rfind(':');
     unsigned long port = 0;
     try {

@@ -164,7 +164,7 @@ LlamaModel::~LlamaModel() {
 }
 
 Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend,
-                                    const Shard& shard) {
+                                    const Shard& shard, const LoadProgress& progress) {
   TROUPE_TRY(const auto config, LlamaConfig::from_gguf(file));
   WeightLoader loader(file, backend);
   WeightSource source;
@@ -183,13 +183,14 @@ Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend
                             std::int64_t count) {
     return loader.vector_slice(name, size, begin, count);
   };
-  TROUPE_TRY(auto model, assemble(config, backend, source, shard));
+  TROUPE_TRY(auto model, assemble(config, backend, source, shard, progress));
   model.owned_weights_ = loader.take_owned();
   return model;
 }
 
 Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& backend,
-                                        const WeightSource& source, const Shard& shard) {
+                                        const WeightSource& source, const Shard& shard,
+                                        const LoadProgress& progress) {
   TROUPE_TRY_VOID(backend.supports(config.features));
   TROUPE_TRY(const ShardLayout part, shard_layout(config, shard));
   if (shard.is_split() && !source.matrix_slice) {
@@ -293,6 +294,7 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
       TROUPE_TRY(l.post_ffn_norm, source.vector(b + "post_ffw_norm.weight", c.dim));
     }
     model.layers_.push_back(l);
+    if (progress) progress(i + 1, c.num_layers);
   }
   return model;
 }

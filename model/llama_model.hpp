@@ -48,15 +48,20 @@ struct WeightSource {
       vector_slice;
 };
 
+// Told after each layer's weights are loaded (layers done, layers in all): a large file
+// takes a while, and whoever waits may say how far it is.
+using LoadProgress = std::function<void(std::int32_t layers_done, std::int32_t num_layers)>;
+
 class LlamaModel {
  public:
   // Loads every weight (of `shard`'s part) into `backend`, checking each one's shape and
   // type. A split model's backend must have joined its group (Backend::join_group).
   static Result<LlamaModel> load(const gguf::GgufFile& file, Backend& backend,
-                                 const Shard& shard = {});
+                                 const Shard& shard = {}, const LoadProgress& progress = {});
   // Builds the model from `config` with weights from `source`.
   static Result<LlamaModel> assemble(const LlamaConfig& config, Backend& backend,
-                                     const WeightSource& source, const Shard& shard = {});
+                                     const WeightSource& source, const Shard& shard = {},
+                                     const LoadProgress& progress = {});
 
   // The whole model's shape (what callers see: vocabulary, context, layers).
   const LlamaConfig& config() const { return config_; }

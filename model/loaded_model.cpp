@@ -85,9 +85,10 @@ Result<LoadedModel> LoadedModel::open(const std::string& path, std::unique_ptr<B
   return m;
 }
 
-Result<void> LoadedModel::load_weights(std::unique_ptr<Backend> on, const Shard& shard) {
+Result<void> LoadedModel::load_weights(std::unique_ptr<Backend> on, const Shard& shard,
+                                       const LoadProgress& progress) {
   backend = std::move(on);
-  TROUPE_TRY(auto llama, LlamaModel::load(*file, *backend, shard));
+  TROUPE_TRY(auto llama, LlamaModel::load(*file, *backend, shard, progress));
   model = std::make_unique<LlamaModel>(std::move(llama));
   return {};
 }

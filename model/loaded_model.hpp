@@ -38,7 +38,8 @@ struct LoadedModel {
   static Result<LoadedModel> open(const std::string& path, std::unique_ptr<Backend> backend);
   // Loads the weights of a model opened without them on `backend`: `shard`'s part of them
   // for a rank of a tensor-parallel group (whose backend has joined the group).
-  Result<void> load_weights(std::unique_ptr<Backend> backend, const Shard& shard = {});
+  Result<void> load_weights(std::unique_ptr<Backend> backend, const Shard& shard = {},
+                            const LoadProgress& progress = {});
 
   Result<void> allocate_kv_cache(std::int32_t num_blocks, std::int32_t block_size);
   // The KV cache of this rank's KV heads (all of them unless the model is split).

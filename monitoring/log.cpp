@@ -9,9 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
+#include <memory>
 #include <mutex>
+#include <thread>
 
 namespace troupe::monitoring {
 
@@ -23,13 +27,14 @@ constexpr std::size_t kQueueLines = 8192;
 std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
 std::atomic<int> g_format{static_cast<int>(LogFormat::text)};
 
-struct Writer {
-  std::mutex mutex;
-  std::shared_ptr<spdlog::logger> logger;
-};
-Writer& writer() {
-  static Writer w;
-  return w;
+// The logger lines go to: read without a lock on every line, replaced by configure_logging.
+std::atomic<std::shared_ptr<spdlog::logger>>& writer() {
+  static std::atomic<std::shared_ptr<spdlog::logger>> logger;
+  return logger;
+}
+std::mutex& configuring() {
+  static std::mutex mutex;
+  return mutex;
 }
 
 std::string_view level_word(LogLevel level, LogFormat format) {
@@ -148,10 +153,23 @@ std::shared_ptr<spdlog::logger> make_logger(LogFormat format) {
 }
 
 std::shared_ptr<spdlog::logger> current_logger() {
-  auto& w = writer();
-  std::lock_guard lock(w.mutex);
-  if (!w.logger) w.logger = make_logger(static_cast<LogFormat>(g_format.load()));
-  return w.logger;
+  if (auto logger = writer().load()) return logger;
+  std::lock_guard lock(configuring());
+  auto logger = writer().load();
+  if (!logger) {
+    logger = make_logger(static_cast<LogFormat>(g_format.load()));
+    writer().store(logger);
+  }
+  return logger;
+}
+
+// Waits (a second at most) until the writer has written what was queued.
+void drain() {
+  const auto pool = spdlog::thread_pool();
+  if (!pool) return;
+  for (int i = 0; i < 1000 && pool->queue_size() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace
@@ -175,20 +193,18 @@ std::optional<LogFormat> parse_log_format(std::string_view name) {
 }
 
 void configure_logging(LogLevel level, LogFormat format) {
+  std::lock_guard lock(configuring());
   g_level = static_cast<int>(level);
   g_format = static_cast<int>(format);
-  auto& w = writer();
-  std::lock_guard lock(w.mutex);
-  if (w.logger) w.logger->flush();
-  w.logger = make_logger(format);
+  drain();  // what was queued goes out in the old format, before the new one
+  writer().store(make_logger(format));
 }
 
 void flush_logging() {
-  auto& w = writer();
-  std::lock_guard lock(w.mutex);
-  if (w.logger) w.logger->flush();
-  w.logger.reset();
-  spdlog::shutdown();
+  // The writer thread stays (it is joined at exit, after writing what is left): a line
+  // logged later still goes out.
+  if (auto logger = writer().load()) logger->flush();
+  drain();
 }
 
 bool log_enabled(LogLevel level) {
@@ -232,6 +248,20 @@ void log(LogLevel level, std::string_view message, std::span<const LogField> fie
   const auto format = static_cast<LogFormat>(g_format.load(std::memory_order_relaxed));
   const auto body = render_log_body(format, level, message, fields);
   current_logger()->log(spdlog::level::info, spdlog::string_view_t(body.data(), body.size()));
+}
+
+void logf(LogLevel level, const char* format, ...) {
+  if (!log_enabled(level)) return;
+  std::va_list args;
+  va_start(args, format);
+  std::va_list again;
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  std::string message(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(message.data(), message.size() + 1, format, again);
+  va_end(again);
+  log(level, message);
 }
 
 }  // namespace troupe::monitoring

@@ -24,8 +24,8 @@ std::optional<LogFormat> parse_log_format(std::string_view name);
 
 // Process-wide; the default (before any call) is info, text. Safe to call again.
 void configure_logging(LogLevel level, LogFormat format);
-// Writes what is queued and stops the writer (at the end of main; logging after it
-// starts a new writer).
+// Waits (a second at most) until what is queued is written: before a plain stderr line
+// that must follow it, or an exit.
 void flush_logging();
 bool log_enabled(LogLevel level);
 
@@ -67,6 +67,10 @@ inline void log_warning(std::string_view message, std::initializer_list<LogField
 inline void log_error(std::string_view message, std::initializer_list<LogField> fields = {}) {
   log(LogLevel::error, message, fields);
 }
+
+// A line whose message is printf-formatted (no fields): for the lines of actors that
+// already say it all in their words.
+void logf(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
 
 // The line `log` writes after its timestamp, for tests: `LEVEL message k=v ...` as text,
 // or the object's members (`"level":...,"message":...,"k":v`) as JSON.

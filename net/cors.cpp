@@ -124,8 +124,15 @@ Response cors_preflight_response(const Request& request, const CorsConfig& cors)
 
 void add_cors_headers(const Request& request, http::fields& response, const CorsConfig& cors) {
   const auto found = request.find(http::field::origin);
-  if (found == request.end() || !origin_allowed(found->value(), cors)) return;
-  allow_origin(found->value(), response, cors);
+  if (found == request.end()) return;
+  // A narrowed list makes the answer depend on the origin: caches must keep them apart.
+  if (!all_origins(cors) || cors.allow_credentials) response.set(http::field::vary, "Origin");
+  if (origin_allowed(found->value(), cors)) allow_origin(found->value(), response, cors);
+}
+
+bool is_allowed_origin(const Request& request, const CorsConfig& cors) {
+  const auto found = request.find(http::field::origin);
+  return found == request.end() || origin_allowed(found->value(), cors);
 }
 
 }  // namespace troupe::net

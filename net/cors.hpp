@@ -21,5 +21,8 @@ Response cors_preflight_response(const Request& request, const CorsConfig& cors)
 // The headers an answer to a cross-origin request carries (none without an Origin, or
 // for an origin not allowed: the browser then withholds the answer from the page).
 void add_cors_headers(const Request& request, http::fields& response, const CorsConfig& cors);
+// Whether a request's Origin (if it has one) is allowed: a browser applies no CORS to a
+// WebSocket, so the server refuses an upgrade from an origin not allowed (403) itself.
+bool is_allowed_origin(const Request& request, const CorsConfig& cors);
 
 }  // namespace troupe::net

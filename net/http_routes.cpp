@@ -60,7 +60,7 @@ constexpr std::array<RouteSpec, 10> kRoutes = {{
      }},
     {"/version", http::verb::get, RouteKind::plain, false,
      [](const Request& request, const RouteContext&) {
-       return ok(request, R"({"version":"0.1.0"})");
+       return ok(request, R"({"version":")" TROUPE_VERSION R"("})");
      }},
     {"/metrics", http::verb::get, RouteKind::heavy, false,
      [](const Request& request, const RouteContext& context) {

@@ -274,17 +274,32 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       Request req;
       req.version(parser.is_header_done() ? parser.get().version() : 11);
       req.keep_alive(false);
+      if (parser.is_header_done()) {
+        req.method_string(parser.get().method_string());
+        req.target(parser.get().target());
+      }
+      entry.status = error->status;
+      log_access(req, entry, client);
       auto response = error_response(req, *error);
       co_await send(stream, std::move(response), config.write_timeout);
       break;
     }
     Request request = parser.release();
     if (websocket::is_upgrade(request) && route_kind(request) == RouteKind::websocket) {
-      if (const auto refused = missing_api_key(request, config)) {
+      std::optional<ApiError> refused = missing_api_key(request, config);
+      if (!refused && !is_allowed_origin(request, config.cors)) {
+        refused = ApiError{403, "this origin may not open the socket (--allowed-origins)",
+                           "permission_error", ""};
+      }
+      if (refused) {
+        count(request, refused->status, entry);
+        log_access(request, entry, client);
         auto response = error_response(request, *refused);
         co_await send(stream, std::move(response), config.write_timeout);
         break;
       }
+      entry.status = 101;
+      log_access(request, entry, client);  // the upgrade; the socket's requests are its own
       co_await websocket_session(std::move(stream), std::move(request));
       co_return;
     }
@@ -459,6 +474,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     stop_watching();
     if (g->client_gone || g->output.over()) {
       entry.client_gone = true;
+      entry.status = 499;  // nginx's "client closed request": no answer was sent
       g->channel->close();
       co_return false;
     }
@@ -518,6 +534,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   // echo: a choice's prompt goes out before its first token (with the prompt's logprobs,
   // which come with that first event).
   std::vector<bool> echoed(static_cast<std::size_t>(num_sequences), !completion.echo);
+  std::vector<std::size_t> sent_bytes(static_cast<std::size_t>(num_sequences), 0);  // text_offset
   while (alive && num_open > 0 && !g->output.over()) {
     auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
     if (ec) break;
@@ -527,11 +544,12 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     data.clear();
     if (!echoed[static_cast<std::size_t>(index)]) {
       echoed[static_cast<std::size_t>(index)] = true;
+      const auto prompt_index = static_cast<std::size_t>(index / per_prompt);
       data +=
           "data: " +
-          echo_chunk(context, id, created, completion, static_cast<std::size_t>(index / per_prompt),
-                     event.prompt_logprobs, index) +
+          echo_chunk(context, id, created, completion, prompt_index, event.prompt_logprobs, index) +
           "\n\n";
+      sent_bytes[static_cast<std::size_t>(index)] = completion.prompt_texts[prompt_index].size();
     }
     bool called = false;
     if (!calls.empty()) {
@@ -549,8 +567,11 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
         continue;  // held: nothing to send yet
       }
     }
-    data += "data: " + completion_chunk(context, id, created, completion, event, index, called) +
+    data += "data: " +
+            completion_chunk(context, id, created, completion, event, index, called,
+                             sent_bytes[static_cast<std::size_t>(index)]) +
             "\n\n";
+    sent_bytes[static_cast<std::size_t>(index)] += event.text.size();
     if (event.finished) {
       --num_open;
       usage.completion_tokens += event.num_generated_tokens;

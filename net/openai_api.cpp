@@ -127,15 +127,16 @@ tl::expected<json::object, ApiError> parse_object(std::string_view body) {
 // always among them, as OpenAI's: logprobs 0 gives it alone) and text_offset (bytes from
 // the choice's start). With `prompt`, the echoed prompt's tokens come first: its first
 // token has no context, so null logprobs, as OpenAI's.
+// `offset` is where the first output token's text starts in the choice's text; an echoed
+// prompt's tokens are placed by their pieces within its text (`prompt_bytes` long).
 json::object logprobs_json(const text::Tokenizer& tokenizer, const std::vector<TokenEvent>& events,
                            std::size_t offset = 0, const std::vector<TokenId>* prompt = nullptr,
-                           const std::vector<PromptLogprob>* prompt_logprobs = nullptr) {
+                           const std::vector<PromptLogprob>* prompt_logprobs = nullptr,
+                           std::size_t prompt_bytes = 0) {
   json::array tokens, token_logprobs, top, offsets;
-  auto add = [&](TokenId token, json::value logprob, json::value entries) {
-    const std::string piece = text::to_valid_utf8(tokenizer.piece(token));
-    offsets.emplace_back(offset);
-    offset += piece.size();
-    tokens.emplace_back(piece);
+  auto add = [&](TokenId token, json::value logprob, json::value entries, std::size_t at) {
+    offsets.emplace_back(at);
+    tokens.emplace_back(text::to_valid_utf8(tokenizer.piece(token)));
     token_logprobs.emplace_back(std::move(logprob));
     top.emplace_back(std::move(entries));
   };
@@ -147,21 +148,27 @@ json::object logprobs_json(const text::Tokenizer& tokenizer, const std::vector<T
     return entries;
   };
   if (prompt != nullptr) {
+    std::size_t at = 0;
     for (std::size_t i = 0; i < prompt->size(); ++i) {
       const PromptLogprob* entry =
           i > 0 && prompt_logprobs != nullptr && i - 1 < prompt_logprobs->size()
               ? &(*prompt_logprobs)[i - 1]
               : nullptr;
+      const std::size_t here = std::min(at, prompt_bytes);
       if (entry == nullptr) {
-        add((*prompt)[i], nullptr, nullptr);
+        add((*prompt)[i], nullptr, nullptr, here);
       } else {
         add((*prompt)[i], entry->logprob,
-            top_entries(entry->token, entry->logprob, entry->top_logprobs));
+            top_entries(entry->token, entry->logprob, entry->top_logprobs), here);
       }
+      at += tokenizer.piece((*prompt)[i]).size();
     }
   }
+  // Each output token at the text it brought (a token may bring none yet: a character's
+  // first bytes wait for the rest).
   for (const auto& e : events) {
-    add(e.token, e.logprob, top_entries(e.token, e.logprob, e.top_logprobs));
+    add(e.token, e.logprob, top_entries(e.token, e.logprob, e.top_logprobs), offset);
+    offset += e.text.size();
   }
   return json::object{{"tokens", std::move(tokens)},
                       {"token_logprobs", std::move(token_logprobs)},
@@ -345,8 +352,13 @@ tl::expected<void, ApiError> check_fields(const json::object& o, bool chat, bool
         (socket && among(key, kSocketFields))) {
       continue;
     }
-    // Unset (null): clients that send every field with its default ask nothing of it.
-    if (value.is_null()) continue;
+    // Unset (null), or on chat the completions' echo and best_of at what leaving them out
+    // means: clients that send every field with its default ask nothing of it.
+    if (value.is_null() ||
+        (chat && key == "best_of" && value.is_int64() && value.get_int64() == 1) ||
+        (chat && key == "echo" && value.is_bool() && !value.get_bool())) {
+      continue;
+    }
     return tl::unexpected(
         bad_request("Unrecognized request argument supplied: " + std::string(key) +
                         (chat ? " (chat completions)" : " (completions)"),
@@ -571,6 +583,9 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
   }
   TROUPE_API_TRY(const auto echo, boolean(o, "echo"));
   r.echo = echo.value_or(false);
+  if (r.echo && fill_in) {
+    return tl::unexpected(bad_request("'echo' and 'suffix' cannot be used together", "echo"));
+  }
   for (const json::value* item : items) {
     std::vector<TokenId> ids;
     std::string text;
@@ -749,10 +764,11 @@ std::string completion_response(const ApiContext& context, const std::string& id
           request.prompts.empty() ? request.generate.prompt : request.prompts[output.prompt_index];
       const std::string& prompt_text = request.prompt_texts[output.prompt_index];
       choice["text"] = text::to_valid_utf8(prompt_text + output.text);
-      choice["logprobs"] = request.want_logprobs
-                               ? json::value(logprobs_json(*context.tokenizer, output.tokens, 0,
-                                                           &prompt, &output.prompt_logprobs))
-                               : json::value(nullptr);
+      choice["logprobs"] =
+          request.want_logprobs
+              ? json::value(logprobs_json(*context.tokenizer, output.tokens, prompt_text.size(),
+                                          &prompt, &output.prompt_logprobs, prompt_text.size()))
+              : json::value(nullptr);
     } else {
       choice["text"] = text::to_valid_utf8(output.text);
       choice["logprobs"] = request.want_logprobs
@@ -779,7 +795,7 @@ std::string completion_response(const ApiContext& context, const std::string& id
 
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                              const CompletionRequest& request, const TokenEvent& event, int index,
-                             bool called) {
+                             bool called, std::size_t text_offset) {
   json::object choice{{"index", index}};
   const bool with_logprobs = request.want_logprobs && event.token != kNoToken;
   if (request.chat) {
@@ -795,8 +811,9 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
                              : json::value(nullptr);
   } else {
     choice["text"] = text::to_valid_utf8(event.text);
-    choice["logprobs"] = with_logprobs ? json::value(logprobs_json(*context.tokenizer, {event}))
-                                       : json::value(nullptr);
+    choice["logprobs"] = with_logprobs
+                             ? json::value(logprobs_json(*context.tokenizer, {event}, text_offset))
+                             : json::value(nullptr);
   }
   choice["finish_reason"] =
       event.finished ? json::value(std::string(openai_finish_reason(event.finish_reason, called)))
@@ -839,9 +856,11 @@ std::string echo_chunk(const ApiContext& context, const std::string& id, std::in
       request.prompts.empty() ? request.generate.prompt : request.prompts[prompt_index];
   json::object choice{{"index", index},
                       {"text", text::to_valid_utf8(request.prompt_texts[prompt_index])}};
+  const std::string& prompt_text = request.prompt_texts[prompt_index];
   choice["logprobs"] =
       request.want_logprobs
-          ? json::value(logprobs_json(*context.tokenizer, {}, 0, &prompt, &prompt_logprobs))
+          ? json::value(logprobs_json(*context.tokenizer, {}, prompt_text.size(), &prompt,
+                                      &prompt_logprobs, prompt_text.size()))
           : json::value(nullptr);
   choice["finish_reason"] = nullptr;
   return json::serialize(

@@ -110,9 +110,11 @@ std::string completion_response(const ApiContext& context, const std::string& id
 // One SSE `data:` payload for a streamed event of choice `index` (text and, on
 // its last one, the finish reason).
 // `called`: the choice's output was read as tool calls (finish_reason "tool_calls").
+// `text_offset`: where this event's text starts in the choice's text (its logprobs'
+// text_offset).
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                              const CompletionRequest& request, const TokenEvent& event, int index,
-                             bool called = false);
+                             bool called = false, std::size_t text_offset = 0);
 // A chat stream's tool calls for choice `index`, whole, in one delta (sent at its end).
 std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                              const std::vector<ToolCall>& calls, int index);

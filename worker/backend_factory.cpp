@@ -106,7 +106,8 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
 #endif
 }
 
-Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const GroupLink* link) {
+Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const GroupLink* link,
+                                      const model::LoadProgress& progress) {
   // Everything that can refuse the model comes before the weights are loaded.
   TROUPE_TRY(auto m, model::LoadedModel::open(spec.model_path));
   if (!spec.model_fingerprint.empty()) {
@@ -135,7 +136,7 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
     TROUPE_TRY(auto group, connect_group(spec, *link));
     TROUPE_TRY_VOID(backend->join_group(std::move(group)));
   }
-  TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard));
+  TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard, progress));
   m.kv_dtype =
       spec.kv_cache_dtype == KvCacheType::f32 ? model::KvCacheDtype::f32 : model::KvCacheDtype::f16;
   return m;

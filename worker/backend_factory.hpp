@@ -50,6 +50,7 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
 // limits, then loaded (its KV cache not yet allocated). A rank of a group loads its
 // shard, with its backend joined to the group through `link`.
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec,
-                                      const GroupLink* link = nullptr);
+                                      const GroupLink* link = nullptr,
+                                      const model::LoadProgress& progress = {});
 
 }  // namespace troupe::worker

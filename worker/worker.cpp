@@ -78,8 +78,8 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   return out;
 }
 
-Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec,
-                                             const GroupLink* link) {
+Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, const GroupLink* link,
+                                             const model::LoadProgress& progress) {
   if (spec.block_size <= 0 || spec.max_num_seqs <= 0 || spec.max_num_batched_tokens <= 0 ||
       spec.max_model_len <= 0) {
     return make_error(ErrorCode::invalid_argument,
@@ -87,7 +87,7 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec,
                       "be positive");
   }
   std::unique_ptr<Worker> w(new Worker());
-  TROUPE_TRY(w->model_, open_model(spec, link));
+  TROUPE_TRY(w->model_, open_model(spec, link, progress));
   auto& llama = *w->model_.model;
   auto& backend = *w->model_.backend;
   // Activations first (a step holds at most max_num_batched_tokens tokens, a decode batch

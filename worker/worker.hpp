@@ -24,8 +24,10 @@ class Worker {
   // activations for the spec's batch limits and sizes and allocates the KV cache. A rank
   // of a tensor-parallel group (spec.world_size > 1) joins the others through `link`
   // and loads its shard.
+  // `progress` hears of each layer's weights as they load.
   static Result<std::unique_ptr<Worker>> load(const engine::WorkerSpec& spec,
-                                              const GroupLink* link = nullptr);
+                                              const GroupLink* link = nullptr,
+                                              const model::LoadProgress& progress = {});
 
   const engine::LoadReport& report() const { return report_; }
   // Runs one step. A failure is in the output; one that loses the worker's state (an

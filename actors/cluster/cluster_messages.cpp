@@ -1,4 +1,5 @@
 #include "actors/cluster/cluster_messages.hpp"
+#include "monitoring/log.hpp"
 
 #include "actors/cluster/tls_error_queue.hpp"
 
@@ -48,9 +49,9 @@ void load_middleman(caf::actor_system_config& config, const TlsFiles& tls) {
     config.openssl_key = tls.key;
     config.openssl_cafile = tls.ca;
     if (!tls_error_queue_guarded()) {
-      std::fprintf(stderr,
-                   "troupe: warning: OpenSSL's error queue is not cleared before TLS reads; a "
-                   "failed handshake may drop healthy cluster links\n");
+      monitoring::log_warning(
+          "OpenSSL's error queue is not cleared before TLS reads; a failed handshake may drop "
+          "healthy cluster links");
     }
   }
 }

@@ -1,4 +1,5 @@
 #include "actors/cluster/node.hpp"
+#include "monitoring/log.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -182,9 +183,10 @@ int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
   while (!stop) {
     auto registry = connect_registry(system, settings.head_host, settings.head_port, tls);
     if (!registry) {
-      std::fprintf(stderr, "troupe node: cannot reach the head at %s (%s); retrying in %lld ms\n",
-                   head.c_str(), system.render(registry.error()).c_str(),
-                   static_cast<long long>(backoff.count()));
+      monitoring::logf(monitoring::LogLevel::warning,
+                       "cannot reach the head at %s (%s); retrying in %lld ms", head.c_str(),
+                       system.render(registry.error()).c_str(),
+                       static_cast<long long>(backoff.count()));
       sleep_unless_stopped(backoff, stop);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
       continue;
@@ -201,16 +203,17 @@ int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
           .receive([&](JoinReply& r) { reply = std::move(r); },
                    [&](const caf::error& e) { failed = system.render(e); });
       if (!failed.empty()) {
-        std::fprintf(stderr, "troupe node: could not join the head at %s (%s); retrying\n",
-                     head.c_str(), failed.c_str());
+        monitoring::logf(monitoring::LogLevel::warning,
+                         "could not join the head at %s (%s); retrying", head.c_str(),
+                         failed.c_str());
       } else if (!reply.accepted) {
-        std::fprintf(stderr, "troupe node: the head at %s refused %s: %s\n", head.c_str(),
-                     info.name.c_str(), reply.message.c_str());
+        monitoring::logf(monitoring::LogLevel::warning, "the head at %s refused %s: %s",
+                         head.c_str(), info.name.c_str(), reply.message.c_str());
         refused = true;
       } else {
         backoff = std::chrono::milliseconds(250);
-        std::fprintf(stderr, "troupe node: %s joined the head at %s\n", info.name.c_str(),
-                     head.c_str());
+        monitoring::logf(monitoring::LogLevel::info, "%s joined the head at %s", info.name.c_str(),
+                         head.c_str());
         self->monitor(*registry);
         while (!lost && !stop) {
           self->receive([&](const caf::down_msg&) { lost = true; },
@@ -224,7 +227,8 @@ int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
       break;
     }
     if (lost) {
-      std::fprintf(stderr, "troupe node: lost the head at %s; joining again\n", head.c_str());
+      monitoring::logf(monitoring::LogLevel::warning, "lost the head at %s; joining again",
+                       head.c_str());
     } else if (!stop) {
       sleep_unless_stopped(backoff, stop);
     }

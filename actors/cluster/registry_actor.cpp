@@ -1,4 +1,5 @@
 #include "actors/cluster/registry_actor.hpp"
+#include "monitoring/log.hpp"
 
 #include <caf/io/all.hpp>
 #include <cstdio>
@@ -62,9 +63,10 @@ void place_waiting(Self self) {
           mm.remote_spawn<worker_actor>(id, kWorkerType, caf::make_message(), kSpawnTimeout);
       auto node = state.nodes.find(id);
       if (!worker) {
-        std::fprintf(stderr,
-                     "troupe: cannot spawn a worker on node %s (%s); it leaves the cluster\n",
-                     node->second.info.name.c_str(), self->system().render(worker.error()).c_str());
+        monitoring::logf(monitoring::LogLevel::warning,
+                         "cannot spawn a worker on node %s (%s); it leaves the cluster",
+                         node->second.info.name.c_str(),
+                         self->system().render(worker.error()).c_str());
         state.nodes.erase(node);
         lost_node = true;
         break;
@@ -81,8 +83,8 @@ void place_waiting(Self self) {
     state.waiting.pop_front();
     for (const caf::node_id& id : chosen) state.nodes[id].replicas.push_back(w.replica);
     const std::string where = node_label(placement.nodes);
-    std::fprintf(stderr, "troupe: replica %d placed on node%s %s\n", w.replica,
-                 where.find(',') != std::string::npos ? "s" : "", where.c_str());
+    monitoring::logf(monitoring::LogLevel::info, "replica %d placed on node%s %s", w.replica,
+                     where.find(',') != std::string::npos ? "s" : "", where.c_str());
     w.promise.deliver(std::move(placement));
   }
 }
@@ -105,9 +107,9 @@ registry_actor::behavior_type registry(Self self, std::string token,
     auto& nodes = self->state.nodes;
     for (auto it = nodes.begin(); it != nodes.end(); ++it) {
       if (it->second.keeper.address() != down.source) continue;
-      std::fprintf(stderr, "troupe: node %s was lost (%s); %zu node(s) left\n",
-                   it->second.info.name.c_str(), self->system().render(down.reason).c_str(),
-                   nodes.size() - 1);
+      monitoring::logf(monitoring::LogLevel::warning, "node %s was lost (%s); %zu node(s) left",
+                       it->second.info.name.c_str(), self->system().render(down.reason).c_str(),
+                       nodes.size() - 1);
       nodes.erase(it);
       if (self->state.metrics) self->state.metrics->set_num_nodes(nodes.size());
       return;
@@ -120,8 +122,9 @@ registry_actor::behavior_type registry(Self self, std::string token,
         if (sender == nullptr || keeper == nullptr) return {false, "a join needs its sender"};
         const caf::node_id from = sender->node();
         if (!tokens_match(info.token, state.token)) {
-          std::fprintf(stderr, "troupe: refused node '%s' (%s): wrong cluster token\n",
-                       info.name.c_str(), to_string(from).c_str());
+          monitoring::logf(monitoring::LogLevel::warning,
+                           "refused node '%s' (%s): wrong cluster token", info.name.c_str(),
+                           to_string(from).c_str());
           return {false, "wrong cluster token"};
         }
         info.token.clear();
@@ -131,8 +134,8 @@ registry_actor::behavior_type registry(Self self, std::string token,
         self->monitor(keeper);
         state.nodes[from] = {info, std::move(keeper), {}, {}};
         if (state.metrics) state.metrics->record_node_join(state.nodes.size());
-        std::fprintf(stderr, "troupe: node %s joined (%s); %zu node(s)\n", info.name.c_str(),
-                     describe(info).c_str(), state.nodes.size());
+        monitoring::logf(monitoring::LogLevel::info, "node %s joined (%s); %zu node(s)",
+                         info.name.c_str(), describe(info).c_str(), state.nodes.size());
         place_waiting(self);
         return {true, "welcome, " + info.name};
       },
@@ -162,8 +165,8 @@ registry_actor::behavior_type registry(Self self, std::string token,
         for (auto& [id, node] : self->state.nodes) {
           if (node.info.name != name) continue;
           node.unfit = why;
-          std::fprintf(stderr, "troupe: no replica is placed on node %s again: %s\n", name.c_str(),
-                       why.c_str());
+          monitoring::logf(monitoring::LogLevel::warning,
+                           "no replica is placed on node %s again: %s", name.c_str(), why.c_str());
         }
         place_waiting(self);
       },

@@ -17,12 +17,16 @@ struct Fixture {
   CLI::App* serve = app.add_subcommand("serve", "");
   int port = 8000;
   std::string host = "127.0.0.1";
+  double share = 0.5;
   bool no_prefix = false;
+  bool prefix = false;
   std::vector<std::string> origins;
   Fixture() {
     serve->add_option("--port", port, "");
     serve->add_option("--host", host, "");
     serve->add_flag("--no-enable-prefix-caching", no_prefix, "");
+    serve->add_flag("--enable-prefix-caching", prefix, "");
+    serve->add_option("--share", share, "");
     serve->add_option("--allowed-origins", origins, "");
     add_config_option(app);
   }
@@ -81,7 +85,8 @@ TEST_CASE("a JSON file is read too, lists and switches included", "[app][config]
                             R"({"port": 9001, "allowed_origins": ["https://a.example"],
                                 "no-enable-prefix-caching": false})");
   CHECK(f.expand({"serve", "--config", path.string()}) ==
-        Args{"serve", "--port", "9001", "--allowed-origins", "https://a.example"});
+        Args{"serve", "--port", "9001", "--allowed-origins", "https://a.example",
+             "--enable-prefix-caching"});
   std::filesystem::remove(path);
 }
 
@@ -105,6 +110,29 @@ TEST_CASE("what is not a flag value is refused, naming the file, line and flag",
   CHECK_THAT(f.error({"serve", "--config", "/nonexistent/troupe.yaml"}),
              Catch::Contains("cannot read the config file /nonexistent/troupe.yaml"));
   CHECK_THAT(f.error({"serve", "--config"}), Catch::Contains("--config needs a file"));
+}
+
+TEST_CASE("a switch's other half counts: false means it, and the command line's wins",
+          "[app][config]") {
+  Fixture f;
+  const auto off = f.write("troupe-config-off.yaml", "enable_prefix_caching: false\n");
+  CHECK(f.expand({"serve", "--config", off.string()}) ==
+        Args{"serve", "--no-enable-prefix-caching"});
+  CHECK(f.expand({"serve", "--config", off.string(), "--enable-prefix-caching"}) ==
+        Args{"serve", "--enable-prefix-caching"});
+  const auto on = f.write("troupe-config-on.yaml", "no-enable-prefix-caching: true\n");
+  CHECK(f.expand({"serve", "--config", on.string(), "--enable-prefix-caching"}) ==
+        Args{"serve", "--enable-prefix-caching"});
+  std::filesystem::remove(off);
+  std::filesystem::remove(on);
+}
+
+TEST_CASE("JSON numbers reach the flags as written", "[app][config]") {
+  Fixture f;
+  const auto path = f.write("troupe-config-numbers.json", R"({"share": 0.9, "port": 10.0})");
+  CHECK(f.expand({"serve", "--config", path.string()}) ==
+        Args{"serve", "--share", "0.9", "--port", "10"});
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("without --config the command line is left as it is", "[app][config]") {

@@ -89,5 +89,5 @@ status=0
 wait "$pid" || status=$?
 pid=
 [ "$status" -eq 0 ] || fail "troupe serve exited $status on SIGTERM, not 0"
-grep -q 'troupe: stopping' "$tmp/server.log" || fail "no 'stopping' line after SIGTERM"
+grep -q 'INFO    stopping' "$tmp/server.log" || fail "no 'stopping' line after SIGTERM"
 echo "the installed tree at $prefix served from $PWD and stopped cleanly"

@@ -73,6 +73,13 @@ TEST_CASE("serve logs each request and the engine as JSON, answers CORS, and rea
   CHECK_THAT(curl("-X OPTIONS " + url + "/v1/completions -H 'Origin: https://evil.example'" +
                   " -H 'Access-Control-Request-Method: POST'"),
              Catch::Contains("HTTP/1.1 400") && Catch::Contains("Disallowed CORS origin"));
+  // A browser applies no CORS to a socket: the server refuses another origin's upgrade.
+  const std::string upgrade =
+      " -H 'Connection: Upgrade' -H 'Upgrade: websocket'"
+      " -H 'Sec-WebSocket-Version: 13'"
+      " -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=='";
+  CHECK_THAT(curl(url + "/v1/ws" + key + upgrade + " -H 'Origin: https://evil.example'"),
+             Catch::Contains("HTTP/1.1 403"));
   // A request the API refuses is logged too.
   CHECK_THAT(curl(url + "/v1/completions" + key + R"( -d '{"prompt": 1}')"),
              Catch::Contains("HTTP/1.1 400"));

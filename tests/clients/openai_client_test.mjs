@@ -120,7 +120,11 @@ lp.top_logprobs.forEach((top, i) => {
   assert.equal(Object.keys(top).length, 1);
   assert.equal(top[lp.tokens[i]], lp.token_logprobs[i]);
 });
-assert.deepEqual(lp.text_offset.slice(0, 2), [0, lp.tokens[0].length]);
+// Each token's text_offset points at its text in the choice's text.
+const startsAt = (text, logprobs, from) => logprobs.tokens.slice(from).forEach((token, i) => {
+  assert.ok(text.slice(logprobs.text_offset[from + i]).startsWith(token), `${token} at ${i}`);
+});
+startsAt(scored.choices[0].text, lp, 0);
 
 // echo: the prompt, then the output; with logprobs, the prompt's first token has none.
 const echoed = await client.completions.create({ ...params, echo: true, logprobs: 1 });
@@ -130,11 +134,21 @@ assert.equal(elp.token_logprobs[0], null);
 assert.equal(elp.top_logprobs[0], null);
 assert.equal(elp.tokens.length, echoed.usage.prompt_tokens + 6);
 assert.ok(elp.token_logprobs.slice(1).every((v) => typeof v === 'number' && v <= 0));
+startsAt(echoed.choices[0].text, elp, echoed.usage.prompt_tokens);
+assert.equal(elp.text_offset[echoed.usage.prompt_tokens], params.prompt.length);
 let echoStreamed = '';
-for await (const chunk of await client.completions.create({ ...params, echo: true, stream: true })) {
-  echoStreamed += chunk.choices[0]?.text ?? '';
+const streamedOffsets = [];
+for await (const chunk of await client.completions.create({
+  ...params, echo: true, stream: true, logprobs: 0 })) {
+  const choice = chunk.choices[0];
+  if (choice?.logprobs && echoStreamed.length > 0) {
+    streamedOffsets.push([choice.logprobs.text_offset[0], choice.logprobs.tokens[0]]);
+  }
+  echoStreamed += choice?.text ?? '';
 }
 assert.equal(echoStreamed, echoed.choices[0].text);
+assert.equal(streamedOffsets.length, 6);
+for (const [offset, token] of streamedOffsets) assert.ok(echoStreamed.slice(offset).startsWith(token));
 // vLLM's prompt_logprobs: null, then one map per prompt position.
 const promptScored = await client.completions.create({ ...params, prompt_logprobs: 2 });
 const plp = promptScored.choices[0].prompt_logprobs;

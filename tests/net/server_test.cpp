@@ -170,6 +170,15 @@ TEST_CASE("every failure is an OpenAI error object with the right status", "[net
                auth)
             .status == 200);
   CHECK(s.post("/v1/completions", R"({"prompt":"x","logit_bias":{}})", auth).status == 200);
+  // A chat client that sends the completions' defaults too.
+  CHECK(s.post("/v1/chat/completions",
+               R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1,"echo":false,)"
+               R"("best_of":1})",
+               auth)
+            .status == 200);
+  CHECK(s.post("/v1/chat/completions",
+               R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1,"echo":true})", auth)
+            .status == 400);
   // A suffix needs fill-in-the-middle tokens, which this model has not.
   const auto suffix = s.post("/v1/completions", R"({"prompt":"x","suffix":"y"})", auth);
   CHECK(suffix.status == 400);
@@ -255,27 +264,29 @@ TEST_CASE("/metrics exposes the engine's metrics and passes promtool",
   s.get("/nowhere");
   const auto r = s.get("/metrics");
   REQUIRE(r.status == 200);
-  for (const char* name : {"troupe_num_requests_running",
-                           "troupe_num_requests_waiting",
-                           "troupe_kv_cache_usage_ratio",
-                           "troupe_prompt_tokens_total",
-                           "troupe_generation_tokens_total",
-                           "troupe_num_preemptions_total",
-                           "troupe_prefix_cache_queries_total",
-                           "troupe_prefix_cache_hits_total",
-                           "troupe_request_success_total{model_name=\"troupe\",finish_reason=\"length\"} 2",
-                           "troupe_time_to_first_token_seconds_bucket",
-                           "troupe_inter_token_latency_seconds_count",
-                           "troupe_time_per_output_token_seconds_sum",
-                           "troupe_e2e_request_latency_seconds_count{model_name=\"troupe\"} 2",
-                           "troupe_request_queue_time_seconds_count{model_name=\"troupe\"} 2",
-                           "troupe_iteration_duration_seconds_count",
-                           "troupe_request_prefill_time_seconds_count{model_name=\"troupe\"} 2",
-                           "troupe_request_decode_time_seconds_count{model_name=\"troupe\"} 2",
-                           "troupe_iteration_tokens_bucket",
-                           "troupe_generation_tokens_total{model_name=\"troupe\"} 10",
-                           "troupe_http_requests_total{model_name=\"troupe\",route=\"/v1/completions\",status=\"200\"} 2",
-                           "troupe_http_requests_total{model_name=\"troupe\",route=\"other\",status=\"404\"} 1"}) {
+  for (const char* name :
+       {"troupe_num_requests_running",
+        "troupe_num_requests_waiting",
+        "troupe_kv_cache_usage_ratio",
+        "troupe_prompt_tokens_total",
+        "troupe_generation_tokens_total",
+        "troupe_num_preemptions_total",
+        "troupe_prefix_cache_queries_total",
+        "troupe_prefix_cache_hits_total",
+        "troupe_request_success_total{model_name=\"troupe\",finish_reason=\"length\"} 2",
+        "troupe_time_to_first_token_seconds_bucket",
+        "troupe_inter_token_latency_seconds_count",
+        "troupe_time_per_output_token_seconds_sum",
+        "troupe_e2e_request_latency_seconds_count{model_name=\"troupe\"} 2",
+        "troupe_request_queue_time_seconds_count{model_name=\"troupe\"} 2",
+        "troupe_iteration_duration_seconds_count",
+        "troupe_request_prefill_time_seconds_count{model_name=\"troupe\"} 2",
+        "troupe_request_decode_time_seconds_count{model_name=\"troupe\"} 2",
+        "troupe_iteration_tokens_bucket",
+        "troupe_generation_tokens_total{model_name=\"troupe\"} 10",
+        "troupe_http_requests_total{model_name=\"troupe\",route=\"/v1/"
+        "completions\",status=\"200\"} 2",
+        "troupe_http_requests_total{model_name=\"troupe\",route=\"other\",status=\"404\"} 1"}) {
     INFO(name);
     CHECK(r.body.find(name) != std::string::npos);
   }
