@@ -201,7 +201,8 @@ TEST_CASE("a WebSocket client that never reads is cut off, and its slots go to o
   CHECK(test::http_status(answer) == 200);
   CHECK(eventually([&] { return s.server->num_requests_in_flight() == 0; }, 5s));
   // The server closed the connection, saying why when the client finally reads.
-  CHECK(s.metrics_text().find(R"(troupe_http_connection_errors_total{model_name="troupe",reason="slow_reader"} 1)") !=
+  CHECK(s.metrics_text().find(
+            R"(troupe_http_connection_errors_total{model_name="troupe",reason="slow_reader"} 1)") !=
         std::string::npos);
   CHECK(eventually([&] { return s.server->num_connections() == 0; }, 10s));
   boost::beast::flat_buffer buffer;
@@ -236,7 +237,8 @@ TEST_CASE("an SSE client that never reads is cut off, and its slot goes to other
   }));
   // The only slot is free although the client has read (almost) nothing.
   CHECK(test::http_status(s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":2})")) == 200);
-  CHECK(s.metrics_text().find(R"(troupe_http_connection_errors_total{model_name="troupe",reason="slow_reader"} 1)") !=
+  CHECK(s.metrics_text().find(
+            R"(troupe_http_connection_errors_total{model_name="troupe",reason="slow_reader"} 1)") !=
         std::string::npos);
 }
 

@@ -54,7 +54,8 @@ struct ServedEngine {
 // seconds: a request actor records its end a moment after the scheduler frees its blocks.
 inline bool num_aborted_is(const monitoring::Metrics& metrics, int n) {
   const std::string line =
-      R"(troupe_request_success_total{model_name="troupe",finish_reason="abort"} )" + std::to_string(n) + "\n";
+      R"(troupe_request_success_total{model_name="troupe",finish_reason="abort"} )" +
+      std::to_string(n) + "\n";
   for (int i = 0; i < 200; ++i) {
     if (metrics.serialize().find(line) != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
