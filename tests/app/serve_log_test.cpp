@@ -113,7 +113,7 @@ TEST_CASE("serve logs each request and the engine as JSON, answers CORS, and rea
   CHECK_THAT(server.output(), Catch::Contains(R"("message":"stopping")"));
 }
 
-TEST_CASE("--disable-access-log and --log-level warning keep requests out of the log",
+TEST_CASE("the access log turned off, or a warning level, keeps requests out of the log",
           "[app][serve][log]") {
   const std::string model = test::shared_file("models/stories260K.gguf");
   test::ChildProcess server({TROUPE_BINARY, "serve", "-m", model, "--port", "0", "--threads", "1",
