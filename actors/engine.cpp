@@ -414,7 +414,9 @@ void Engine::cancel(RequestId id) {
 
 EngineStats Engine::stats() const {
   EngineStats result;
-  caf::scoped_actor self{*impl_->system};
+  // Hidden: a query's own actor is not counted among the live ones (a caller asking at
+  // the same moment, the log's periodic line, say, would move the count).
+  caf::scoped_actor self{*impl_->system, /*hide=*/true};
   self->request(impl_->scheduler, caf::infinite, actors::stats_atom::value)
       .receive([&](const EngineStats& s) { result = s; }, [](const caf::error&) {});
   result.num_live_actors = static_cast<std::int64_t>(impl_->system->registry().running());
@@ -423,7 +425,7 @@ EngineStats Engine::stats() const {
 
 std::vector<ReplicaStats> Engine::replicas() const {
   std::vector<ReplicaStats> result;
-  caf::scoped_actor self{*impl_->system};
+  caf::scoped_actor self{*impl_->system, /*hide=*/true};
   self->request(impl_->scheduler, caf::infinite, actors::replicas_atom::value)
       .receive([&](std::vector<ReplicaStats>& r) { result = std::move(r); },
                [](const caf::error&) {});
@@ -445,7 +447,7 @@ bool Engine::is_cluster_head() const {
 std::vector<NodeStatus> Engine::nodes() const {
   std::vector<NodeStatus> result;
   if (!impl_->registry) return result;
-  caf::scoped_actor self{*impl_->system};
+  caf::scoped_actor self{*impl_->system, /*hide=*/true};
   self->request(impl_->registry, std::chrono::seconds(5), actors::cluster::nodes_atom::value)
       .receive(
           [&](const std::vector<actors::cluster::NodeView>& nodes) {
