@@ -371,12 +371,12 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion.fetch_add(1));
   const std::int64_t created = unix_time();
   entry.request_id = id;
-  entry.prompt_tokens = static_cast<std::int64_t>(completion.generate.prompt.size());
-  for (std::size_t i = 1; i < completion.prompts.size(); ++i) {
-    entry.prompt_tokens += static_cast<std::int64_t>(completion.prompts[i].size());
+  entry.prompt_tokens = 0;
+  for (int p = 0; p < completion.num_prompts(); ++p) {
+    entry.prompt_tokens += static_cast<std::int64_t>(completion.prompt(p).size());
   }
-  // Sequences run: best_of candidates (n when not given) for each prompt, prompt-major.
-  const int per_prompt = std::max(completion.best_of, completion.n);
+  // Sequences run, prompt-major.
+  const int per_prompt = completion.sequences_per_prompt();
   const int num_sequences = completion.num_prompts() * per_prompt;
 
   // Admission: past the limit, the client should come back later.
@@ -422,7 +422,9 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   for (int s = 0; s < num_sequences; ++s) {
     GenerateRequest generate = completion.generate;
     const int i = s % per_prompt;
-    if (!completion.prompts.empty()) generate.prompt = completion.prompts[s / per_prompt];
+    if (completion.num_prompts() > 1) {
+      generate.prompt = completion.prompt(static_cast<std::size_t>(s / per_prompt));
+    }
     if (generate.params.seed && i > 0) *generate.params.seed += static_cast<std::uint64_t>(i);
     auto submitted = engine.submit(std::move(generate), on_event);
     if (!submitted) {

@@ -760,8 +760,7 @@ std::string completion_response(const ApiContext& context, const std::string& id
                                ? json::value(chat_logprobs_json(*context.tokenizer, output.tokens))
                                : json::value(nullptr);
     } else if (request.echo) {
-      const auto& prompt =
-          request.prompts.empty() ? request.generate.prompt : request.prompts[output.prompt_index];
+      const auto& prompt = request.prompt(output.prompt_index);
       const std::string& prompt_text = request.prompt_texts[output.prompt_index];
       choice["text"] = text::to_valid_utf8(prompt_text + output.text);
       choice["logprobs"] =
@@ -852,8 +851,7 @@ std::string usage_chunk(const ApiContext& context, const std::string& id, std::i
 std::string echo_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                        const CompletionRequest& request, std::size_t prompt_index,
                        const std::vector<PromptLogprob>& prompt_logprobs, int index) {
-  const auto& prompt =
-      request.prompts.empty() ? request.generate.prompt : request.prompts[prompt_index];
+  const auto& prompt = request.prompt(prompt_index);
   json::object choice{{"index", index},
                       {"text", text::to_valid_utf8(request.prompt_texts[prompt_index])}};
   const std::string& prompt_text = request.prompt_texts[prompt_index];
@@ -869,7 +867,7 @@ std::string echo_chunk(const ApiContext& context, const std::string& id, std::in
 
 std::vector<CompletionOutput> best_choices(const CompletionRequest& request,
                                            std::vector<CompletionOutput> outputs) {
-  const auto per_prompt = static_cast<std::size_t>(std::max(request.best_of, request.n));
+  const auto per_prompt = static_cast<std::size_t>(request.sequences_per_prompt());
   const auto n = static_cast<std::size_t>(request.n);
   if (per_prompt == n) return outputs;
   std::vector<CompletionOutput> chosen;

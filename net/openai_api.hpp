@@ -3,6 +3,7 @@
 // OpenAI error objects. No sockets here (http_server.cpp has them).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,12 @@ struct CompletionRequest {
   std::int32_t num_prompts() const {
     return prompts.empty() ? 1 : static_cast<std::int32_t>(prompts.size());
   }
+  // Prompt i's tokens (generate.prompt when the request has one prompt).
+  const std::vector<TokenId>& prompt(std::size_t i) const {
+    return prompts.empty() ? generate.prompt : prompts[i];
+  }
+  // Engine sequences run for each prompt: best_of candidates, n when it was not given.
+  std::int32_t sequences_per_prompt() const { return std::max(best_of, n); }
 };
 
 // What parsing needs of the served model; no engine, so that the parsers run (and are
