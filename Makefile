@@ -38,14 +38,16 @@ test: build format-check test-unit test-sanitize test-fuzz
 clients: setup
 	@[ -d tests/clients/node_modules/openai ] || npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
 
+# A test that hangs fails after TEST_TIMEOUT seconds instead of holding the run (and CI) up.
+TEST_TIMEOUT ?= 600
 test-unit: build clients
-	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error --timeout $(TEST_TIMEOUT) -j $(JOBS)
 
 # The reader and tokenizer fuzz tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-sanitize: setup
 	@cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_SANITIZE=ON >/dev/null
 	@cmake --build $(BUILD_ASAN) -j $(JOBS) --target sanitized_tests
-	ctest --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error -j $(JOBS) -L sanitize
+	ctest --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error --timeout $(TEST_TIMEOUT) -j $(JOBS) -L sanitize
 
 # Every libFuzzer target (fuzz/) under ASan + UBSan for FUZZ_SECONDS each, one after
 # another; `make test` runs each for TEST_FUZZ_SECONDS. Findings: $(BUILD_FUZZ)/artifacts/.
