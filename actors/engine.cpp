@@ -217,6 +217,7 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
   setup.spec = spec;
   setup.before_step = hooks.before_step;
   setup.metrics = impl.config.metrics;
+  setup.step_events = impl.config.step_events;
   setup.replicas_up = impl.replicas_up;
   setup.end_of_generation = impl.tokenizer->vocabulary().end_of_generation;
   setup.tensor_parallel_size = impl.config.tensor_parallel_size;

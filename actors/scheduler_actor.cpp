@@ -37,6 +37,44 @@ void record_metrics(Self self, const engine::AppliedStep& step, double round_tri
        s.prefix_hit_tokens});
 }
 
+// The step as the live page sees it; built only while someone watches.
+void publish_step(Self self, const engine::AppliedStep& step, double round_trip_seconds) {
+  auto& state = self->state;
+  if (!state.setup.step_events || !state.setup.step_events->watched()) return;
+  monitoring::StepEvent e;
+  e.replica = state.setup.index;
+  e.step = static_cast<std::uint64_t>(state.core->counters().num_steps);
+  e.time_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  e.step_ms = step.worker_seconds * 1e3;
+  e.round_trip_ms = round_trip_seconds * 1e3;
+  e.batch.reserve(step.plan.chunks.size());
+  for (const auto& chunk : step.plan.chunks) {
+    // As the metrics count them: a decode is one token that samples.
+    const bool decode = chunk.num_new_tokens == 1 && chunk.samples;
+    e.batch.push_back({chunk.id, chunk.num_new_tokens, !decode});
+    (decode ? e.num_decode_tokens : e.num_prefill_tokens) += chunk.num_new_tokens;
+  }
+  for (const auto& f : step.first_tokens) e.first_tokens.push_back({f.id, f.seconds * 1e3});
+  e.finished = std::move(state.cancelled);
+  state.cancelled.clear();
+  for (const auto& u : step.updates) {
+    if (u.finish_reason != FinishReason::none) {
+      e.finished.push_back({u.id, finish_reason_name(u.finish_reason)});
+    }
+  }
+  const EngineStats s = state.core->stats();
+  e.num_running = s.num_running;
+  e.num_waiting = s.num_waiting;
+  e.kv_usage = s.kv_usage;
+  e.num_kv_blocks = s.num_kv_blocks;
+  e.prefix_hit_tokens = s.prefix_hit_tokens;
+  e.prefix_queried_tokens = s.prefix_queried_tokens;
+  e.num_preemptions = s.num_preemptions;
+  state.setup.step_events->publish(e);
+}
+
 bool remote(Self self) {
   return self->state.setup.registry != nullptr;
 }
@@ -196,7 +234,10 @@ void place_worker(Self self) {
 void on_output(Self self, const engine::StepOutput& output, double round_trip_seconds = 0.0) {
   auto applied = self->state.core->apply(output);
   deliver_all(self, applied.updates);
-  if (!output.failed) record_metrics(self, applied, round_trip_seconds);
+  if (!output.failed) {
+    record_metrics(self, applied, round_trip_seconds);
+    publish_step(self, applied, round_trip_seconds);
+  }
   if (applied.worker_lost) {
     if (remote(self)) return lose_remote_worker(self, "its worker answered another step");
     replace_local_worker(self);
@@ -297,7 +338,13 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
       },
       [self](abort_atom, RequestId id, FinishReason reason) {
         // Blocks are free before the next step is planned.
-        if (auto update = self->state.core->cancel(id, reason)) deliver(self, *update);
+        auto update = self->state.core->cancel(id, reason);
+        if (!update) return;
+        const auto& events = self->state.setup.step_events;
+        if (events && events->watched()) {
+          self->state.cancelled.push_back({id, finish_reason_name(reason)});
+        }
+        deliver(self, *update);
       },
       [self](stats_atom) -> EngineStats { return self->state.core->stats(); },
       [self](replicas_atom) -> std::vector<ReplicaStats> {

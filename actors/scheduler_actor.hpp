@@ -23,6 +23,7 @@
 #include "actors/messages.hpp"
 #include "engine/engine_core.hpp"
 #include "monitoring/metrics.hpp"
+#include "monitoring/step_events.hpp"
 
 namespace troupe::actors {
 
@@ -40,6 +41,7 @@ struct ReplicaSetup {
   std::int32_t tensor_parallel_size = 1;                // ranks of its worker
   std::chrono::milliseconds collective_timeout{30000};  // of a group's rendezvous and collectives
   std::shared_ptr<monitoring::Metrics> metrics;
+  std::shared_ptr<monitoring::StepEvents> step_events;  // each step, when someone watches
   // A remote worker: where it runs, where its replacement comes from, how long a step
   // may take before the worker counts as lost.
   std::string node;                  // for people: the node, or a group's nodes
@@ -56,6 +58,8 @@ struct SchedulerState {
   ReplicaSetup setup;
   scheduler_actor router;    // where a lost worker's unstarted requests go (null: none)
   bool worker_ready = true;  // false while a replacement is placed or loads
+  // Requests cancelled since the last step, for its event (only while someone watches).
+  std::vector<monitoring::StepEvent::Finished> cancelled;
   static inline const char* name = "troupe.scheduler";
 };
 

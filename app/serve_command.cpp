@@ -15,6 +15,7 @@
 #include "monitoring/log.hpp"
 #include "monitoring/metrics.hpp"
 #include "monitoring/stats_logger.hpp"
+#include "monitoring/step_events.hpp"
 #include "net/http_server.hpp"
 #include "text/jinja_template.hpp"
 
@@ -227,6 +228,10 @@ void add_serve_command(CLI::App& app) {
     auto metrics = std::make_shared<monitoring::Metrics>(opts->server.served_model_name);
     config.metrics = metrics;
     opts->server.metrics = metrics;
+    // The live page's timeline (GET /v1/engine/events): built only while someone watches.
+    auto step_events = std::make_shared<monitoring::StepEvents>();
+    config.step_events = step_events;
+    opts->server.step_events = step_events;
     config.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
     monitoring::log_info("loading " + config.model_path);
     auto engine = Engine::create(config);

@@ -24,6 +24,7 @@ Result<void> EngineCore::add(CoreRequest request) {
       scheduler_.add({request.id, std::move(request.prompt), max_tokens, request.priority,
                       std::move(stop), request.params.prompt_logprobs}));
   LiveRequest live;
+  live.arrival = std::chrono::steady_clock::now();
   live.params = std::move(request.params);
   live.reply_to = std::move(request.reply_to);
   if (live.params.prompt_logprobs) live.prompt_logprobs.resize(num_scores);
@@ -36,6 +37,15 @@ void EngineCore::attach_prompt_logprobs(LiveRequest& request, RequestEvent& even
   if (request.num_scored != static_cast<std::int32_t>(request.prompt_logprobs.size())) return;
   event.prompt_logprobs = std::move(request.prompt_logprobs);
   request.prompt_logprobs_sent = true;
+}
+
+void EngineCore::note_first_token(SeqId id, LiveRequest& request, const model::SampledToken& token,
+                                  AppliedStep& applied) {
+  if (request.has_token || token.id == kNoToken) return;
+  request.has_token = true;
+  applied.first_tokens.push_back(
+      {id,
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - request.arrival).count()});
 }
 
 bool EngineCore::scores_match(const InFlight& step, const StepOutput& output) {
@@ -172,7 +182,7 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
   TROUPE_ASSERT(in_flight_.has_value(), "a step output with no step in flight");
   const Timed timed{counters_.schedule_seconds};
   counters_.step_seconds += output.seconds;
-  const InFlight step = std::move(*in_flight_);
+  InFlight step = std::move(*in_flight_);
   in_flight_.reset();
   AppliedStep applied;
   if (output.failed) {
@@ -211,6 +221,7 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
       update.token = output.tokens[i];
       update.num_cached_tokens = cached[i];
       update.first_scheduled = it->second.first_scheduled;
+      note_first_token(id, it->second, update.token, applied);
       attach_prompt_logprobs(it->second, update);
       const auto end = std::find_if(finished.begin(), finished.end(),
                                     [id](const FinishedSequence& f) { return f.id == id; });
@@ -227,6 +238,7 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
   applied.num_tokens = step.plan.num_tokens;
   applied.num_decodes = step.plan.num_decodes;
   applied.worker_seconds = output.seconds;
+  applied.plan = std::move(step.plan);
   return applied;
 }
 

@@ -47,10 +47,18 @@ struct RequestUpdate : RequestEvent {
   std::any reply_to;
 };
 
+// A request's first token: how long after add() it came.
+struct FirstToken {
+  SeqId id = 0;
+  double seconds = 0.0;
+};
+
 struct AppliedStep {
   std::vector<RequestUpdate> updates;
-  std::int32_t num_tokens = 0;   // run through the model
-  std::int32_t num_decodes = 0;  // of which one-token decodes
+  BatchPlan plan;                        // the step's work (who ran, how many tokens each)
+  std::vector<FirstToken> first_tokens;  // requests whose first token came in this step
+  std::int32_t num_tokens = 0;           // run through the model
+  std::int32_t num_decodes = 0;          // of which one-token decodes
   double worker_seconds = 0.0;
   bool worker_lost = false;  // the worker must be replaced (then call reset_worker)
 };
@@ -123,6 +131,8 @@ class EngineCore {
     std::any reply_to;
     bool announced = false;  // the worker holds its sampler
     std::chrono::steady_clock::time_point first_scheduled;
+    std::chrono::steady_clock::time_point arrival;  // add()
+    bool has_token = false;                         // its first token has come
     // prompt_logprobs: entry p scores prompt position p + 1, filled as chunks run (from
     // position 0: a scored prompt is never served by the prefix cache).
     std::vector<PromptLogprob> prompt_logprobs;
@@ -139,6 +149,9 @@ class EngineCore {
   RequestUpdate end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error);
   // Whether the worker's prompt scores are the ones the step asked for.
   static bool scores_match(const InFlight& step, const StepOutput& output);
+  // The request's first token, once: its time from add() goes to `applied`.
+  static void note_first_token(SeqId id, LiveRequest& request, const model::SampledToken& token,
+                               AppliedStep& applied);
   // Keeps a step's prompt scores with their requests.
   void keep_scores(const StepOutput& output);
   // The request's prompt_logprobs for its first event: once, and only when all are known.

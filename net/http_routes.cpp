@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "net/cors.hpp"
 
@@ -50,7 +52,7 @@ struct RouteSpec {
 
 // Every route the server knows, once. Paths under /v1/ that are not here need the key
 // as well (401 before 404).
-constexpr std::array<RouteSpec, 10> kRoutes = {{
+constexpr std::array<RouteSpec, 11> kRoutes = {{
     {"/health", http::verb::get, RouteKind::plain, false,
      [](const Request& request, const RouteContext& context) {
        if (!context.replicas_up) return ok(request, "");
@@ -86,6 +88,7 @@ constexpr std::array<RouteSpec, 10> kRoutes = {{
     {"/v1/completions", http::verb::post, RouteKind::completion, true, nullptr},
     {"/v1/chat/completions", http::verb::post, RouteKind::chat_completion, true, nullptr},
     {"/v1/ws", http::verb::get, RouteKind::websocket, true, nullptr},
+    {"/v1/engine/events", http::verb::get, RouteKind::engine_events, true, nullptr},
 }};
 
 const RouteSpec* find_route(std::string_view path) {
@@ -148,9 +151,72 @@ std::string_view route_label(std::string_view path) {
   return r != nullptr ? r->path : "other";
 }
 
+namespace {
+
+constexpr std::string_view kBearerProtocol = "troupe.bearer.";
+
+// The entries of a comma-separated header, trimmed.
+std::vector<std::string_view> header_list(std::string_view value) {
+  std::vector<std::string_view> items;
+  while (!value.empty()) {
+    const std::size_t comma = value.find(',');
+    std::string_view item = value.substr(0, comma);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (!item.empty()) items.push_back(item);
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return items;
+}
+
+// Unpadded base64url (RFC 4648 section 5); none when a character is outside it.
+std::optional<std::string> decode_base64url(std::string_view text) {
+  std::string out;
+  std::uint32_t bits = 0;
+  int num_bits = 0;
+  for (const char c : text) {
+    int v = -1;
+    if (c >= 'A' && c <= 'Z') v = c - 'A';
+    if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+    if (c >= '0' && c <= '9') v = c - '0' + 52;
+    if (c == '-') v = 62;
+    if (c == '_') v = 63;
+    if (v < 0) return std::nullopt;
+    bits = (bits << 6) | static_cast<std::uint32_t>(v);
+    num_bits += 6;
+    if (num_bits >= 8) {
+      num_bits -= 8;
+      out.push_back(static_cast<char>((bits >> num_bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+bool offers_key(const Request& request, const std::string& key) {
+  for (std::string_view p : header_list(request[http::field::sec_websocket_protocol])) {
+    if (!p.starts_with(kBearerProtocol)) continue;
+    if (decode_base64url(p.substr(kBearerProtocol.size())) == key) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool is_authorized(const Request& request, const ServerConfig& config) {
-  return config.api_key.empty() ||
-         request[http::field::authorization] == "Bearer " + config.api_key;
+  if (config.api_key.empty() || request[http::field::authorization] == "Bearer " + config.api_key) {
+    return true;
+  }
+  return route_kind(request) == RouteKind::websocket && offers_key(request, config.api_key);
+}
+
+std::string chosen_subprotocol(const Request& request) {
+  const auto offered = header_list(request[http::field::sec_websocket_protocol]);
+  if (std::find(offered.begin(), offered.end(), "troupe") != offered.end()) return "troupe";
+  for (std::string_view p : offered) {
+    if (p.starts_with(kBearerProtocol)) return std::string(p);
+  }
+  return offered.empty() ? "" : std::string(offered.front());
 }
 
 std::optional<ApiError> missing_api_key(const Request& request, const ServerConfig& config) {

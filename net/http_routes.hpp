@@ -40,6 +40,7 @@ enum class RouteKind {
   completion,       // POST /v1/completions: the engine answers, not route()
   chat_completion,  // POST /v1/chat/completions: the engine answers, not route()
   websocket,        // GET /v1/ws: the upgrade to a socket
+  engine_events,    // GET /v1/engine/events: the steps as server-sent events
 };
 RouteKind route_kind(const Request& request);
 
@@ -48,7 +49,13 @@ std::string_view request_path(const Request& request);
 // The route label for troupe_http_requests_total: a known route by name, else "other".
 std::string_view route_label(std::string_view path);
 // Whether the request carries the API key ("Authorization: Bearer <key>"), or none is set.
+// A WebSocket upgrade may carry it as a subprotocol instead, since a browser's socket
+// cannot send headers: "troupe.bearer.<the key in unpadded base64url>".
 bool is_authorized(const Request& request, const ServerConfig& config);
+// The subprotocol a WebSocket upgrade's answer names: "troupe" when offered, else the
+// bearer entry (a browser fails a socket whose answer names none it offered); empty
+// when the request offered none.
+std::string chosen_subprotocol(const Request& request);
 // The 401 for a request that needs the API key (anything under /v1/, /tokenize,
 // /detokenize) and does not carry it; none when it may go on.
 std::optional<ApiError> missing_api_key(const Request& request, const ServerConfig& config);

@@ -319,6 +319,10 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
     const bool alive = co_await completions(stream, request, entry);
     co_return alive;
   }
+  if (route_kind(request) == RouteKind::engine_events && is_authorized(request, config)) {
+    const bool alive = co_await engine_events(stream, request, entry);
+    co_return alive;
+  }
   Response response;
   if (is_heavy(request)) {  // tokenizing or asking the engine: off this thread
     std::function<Response()> work = [this, &request]() -> Response {

@@ -14,7 +14,8 @@
 
 namespace troupe::monitoring {
 class Metrics;
-}
+class StepEvents;
+}  // namespace troupe::monitoring
 
 namespace troupe::net {
 
@@ -60,6 +61,9 @@ struct ServerConfig {
   bool access_log = true;
   // Served at GET /metrics (with the HTTP counts added); 404 there when null.
   std::shared_ptr<monitoring::Metrics> metrics;
+  // The engine's steps, streamed at GET /v1/engine/events (the live page); 404 there when
+  // null. The engine must publish into the same hub (EngineConfig::step_events).
+  std::shared_ptr<monitoring::StepEvents> step_events;
 };
 
 class HttpServer {

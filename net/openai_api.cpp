@@ -931,6 +931,7 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
   }
   json::object o{{"type", event.finished ? "done" : "token"},
                  {"id", id},
+                 {"request", event.request_id},  // the engine's id (the live page's lanes)
                  {"text", text::to_valid_utf8(event.text)}};
   if (event.token != kNoToken) o["token"] = event.token;
   if (want_logprobs && event.token != kNoToken) {

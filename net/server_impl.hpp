@@ -150,6 +150,10 @@ struct HttpServer::Impl {
   // error must be a named local of the caller: GCC 12 destroys temporaries in co_await twice.
   asio::awaitable<bool> refuse(beast::tcp_stream& stream, const Request& request,
                                const ApiError& error, AccessEntry& entry);
+  // GET /v1/engine/events: the engine's steps as server-sent events until the client
+  // leaves (false: the connection ends with it).
+  asio::awaitable<bool> engine_events(beast::tcp_stream& stream, const Request& request,
+                                      AccessEntry& entry);
   asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request);
   asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
   asio::awaitable<void> websocket_command(std::shared_ptr<WsConnection> connection,

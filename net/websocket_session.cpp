@@ -64,6 +64,13 @@ asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stre
   auto& ws = connection->ws;
   ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
   ws.read_message_max(config.max_body_bytes);
+  // A browser fails a socket whose answer names none of the subprotocols it offered.
+  if (std::string protocol = chosen_subprotocol(request); !protocol.empty()) {
+    ws.set_option(websocket::stream_base::decorator(
+        [protocol = std::move(protocol)](websocket::response_type& response) {
+          response.set(beast::http::field::sec_websocket_protocol, protocol);
+        }));
+  }
   auto [accept_ec] = co_await ws.async_accept(request, kUseTuple);
   if (accept_ec) co_return;
   connection->out = std::make_shared<WsOutput>(std::make_shared<FrameChannel>(executor, 4096),

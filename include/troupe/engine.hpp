@@ -22,6 +22,7 @@ class Tokenizer;
 }  // namespace text
 namespace monitoring {
 class Metrics;
+class StepEvents;
 }  // namespace monitoring
 
 using RequestId = std::uint64_t;
@@ -87,6 +88,9 @@ struct EngineConfig {
   std::optional<std::uint64_t> seed;
   // Where the engine records its Prometheus metrics (none when null).
   std::shared_ptr<monitoring::Metrics> metrics;
+  // Where each replica publishes its iterations for viewers (the live page's timeline);
+  // nothing is built while no one watches. None when null.
+  std::shared_ptr<monitoring::StepEvents> step_events;
   // Data parallelism: this many replicas, each a scheduler with its own worker, model
   // and KV cache, behind a router. Local replicas share num_threads between them.
   std::int32_t data_parallel_size = 1;
