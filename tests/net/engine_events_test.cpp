@@ -28,8 +28,9 @@ constexpr std::int32_t kBlocks = 256;
 
 // A server and its engine publishing into one hub.
 struct Watched {
-  explicit Watched(std::string api_key = {}) {
+  explicit Watched(std::string api_key = {}, std::int32_t num_replicas = 1) {
     EngineConfig e;
+    e.data_parallel_size = num_replicas;
     e.model_path = test::write_small_model("events-model");
     e.num_threads = 2;
     e.block_size = 4;
@@ -269,6 +270,23 @@ TEST_CASE(
     websocket::stream<tcp::socket> ws(io);
     CHECK(ws_handshake(w.server->port(), "troupe", ws).first == 401);
   }
+}
+
+TEST_CASE("with two replicas, each one's steps come with its number", "[net][integration]") {
+  Watched w({}, 2);
+  test::RawClient viewer(w.server->port());
+  REQUIRE(viewer.send(events_request()));
+  const auto hello = viewer.read_until(R"("type":"hello")", 5s);
+  REQUIRE(hello.find(R"("replicas":2)") != std::string::npos);
+  // Enough requests at once that the router spreads them over both.
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 6; ++c) {
+    clients.emplace_back([&w, c] { w.generate({static_cast<TokenId>(40 + 9 * c), 5, 6}, 30); });
+  }
+  for (auto& t : clients) t.join();
+  const std::string stream = viewer.read_until(R"("replica":1,)", 5s);
+  CHECK(stream.find(R"("replica":0,)") != std::string::npos);
+  CHECK(stream.find(R"("replica":1,)") != std::string::npos);
 }
 
 TEST_CASE("without a hub the stream is a 404", "[net][integration]") {
