@@ -34,9 +34,11 @@ run: build
 
 test: build format-check test-unit test-sanitize test-fuzz
 
-# The real OpenAI client the integration tests drive (npm registry, pinned by the lock file).
+# The real OpenAI client and the browser driver (playwright-core, with Debian's chromium)
+# the integration tests use: from the npm registry, pinned by the lock file.
 clients: setup
-	@[ -d tests/clients/node_modules/openai ] || npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
+	@[ -d tests/clients/node_modules/openai ] && [ -d tests/clients/node_modules/playwright-core ] || \
+	  npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
 
 # A test that hangs fails after TEST_TIMEOUT seconds instead of holding the run (and CI) up.
 TEST_TIMEOUT ?= 600

@@ -76,6 +76,7 @@ void add_serve_command(CLI::App& app) {
     LogFlags log;
     bool disable_access_log = false;
     bool disable_log_stats = false;
+    bool disable_web_page = false;
     double log_stats_interval_s = 10.0;
     std::vector<std::string> allowed_origins{"*"}, allowed_methods{"*"}, allowed_headers{"*"};
   };
@@ -151,6 +152,12 @@ void add_serve_command(CLI::App& app) {
                   "headers cross-origin requests may send (CORS)");
   cmd->add_flag("--allow-credentials", opts->server.cors.allow_credentials,
                 "cross-origin requests may carry cookies or an Authorization header (CORS)");
+  cmd->add_flag("--disable-web-page", opts->disable_web_page,
+                "no built-in page at GET / (the playground and the live view of the engine)");
+  cmd->add_option("--web-dir", opts->server.web_dir,
+                  "serve the page's files from this directory instead of the built-in ones, "
+                  "read at each request (for developing the page: net/web)")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--max-buffered-output-bytes", opts->server.max_buffered_output_bytes,
                   "output a connection may leave unread before it is closed (1008 on a socket)");
   cmd->callback([opts, cmd] {
@@ -161,6 +168,7 @@ void add_serve_command(CLI::App& app) {
     };
     apply_log_options(opts->log);
     opts->server.access_log = !opts->disable_access_log;
+    opts->server.web_page = !opts->disable_web_page;
     opts->server.cors.allowed_origins = cors_list(opts->allowed_origins);
     opts->server.cors.allowed_methods = cors_list(opts->allowed_methods);
     opts->server.cors.allowed_headers = cors_list(opts->allowed_headers);
@@ -258,9 +266,10 @@ void add_serve_command(CLI::App& app) {
                          "; tool calls read as " + std::string(server.tool_call_parser()) +
                          (opts->server.tool_call_parser.empty() ? " (from the template)" : ""));
     if (auto started = server.start(); !started) fail(started.error().message);
-    monitoring::log_info("serving '" + opts->server.served_model_name + "' at http://" +
-                         opts->server.host + ":" + std::to_string(server.port()) +
-                         " (Ctrl-C stops)");
+    monitoring::log_info(
+        "serving '" + opts->server.served_model_name + "' at http://" + opts->server.host + ":" +
+        std::to_string(server.port()) +
+        (opts->server.web_page ? " (the live page is at /; Ctrl-C stops)" : " (Ctrl-C stops)"));
     std::optional<monitoring::StatsLogger> stats_logger;
     if (!opts->disable_log_stats) {
       stats_logger.emplace([&engine] { return (*engine)->stats(); },

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "net/cors.hpp"
+#include "net/web_assets.hpp"
 
 namespace troupe::net {
 
@@ -146,7 +147,9 @@ RouteKind route_kind(const Request& request) {
 }
 
 std::string_view route_label(std::string_view path) {
+  if (path == "/") return "/";
   const RouteSpec* r = find_route(path);
+  if (r == nullptr && is_web_file_path(path)) return "/{file}";
   if (r == nullptr && path.starts_with("/v1/models/")) return "/v1/models/{model}";
   return r != nullptr ? r->path : "other";
 }
@@ -252,9 +255,43 @@ Response error_response(const Request& request, const ApiError& error) {
   return make_response(request, static_cast<http::status>(error.status), error_json(error));
 }
 
+namespace {
+
+// What the page may do in a browser: its own scripts and styles, and calls to this
+// server only (the socket included); nothing inline, nothing from elsewhere.
+constexpr std::string_view kPagePolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// The built-in page's file for a GET or HEAD of it; none for any other request.
+std::optional<Response> page_file(const Request& request, const ServerConfig& config) {
+  const bool head = request.method() == http::verb::head;
+  if (!config.web_page || (request.method() != http::verb::get && !head)) return std::nullopt;
+  auto file = find_web_file(request_path(request), config.web_dir);
+  if (!file) return std::nullopt;
+  const bool unchanged = request[http::field::if_none_match] == file->etag;
+  Response res = make_response(request, unchanged ? http::status::not_modified : http::status::ok,
+                               unchanged ? "" : std::move(file->body), file->content_type);
+  res.set(http::field::etag, file->etag);
+  res.set(http::field::cache_control, "no-cache");  // asked again after an upgrade: the tag
+  res.set("Content-Security-Policy", kPagePolicy);
+  res.set("X-Content-Type-Options", "nosniff");
+  res.set("Referrer-Policy", "no-referrer");
+  if (head) {
+    const auto length = res.body().size();
+    res.body().clear();
+    res.content_length(length);
+  }
+  return res;
+}
+
+}  // namespace
+
 Response route(const Request& request, const RouteContext& context) {
-  // Before the key: a browser's preflight carries none.
+  // Before the key: a browser's preflight carries none, nor does a load of the page (it
+  // asks for the key).
   if (is_cors_preflight(request)) return cors_preflight_response(request, context.config->cors);
+  if (auto page = page_file(request, *context.config)) return std::move(*page);
   if (auto refused = missing_api_key(request, *context.config)) {
     return error_response(request, *refused);
   }

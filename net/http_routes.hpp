@@ -80,8 +80,9 @@ struct RouteContext {
   std::function<std::string()> cluster_json;
 };
 
-// Every route but generation and the WebSocket upgrade: the API key, /health,
-// /version, /metrics, /v1/models, /tokenize, /detokenize, 404 and 405.
+// Every route but generation, the event stream and the WebSocket upgrade: CORS
+// preflights, the built-in page (GET / and its files, no key needed), the API key,
+// /health, /version, /metrics, /v1/models, /tokenize, /detokenize, 404 and 405.
 Response route(const Request& request, const RouteContext& context);
 
 }  // namespace troupe::net

@@ -59,6 +59,10 @@ struct ServerConfig {
   // One line per request in the log (route, status, tokens, times, client); the log's
   // level must be info or lower for it to show.
   bool access_log = true;
+  // The built-in page at GET / (net/web_assets.hpp); off: 404 there. With a directory
+  // set, its files are served instead of the embedded ones (for developing the page).
+  bool web_page = true;
+  std::string web_dir;
   // Served at GET /metrics (with the HTTP counts added); 404 there when null.
   std::shared_ptr<monitoring::Metrics> metrics;
   // The engine's steps, streamed at GET /v1/engine/events (the live page); 404 there when

@@ -23,6 +23,7 @@ packages=(
   slowhttptest                           # slow-client tests of the HTTP server
   openssl                                # the cluster TLS test makes its certificates
   libgloo-dev                            # CPU collectives for tensor parallelism
+  chromium                               # the live page's browser test (headless)
 )
 
 # Node.js runs the official openai client in the tests; any recent one will do.
