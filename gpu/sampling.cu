@@ -1,37 +1,39 @@
-// Sampling on the device: one block per row of logits. Greedy is an argmax.
-// Otherwise the kept set is every token whose probability (relative to the most
-// likely one, at the row's temperature) reaches a threshold: the k-th largest
-// (top-k), min_p, and the smallest top set holding top_p of what top-k kept.
-// Thresholds are found by radix selection over the probabilities' float bits
-// (positive floats order as their bits do), so nothing is sorted; the draw is an
-// inverse-CDF scan in token order with a counter-based uniform.
+// Sampling on the device: one block per row of logits. Greedy is an argmax. Otherwise the
+// kept set is model::Sampler's: in its order (logit descending, lowest id first among
+// equals) the first top_k, then those whose probability relative to the most likely one,
+// w = exp((x - max) / T), reaches min_p, then the shortest prefix holding top_p of their
+// mass. Each is a prefix of that order, a Cut (sampling_rules.hpp): the tokens above a
+// boundary logit and the lowest ids at it. The boundary is found by radix selection over the
+// logits' order-preserving bits, counting (top-k) or weighing (top-p) in shared-memory
+// histograms, so nothing is sorted; how many of the boundary's tokens stay follows from the
+// count or mass still missing there. The draw is an inverse-CDF scan in token order with a
+// counter-based uniform; it ranks the boundary's tokens as it goes.
 #include <cmath>
 #include <cstdint>
 
 #include "gpu/kernels.hpp"
 #include "gpu/random.cuh"
+#include "gpu/sampling_rules.hpp"
 
 namespace troupe::gpu::kernels {
 
 namespace {
 
+namespace rules = sampling_rules;
+
 constexpr int kThreads = 512;  // 1024 would cap registers at 32 and spill
 constexpr int kWarps = kThreads / 32;
-constexpr int kBins = 256;
-
-// The relative probability exp((x - max) / T) in [0, 1]; NaN logits count as impossible.
-__device__ __forceinline__ float weight(float x, float max, float inverse_temperature) {
-  return x == x ? __expf((x - max) * inverse_temperature) : 0.0f;
-}
+constexpr int kBins = rules::kBins;
 
 struct Shared {
   float values[kWarps];
   std::int32_t indices[kWarps];
+  std::int32_t at_cut[kWarps];  // per warp, in the draw's chunk: tokens with the cut's key
   float bin_mass[kBins];
   std::int32_t bin_count[kBins];
-  std::uint32_t selected;
-  float remaining;
+  rules::RadixSelect select;
   float carry;
+  std::int32_t carry_at_cut;
   std::int32_t found;
 };
 
@@ -55,52 +57,55 @@ __device__ std::int32_t block_min_index(std::int32_t i, Shared& sh) {
   return best;
 }
 
-// The largest key K such that the kept tokens with key >= K number at least `count`
-// (by_mass false) or weigh at least `target` (by_mass true).
-__device__ std::uint32_t radix_select(const float* x, std::int32_t vocab, float max,
-                                      float inverse_temperature, bool by_mass, float target,
-                                      Shared& sh) {
-  std::uint32_t prefix = 0, mask = 0;
-  if (threadIdx.x == 0) sh.remaining = target;
-  for (int shift = 24; shift >= 0; shift -= 8) {
+// The cut of a radix selection over the logits' keys. By count (top_p < 0): the first
+// `top_k_count` candidates. By mass: the shortest prefix of what `top_k` and min_p keep that
+// holds `top_p` of its mass; `top_k`'s own boundary tokens enter as one group (a strided
+// pass cannot rank them).
+__device__ rules::Cut select_cut(const float* x, std::int32_t vocab, float max,
+                                 float inverse_temperature, float top_k_count, float top_p,
+                                 rules::Cut top_k, float min_p, Shared& sh) {
+  const bool by_mass = top_p >= 0.0f;
+  const float w_group = rules::weight(rules::key_logit(top_k.key), max, inverse_temperature);
+  const std::int32_t group = by_mass ? rules::group_size(top_k, min_p, w_group) : 0;
+  __syncthreads();  // every thread has read the last selection
+  if (threadIdx.x == 0) sh.select = rules::radix_start(top_k_count);
+  for (int digit = 0; digit < rules::kDigits; ++digit) {
     for (int b = threadIdx.x; b < kBins; b += kThreads) {
       sh.bin_mass[b] = 0.0f;
       sh.bin_count[b] = 0;
     }
     __syncthreads();
+    const rules::RadixSelect s = sh.select;
     for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
-      const float w = weight(x[i], max, inverse_temperature);
-      const std::uint32_t key = __float_as_uint(w);
-      if ((key & mask) == prefix && w > 0.0f) {
-        const int bin = static_cast<int>((key >> shift) & 0xffu);
-        atomicAdd(&sh.bin_count[bin], 1);
-        if (by_mass) atomicAdd(&sh.bin_mass[bin], w);
+      const float v = x[i];
+      if (!rules::is_candidate(v)) continue;
+      const std::uint32_t key = rules::logit_key(v);
+      if (!rules::under_prefix(s, key)) continue;
+      const int bin = rules::bin_of(s, key);
+      if (by_mass) {
+        const float w = rules::weight(v, max, inverse_temperature);
+        if (!rules::in_top_p_pool(top_k, min_p, key, w)) continue;
+        atomicAdd(&sh.bin_mass[bin], w);
       }
+      atomicAdd(&sh.bin_count[bin], 1);
+    }
+    if (threadIdx.x == 0 && group > 0 && rules::under_prefix(s, top_k.key)) {
+      const int bin = rules::bin_of(s, top_k.key);
+      atomicAdd(&sh.bin_count[bin], group);
+      atomicAdd(&sh.bin_mass[bin], static_cast<float>(group) * w_group);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      float cumulative = 0.0f;
-      int selected = -1, lowest_nonempty = 0;
-      for (int b = kBins - 1; b >= 0; --b) {
-        if (sh.bin_count[b] == 0) continue;
-        lowest_nonempty = b;
-        const float here = by_mass ? sh.bin_mass[b] : static_cast<float>(sh.bin_count[b]);
-        if (cumulative + here >= sh.remaining) {
-          selected = b;
-          break;
-        }
-        cumulative += here;
+      if (by_mass && digit == 0) {
+        sh.select.remaining = rules::top_p_target(sh.bin_count, sh.bin_mass, top_p);
       }
-      // Rounding can leave the target just out of reach: the lowest bin then holds the cut.
-      if (selected < 0) selected = lowest_nonempty;
-      sh.selected = static_cast<std::uint32_t>(selected);
-      sh.remaining -= cumulative;
+      rules::choose_digit(sh.select, sh.bin_count, by_mass ? sh.bin_mass : nullptr);
     }
     __syncthreads();
-    prefix |= sh.selected << shift;
-    mask |= 0xffu << shift;
   }
-  return prefix;
+  const rules::RadixSelect s = sh.select;
+  if (!by_mass) return rules::top_k_cut(s);
+  return rules::top_p_cut(s, rules::weight(rules::key_logit(s.prefix), max, inverse_temperature));
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -148,57 +153,64 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float inverse_temperature = 1.0f / p.temperature;
 
-  std::uint32_t threshold = 0;
+  // As the CPU: top-k first, then top-p over what top-k and min_p keep. The most likely
+  // token always stays (the lowest id of the highest key, weighing 1 >= min_p).
+  rules::Cut cut{0u, 0};  // every candidate
   if (p.top_k > 0 && p.top_k < vocab) {
-    threshold =
-        radix_select(x, vocab, best, inverse_temperature, false, static_cast<float>(p.top_k), sh);
+    cut = select_cut(x, vocab, best, inverse_temperature, static_cast<float>(p.top_k), -1.0f, cut,
+                     0.0f, sh);
   }
-  if (p.min_p > 0.0f) threshold = max(threshold, __float_as_uint(p.min_p));
   if (p.top_p < 1.0f) {
-    float kept = 0.0f;
-    for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
-      const float w = weight(x[i], best, inverse_temperature);
-      if (__float_as_uint(w) >= threshold) kept += w;
-    }
-    kept = block_sum(kept, sh);
-    const std::uint32_t top_p_threshold =
-        radix_select(x, vocab, best, inverse_temperature, true, p.top_p * kept, sh);
-    threshold = max(threshold, top_p_threshold);
+    cut = select_cut(x, vocab, best, inverse_temperature, 0.0f, p.top_p, cut, p.min_p, sh);
   }
-  // The most likely token always stays (its weight is 1, and every threshold is <= 1).
-  threshold = min(threshold, __float_as_uint(1.0f));
+  const float w_cut = rules::weight(rules::key_logit(cut.key), best, inverse_temperature);
 
+  // The kept mass: the cut's key's tokens as a group, the rest one by one.
   float total = 0.0f;
   for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
-    const float w = weight(x[i], best, inverse_temperature);
-    if (w > 0.0f && __float_as_uint(w) >= threshold) total += w;
+    const float v = x[i];
+    const float w = rules::weight(v, best, inverse_temperature);
+    const std::uint32_t key = rules::logit_key(v);
+    if (key != cut.key && rules::kept(cut, p.min_p, key, w, 0)) total += w;
   }
-  total = block_sum(total, sh);
+  total = block_sum(total, sh) + rules::group_mass(cut, p.min_p, w_cut);
   const std::uint64_t r = mix64(p.seed ^ mix64(p.counter + 0x632BE59BD9B4E019ull));
   const float u =
       static_cast<float>(static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0)) * total;
 
-  // Inverse CDF in token order: a block-wide scan per chunk of kThreads tokens.
+  // Inverse CDF in token order: a block-wide scan per chunk of kThreads tokens, which also
+  // ranks the tokens with the cut's key (a ballot in each warp, counts across warps).
   if (threadIdx.x == 0) {
     sh.carry = 0.0f;
+    sh.carry_at_cut = 0;
     sh.found = vocab;
   }
+  const unsigned lane = threadIdx.x % 32;
   std::int32_t last_kept = -1;
   for (std::int32_t base = 0; base < vocab; base += kThreads) {
     const std::int32_t i = base + static_cast<std::int32_t>(threadIdx.x);
     float w = 0.0f;
+    std::uint32_t key = 0;
+    bool at_cut = false;
     if (i < vocab) {
-      w = weight(x[i], best, inverse_temperature);
-      if (!(w > 0.0f && __float_as_uint(w) >= threshold)) w = 0.0f;
+      const float v = x[i];
+      w = rules::weight(v, best, inverse_temperature);
+      key = rules::logit_key(v);
+      at_cut = rules::is_candidate(v) && key == cut.key;
     }
+    const unsigned ballot = __ballot_sync(0xffffffffu, at_cut);
+    if (lane == 0) sh.at_cut[threadIdx.x / 32] = __popc(ballot);
+    __syncthreads();
+    std::int32_t rank = sh.carry_at_cut + __popc(ballot & ((1u << lane) - 1u));
+    for (int wi = 0; wi < static_cast<int>(threadIdx.x / 32); ++wi) rank += sh.at_cut[wi];
+    if (!rules::kept(cut, p.min_p, key, w, rank)) w = 0.0f;
     if (w > 0.0f) last_kept = i;
     float inclusive = w;  // warp scan
     for (int o = 1; o < 32; o <<= 1) {
       const float up = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (threadIdx.x % 32 >= o) inclusive += up;
+      if (lane >= static_cast<unsigned>(o)) inclusive += up;
     }
-    __syncthreads();
-    if (threadIdx.x % 32 == 31) sh.values[threadIdx.x / 32] = inclusive;
+    if (lane == 31) sh.values[threadIdx.x / 32] = inclusive;
     __syncthreads();
     float before = sh.carry;
     for (int wi = 0; wi < static_cast<int>(threadIdx.x / 32); ++wi) before += sh.values[wi];
@@ -208,7 +220,10 @@ __global__ void __launch_bounds__(kThreads)
       if (threadIdx.x == 0) sh.found = first;
       break;
     }
-    if (threadIdx.x == kThreads - 1) sh.carry = before + inclusive;
+    if (threadIdx.x == kThreads - 1) {
+      sh.carry = before + inclusive;
+      sh.carry_at_cut = rank + (at_cut ? 1 : 0);
+    }
     __syncthreads();
   }
   __syncthreads();

@@ -206,15 +206,31 @@ void Sampler::prepare_device_mask() {
   set_ends(ends_allowed(other));
 }
 
-TokenId Sampler::choose(std::vector<float>& logits) {
+TokenId Sampler::choose(std::span<const float> logits) {
   if (params_.temperature == 0.0f) {
     return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
+  double total = 0.0;
+  const std::size_t keep = keep_candidates(logits, total);
+  if (keep == 0) return 0;
+  // A 53-bit uniform draw, so the same seed gives the same tokens on every platform.
+  const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
+  double cumulative = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    cumulative += probs_[i];
+    if (u < cumulative) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+std::size_t Sampler::keep_candidates(std::span<const float> logits, double& total) {
   // Candidates sorted by logit, cut by top-k, then min-p and top-p on their probabilities.
+  // NaN is no candidate: it has no place in the order (and the device drops it too).
   candidates_.clear();
   for (std::size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] != kMinusInfinity) candidates_.emplace_back(logits[i], static_cast<TokenId>(i));
+    if (logits[i] > kMinusInfinity) candidates_.emplace_back(logits[i], static_cast<TokenId>(i));
   }
+  total = 0.0;
   if (candidates_.empty()) return 0;
   std::size_t keep = candidates_.size();
   if (params_.top_k > 0)
@@ -228,7 +244,6 @@ TokenId Sampler::choose(std::vector<float>& logits) {
   for (const auto& c : candidates_) max_logit = std::max(max_logit, c.first);
   std::vector<double>& probs = probs_;
   probs.resize(keep);
-  double total = 0.0;
   const float inverse_temperature = 1.0f / params_.temperature;
   for (std::size_t i = 0; i < keep; ++i) {
     // exp in float (each term is in (0, 1]); the sums run in double.
@@ -253,14 +268,16 @@ TokenId Sampler::choose(std::vector<float>& logits) {
     for (std::size_t i = 0; i < cut; ++i) total += probs[i];
     keep = cut;
   }
-  // A 53-bit uniform draw, so the same seed gives the same tokens on every platform.
-  const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
-  double cumulative = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    cumulative += probs[i];
-    if (u < cumulative) return candidates_[i].second;
-  }
-  return candidates_[keep - 1].second;
+  return keep;
+}
+
+std::vector<TokenId> Sampler::kept_tokens(std::span<const float> logits) {
+  TROUPE_ASSERT(params_.temperature > 0.0f, "kept_tokens is for drawn, not greedy, outputs");
+  double total = 0.0;
+  const std::size_t keep = keep_candidates(logits, total);
+  std::vector<TokenId> ids(keep);
+  for (std::size_t i = 0; i < keep; ++i) ids[i] = candidates_[i].second;
+  return ids;
 }
 
 SampledToken Sampler::sample(std::span<const float> logits) {

@@ -80,6 +80,11 @@ class Sampler {
   // Records a token chosen elsewhere (on the device) from device_row()'s parameters.
   SampledToken accept(TokenId id);
 
+  // For tests: the tokens a draw (temperature > 0) from these logits, penalties and mask
+  // applied, chooses among, most likely first when a filter is on; the rules the device's
+  // sampler is held to (tests/gpu/sampling_rules_test.cpp).
+  std::vector<TokenId> kept_tokens(std::span<const float> logits);
+
   std::int32_t num_generated() const { return static_cast<std::int32_t>(output_.size()); }
   const std::vector<TokenId>& output() const { return output_; }
 
@@ -98,7 +103,10 @@ class Sampler {
   // Whether an end token may come now: where nothing else may, or where the grammar can
   // end once min_tokens are out. `other`: a token that continues the output is allowed.
   bool ends_allowed(bool other) const;
-  TokenId choose(std::vector<float>& logits);
+  TokenId choose(std::span<const float> logits);
+  // Fills candidates_ and probs_ with the tokens top-k, min-p and top-p keep (sorted when a
+  // filter is on) and `total` with their mass; returns how many.
+  std::size_t keep_candidates(std::span<const float> logits, double& total);
   void record(TokenId id);
 
   SamplingParams params_;

@@ -11,6 +11,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "gpu/steps.hpp"
 #include "model/llama_config.hpp"
+#include "model/sampler.hpp"
 
 using namespace troupe;
 using gguf::TensorType;
@@ -353,6 +354,68 @@ TEST_CASE("device sampling: greedy is the argmax, filters keep their sets, seeds
       const bool inside = std::any_of(order.begin(), order.begin() + allowed,
                                       [&](auto e) { return e.second == ids[r]; });
       CHECK(inside);
+    }
+  }
+  SECTION("ties: exactly k at the k-th and top-p's boundary, the lowest ids, as the CPU") {
+    // 4096 draws of one row (by counter) against model::Sampler's kept set: none outside it,
+    // and, where it is small and none of it unlikely, every one of it.
+    auto check = [&](const std::vector<float>& one, model::DeviceSamplingRow p) {
+      constexpr int kDraws = 4096;
+      const auto n = static_cast<std::int32_t>(one.size());
+      auto s = b.gpu->allocate(kDraws, n);
+      REQUIRE(s.has_value());
+      std::vector<float> tiled;
+      for (int i = 0; i < kDraws; ++i) tiled.insert(tiled.end(), one.begin(), one.end());
+      REQUIRE(b.gpu->write(*s, tiled).has_value());
+      std::vector<model::DeviceSamplingRow> ps(kDraws, p);
+      for (int i = 0; i < kDraws; ++i) ps[i].counter = static_cast<std::uint64_t>(i);
+      std::vector<TokenId> ids(kDraws, -1);
+      REQUIRE(b.gpu->sample(*s, ps, ids).has_value());
+      SamplingParams params;
+      params.temperature = p.temperature;
+      params.top_k = p.top_k;
+      params.top_p = p.top_p;
+      params.min_p = p.min_p;
+      auto sampler = model::Sampler::create(params, {}, {}, n);
+      REQUIRE(sampler.has_value());
+      auto kept = sampler->kept_tokens(one);
+      std::sort(kept.begin(), kept.end());
+      for (const TokenId id : ids) {
+        INFO("drawn " << id);
+        CHECK(std::binary_search(kept.begin(), kept.end(), id));
+      }
+      if (kept.size() <= 64) {
+        for (const TokenId id : kept) {
+          INFO("kept " << id);
+          CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
+        }
+      }
+      return std::pair{kept, ids};
+    };
+    std::vector<float> one(vocab, -30.0f);
+    SECTION("top_k cuts a tie of thirty at the 10th: the three ahead and its 7 lowest ids") {
+      for (TokenId id : {4000, 7, 2500}) one[id] = 2.0f;
+      for (TokenId j = 0; j < 30; ++j) one[11 + 97 * j] = 1.0f;
+      model::DeviceSamplingRow p;
+      p.top_k = 10;
+      const auto kept = check(one, p).first;
+      CHECK(kept == std::vector<TokenId>{7, 11, 108, 205, 302, 399, 496, 593, 2500, 4000});
+    }
+    SECTION("top_p cuts a tie of sixty after the 25th") {
+      for (TokenId id = 200; id < 204; ++id) one[id] = 1.0f;
+      for (TokenId j = 0; j < 60; ++j) one[3 * j] = 0.0f;
+      model::DeviceSamplingRow p;
+      p.top_p = 0.5f;  // 13.04 of 26.07: the four at 1 and 25 at 0 (each e^-1)
+      CHECK(check(one, p).first.size() == 29);
+    }
+    SECTION("top_p over all-equal logits keeps the lowest ids") {
+      std::fill(one.begin(), one.end(), 0.5f);
+      model::DeviceSamplingRow p;
+      p.top_p = 0.25f;  // 1250 of 5000
+      const auto [kept, ids] = check(one, p);
+      CHECK(kept.size() == 1250);
+      CHECK(kept.back() == 1249);
+      CHECK(*std::max_element(ids.begin(), ids.end()) >= 1200);
     }
   }
   SECTION("the same seed and counter give the same token; others differ") {
