@@ -118,7 +118,7 @@ TEST_CASE("nothing but the page's own files is served", "[net][web]") {
   }
 }
 
-TEST_CASE("--web-dir serves a directory's files, read at each request", "[net][web]") {
+TEST_CASE("with --web-dir a directory's files are served, read at each request", "[net][web]") {
   const TempDir dir;
   dir.write("index.html", "<!doctype html><title>one</title>");
   dir.write("app.js", "export const x = 1;\n");
