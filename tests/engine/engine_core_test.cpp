@@ -88,7 +88,7 @@ TEST_CASE("the updates carry the driver's handle, the cached count and the first
   CHECK(applied.num_tokens == 5);
 }
 
-TEST_CASE("end-of-generation and stop ids end a request with stop; ignore_eos does not",
+TEST_CASE("end-of-generation and stop ids end a request with stop, ignore_eos does not",
           "[engine][core]") {
   EngineCore core(small_config(), {kEos});
   REQUIRE(core.add(request(1, 10)).has_value());
@@ -206,7 +206,7 @@ TEST_CASE("a worker that answers another step, or fails fatally, is lost", "[eng
   CHECK(core.apply(failed_step(work->step_id, {ErrorCode::internal, "boom", true})).worker_lost);
 }
 
-TEST_CASE("end_all ends every request with the reason; a refused request is not kept",
+TEST_CASE("end_all ends every request with the reason, a refused request is not kept",
           "[engine][core]") {
   EngineCore core(small_config(), {kEos});
   REQUIRE(core.add(request(1, 4)).has_value());

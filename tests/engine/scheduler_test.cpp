@@ -67,7 +67,7 @@ TEST_CASE("prompts are cut into chunks that fill the token budget", "[engine][sc
   CHECK(plan.num_decodes == 2);
 }
 
-TEST_CASE("running decodes go first; a long prompt never stalls them", "[engine][scheduler]") {
+TEST_CASE("running decodes go first, a long prompt never stalls them", "[engine][scheduler]") {
   Scheduler s(small_config());
   REQUIRE(s.add({1, range(0, 3), 10}).has_value());
   BatchPlan plan;

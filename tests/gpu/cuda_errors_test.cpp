@@ -8,7 +8,7 @@
 
 using troupe::gpu::is_sticky_cuda_error;
 
-TEST_CASE("sticky CUDA errors lose the backend; the others fail only their step", "[gpu]") {
+TEST_CASE("sticky CUDA errors lose the backend, the others fail only their step", "[gpu]") {
   for (const cudaError_t sticky :
        {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorLaunchTimeout,
         cudaErrorHardwareStackError, cudaErrorIllegalInstruction, cudaErrorMisalignedAddress,

@@ -354,7 +354,7 @@ TEST_CASE("top-k, min-p and top-p together cut where the CPU cuts", "[gpu][sampl
   CHECK(cpu_kept(x, p) == expect(19, 0));
 }
 
-TEST_CASE("NaN and -inf are never kept; a row of neither keeps nothing", "[gpu][sampling]") {
+TEST_CASE("NaN and -inf are never kept, a row of neither keeps nothing", "[gpu][sampling]") {
   std::vector<float> x = {kNaN, -kInf, 1.0f, kNaN, 1.0f, -kInf, 0.5f, -0.0f, kNaN, 0.0f};
   for (const std::int32_t top_k : {0, 1, 2, 3, 5, 8, 20}) {
     for (const float top_p : {1.0f, 0.6f, 0.1f}) {

@@ -42,7 +42,7 @@ TEST_CASE("greedy picks the largest logit, the lowest id on ties", "[sampler]") 
   CHECK(s.sample(std::vector<float>{0, 3, 1, 3, 0, 0, 0, 0}).id == 1);
 }
 
-TEST_CASE("the same seed gives the same tokens; another seed may not", "[sampler]") {
+TEST_CASE("the same seed gives the same tokens, another seed may not", "[sampler]") {
   SamplingParams p;
   p.temperature = 1.0f;
   p.max_tokens = 100;

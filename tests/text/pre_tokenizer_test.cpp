@@ -90,7 +90,7 @@ TEST_CASE("words always cover the text, byte for byte", "[pre_tokenizer]") {
   }
 }
 
-TEST_CASE("pre-tokenizer names follow llama.cpp; unknown ones are errors", "[pre_tokenizer]") {
+TEST_CASE("pre-tokenizer names follow llama.cpp, unknown ones are errors", "[pre_tokenizer]") {
   CHECK(*pre_tokenizer_from_name("llama-bpe") == PreTokenizer::llama3);
   CHECK(*pre_tokenizer_from_name("gpt-2") == PreTokenizer::gpt2);
   CHECK(*pre_tokenizer_from_name("deepseek-coder") == PreTokenizer::deepseek_coder);

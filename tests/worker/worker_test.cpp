@@ -77,7 +77,7 @@ TEST_CASE("a worker refuses a file that is not the engine's, and a pool too smal
   std::filesystem::remove(other);
 }
 
-TEST_CASE("a worker runs the engine core's steps; a step that throws loses the worker",
+TEST_CASE("a worker runs the engine core's steps, a step that throws loses the worker",
           "[worker]") {
   const auto path = test::write_small_model("worker-steps");
   auto worker = worker::Worker::load(cpu_spec(path));
