@@ -3,7 +3,8 @@
 # against one server, alternating runs with no viewer and with a viewer of
 # GET /v1/engine/events reading every step (curl, as the page's fetch does), PAIRS pairs.
 # Prints each pair's output tokens/s and the ratio with / without, then the median.
-# MODEL=path serves another model (default: ../shared's stories260K, else the built-in).
+# MODEL=path serves another model (default: ../shared's stories260K; MODEL=none, or no
+# ../shared: the built-in); PROMPTS sets the requests per run (800).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 troupe=${TROUPE:-build/app/troupe}
