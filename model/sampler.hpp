@@ -80,9 +80,10 @@ class Sampler {
   // Records a token chosen elsewhere (on the device) from device_row()'s parameters.
   SampledToken accept(TokenId id);
 
-  // For tests: the tokens a draw (temperature > 0) from these logits, penalties and mask
-  // applied, chooses among, most likely first when a filter is on; the rules the device's
-  // sampler is held to (tests/gpu/sampling_rules_test.cpp).
+  // For tests: the tokens a draw (temperature > 0) chooses among, from these logits as
+  // given (no penalties or grammar mask applied: pass logits that already carry them),
+  // most likely first when a filter is on; the rules the device's sampler is held to
+  // (tests/gpu/sampling_rules_test.cpp).
   std::vector<TokenId> kept_tokens(std::span<const float> logits);
 
   std::int32_t num_generated() const { return static_cast<std::int32_t>(output_.size()); }
