@@ -77,16 +77,11 @@ __device__ rules::Cut select_cut(const float* x, std::int32_t vocab, float max,
     __syncthreads();
     const rules::RadixSelect s = sh.select;
     for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
-      const float v = x[i];
-      if (!rules::is_candidate(v)) continue;
-      const std::uint32_t key = rules::logit_key(v);
-      if (!rules::under_prefix(s, key)) continue;
-      const int bin = rules::bin_of(s, key);
-      if (by_mass) {
-        const float w = rules::weight(v, max, inverse_temperature);
-        if (!rules::in_top_p_pool(top_k, min_p, key, w)) continue;
-        atomicAdd(&sh.bin_mass[bin], w);
-      }
+      float w = 0.0f;
+      const int bin =
+          rules::histogram_bin(s, by_mass, top_k, min_p, x[i], max, inverse_temperature, w);
+      if (bin < 0) continue;
+      if (by_mass) atomicAdd(&sh.bin_mass[bin], w);
       atomicAdd(&sh.bin_count[bin], 1);
     }
     if (threadIdx.x == 0 && group > 0 && rules::under_prefix(s, top_k.key)) {

@@ -132,6 +132,22 @@ TROUPE_HOST_DEVICE inline int bin_of(const RadixSelect& s, std::uint32_t key) {
   return static_cast<int>((key >> s.shift) & 0xffu);
 }
 
+// The histogram bin a token counts in at this digit, and its weight `w` when counting by
+// mass (top-p); -1 when it does not count: not a candidate, outside the prefix, or
+// outside top-p's pool. The kernel adds it with atomics, the CPU test in token order.
+TROUPE_HOST_DEVICE inline int histogram_bin(const RadixSelect& s, bool by_mass, const Cut& top_k,
+                                            float min_p, float v, float max,
+                                            float inverse_temperature, float& w) {
+  if (!is_candidate(v)) return -1;
+  const std::uint32_t key = logit_key(v);
+  if (!under_prefix(s, key)) return -1;
+  if (by_mass) {
+    w = weight(v, max, inverse_temperature);
+    if (!in_top_p_pool(top_k, min_p, key, w)) return -1;
+  }
+  return bin_of(s, key);
+}
+
 // Top-p's target: top_p of the pool's mass, summed over the first digit's bins from the
 // top, in the order choose_digit walks them, so that the first digit always reaches it.
 TROUPE_HOST_DEVICE inline double top_p_target(const std::int32_t* count, const float* mass,

@@ -56,15 +56,11 @@ rules::RadixSelect radix_select(std::span<const float> x, float max, float inver
     std::array<std::int32_t, rules::kBins> count{};
     std::array<float, rules::kBins> mass{};
     for (const float v : x) {
-      if (!rules::is_candidate(v)) continue;
-      const std::uint32_t key = rules::logit_key(v);
-      if (!rules::under_prefix(s, key)) continue;
-      const int bin = rules::bin_of(s, key);
-      if (by_mass) {
-        const float w = rules::weight(v, max, inverse_temperature);
-        if (!rules::in_top_p_pool(top_k, min_p, key, w)) continue;
-        mass[bin] += w;
-      }
+      float w = 0.0f;
+      const int bin =
+          rules::histogram_bin(s, by_mass, top_k, min_p, v, max, inverse_temperature, w);
+      if (bin < 0) continue;
+      if (by_mass) mass[bin] += w;
       ++count[bin];
     }
     if (group > 0 && rules::under_prefix(s, top_k.key)) {
