@@ -152,12 +152,14 @@ void add_serve_command(CLI::App& app) {
                   "headers cross-origin requests may send (CORS)");
   cmd->add_flag("--allow-credentials", opts->server.cors.allow_credentials,
                 "cross-origin requests may carry cookies or an Authorization header (CORS)");
-  cmd->add_flag("--disable-web-page", opts->disable_web_page,
-                "no built-in page at GET / (the playground and the live view of the engine)");
+  auto* no_page =
+      cmd->add_flag("--disable-web-page", opts->disable_web_page,
+                    "no built-in page at GET / (the playground and the live view of the engine)");
   cmd->add_option("--web-dir", opts->server.web_dir,
                   "serve the page's files from this directory instead of the built-in ones, "
-                  "read at each request (for developing the page: net/web)")
-      ->check(CLI::ExistingDirectory);
+                  "read at each request, without the API key (for developing the page: net/web)")
+      ->check(CLI::ExistingDirectory)
+      ->excludes(no_page);
   cmd->add_option("--max-buffered-output-bytes", opts->server.max_buffered_output_bytes,
                   "output a connection may leave unread before it is closed (1008 on a socket)");
   cmd->callback([opts, cmd] {

@@ -260,8 +260,19 @@ namespace {
 // What the page may do in a browser: its own scripts and styles, and calls to this
 // server only (the socket included); nothing inline, nothing from elsewhere.
 constexpr std::string_view kPagePolicy =
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// Whether an If-None-Match header names the tag: a list, weak tags compared weakly
+// (RFC 9110 13.1.2), "*" for any.
+bool etag_matches(std::string_view if_none_match, std::string_view etag) {
+  for (std::string_view tag : header_list(if_none_match)) {
+    if (tag == "*") return true;
+    if (tag.starts_with("W/")) tag.remove_prefix(2);
+    if (tag == etag) return true;
+  }
+  return false;
+}
 
 // The built-in page's file for a GET or HEAD of it; none for any other request.
 std::optional<Response> page_file(const Request& request, const ServerConfig& config) {
@@ -269,18 +280,20 @@ std::optional<Response> page_file(const Request& request, const ServerConfig& co
   if (!config.web_page || (request.method() != http::verb::get && !head)) return std::nullopt;
   auto file = find_web_file(request_path(request), config.web_dir);
   if (!file) return std::nullopt;
-  const bool unchanged = request[http::field::if_none_match] == file->etag;
+  const bool unchanged = etag_matches(request[http::field::if_none_match], file->etag);
+  const std::size_t length = file->body.size();
   Response res = make_response(request, unchanged ? http::status::not_modified : http::status::ok,
-                               unchanged ? "" : std::move(file->body), file->content_type);
+                               unchanged || head ? "" : std::move(file->body), file->content_type);
   res.set(http::field::etag, file->etag);
   res.set(http::field::cache_control, "no-cache");  // asked again after an upgrade: the tag
   res.set("Content-Security-Policy", kPagePolicy);
   res.set("X-Content-Type-Options", "nosniff");
   res.set("Referrer-Policy", "no-referrer");
-  if (head) {
-    const auto length = res.body().size();
-    res.body().clear();
-    res.content_length(length);
+  if (unchanged) {
+    res.erase(http::field::content_length);  // a 304's length would be the 200's, not 0
+    res.erase(http::field::content_type);
+  } else if (head) {
+    res.content_length(length);  // the GET's length, without the body
   }
   return res;
 }

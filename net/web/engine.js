@@ -121,7 +121,11 @@ export class EngineView {
     }
     const n = this.recent.length;
     const seconds = WINDOW_MS / 1000;
-    set('s-gen', fmt(this.recent.reduce((s, x) => s + x.gen, 0) / seconds, 0));
+    const gen = this.recent.reduce((s, x) => s + x.gen, 0) / seconds;
+    set('s-gen', fmt(gen, 0));
+    // The highest rate shown so far, for tests that look after a load has ended.
+    const stats = this.$('stats').dataset;
+    if (gen > Number(stats.peakGen || 0)) stats.peakGen = String(gen);
     set('s-prompt', fmt(this.recent.reduce((s, x) => s + x.prompt, 0) / seconds, 0));
     set('s-step', n ? fmt(this.recent.reduce((s, x) => s + x.stepMs, 0) / n, 2) : '–');
     set('s-dropped', fmtInt(this.dropped));

@@ -6,6 +6,7 @@ import { auth } from './common.js';
 
 const STALL_MS = 45000;  // three keepalives missed: the connection is gone
 const MIN_DELAY_MS = 500;
+const LIVED_MS = 5000;  // a stream this old had worked: its end retries soon
 const MAX_DELAY_MS = 15000;
 
 export class EventStream {
@@ -18,6 +19,7 @@ export class EventStream {
     this.controller = null;
     this.stopped = true;
     this.timer = 0;
+    this.openedAt = 0;  // when the current stream said hello
   }
 
   start() {
@@ -80,6 +82,10 @@ export class EventStream {
       clearInterval(watchdog);
     }
     if (this.stopped) return;
+    // Back to a short delay only after a stream that lived: a server (or proxy) that
+    // closes right after hello is not asked again every half second.
+    if (this.openedAt && performance.now() - this.openedAt > LIVED_MS) this.delay = MIN_DELAY_MS;
+    this.openedAt = 0;
     this.onState('retrying', { why, seconds: this.delay / 1000 });
     this.timer = setTimeout(() => this.run(), this.delay);
     this.delay = Math.min(MAX_DELAY_MS, this.delay * 2);
@@ -99,7 +105,7 @@ export class EventStream {
       return;
     }
     if (event.type === 'hello') {
-      this.delay = MIN_DELAY_MS;
+      this.openedAt = performance.now();
       this.onState('open', event);
     }
     this.onEvent(event);

@@ -49,7 +49,9 @@ async function connect() {
   try {
     const models = await getJson('/v1/models');
     backoff = 500;
+    const keyHadFocus = $('key-form').contains(document.activeElement);
     $('key-form').hidden = true;
+    if (keyHadFocus) $('prompt').focus();  // focus does not vanish with the form
     $('model-name').textContent = models.data?.[0]?.id ?? '?';
     document.body.dataset.ready = 'true';
     playground.enable(true);

@@ -196,6 +196,7 @@ export class Playground {
   }
 
   async submit() {
+    if (this.$('send').disabled) return;  // Ctrl+Enter while the page waits for the key
     const error = this.$('form-error');
     error.textContent = '';
     let input;
@@ -235,6 +236,7 @@ export class Playground {
       return;
     }
     for (const card of cards) {
+      if (!card.live) continue;  // stopped while the socket was opening
       card.sentAt = performance.now();
       ws.send(JSON.stringify({ type: 'generate', id: card.id, ...body }));
     }
@@ -266,6 +268,8 @@ export class Playground {
         }
         const why = `the socket closed (code ${event.code}${event.reason ? `: ${event.reason}` : ''})`;
         for (const card of this.cards.values()) if (card.live) card.fail(why);
+        // A new socket may meet a restarted server, whose numbers start again.
+        this.byRequest.clear();
       });
     });
     return this.opening;
@@ -298,10 +302,14 @@ export class Playground {
       card.state = 'stopping';
       card.render();
       this.ws.send(JSON.stringify({ type: 'cancel', id: card.id }));
+    } else {
+      card.finish = 'abort';  // not sent yet: it never will be
+      card.fail('stopped before it was sent');
     }
   }
 
   remove(card) {
+    if (card.request !== null) this.byRequest.delete(card.request);
     card.node.remove();
     this.cards.delete(card.id);
     this.updateButtons();

@@ -219,7 +219,7 @@ try {
       const d = document.getElementById('timeline').dataset;
       return Number(d.columns) >= 60 && Number(d.maxLanes) >= 3;
     });
-    await page.waitForFunction(() => parseFloat(document.getElementById('s-gen').textContent) > 0);
+    await page.waitForFunction(() => Number(document.getElementById('stats').dataset.peakGen || 0) > 0);
     const tiles = await page.evaluate(() => [...document.querySelectorAll('#stats .tile')].map(t => ({
       name: t.querySelector('dt').textContent, value: t.querySelector('.v').textContent, unit: t.querySelector('.u').textContent,
     })));

@@ -89,9 +89,22 @@ TEST_CASE("the page's files are fetched again only when they changed", "[net][we
   const Response unchanged = route(again, context);
   CHECK(unchanged.result_int() == 304);
   CHECK(unchanged.body().empty());
+  CHECK(header(unchanged, "Content-Length") == "<none>");  // not 0: the 200's would be more
+  CHECK(header(unchanged, "ETag") == etag);
 
+  // A list, a weak tag, or any tag at all: still unchanged.
+  for (const std::string& tags : {"\"another\", " + etag, "W/" + etag, std::string("*")}) {
+    INFO(tags);
+    again.set(http::field::if_none_match, tags);
+    CHECK(route(again, context).result_int() == 304);
+  }
   again.set(http::field::if_none_match, "\"another\"");
   CHECK(route(again, context).result_int() == 200);
+  again.method(http::verb::head);
+  again.set(http::field::if_none_match, etag);
+  const Response head_unchanged = route(again, context);
+  CHECK(head_unchanged.result_int() == 304);
+  CHECK(header(head_unchanged, "Content-Length") == "<none>");
 
   const Response head = get(context, "/", http::verb::head);
   CHECK(head.result_int() == 200);
