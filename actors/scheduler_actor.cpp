@@ -56,6 +56,7 @@ void publish_step(Self self, const engine::AppliedStep& step, double round_trip_
     e.batch.push_back({chunk.id, chunk.num_new_tokens, !decode});
     (decode ? e.num_decode_tokens : e.num_prefill_tokens) += chunk.num_new_tokens;
   }
+  e.num_generated_tokens = step.num_generated;
   for (const auto& f : step.first_tokens) e.first_tokens.push_back({f.id, f.seconds * 1e3});
   e.finished = std::move(state.cancelled);
   state.cancelled.clear();

@@ -237,6 +237,7 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
   }
   applied.num_tokens = step.plan.num_tokens;
   applied.num_decodes = step.plan.num_decodes;
+  applied.num_generated = static_cast<std::int32_t>(output.tokens.size());
   applied.worker_seconds = output.seconds;
   applied.plan = std::move(step.plan);
   return applied;

@@ -59,6 +59,7 @@ struct AppliedStep {
   std::vector<FirstToken> first_tokens;  // requests whose first token came in this step
   std::int32_t num_tokens = 0;           // run through the model
   std::int32_t num_decodes = 0;          // of which one-token decodes
+  std::int32_t num_generated = 0;        // tokens sampled (a prompt's first token included)
   double worker_seconds = 0.0;
   bool worker_lost = false;  // the worker must be replaced (then call reset_worker)
 };

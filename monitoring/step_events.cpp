@@ -74,6 +74,7 @@ std::string render_step_event(const StepEvent& e) {
   w.key("round_trip_ms").number(e.round_trip_ms);
   w.key("prefill_tokens").integer(e.num_prefill_tokens);
   w.key("decode_tokens").integer(e.num_decode_tokens);
+  w.key("generated_tokens").integer(e.num_generated_tokens);
   w.key("batch").open('[');
   bool first = true;
   for (const auto& b : e.batch) {

@@ -40,6 +40,10 @@ struct StepEvent {
   double round_trip_ms = 0.0;
   std::int32_t num_prefill_tokens = 0;
   std::int32_t num_decode_tokens = 0;
+  // Tokens sampled: the decodes', and each first token from a prompt's last chunk (a
+  // one-token chunk counts as a decode above when it samples: a prompt the prefix cache
+  // held but for its last token).
+  std::int32_t num_generated_tokens = 0;
   std::vector<Entry> batch;
   std::vector<FirstToken> first_tokens;
   std::vector<Finished> finished;

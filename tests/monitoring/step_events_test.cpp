@@ -30,6 +30,7 @@ TEST_CASE("a step event renders as one JSON object with every field", "[monitori
   e.round_trip_ms = 3.9;
   e.num_prefill_tokens = 8;
   e.num_decode_tokens = 1;
+  e.num_generated_tokens = 2;
   e.batch = {{17, 8, true}, {12, 1, false}};
   e.first_tokens = {{17, 12.5}};
   e.finished = {{12, "length"}};
@@ -43,6 +44,7 @@ TEST_CASE("a step event renders as one JSON object with every field", "[monitori
   CHECK(monitoring::render_step_event(e) ==
         R"({"type":"step","replica":1,"step":812,"time_ms":1764700000123.400,)"
         R"("step_ms":3.250,"round_trip_ms":3.900,"prefill_tokens":8,"decode_tokens":1,)"
+        R"("generated_tokens":2,)"
         R"("batch":[{"id":17,"prefill":8},{"id":12,"decode":1}],)"
         R"("first_tokens":[{"id":17,"ttft_ms":12.500}],"finished":[{"id":12,"reason":"length"}],)"
         R"("running":4,"waiting":1,"kv_usage":0.25000,"kv_blocks":128,)"

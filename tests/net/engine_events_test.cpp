@@ -155,6 +155,7 @@ TEST_CASE("the event stream shows a request's prefill chunks, its decodes and it
   std::vector<int> prefill_chunks;
   int num_decodes = 0;
   int num_first_tokens = 0;
+  int num_generated = 0;
   double last_step = 0;
   std::string reason;
   for (std::size_t i = 1; i < objects.size(); ++i) {
@@ -166,6 +167,7 @@ TEST_CASE("the event stream shows a request's prefill chunks, its decodes and it
     CHECK(e["kv_blocks"].number == kBlocks);
     CHECK(e["step_ms"].number >= 0);
     CHECK(e["round_trip_ms"].number >= e["step_ms"].number);
+    num_generated += static_cast<int>(e["generated_tokens"].number);
     for (const auto& b : e["batch"].array) {
       if (b["id"].number != static_cast<double>(id)) continue;
       if (b.object.count("prefill"))
@@ -189,6 +191,7 @@ TEST_CASE("the event stream shows a request's prefill chunks, its decodes and it
   CHECK(prefill_chunks == std::vector<int>{4, 4, 2});
   CHECK(num_decodes == 4);  // the first of its 5 tokens came with the prompt's last chunk
   CHECK(num_first_tokens == 1);
+  CHECK(num_generated == 5);  // every token sampled, the first one too
   CHECK(reason == "length");
   const test::Json& last = objects.back();
   CHECK(last["running"].number == 0);
