@@ -187,6 +187,22 @@ class Cluster {
     return -1;
   }
 
+  // A metric once it holds still (the same value read five times, 100 ms apart; at most
+  // 10 s): a baseline taken right after start-up may count an actor that is just ending
+  // (placement, a node's join).
+  double settled_metric(const std::string& name) {
+    double value = metric(name);
+    int same = 1;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (same < 5 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(100ms);
+      const double next = metric(name);
+      same = next == value ? same + 1 : 1;
+      value = next;
+    }
+    return value;
+  }
+
   template <class Predicate>
   bool eventually(Predicate done, std::chrono::milliseconds timeout = 30s) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;

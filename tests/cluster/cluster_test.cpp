@@ -90,7 +90,7 @@ TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves
           "[cluster]") {
   // One sequence at a time per replica, so that some requests wait in each queue.
   Cluster cluster(2, "round-robin", {"--max-num-seqs", "1"});
-  const double idle_actors = cluster.metric("troupe_live_actors");
+  const double idle_actors = cluster.settled_metric("troupe_live_actors");
   REQUIRE(idle_actors > 0);
   auto streams = open_streams(cluster.port(), 6, 1500);
   // Both replicas run one request and hold two in their queues: replica 0's node goes

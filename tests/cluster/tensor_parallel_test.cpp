@@ -119,7 +119,7 @@ TEST_CASE("a rank killed under load ends its group's requests, and the group com
           "[cluster][tp]") {
   // One rank per node; two sequences run at a time, a third waits.
   Cluster cluster(1, "round-robin", {"--tp", "2", "--max-num-seqs", "2"}, 2, all_cores());
-  const double idle_actors = cluster.metric("troupe_live_actors");
+  const double idle_actors = cluster.settled_metric("troupe_live_actors");
   auto streams = open_streams(cluster.port(), 3, 1500);
   REQUIRE(cluster.eventually([&] {
     const test::Json r = cluster.cluster()["replicas"].array.at(0);
