@@ -85,8 +85,7 @@ export class EngineView {
     this.replicas[r] = event;
     this.timeline.add(event);
     const firsts = event.first_tokens || [];
-    // Tokens sampled in the step (servers before generated_tokens: decodes and first tokens).
-    const gen = event.generated_tokens ?? (event.decode_tokens || 0) + firsts.length;
+    const gen = event.generated_tokens;  // tokens sampled in the step
     this.recent.push({ at: performance.now(), gen, prompt: event.prefill_tokens || 0, stepMs: event.step_ms });
     this.bucket.gen += gen;
     for (const f of firsts) { this.bucket.ttftSum += f.ttft_ms; this.bucket.ttftCount++; }

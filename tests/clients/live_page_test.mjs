@@ -30,7 +30,7 @@ async function replicasAndDrops(context) {
       const batch = [{ id, decode: 1 }, { id: id + 50, prefill: 8 }];
       body += `data: ${JSON.stringify({
         type: 'step', replica, step, time_ms: Date.now(), step_ms: 3, round_trip_ms: 4,
-        prefill_tokens: 8, decode_tokens: 1, batch, first_tokens: [],
+        prefill_tokens: 8, decode_tokens: 1, generated_tokens: 1, batch, first_tokens: [],
         finished: step % 20 === 19 ? [{ id, reason: 'length' }, { id: id + 50, reason: 'abort' }] : [],
         running: 2, waiting: 1, kv_usage: 0.25, kv_blocks: 100, prefix_hit_tokens: 10,
         prefix_queried_tokens: 40, preemptions: 3, dropped: step === 60 ? 17 : 0,
