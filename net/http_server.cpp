@@ -137,11 +137,23 @@ void HttpServer::Impl::count(const Request& request, int status, AccessEntry& en
   if (config.metrics) config.metrics->count_http(route_label(request_path(request)), status);
 }
 
+bool HttpServer::Impl::access_logged() const {
+  return config.access_log && monitoring::log_enabled(monitoring::LogLevel::info);
+}
+
 void HttpServer::Impl::log_access(const Request& request, const AccessEntry& e,
                                   std::string_view client) const {
-  if (!config.access_log || !monitoring::log_enabled(monitoring::LogLevel::info)) return;
-  constexpr std::size_t kMostPathBytes = 256;  // a path is the client's: keep a line a line
-  const std::string_view path = request_path(request).substr(0, kMostPathBytes);
+  if (!access_logged()) return;
+  log_access(request.method_string(), request_path(request), e, client);
+}
+
+void HttpServer::Impl::log_access(std::string_view method, std::string_view full_path,
+                                  const AccessEntry& e, std::string_view client) const {
+  if (!access_logged()) return;
+  // A path or an id is the client's to choose: keep a line a line.
+  constexpr std::size_t kMostClientBytes = 256;
+  const std::string_view path = full_path.substr(0, kMostClientBytes);
+  const std::string_view request_id = std::string_view(e.request_id).substr(0, kMostClientBytes);
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - e.start).count();
   using monitoring::LogField;
@@ -149,10 +161,10 @@ void HttpServer::Impl::log_access(const Request& request, const AccessEntry& e,
     return n < 0 ? LogField(key, nullptr) : LogField(key, n);
   };
   const LogField fields[] = {
-      {"method", std::string_view(request.method_string())},
+      {"method", method},
       {"path", path},
       {"status", e.status},
-      e.request_id.empty() ? LogField("request_id", nullptr) : LogField("request_id", e.request_id),
+      request_id.empty() ? LogField("request_id", nullptr) : LogField("request_id", request_id),
       count_or_none("prompt_tokens", e.prompt_tokens),
       count_or_none("output_tokens", e.output_tokens),
       e.ttft_seconds ? LogField("ttft_ms", *e.ttft_seconds * 1e3) : LogField("ttft_ms", nullptr),
@@ -304,7 +316,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       }
       entry.status = 101;
       log_access(request, entry, client);  // the upgrade; the socket's requests are its own
-      co_await websocket_session(std::move(stream), std::move(request));
+      co_await websocket_session(std::move(stream), std::move(request), client);
       co_return;
     }
     const bool alive = co_await handle(stream, request, entry);

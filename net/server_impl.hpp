@@ -154,7 +154,9 @@ struct HttpServer::Impl {
   // leaves (false: the connection ends with it).
   asio::awaitable<bool> engine_events(beast::tcp_stream& stream, const Request& request,
                                       AccessEntry& entry);
-  asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request);
+  // The socket's requests are logged one line each, like HTTP's, from `client`.
+  asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request,
+                                          std::string client);
   asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
   asio::awaitable<void> websocket_command(std::shared_ptr<WsConnection> connection,
                                           std::string text);
@@ -165,6 +167,10 @@ struct HttpServer::Impl {
   void count(const Request& request, int status, AccessEntry& entry);
   // The request's line in the access log (info), when it is on.
   void log_access(const Request& request, const AccessEntry& entry, std::string_view client) const;
+  // The same line for what has no HTTP request of its own (a WebSocket message: "WS").
+  void log_access(std::string_view method, std::string_view path, const AccessEntry& entry,
+                  std::string_view client) const;
+  bool access_logged() const;
   // A connection coroutine ended on an exception: that connection alone is gone.
   void on_session_exception(std::exception_ptr error);
   // At most one warning a second in the log; the rest are counted and said with the next.

@@ -22,6 +22,9 @@ struct WsOutput {
       : frames(std::move(f)), output(most) {}
   std::shared_ptr<FrameChannel> frames;
   OutputBound output;
+  // The client closed the socket, broke it, or fell too far behind: what ends now was
+  // not taken (the access log's client_gone).
+  std::atomic<bool> client_gone{false};
 
   // Queues a frame (never blocks); false when it crossed the bound: the caller closes.
   bool push(WsFrame frame) {
@@ -37,8 +40,10 @@ struct WsOutput {
 // One WebSocket connection: the reader submits and cancels, the writer sends frames in
 // order; both hold it.
 struct WsConnection {
-  explicit WsConnection(beast::tcp_stream stream) : ws(std::move(stream)) {}
+  WsConnection(beast::tcp_stream stream, std::string peer)
+      : ws(std::move(stream)), client(std::move(peer)) {}
   websocket::stream<beast::tcp_stream> ws;
+  const std::string client;  // the peer's address, for the access log
   std::shared_ptr<WsOutput> out;
   // The connection's strand alone touches these.
   std::unordered_map<std::string, RequestId> in_flight;
@@ -56,11 +61,11 @@ void cancel_in_flight(Engine& engine, WsConnection& connection) {
 
 }  // namespace
 
-asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stream,
-                                                          Request request) {
+asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stream, Request request,
+                                                          std::string client) {
   stream.expires_never();  // the websocket's own timeouts take over
   auto executor = co_await asio::this_coro::executor;
-  auto connection = std::make_shared<WsConnection>(std::move(stream));
+  auto connection = std::make_shared<WsConnection>(std::move(stream), std::move(client));
   auto& ws = connection->ws;
   ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
   ws.read_message_max(config.max_body_bytes);
@@ -86,6 +91,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stre
     co_await websocket_command(connection, std::move(text));
   }
   // Closing the socket cancels every request still running on it.
+  connection->out->client_gone = true;
   cancel_in_flight(engine, *connection);
   connection->out->frames->close();
 }
@@ -102,6 +108,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConne
     out->output.remove(static_cast<std::int64_t>(frame.text.size()));
     if (wec) {
       // The client is gone: cancel what it had asked for.
+      out->client_gone = true;
       cancel_in_flight(engine, *connection);
       co_return;
     }
@@ -112,6 +119,7 @@ void HttpServer::Impl::websocket_overflow(const std::shared_ptr<WsConnection>& c
   using namespace std::chrono_literals;
   if (connection->closing) return;
   connection->closing = true;
+  connection->out->client_gone = true;
   if (config.metrics) config.metrics->count_connection_error("slow_reader");
   cancel_in_flight(engine, *connection);
   connection->out->frames->close();  // what is queued is dropped
@@ -130,12 +138,17 @@ void HttpServer::Impl::websocket_overflow(const std::shared_ptr<WsConnection>& c
 asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConnection> connection,
                                                           std::string text) {
   const auto out = connection->out;
+  // Its line in the access log, from the whole message read, as HTTP's from the request.
+  auto entry = std::make_shared<AccessEntry>();
   auto push = [this, &connection](WsFrame frame) {
     if (!connection->out->push(std::move(frame))) websocket_overflow(connection);
   };
   // An error frame for the message with this id; it ends nothing that runs.
-  auto refuse = [&push](const std::string& id, const ApiError& error) {
+  auto refuse = [this, &push, &connection, &entry](const std::string& id, const ApiError& error) {
     push({id, websocket_error(id, error), false});
+    entry->status = error.status;
+    entry->request_id = id;
+    log_access("WS", "/v1/ws", *entry, connection->client);
   };
   // Parsing tokenizes: off this thread.
   using Parsed = tl::expected<WebSocketMessage, WebSocketError>;
@@ -177,14 +190,30 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
     co_return;
   }
   auto strand = co_await asio::this_coro::executor;
+  entry->request_id = id;
   TokenCallback on_event = [out, gate = gate, admission = admission, ctx = &context, id,
                             want_logprobs = request.want_logprobs, strand,
-                            weak = std::weak_ptr<WsConnection>(connection),
+                            weak = std::weak_ptr<WsConnection>(connection), entry,
+                            logged = access_logged(), client = connection->client,
                             this](const TokenEvent& e) {
+    if (logged) {
+      if (e.token != kNoToken) entry->first_token();
+      if (e.finished) {
+        entry->status = e.finish_reason == FinishReason::error ? api_error(e).status : 200;
+        entry->prompt_tokens = e.num_prompt_tokens;
+        entry->ended(e, openai_finish_reason(e.finish_reason));
+        entry->client_gone = out->client_gone.load();
+      }
+    }
     // The slot is freed when the request ends here, in the engine, not when written.
     if (e.finished) admission->release();
     std::lock_guard lock(gate->mutex);
-    if (!gate->open || out->output.over()) return;
+    if (!gate->open) return;
+    if (logged && e.finished) {
+      // Written from the connection's strand: the engine's thread only hands it over.
+      asio::post(strand, [this, entry, client] { log_access("WS", "/v1/ws", *entry, client); });
+    }
+    if (out->output.over()) return;
     if (!out->push({id, websocket_event(*ctx, id, e, want_logprobs), e.finished})) {
       asio::post(strand, [weak, this] {
         if (auto connection = weak.lock()) websocket_overflow(connection);

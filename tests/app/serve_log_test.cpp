@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "support/child_process.hpp"
+#include "support/raw_client.hpp"
 #include "support/test_support.hpp"
 
 using namespace troupe;
@@ -25,6 +26,29 @@ std::string curl(const std::string& args) {
   while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
   ::pclose(pipe);
   return out;
+}
+
+// A client's WebSocket text frame: masked, as a client's must be (RFC 6455, 5.3).
+std::string ws_text_frame(const std::string& text) {
+  std::string frame = "\x81";
+  if (text.size() < 126) {
+    frame += static_cast<char>(0x80 | text.size());
+  } else {
+    frame += static_cast<char>(0x80 | 126);
+    frame += static_cast<char>(text.size() >> 8);
+    frame += static_cast<char>(text.size() & 0xff);
+  }
+  const char mask[4] = {0x12, 0x34, 0x56, 0x78};
+  frame.append(mask, 4);
+  for (std::size_t i = 0; i < text.size(); ++i) frame += static_cast<char>(text[i] ^ mask[i % 4]);
+  return frame;
+}
+
+std::string ws_upgrade(const std::string& key) {
+  return "GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+         "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " +
+         key + "\r\n\r\n";
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -96,6 +120,36 @@ TEST_CASE("serve logs each request and the engine as JSON, answers CORS, and rea
                             R"("finish_reason":"length","client_gone":false,)"
                             R"("client":"127\.0\.0\.1:\d+"\})"));
   CHECK(server.wait_for(R"("path":"/v1/completions","status":400,"request_id":null)", 10s));
+
+  // Each of a socket's requests gets its own line, like an HTTP request's: one that ends,
+  // one refused, and one whose client leaves while it streams.
+  const auto ws_port = static_cast<std::uint16_t>(std::stoi(*port));
+  {
+    test::RawClient socket(ws_port);
+    REQUIRE(socket.send(ws_upgrade("sk-test")));
+    REQUIRE_THAT(socket.read_until("\r\n\r\n", 10s), Catch::StartsWith("HTTP/1.1 101"));
+    REQUIRE(socket.send(ws_text_frame(
+        R"({"type":"generate","id":"ws-a","prompt":"Once upon a time","max_tokens":4,)"
+        R"("temperature":0,"ignore_eos":true})")));
+    CHECK_THAT(socket.read_until(R"("type":"done")", 30s), Catch::Contains(R"("id":"ws-a")"));
+    REQUIRE(socket.send(ws_text_frame(R"({"type":"generate","id":"ws-b","prompt":1})")));
+    CHECK_THAT(socket.read_until(R"("type":"error")", 30s), Catch::Contains(R"("id":"ws-b")"));
+    REQUIRE(socket.send(ws_text_frame(
+        R"({"type":"generate","id":"ws-c","prompt":"Once","max_tokens":120,"ignore_eos":true})")));
+    CHECK_THAT(socket.read_until(R"("id":"ws-c")", 30s), Catch::Contains(R"("type":"token")"));
+  }  // gone mid-stream
+  const auto ws_line = server.wait_for(
+      R"((\{[^\n]*"message":"request","method":"WS","path":"/v1/ws",[^\n]*"ws-a"[^\n]*\}))", 10s);
+  REQUIRE(ws_line);
+  CHECK_THAT(*ws_line, Catch::Matches(R"(.*"status":200,"request_id":"ws-a","prompt_tokens":\d+,)"
+                                      R"("output_tokens":4,"ttft_ms":[0-9.e+-]+,)"
+                                      R"("total_ms":[0-9.e+-]+,"finish_reason":"length",)"
+                                      R"("client_gone":false,"client":"127\.0\.0\.1:\d+"\})"));
+  CHECK(server.wait_for(R"("method":"WS","path":"/v1/ws","status":400,"request_id":"ws-b",)", 10s));
+  CHECK(server.wait_for(R"("method":"WS","path":"/v1/ws","status":200,"request_id":"ws-c",)"
+                        R"([^\n]*"finish_reason":"abort","client_gone":true,)",
+                        10s));
+
   // The engine's line while it was busy.
   CHECK(server.wait_for(R"("message":"engine","prompt_throughput_tok_s":[0-9.]+,)"
                         R"("generation_throughput_tok_s":[0-9.]+,"running":\d+,"waiting":\d+,)"
