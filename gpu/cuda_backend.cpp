@@ -695,6 +695,36 @@ void CudaBackend::all_reduce(Tensor x) {
   if (!summed) error_ = summed.error().message;
 }
 
+Result<void> CudaBackend::grow_gathered(std::int64_t bytes) {
+  if (gathered_bytes_ >= bytes) return {};
+  if (gathered_ != nullptr) {
+    // The old buffer may still be read by this step's queued work: a bounded wait.
+    TROUPE_TRY_VOID(synchronize());
+    cudaFree(gathered_);
+    bytes_in_use_ -= gathered_bytes_;
+    gathered_ = nullptr;
+    gathered_bytes_ = 0;
+  }
+  TROUPE_TRY(gathered_, device_alloc(bytes));
+  gathered_bytes_ = bytes;
+  return {};
+}
+
+Result<void> CudaBackend::prepare_collectives(std::int64_t max_all_reduce,
+                                              std::int64_t max_gather_part) {
+  if (group_ == nullptr) return {};
+  select_device();
+  TROUPE_TRY_VOID(status());
+  if (group_->rank() == 0 && max_gather_part > 0) {
+    TROUPE_TRY_VOID(grow_gathered(max_gather_part * group_->size() * 4));
+  }
+  // A failure here fails the load: the group is formed again with the next backend.
+  TROUPE_TRY_VOID(
+      group_->reserve(static_cast<std::size_t>(std::max<std::int64_t>(max_all_reduce, 0)),
+                      static_cast<std::size_t>(std::max<std::int64_t>(max_gather_part, 0))));
+  return synchronize();
+}
+
 void CudaBackend::gather_columns(Tensor part, Tensor whole) {
   TROUPE_ASSERT(group_ != nullptr, "gather_columns on a backend that joined no group");
   if (!error_.empty()) return;
@@ -706,22 +736,11 @@ void CudaBackend::gather_columns(Tensor part, Tensor whole) {
     TROUPE_ASSERT(whole.cols == part.cols * size && whole.rows >= part.rows,
                   "gather_columns: the whole has the wrong shape");
   }
-  if (root && gathered_bytes_ < n * size * 4) {
-    if (gathered_ != nullptr) {
-      // The old buffer may still be read by this step's queued work: a bounded wait.
-      if (!synchronize()) return;
-      cudaFree(gathered_);
-      bytes_in_use_ -= gathered_bytes_;
-      gathered_ = nullptr;
-      gathered_bytes_ = 0;
-    }
-    auto p = device_alloc(n * size * 4);
-    if (!p) {
-      error_ = p.error().message;
+  if (root) {
+    if (auto grown = grow_gathered(n * size * 4); !grown) {
+      if (error_.empty()) error_ = grown.error().message;
       return;
     }
-    gathered_ = *p;
-    gathered_bytes_ = n * size * 4;
   }
   auto* gathered = static_cast<float*>(gathered_);
   auto done = group_->gather({part.data, static_cast<std::size_t>(n)},

@@ -132,6 +132,10 @@ class CudaBackend final : public model::Backend {
   Result<void> join_group(std::shared_ptr<model::Communicator> group) override;
   void all_reduce(model::Tensor x) override;
   void gather_columns(model::Tensor part, model::Tensor whole) override;
+  // The group's scratch and rank 0's gather buffer at their largest, and NCCL's
+  // connections made (a first collective of each kind), before the KV pool is sized.
+  Result<void> prepare_collectives(std::int64_t max_all_reduce,
+                                   std::int64_t max_gather_part) override;
   bool can_sample() const override { return true; }
   Result<void> sample(model::Tensor logits, std::span<const model::DeviceSamplingRow> rows,
                       std::span<TokenId> ids) override;
@@ -163,6 +167,8 @@ class CudaBackend final : public model::Backend {
   void select_device() const;
   void release_buffer(Buffer& b);
   Result<void> ensure_step_capacity(const StepLayout& layout);
+  // Grows rank 0's gather buffer to `bytes`, after a bounded wait for the stream.
+  Result<void> grow_gathered(std::int64_t bytes);
   void invalidate_graphs();
   // The cast buffer holds a 16-bit copy of one tensor: matmuls reading it skip their cast,
   // and norms, SwiGLU and attention write it as they write their output.

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -134,16 +135,7 @@ Result<void> NcclCommunicator::all_reduce_sum(std::span<float> data) {
   const std::size_t n = data.size();
   if (n == 0) return {};
   auto stream = static_cast<cudaStream_t>(stream_);
-  if (impl_->gathered_floats < n * size_) {
-    if (impl_->gathered != nullptr) cudaFree(impl_->gathered);
-    impl_->gathered = nullptr;
-    impl_->gathered_floats = 0;
-    if (cudaMalloc(&impl_->gathered, n * size_ * sizeof(float)) != cudaSuccess) {
-      cudaGetLastError();
-      return make_error(ErrorCode::out_of_range, "out of GPU memory for an all-reduce");
-    }
-    impl_->gathered_floats = n * size_;
-  }
+  TROUPE_TRY_VOID(reserve_gathered(n));
   TROUPE_TRY_VOID(
       enqueued(ncclAllGather(data.data(), impl_->gathered, n, ncclFloat, impl_->comm, stream),
                "all-gather"));
@@ -154,6 +146,40 @@ Result<void> NcclCommunicator::all_reduce_sum(std::span<float> data) {
     kernels::add(data.data(), impl_->gathered + r * n, static_cast<std::int64_t>(n), stream);
   }
   return {};
+}
+
+Result<void> NcclCommunicator::reserve_gathered(std::size_t n) {
+  const std::size_t floats = n * static_cast<std::size_t>(size_);
+  if (impl_->gathered_floats >= floats) return {};
+  // cudaFree waits for the device: no queued all-gather still writes the old buffer.
+  if (impl_->gathered != nullptr) cudaFree(impl_->gathered);
+  impl_->gathered = nullptr;
+  impl_->gathered_floats = 0;
+  if (cudaMalloc(&impl_->gathered, floats * sizeof(float)) != cudaSuccess) {
+    cudaGetLastError();  // not sticky
+    return make_error(ErrorCode::out_of_range,
+                      "out of GPU memory for an all-reduce of " + std::to_string(n) + " floats");
+  }
+  impl_->gathered_floats = floats;
+  return {};
+}
+
+Result<void> NcclCommunicator::reserve(std::size_t max_all_reduce, std::size_t max_gather_part) {
+  TROUPE_TRY_VOID(broken());
+  (void)max_gather_part;  // a gather's buffers are its caller's
+  // At least two floats per rank: the warm-up collectives below run in the scratch.
+  TROUPE_TRY_VOID(reserve_gathered(std::max<std::size_t>(max_all_reduce, 2)));
+  float* scratch = impl_->gathered;
+  const auto size = static_cast<std::size_t>(size_);
+  auto stream = static_cast<cudaStream_t>(stream_);
+  cudaMemsetAsync(scratch, 0, 2 * size * sizeof(float), stream);
+  // In place: this rank's float is at scratch[rank], as an all-gather's input may be.
+  TROUPE_TRY_VOID(enqueued(
+      ncclAllGather(scratch + rank_, scratch, 1, ncclFloat, impl_->comm, stream), "all-gather"));
+  // A gather of one float each from the second half into the first.
+  const std::span<float> into = rank_ == 0 ? std::span<float>(scratch, size) : std::span<float>();
+  TROUPE_TRY_VOID(gather({scratch + size + rank_, 1}, into));
+  return synchronize();
 }
 
 Result<void> NcclCommunicator::gather(std::span<const float> part, std::span<float> gathered) {

@@ -37,6 +37,10 @@ class NcclCommunicator final : public model::Communicator {
   Result<void> all_reduce_sum(std::span<float> data) override;
   // `part` and `gathered` in device memory; enqueued on the bound stream.
   Result<void> gather(std::span<const float> part, std::span<float> gathered) override;
+  // Allocates the all-reduce's [size, n] scratch at its largest, and runs a one-float
+  // all-gather and gather so that NCCL makes its connections and their buffers now (it
+  // makes them at a kind of collective's first call); then waits for them, bounded.
+  Result<void> reserve(std::size_t max_all_reduce, std::size_t max_gather_part) override;
 
   // The stream the collectives run on (a cudaStream_t): the backend's.
   void bind_stream(void* stream) { stream_ = stream; }
@@ -49,6 +53,8 @@ class NcclCommunicator final : public model::Communicator {
   NcclCommunicator(std::int32_t rank, std::int32_t size, std::chrono::milliseconds timeout,
                    std::unique_ptr<Impl> impl);
   Result<void> enqueued(int result, const char* what);
+  // The all-reduce's scratch holds [size, n] floats (grown, never shrunk).
+  Result<void> reserve_gathered(std::size_t n);
   Result<void> broken() const;
 
   std::int32_t rank_;

@@ -97,6 +97,15 @@ class Backend {
     (void)head_dim;
     return {};
   }
+  // The largest collectives a split model's steps run (elements of an all-reduce, of this
+  // rank's part of a gather), before the KV cache is sized: a GPU takes their buffers and
+  // connects its group here rather than from what the pool leaves. Every rank calls it.
+  virtual Result<void> prepare_collectives(std::int64_t max_all_reduce,
+                                           std::int64_t max_gather_part) {
+    (void)max_all_reduce;
+    (void)max_gather_part;
+    return {};
+  }
   // Device memory free now, for a KV cache sized from it; unsupported where the cache
   // lives in host memory (its size is then a configured budget).
   virtual Result<std::int64_t> free_memory_bytes() const {

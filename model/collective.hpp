@@ -30,6 +30,15 @@ class Communicator {
   // Rank 0's `gathered` = every rank's `part`, one after the other in rank order
   // ([size, part.size()]); the others pass an empty `gathered`. Fails as all_reduce_sum.
   virtual Result<void> gather(std::span<const float> part, std::span<float> gathered) = 0;
+  // Takes now what all-reduces of up to `max_all_reduce` floats and gathers of parts of up
+  // to `max_gather_part` floats will need, and connects the ranks for both, so that memory
+  // sized after it (a GPU's KV pool) leaves them room. Every rank calls it with the same
+  // sizes, at the same point. Gloo keeps its buffers in host memory: nothing to do there.
+  virtual Result<void> reserve(std::size_t max_all_reduce, std::size_t max_gather_part) {
+    (void)max_all_reduce;
+    (void)max_gather_part;
+    return {};
+  }
 };
 
 // A key-value store for the ranks' rendezvous: each rank sets its address under its own

@@ -308,6 +308,17 @@ void LlamaModel::release_workspace() {
   ws_ = Workspace{};
 }
 
+Result<void> LlamaModel::prepare(std::int64_t max_tokens, std::int64_t max_logits) {
+  TROUPE_TRY_VOID(reserve(max_tokens, max_logits));
+  TROUPE_TRY_VOID(backend_->prepare_attention(local_.num_heads, local_.head_dim));
+  if (!shard_.is_split()) return {};
+  // The all-reduces sum [tokens, dim] (after the attention output and the down
+  // projection); a vocabulary-split head gathers [logit rows, vocab / ranks] parts.
+  const std::int64_t gather_part =
+      vocab_split_ ? ws_.logit_capacity * (config_.vocab_size / shard_.world_size) : 0;
+  return backend_->prepare_collectives(ws_.capacity * local_.dim, gather_part);
+}
+
 Result<void> LlamaModel::reserve(std::int64_t num_tokens, std::int64_t num_logits) {
   if (num_tokens <= ws_.capacity && num_logits <= ws_.logit_capacity) return {};
   const std::int64_t tokens = std::max(num_tokens, ws_.capacity);

@@ -71,11 +71,9 @@ class LlamaModel {
   Backend& backend() const { return *backend_; }
 
   // Sizes the activation buffers for steps of up to `max_tokens` tokens and `max_logits`
-  // logit rows now, so that a GPU can size its KV pool from what is left.
-  Result<void> prepare(std::int64_t max_tokens, std::int64_t max_logits) {
-    TROUPE_TRY_VOID(reserve(max_tokens, max_logits));
-    return backend_->prepare_attention(local_.num_heads, local_.head_dim);
-  }
+  // logit rows now, and a split model's collectives, so that a GPU can size its KV pool
+  // from what is left. Every rank of a group calls it.
+  Result<void> prepare(std::int64_t max_tokens, std::int64_t max_logits);
 
   // Runs one step; `logits` receives [step.logit_rows.size(), vocab_size] floats (on a rank
   // other than 0 of a split model, which computes none, nothing).

@@ -20,6 +20,10 @@ TEST_CASE("a one-rank NCCL group's all-reduce and gather give back what they wer
   auto group = gpu::NcclCommunicator::connect(store, 0, 1, 0, "nccl-test", 20s);
   REQUIRE(group.has_value());
   REQUIRE(backend->join_group(std::shared_ptr<model::Communicator>(std::move(*group))).has_value());
+  // The scratch and gather buffer at their largest, and NCCL's connections made, first.
+  const auto before = backend->bytes_in_use();
+  REQUIRE(backend->prepare_collectives(3000, 3000).has_value());
+  CHECK(backend->bytes_in_use() == before + 3000 * 4);  // rank 0's gather buffer
   auto x = backend->allocate(3, 1000);
   REQUIRE(x.has_value());
   const auto host = test::random_floats(3000);

@@ -8,6 +8,7 @@
 #include <future>
 #include <optional>
 
+#include "cpu/cpu_backend.hpp"
 #include "golden/golden_support.hpp"
 #include "model/rendezvous_stores.hpp"
 #include "model/tensor_parallel.hpp"
@@ -113,7 +114,59 @@ void check_matches(worker::BatchGenerator& split,
   }
 }
 
+// One rank's end of a group that runs no collective: it records what the model asked it
+// to reserve.
+class ReservingCommunicator final : public model::Communicator {
+ public:
+  ReservingCommunicator(std::int32_t rank, std::int32_t size) : rank_(rank), size_(size) {}
+  std::int32_t rank() const override { return rank_; }
+  std::int32_t size() const override { return size_; }
+  Result<void> all_reduce_sum(std::span<float>) override {
+    return make_error(ErrorCode::unsupported, "no collectives in this test");
+  }
+  Result<void> gather(std::span<const float>, std::span<float>) override {
+    return make_error(ErrorCode::unsupported, "no collectives in this test");
+  }
+  Result<void> reserve(std::size_t max_all_reduce, std::size_t max_gather_part) override {
+    reserved.emplace_back(max_all_reduce, max_gather_part);
+    return {};
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> reserved;
+
+ private:
+  std::int32_t rank_, size_;
+};
+
 }  // namespace
+
+TEST_CASE("a split model reserves its largest collectives when prepared, before its KV cache",
+          "[tp]") {
+  // dim 96, vocabulary 512: two ranks split the LM head (256 rows each), three cannot.
+  const std::string path = test::write_small_model("tp-reserve", [](auto& spec) {
+    spec.dim = 96;
+    spec.num_heads = 6;
+    spec.num_kv_heads = 6;
+    spec.ffn_dim = 96;
+  });
+  const auto prepared = [&](std::int32_t rank, std::int32_t size) {
+    auto m = model::LoadedModel::open(path);
+    REQUIRE(m.has_value());
+    auto backend = std::make_unique<cpu::CpuBackend>(1);
+    auto group = std::make_shared<ReservingCommunicator>(rank, size);
+    if (size > 1) REQUIRE(backend->join_group(group).has_value());
+    REQUIRE(m->load_weights(std::move(backend), {rank, size}).has_value());
+    REQUIRE(m->model->prepare(48, 8).has_value());
+    return group->reserved;
+  };
+  using Reserved = std::vector<std::pair<std::size_t, std::size_t>>;
+  // Up to 48 tokens of [dim] summed; 8 logit rows of a 256-token vocabulary slice gathered.
+  CHECK(prepared(0, 2) == Reserved{{48 * 96, 8 * 256}});
+  CHECK(prepared(1, 2) == Reserved{{48 * 96, 8 * 256}});
+  // A vocabulary the ranks do not divide is held by rank 0 alone: nothing gathered.
+  CHECK(prepared(2, 3) == Reserved{{48 * 96, 0}});
+  // The whole model has no group to ask.
+  CHECK(prepared(0, 1).empty());
+}
 
 TEST_CASE("a shard holds its heads, its KV heads and its slice of the FFN", "[tp]") {
   model::LlamaConfig config;
