@@ -233,7 +233,7 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
                                                impl.config.collective_timeout);
     setup.registry = impl.registry;
     setup.step_timeout = caf::duration{impl.config.cluster->step_timeout};
-    load_timeout = caf::duration{std::chrono::minutes(10)};
+    load_timeout = caf::duration{actors::kGroupLoadTimeout};
   } else {
     setup.worker =
         actors::cluster::spawn_local_worker(*impl.system, impl.config.tensor_parallel_size,

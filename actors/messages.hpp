@@ -28,6 +28,11 @@ using router_atom = caf::atom_constant<caf::atom("router")>;
 using store_set_atom = caf::atom_constant<caf::atom("storeset")>;
 using store_get_atom = caf::atom_constant<caf::atom("storeget")>;
 
+// How long a worker may take to load (a large model from a slow disk). Whoever waits on
+// a group waits a minute more: the group's own answer, naming its failing rank, comes first.
+inline constexpr std::chrono::minutes kLoadTimeout{10};
+inline constexpr std::chrono::minutes kGroupLoadTimeout = kLoadTimeout + std::chrono::minutes(1);
+
 // Where the ranks of a tensor-parallel group meet: a key-value store kept by the actor
 // that leads the group (values are bytes: Gloo's addresses).
 using rendezvous_actor = caf::typed_actor<

@@ -183,8 +183,7 @@ void place_worker(Self self) {
             self->monitor(state.setup.worker);
             // Answers about a worker that was lost meanwhile (and replaced) are stale.
             const caf::actor_addr loading = state.setup.worker.address();
-            self->request(state.setup.worker, std::chrono::minutes(10), load_atom::value,
-                          state.setup.spec)
+            self->request(state.setup.worker, kGroupLoadTimeout, load_atom::value, state.setup.spec)
                 .then(
                     [self, loading](const engine::LoadReport& report) {
                       auto& state = self->state;

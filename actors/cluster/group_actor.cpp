@@ -58,11 +58,66 @@ engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs)
   return out;
 }
 
+// Every rank has answered: the group's report, or the failure a rank waited on.
+void settle_load(Self self, Loading& loading) {
+  loading.answered = true;
+  if (loading.waited) {
+    auto& [rank, report] = *loading.waited;
+    loading.promise.deliver(failed_load(self, rank, std::move(report)));
+    return;
+  }
+  loading.promise.deliver(combine_loads(loading.answers));
+}
+
+// A load's rank answered (or failed to).
+void rank_loaded(Self self, Loading& loading, std::size_t r, engine::LoadReport report) {
+  if (loading.answered || loading.answered_ranks[r]) return;
+  loading.answered_ranks[r] = true;
+  --loading.pending;
+  if (report.failed && report.error.code != ErrorCode::unavailable) {
+    loading.answered = true;
+    loading.promise.deliver(failed_load(self, r, std::move(report)));
+    return;
+  }
+  if (report.failed && !loading.waited) {
+    loading.waited.emplace(r, std::move(report));
+    if (loading.pending > 0) {
+      self->delayed_send(self, self->state.collective_timeout, blame_atom::value, loading.number);
+    }
+  } else if (!report.failed) {
+    loading.answers[r] = std::move(report);
+  }
+  if (loading.pending == 0) settle_load(self, loading);
+}
+
+// A collective timeout after a rank failed waiting for the others: the first rank still
+// silent is the one it waited for.
+void blame_silent_rank(Self self, std::uint64_t number) {
+  auto& loading = self->state.loading;
+  if (!loading || loading->number != number || loading->answered || !loading->waited) return;
+  for (std::size_t r = 0; r < loading->answered_ranks.size(); ++r) {
+    if (loading->answered_ranks[r]) continue;
+    const auto& [waiting_rank, waited] = *loading->waited;
+    engine::LoadReport failed;
+    failed.error = {ErrorCode::unavailable,
+                    "it did not join its group within " +
+                        std::to_string(self->state.collective_timeout.count()) + " ms (" +
+                        rank_name(self, waiting_rank) + " gave up on it: " + waited.error.message +
+                        ")",
+                    true};
+    loading->answered = true;
+    loading->promise.deliver(failed_load(self, r, std::move(failed)));
+    return;
+  }
+}
+
 caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
   auto& state = self->state;
   const auto size = static_cast<std::int32_t>(state.ranks.size());
-  auto gathering = std::make_shared<Gathering<engine::LoadReport>>();
+  auto gathering = std::make_shared<Loading>();
+  gathering->number = ++state.num_loads;
   gathering->answers.resize(state.ranks.size());
+  gathering->answered_ranks.assign(state.ranks.size(), false);
   gathering->pending = state.ranks.size();
   gathering->promise = self->make_response_promise<engine::LoadReport>();
   state.loading = gathering;
@@ -72,17 +127,7 @@ caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
   const GroupJoin join{caf::actor_cast<rendezvous_actor>(self), "tp",
                        static_cast<std::int64_t>(state.collective_timeout.count())};
   auto done = [self, gathering](std::size_t r, engine::LoadReport report) {
-    if (gathering->answered) return;
-    if (report.failed) {
-      gathering->answered = true;
-      gathering->promise.deliver(failed_load(self, r, std::move(report)));
-      return;
-    }
-    gathering->answers[r] = std::move(report);
-    if (--gathering->pending == 0) {
-      gathering->answered = true;
-      gathering->promise.deliver(combine_loads(gathering->answers));
-    }
+    rank_loaded(self, *gathering, r, std::move(report));
   };
   for (std::size_t r = 0; r < state.ranks.size(); ++r) {
     engine::WorkerSpec rank_spec = spec;
@@ -92,13 +137,14 @@ caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
     // ranks' GPUs again from what it has.)
     if (spec.device == engine::WorkerDevice::cuda)
       rank_spec.device_index = static_cast<std::int32_t>(r);
-    self->request(state.ranks[r], std::chrono::minutes(10), load_atom::value, rank_spec, join)
+    self->request(state.ranks[r], kLoadTimeout, load_atom::value, rank_spec, join)
         .then([done, r](engine::LoadReport& report) { done(r, std::move(report)); },
               [self, done, r](const caf::error& e) {
+                // Silent past the load timeout: this rank is the cause, whatever others say.
                 engine::LoadReport failed;
                 failed.failed = true;
-                failed.error = {ErrorCode::unavailable,
-                                "it did not load: " + self->system().render(e), true};
+                failed.error = {ErrorCode::internal, "it did not load: " + self->system().render(e),
+                                true};
                 done(r, std::move(failed));
               });
   }
@@ -205,6 +251,10 @@ group_actor::behavior_type group(Self self, std::vector<worker_actor> ranks,
         return failed;
       },
       [self](step_atom, const engine::StepWork& work) { return step_ranks(self, work); },
+      [self](blame_atom, std::uint64_t number) {
+        if (self->current_sender() != self->ctrl()) return;  // its own timer only
+        blame_silent_rank(self, number);
+      },
       [self](store_set_atom, const std::string& key, const std::string& value) {
         if (!from_a_rank(self)) return false;
         auto& state = self->state;

@@ -11,7 +11,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/cluster/cluster_messages.hpp"
@@ -19,7 +21,12 @@
 
 namespace troupe::actors::cluster {
 
-using group_actor = worker_actor::extend_with<rendezvous_actor>;
+using blame_atom = caf::atom_constant<caf::atom("blame")>;
+
+// A worker to its scheduler, a store to its ranks, and a timer to itself (blame_atom: a
+// load whose failing rank waited for another is decided).
+using group_actor =
+    worker_actor::extend_with<rendezvous_actor>::extend<caf::reacts_to<blame_atom, std::uint64_t>>;
 
 // Every rank's answer to one request, and who is waiting for all of them. The first
 // failure is answered at once: it is the cause (the other ranks' failures that follow
@@ -32,6 +39,16 @@ struct Gathering {
   caf::typed_response_promise<Answer> promise;
 };
 
+// A load's gathering. A rank whose load failed for want of the others (its rendezvous
+// timed out: ErrorCode::unavailable) is not the cause while another has not answered: the
+// group waits one collective timeout more, and blames the first rank still silent (the
+// node its scheduler then avoids). Any other failure is the cause, answered at once.
+struct Loading : Gathering<engine::LoadReport> {
+  std::uint64_t number = 0;  // which load of the group (a late timer's is stale)
+  std::vector<bool> answered_ranks;
+  std::optional<std::pair<std::size_t, engine::LoadReport>> waited;  // the first such failure
+};
+
 struct GroupState {
   std::vector<worker_actor> ranks;
   std::vector<std::string> nodes;  // each rank's node, for people (empty: this process)
@@ -39,7 +56,8 @@ struct GroupState {
   std::map<std::string, std::string> store;  // the ranks' rendezvous
   std::multimap<std::string, caf::typed_response_promise<std::string>> waiting;
   // What is in flight, answered with the failure if a rank goes meanwhile.
-  std::shared_ptr<Gathering<engine::LoadReport>> loading;
+  std::shared_ptr<Loading> loading;
+  std::uint64_t num_loads = 0;
   std::map<std::uint64_t, std::shared_ptr<Gathering<engine::StepOutput>>> stepping;
   static inline const char* name = "troupe.group";
 };

@@ -51,11 +51,13 @@ Result<Group> load_group(const std::string& path, std::int32_t size, std::int32_
       return m;
     }));
   }
+  // The cause, as the group actor names it: a rank's own failure before one that gave up
+  // on the others (a rank that failed its load leaves the others' connections broken).
   Group group;
   std::optional<Error> failed;
   for (auto& rank : loading) {
     auto m = rank.get();
-    if (!m && !failed) failed = m.error();
+    if (!m && (!failed || failed->code == ErrorCode::unavailable)) failed = m.error();
     if (m) group.ranks.push_back(std::move(*m));
   }
   if (failed) return tl::make_unexpected(*failed);

@@ -1,0 +1,117 @@
+// A tensor-parallel group's load names the rank that failed it, so that its scheduler
+// avoids that rank's node: a rank that gave up waiting for the others is not the cause
+// while another rank stays silent. The ranks here are stand-ins that answer as told.
+#include <catch2/catch.hpp>
+#include <optional>
+
+#include "actors/cluster/group_actor.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using actors::worker_actor;
+
+namespace {
+
+constexpr auto kCollectiveTimeout = 300ms;
+
+struct StandInState {
+  std::vector<caf::typed_response_promise<engine::LoadReport>> held;  // never answered
+  static inline const char* name = "test.stand_in_rank";
+};
+
+engine::LoadReport failure(ErrorCode code, std::string message) {
+  engine::LoadReport report;
+  report.failed = true;
+  report.error = {code, std::move(message), true};
+  return report;
+}
+
+// A rank whose load answers `answer`, or never when there is none.
+worker_actor::behavior_type stand_in(worker_actor::stateful_pointer<StandInState> self,
+                                     std::optional<engine::LoadReport> answer) {
+  return {
+      [](actors::load_atom, const engine::WorkerSpec&) { return engine::LoadReport{}; },
+      [self, answer](actors::load_atom, const engine::WorkerSpec&,
+                     const actors::GroupJoin&) -> caf::result<engine::LoadReport> {
+        if (answer) return *answer;
+        self->state.held.push_back(self->make_response_promise<engine::LoadReport>());
+        return self->state.held.back();
+      },
+      [](actors::step_atom, const engine::StepWork& work) {
+        return engine::failed_step(work.step_id, {ErrorCode::internal, "no steps here", true});
+      },
+  };
+}
+
+struct Loaded {
+  engine::LoadReport report;
+  std::chrono::steady_clock::duration took{};
+};
+
+// Loads a group of two stand-ins on nodes n0 and n1.
+Loaded load_group(std::optional<engine::LoadReport> rank0,
+                  std::optional<engine::LoadReport> rank1) {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  std::vector<worker_actor> ranks{system.spawn(stand_in, std::move(rank0)),
+                                  system.spawn(stand_in, std::move(rank1))};
+  auto group = system.spawn(actors::cluster::group, ranks, std::vector<std::string>{"n0", "n1"},
+                            std::chrono::milliseconds(kCollectiveTimeout));
+  caf::scoped_actor self{system};
+  Loaded loaded;
+  const auto start = std::chrono::steady_clock::now();
+  self->request(group, std::chrono::seconds(10), actors::load_atom::value, engine::WorkerSpec{})
+      .receive([&](const engine::LoadReport& report) { loaded.report = report; },
+               [&](const caf::error& e) { FAIL("the group did not answer: " << to_string(e)); });
+  loaded.took = std::chrono::steady_clock::now() - start;
+  self->send_exit(group, caf::exit_reason::kill);  // its ranks end with it
+  return loaded;
+}
+
+const auto kGaveUp = failure(ErrorCode::unavailable, "no rank set 'tp/1' within 300 ms");
+
+}  // namespace
+
+TEST_CASE("a rank that gave up waiting is not blamed while another stays silent", "[actors][tp]") {
+  const auto loaded = load_group(kGaveUp, std::nullopt);
+  REQUIRE(loaded.report.failed);
+  CHECK(loaded.report.failed_rank == 1);
+  CHECK_THAT(loaded.report.error.message,
+             Catch::StartsWith("rank 1 (node n1): it did not join its group within 300 ms") &&
+                 Catch::Contains("rank 0 (node n0) gave up on it: no rank set"));
+  // Decided one collective timeout after the first rank gave up, not at the load timeout.
+  CHECK(loaded.took >= kCollectiveTimeout);
+  CHECK(loaded.took < 5s);
+}
+
+TEST_CASE("a rank's own failure is the group's at once, and names it", "[actors][tp]") {
+  SECTION("out of memory on rank 0 while rank 1 is still loading") {
+    const auto loaded =
+        load_group(failure(ErrorCode::out_of_range, "out of GPU memory"), std::nullopt);
+    REQUIRE(loaded.report.failed);
+    CHECK(loaded.report.failed_rank == 0);
+    CHECK(loaded.report.error.message == "rank 0 (node n0): out of GPU memory");
+    CHECK(loaded.took < kCollectiveTimeout);
+  }
+  SECTION("rank 1's corrupt file, whichever rank answered first") {
+    const auto loaded = load_group(kGaveUp, failure(ErrorCode::invalid_file, "truncated"));
+    REQUIRE(loaded.report.failed);
+    CHECK(loaded.report.failed_rank == 1);
+    CHECK(loaded.report.error.message == "rank 1 (node n1): truncated");
+  }
+  SECTION("both gave up: the first that did is named, once both answered") {
+    const auto loaded = load_group(kGaveUp, kGaveUp);
+    REQUIRE(loaded.report.failed);
+    CHECK((loaded.report.failed_rank == 0 || loaded.report.failed_rank == 1));
+    CHECK_THAT(loaded.report.error.message, Catch::Contains("no rank set"));
+  }
+  SECTION("both loaded: the group's report") {
+    engine::LoadReport ok;
+    ok.num_kv_blocks = 64;
+    ok.device_name = "cpu";
+    const auto loaded = load_group(ok, ok);
+    CHECK_FALSE(loaded.report.failed);
+    CHECK(loaded.report.num_kv_blocks == 64);
+  }
+}
