@@ -101,27 +101,6 @@ std::string describe_token_budget(const EngineConfig& config,
 }
 
 // Asks a fresh worker to load, and waits for its answer.
-Result<engine::LoadReport> load_worker(caf::actor_system& system,
-                                       const actors::worker_actor& worker,
-                                       const engine::WorkerSpec& spec,
-                                       caf::duration timeout = caf::infinite) {
-  Result<engine::LoadReport> result = make_error(ErrorCode::internal, "the worker did not answer");
-  caf::scoped_actor self{system};
-  self->request(worker, timeout, actors::load_atom::value, spec)
-      .receive(
-          [&](const engine::LoadReport& report) {
-            if (report.failed) {
-              result = make_error(report.error.code, report.error.message);
-            } else {
-              result = report;
-            }
-          },
-          [&](const caf::error& err) {
-            result = make_error(ErrorCode::internal, "the worker stopped: " + system.render(err));
-          });
-  return result;
-}
-
 actors::cluster::TlsFiles tls_of(const ClusterConfig& cluster) {
   return {cluster.tls_certificate, cluster.tls_key, cluster.tls_ca};
 }
@@ -239,7 +218,7 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
         actors::cluster::spawn_local_worker(*impl.system, impl.config.tensor_parallel_size,
                                             hooks.before_step, impl.config.collective_timeout);
   }
-  auto report = load_worker(*impl.system, setup.worker, spec, load_timeout);
+  auto report = actors::load_and_wait(*impl.system, setup.worker, spec, load_timeout);
   if (!report) {
     caf::anon_send_exit(setup.worker, caf::exit_reason::kill);
     Error e = report.error();

@@ -1,10 +1,13 @@
-// A tensor-parallel group's load names the rank that failed it, so that its scheduler
-// avoids that rank's node: a rank that gave up waiting for the others is not the cause
-// while another rank stays silent. The ranks here are stand-ins that answer as told.
+// Loading workers through the actors: a tensor-parallel group's load names the rank that
+// failed it, so that its scheduler avoids that rank's node (a rank that gave up waiting for
+// the others is not the cause while another rank stays silent), and a load waited for from
+// outside the actors ends when its worker goes. The workers here are stand-ins that answer
+// as told.
 #include <catch2/catch.hpp>
 #include <optional>
 
 #include "actors/cluster/group_actor.hpp"
+#include "actors/worker_actor.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -36,6 +39,24 @@ worker_actor::behavior_type stand_in(worker_actor::stateful_pointer<StandInState
         if (answer) return *answer;
         self->state.held.push_back(self->make_response_promise<engine::LoadReport>());
         return self->state.held.back();
+      },
+      [](actors::step_atom, const engine::StepWork& work) {
+        return engine::failed_step(work.step_id, {ErrorCode::internal, "no steps here", true});
+      },
+  };
+}
+
+// A worker that goes away in the middle of its load, as a node's process killed then.
+worker_actor::behavior_type vanishing(worker_actor::stateful_pointer<StandInState> self) {
+  auto vanish = [self]() -> caf::result<engine::LoadReport> {
+    self->state.held.push_back(self->make_response_promise<engine::LoadReport>());
+    self->quit(caf::exit_reason::kill);
+    return self->state.held.back();
+  };
+  return {
+      [vanish](actors::load_atom, const engine::WorkerSpec&) { return vanish(); },
+      [vanish](actors::load_atom, const engine::WorkerSpec&, const actors::GroupJoin&) {
+        return vanish();
       },
       [](actors::step_atom, const engine::StepWork& work) {
         return engine::failed_step(work.step_id, {ErrorCode::internal, "no steps here", true});
@@ -113,5 +134,44 @@ TEST_CASE("a rank's own failure is the group's at once, and names it", "[actors]
     const auto loaded = load_group(ok, ok);
     CHECK_FALSE(loaded.report.failed);
     CHECK(loaded.report.num_kv_blocks == 64);
+  }
+}
+
+TEST_CASE("a load waited for from outside the actors ends when its worker goes", "[actors][tp]") {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  const caf::duration ten_minutes{std::chrono::minutes(10)};
+  SECTION("a worker that goes while it loads: at once, not at the timeout") {
+    const auto start = std::chrono::steady_clock::now();
+    const auto loaded =
+        actors::load_and_wait(system, system.spawn(vanishing), engine::WorkerSpec{}, ten_minutes);
+    REQUIRE_FALSE(loaded.has_value());
+    CHECK_THAT(loaded.error().message, Catch::StartsWith("the worker went away while it loaded"));
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+  }
+  SECTION("a silent worker: at the timeout") {
+    auto silent = system.spawn(stand_in, std::optional<engine::LoadReport>());
+    // Only a group's load is held by the stand-in; a plain load it answers at once.
+    const auto group =
+        system.spawn(actors::cluster::group, std::vector<worker_actor>{silent},
+                     std::vector<std::string>{"n0"}, std::chrono::milliseconds(kCollectiveTimeout));
+    const auto loaded =
+        actors::load_and_wait(system, group, engine::WorkerSpec{}, caf::duration{200ms});
+    REQUIRE_FALSE(loaded.has_value());
+    CHECK_THAT(loaded.error().message, Catch::Contains("timeout"));
+    caf::anon_send_exit(group, caf::exit_reason::kill);
+  }
+  SECTION("a failed load: its error") {
+    auto failing =
+        system.spawn(stand_in, std::optional(failure(ErrorCode::invalid_file, "truncated")));
+    const auto group =
+        system.spawn(actors::cluster::group, std::vector<worker_actor>{failing},
+                     std::vector<std::string>{"n0"}, std::chrono::milliseconds(kCollectiveTimeout));
+    const auto loaded = actors::load_and_wait(system, group, engine::WorkerSpec{}, ten_minutes);
+    REQUIRE_FALSE(loaded.has_value());
+    CHECK(loaded.error().code == ErrorCode::invalid_file);
+    CHECK(loaded.error().message == "rank 0 (node n0): truncated");
+    caf::anon_send_exit(group, caf::exit_reason::kill);
   }
 }
