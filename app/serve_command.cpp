@@ -133,6 +133,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--seed", opts->seed, "seed for requests that bring none");
   cmd->add_option("--max-concurrent-requests", opts->server.max_concurrent_requests,
                   "generation requests in flight before 429");
+  cmd->add_option("--max-requests-per-socket", opts->server.max_requests_per_socket,
+                  "generate messages one WebSocket may have running before 429")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-connections", opts->server.max_connections,
                   "open connections before 503 (the descriptor limit must hold them)");
   add_log_options(cmd, opts->log);

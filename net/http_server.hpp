@@ -49,6 +49,9 @@ struct ServerConfig {
   // Generation requests (HTTP and WebSocket) admitted at once, running or queued in the
   // engine; past it a request gets 429. A slot is freed when its request ends in the engine.
   int max_concurrent_requests = 1024;
+  // Generate messages one WebSocket may have running at once; past it an error frame with
+  // 429: one client's socket cannot take every slot above.
+  int max_requests_per_socket = 256;
   // Output a connection may have waiting for its client, in bytes: a client that falls
   // further behind has its requests cancelled and its connection closed (WebSocket 1008).
   std::size_t max_buffered_output_bytes = std::size_t{1} << 20;

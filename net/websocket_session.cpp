@@ -177,6 +177,14 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
                         "id"});
     co_return;
   }
+  if (std::ssize(connection->in_flight) >= config.max_requests_per_socket) {
+    refuse(id,
+           ApiError{429,
+                    "this socket already runs " + std::to_string(config.max_requests_per_socket) +
+                        " requests: wait for one to end, or open another socket",
+                    "rate_limit_error", ""});
+    co_return;
+  }
   const CompletionRequest& request = parsed->request;
   if (request.n != 1) {
     refuse(id, ApiError{400, "n must be 1 on the socket: send one generate per choice",

@@ -24,17 +24,20 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-net::ServerConfig with_request_limit(int max_concurrent_requests) {
+net::ServerConfig with_request_limits(int max_concurrent_requests, int max_requests_per_socket) {
   net::ServerConfig config;
   config.max_concurrent_requests = max_concurrent_requests;
+  config.max_requests_per_socket = max_requests_per_socket;
   return config;
 }
 
 struct Fixture : test::ServedEngine {
-  explicit Fixture(int max_concurrent_requests = 1024, std::int32_t context_length = 512)
-      : ServedEngine("ws-model", with_request_limit(max_concurrent_requests), context_length,
-                     std::max(512, context_length / 2 + 16),  // two whole contexts fit
-                     [] { std::this_thread::sleep_for(2ms); }) {}
+  explicit Fixture(int max_concurrent_requests = 1024, std::int32_t context_length = 512,
+                   int max_requests_per_socket = 256)
+      : ServedEngine(
+            "ws-model", with_request_limits(max_concurrent_requests, max_requests_per_socket),
+            context_length, std::max(512, context_length / 2 + 16),  // two whole contexts fit
+            [] { std::this_thread::sleep_for(2ms); }) {}
 };
 
 class Client {
@@ -145,6 +148,40 @@ TEST_CASE("socket requests count against the server's request limit",
   while (last["type"].string == "token");
   CHECK(last["type"].string == "done");
   CHECK(last["id"].string == "c");
+  c.close();
+}
+
+TEST_CASE("one socket runs at most its share of requests; another socket is not held up",
+          "[net][websocket][integration]") {
+  Fixture f(1024, 512, 2);
+  Client c(f.server->port());
+  c.send(R"({"type":"generate","id":"a","prompt":"Once","max_tokens":300,"ignore_eos":true})");
+  c.send(R"({"type":"generate","id":"b","prompt":"Twice","max_tokens":300,"ignore_eos":true})");
+  c.send(R"({"type":"generate","id":"c","prompt":"Thrice","max_tokens":3})");
+  test::Json refused;
+  do refused = c.receive();  // a's and b's tokens stream meanwhile
+  while (refused["type"].string != "error");
+  CHECK(refused["id"].string == "c");
+  CHECK(refused["error"]["code"].number == 429);
+  CHECK_THAT(refused["error"]["message"].string,
+             Catch::StartsWith("this socket already runs 2 requests"));
+  // Another client's socket has its own share.
+  Client other(f.server->port());
+  other.send(R"({"type":"generate","id":"x","prompt":"Once","max_tokens":3})");
+  test::Json last;
+  do last = other.receive();
+  while (last["type"].string == "token");
+  CHECK(last["type"].string == "done");
+  other.close();
+  // A request that ends gives its place back.
+  c.send(R"({"type":"cancel","id":"a"})");
+  do last = c.receive();
+  while (!(last["type"].string == "done" && last["id"].string == "a"));
+  c.send(R"({"type":"generate","id":"d","prompt":"Again","max_tokens":3})");
+  do last = c.receive();
+  while (!(last["type"].string == "done" && last["id"].string == "d") &&
+         last["type"].string != "error");
+  CHECK(last["type"].string == "done");
   c.close();
 }
 
