@@ -925,14 +925,16 @@ tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::stri
 }
 
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
-                            bool want_logprobs) {
+                            bool want_logprobs, const WebSocketToolText* tools) {
   if (event.finished && event.finish_reason == FinishReason::error) {
     return websocket_error(id, api_error(event));
   }
   json::object o{{"type", event.finished ? "done" : "token"},
                  {"id", id},
                  {"request", event.request_id},  // the engine's id (the live page's lanes)
-                 {"text", text::to_valid_utf8(event.text)}};
+                 {"text", text::to_valid_utf8(tools ? tools->text : event.text)}};
+  const bool called = tools && !tools->calls.empty();
+  if (called) o["tool_calls"] = tool_calls_json(tools->calls, false);
   if (event.token != kNoToken) o["token"] = event.token;
   if (want_logprobs && event.token != kNoToken) {
     o["logprob"] = event.logprob;
@@ -945,7 +947,7 @@ std::string websocket_event(const ApiContext& context, std::string_view id, cons
     o["top_logprobs"] = std::move(top);
   }
   if (event.finished) {
-    o["finish_reason"] = std::string(openai_finish_reason(event.finish_reason));
+    o["finish_reason"] = std::string(openai_finish_reason(event.finish_reason, called));
     o["usage"] = usage_json(
         Usage{event.num_prompt_tokens, event.num_cached_tokens, event.num_generated_tokens});
   }

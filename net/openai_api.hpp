@@ -163,9 +163,15 @@ struct WebSocketError {
 // and, for a generate, tokenizes its prompt.
 tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
                                                                        const ApiContext& context);
+// A chat that may call tools: the text a frame carries instead of the event's (what its
+// ToolCallStream let out), and on the done frame the calls read from what it held.
+struct WebSocketToolText {
+  std::string text;
+  std::vector<ToolCall> calls;
+};
 // A "token" frame, or the "done" frame (finish reason, usage) when event.finished.
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
-                            bool want_logprobs);
+                            bool want_logprobs, const WebSocketToolText* tools = nullptr);
 std::string websocket_error(std::string_view id, const ApiError& error);
 
 // OpenAI's finish_reason names ("stop", "length", ...).

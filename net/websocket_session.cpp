@@ -37,6 +37,16 @@ struct WsOutput {
   }
 };
 
+// A chat request's tool calls on the socket: what may be a call is held back until the
+// request ends, then read (as over HTTP). The engine's thread alone touches it.
+struct WsToolCalls {
+  explicit WsToolCalls(ToolRequest r) : request(std::move(r)), stream(request) {}
+  WsToolCalls(const WsToolCalls&) = delete;
+  WsToolCalls& operator=(const WsToolCalls&) = delete;
+  ToolRequest request;
+  ToolCallStream stream;  // reads `request`
+};
+
 // One WebSocket connection: the reader submits and cancels, the writer sends frames in
 // order; both hold it.
 struct WsConnection {
@@ -199,17 +209,31 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   }
   auto strand = co_await asio::this_coro::executor;
   entry->request_id = id;
+  std::shared_ptr<WsToolCalls> tools;
+  if (request.chat && request.tools.reads_calls()) {
+    tools = std::make_shared<WsToolCalls>(request.tools);
+  }
   TokenCallback on_event = [out, gate = gate, admission = admission, ctx = &context, id,
                             want_logprobs = request.want_logprobs, strand,
                             weak = std::weak_ptr<WsConnection>(connection), entry,
-                            logged = access_logged(), client = connection->client,
+                            logged = access_logged(), client = connection->client, tools,
                             this](const TokenEvent& e) {
+    std::optional<WebSocketToolText> held;
+    if (tools) {
+      held.emplace();
+      held->text = tools->stream.feed(e.text);
+      if (e.finished) {
+        ToolOutput read = tools->stream.finish();
+        held->text += read.content;
+        held->calls = std::move(read.calls);
+      }
+    }
     if (logged) {
       if (e.token != kNoToken) entry->first_token();
       if (e.finished) {
         entry->status = e.finish_reason == FinishReason::error ? api_error(e).status : 200;
         entry->prompt_tokens = e.num_prompt_tokens;
-        entry->ended(e, openai_finish_reason(e.finish_reason));
+        entry->ended(e, openai_finish_reason(e.finish_reason, held && !held->calls.empty()));
         entry->client_gone = out->client_gone.load();
       }
     }
@@ -222,7 +246,8 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
       asio::post(strand, [this, entry, client] { log_access("WS", "/v1/ws", *entry, client); });
     }
     if (out->output.over()) return;
-    if (!out->push({id, websocket_event(*ctx, id, e, want_logprobs), e.finished})) {
+    const WebSocketToolText* shown = held ? &*held : nullptr;
+    if (!out->push({id, websocket_event(*ctx, id, e, want_logprobs, shown), e.finished})) {
       asio::post(strand, [weak, this] {
         if (auto connection = weak.lock()) websocket_overflow(connection);
       });

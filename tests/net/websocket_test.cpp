@@ -185,6 +185,43 @@ TEST_CASE("one socket runs at most its share of requests; another socket is not 
   c.close();
 }
 
+TEST_CASE("a chat that must call a tool gets its call on the done frame",
+          "[net][websocket][integration]") {
+  Fixture f;
+  Client c(f.server->port());
+  // The random model's free output is gibberish: a well-formed call comes from the
+  // constraint a named tool_choice puts on its arguments.
+  c.send(R"({"type":"generate","id":"t","messages":[{"role":"user","content":"Weather?"}],)"
+         R"("max_tokens":60,"temperature":0,"tools":[{"type":"function","function":)"
+         R"({"name":"get_weather","parameters":{"type":"object","properties":)"
+         R"({"city":{"type":"string","maxLength":6}},"required":["city"]}}}],)"
+         R"("tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
+  test::Json done;
+  std::string text;
+  do {
+    done = c.receive();
+    text += done["text"].string;
+  } while (done["type"].string == "token");
+  REQUIRE(done["type"].string == "done");
+  CHECK(done["finish_reason"].string == "tool_calls");
+  CHECK(text.empty());  // the call is not content
+  const auto& calls = done["tool_calls"].array;
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0]["type"].string == "function");
+  CHECK(calls[0]["function"]["name"].string == "get_weather");
+  const auto arguments = test::JsonParser(calls[0]["function"]["arguments"].string).parse();
+  CHECK(arguments["city"].kind == test::Json::Kind::string);
+  CHECK_THAT(calls[0]["id"].string, Catch::StartsWith("call_"));
+  // Without tools, the same socket's chat is plain text.
+  c.send(R"({"type":"generate","id":"u","messages":[{"role":"user","content":"Hi"}],)"
+         R"("max_tokens":4,"temperature":0,"ignore_eos":true})");
+  do done = c.receive();
+  while (done["type"].string == "token");
+  CHECK(done["finish_reason"].string == "length");
+  CHECK_FALSE(done.object.contains("tool_calls"));
+  c.close();
+}
+
 TEST_CASE("an error from the engine has the same status on the socket as over HTTP",
           "[net][websocket][integration]") {
   Fixture f;
