@@ -103,6 +103,9 @@ struct ReplicaProbe {
   std::int32_t num_running = 0;
   double kv_usage = 0.0;
   std::int32_t cached_prefix_tokens = 0;
+  // Submissions it has received, for the router to count those it sent that are not yet
+  // in num_waiting (a burst's requests are all probed before the first arrives).
+  std::int64_t num_received = 0;
 };
 
 // One replica's scheduler: runs the iteration loop (plans each step, sends it to the
@@ -127,7 +130,7 @@ typename Inspector::result_type inspect(Inspector& f, GroupJoin& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaProbe& x) {
   return f(caf::meta::type_name("troupe.ReplicaProbe"), x.up, x.num_waiting, x.num_running,
-           x.kv_usage, x.cached_prefix_tokens);
+           x.kv_usage, x.cached_prefix_tokens, x.num_received);
 }
 
 }  // namespace troupe::actors

@@ -320,6 +320,7 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
   return {
       [self](submit_atom, Submission& s) {
         auto& state = self->state;
+        ++state.num_received;
         if (remote(self) && !state.worker_ready) {
           // Routed here as its worker was lost: it moves on rather than wait for a node
           // (the router ends it when no replica is up).
@@ -357,9 +358,12 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
       },
       [self](probe_atom, const std::vector<TokenId>& prompt) -> ReplicaProbe {
         const engine::Scheduler& s = self->state.core->scheduler();
-        return {self->state.worker_ready, static_cast<std::int32_t>(s.num_waiting()),
-                static_cast<std::int32_t>(s.num_running()), s.kv_cache().usage(),
-                s.kv_cache().cached_prefix_tokens(prompt)};
+        return {self->state.worker_ready,
+                static_cast<std::int32_t>(s.num_waiting()),
+                static_cast<std::int32_t>(s.num_running()),
+                s.kv_cache().usage(),
+                s.kv_cache().cached_prefix_tokens(prompt),
+                self->state.num_received};
       },
       [self](router_atom, const scheduler_actor& router) {
         self->state.router = router;

@@ -56,8 +56,9 @@ struct ReplicaSetup {
 struct SchedulerState {
   std::unique_ptr<engine::EngineCore> core;
   ReplicaSetup setup;
-  scheduler_actor router;    // where a lost worker's unstarted requests go (null: none)
-  bool worker_ready = true;  // false while a replacement is placed or loads
+  scheduler_actor router;         // where a lost worker's unstarted requests go (null: none)
+  bool worker_ready = true;       // false while a replacement is placed or loads
+  std::int64_t num_received = 0;  // submissions (ReplicaProbe::num_received)
   // Requests cancelled since the last step, for its event (only while someone watches).
   std::vector<monitoring::StepEvent::Finished> cancelled;
   static inline const char* name = "troupe.scheduler";

@@ -25,6 +25,11 @@ void route(Self self, RequestId id) {
   auto it = state.pending.find(id);
   RouterState::Pending pending = std::move(it->second);
   state.pending.erase(it);
+  // What the router sent a replica that its answer did not count yet waits there too.
+  for (std::size_t i = 0; i < pending.views.size(); ++i) {
+    const std::int64_t unseen = state.replicas[i].num_routed - pending.received[i];
+    pending.views[i].num_waiting += static_cast<std::int32_t>(std::max<std::int64_t>(unseen, 0));
+  }
   const auto route = state.router.pick(pending.views);
   if (!route) {
     end_request(self, pending.submission, FinishReason::error, "no replica is up");
@@ -46,6 +51,7 @@ void on_probe(Self self, RequestId id, std::size_t replica, std::optional<Replic
     view.num_running = probe->num_running;
     view.kv_usage = probe->kv_usage;
     view.cached_prefix_tokens = probe->cached_prefix_tokens;
+    it->second.received[replica] = probe->num_received;
   }
   if (--it->second.num_unanswered == 0) route(self, id);
 }
@@ -156,6 +162,7 @@ scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> repl
         const std::size_t n = state.replicas.size();
         auto& pending = state.pending[id];
         pending.views.resize(n);
+        pending.received.assign(n, 0);
         pending.num_unanswered = n;
         pending.submission = std::move(s);
         // Answers come later, as messages: the entry (and its prompt) stays until then.

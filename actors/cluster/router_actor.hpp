@@ -26,6 +26,7 @@ struct RouterState {
   struct Pending {
     Submission submission;
     std::vector<engine::ReplicaView> views;
+    std::vector<std::int64_t> received;  // each replica's num_received when it answered
     std::size_t num_unanswered = 0;
   };
   std::vector<Replica> replicas;

@@ -1,0 +1,77 @@
+// The router actor in front of stand-in replicas that answer as told: what it counts
+// when many requests arrive at once.
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "actors/cluster/router_actor.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using actors::replica_actor;
+
+namespace {
+
+struct StandInState {
+  std::int32_t cached_prefix_tokens = 0;  // of every prompt
+  std::int64_t num_received = 0;          // all still waiting: none ever ends
+  bool probed = false;
+  static inline const char* name = "test.stand_in_replica";
+};
+
+replica_actor::behavior_type stand_in(replica_actor::stateful_pointer<StandInState> self,
+                                      std::int32_t cached_prefix_tokens) {
+  self->state.cached_prefix_tokens = cached_prefix_tokens;
+  return {
+      [self](actors::submit_atom, const actors::Submission&) { ++self->state.num_received; },
+      [](actors::abort_atom, RequestId, FinishReason) {},
+      [](actors::stats_atom) { return EngineStats{}; },
+      [](actors::replicas_atom) { return std::vector<ReplicaStats>{ReplicaStats{}}; },
+      [self](actors::probe_atom, const std::vector<TokenId>&) {
+        auto& s = self->state;
+        // The first answer is late: every request of the burst reaches the router, and
+        // is probed, before the first is routed.
+        if (!std::exchange(s.probed, true)) std::this_thread::sleep_for(50ms);
+        const auto waiting = static_cast<std::int32_t>(s.num_received);
+        return actors::ReplicaProbe{true, waiting, 0, 0.0, s.cached_prefix_tokens, s.num_received};
+      },
+      [](actors::router_atom, const actors::scheduler_actor&) {},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("a burst is routed by what the router sent, not only by what replicas have seen",
+          "[actors][data_parallel]") {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  // Replica 0 holds the burst's prefix; replica 1 holds none.
+  std::vector<replica_actor> replicas{system.spawn(stand_in, 16), system.spawn(stand_in, 0)};
+  engine::RouterConfig routing;
+  routing.policy = RoutingPolicy::prefix;
+  routing.max_load_gap = 2;
+  auto router = system.spawn(actors::router, replicas, routing);
+  for (RequestId id = 1; id <= 8; ++id) {
+    actors::Submission s;
+    s.id = id;
+    s.prompt = std::vector<TokenId>(20, 5);
+    caf::anon_send(router, actors::submit_atom::value, std::move(s));
+  }
+  caf::scoped_actor self{system};
+  std::vector<ReplicaStats> stats;
+  for (int i = 0; i < 200; ++i) {
+    self->request(router, 5s, actors::replicas_atom::value)
+        .receive([&](const std::vector<ReplicaStats>& s) { stats = s; },
+                 [&](const caf::error& e) { FAIL(to_string(e)); });
+    if (stats.size() == 2 && stats[0].num_routed + stats[1].num_routed == 8) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(stats.size() == 2);
+  // Counted as it goes, the holder takes requests while it carries at most 2 more than
+  // the other: 5 and 3. By the replicas' answers alone (all given before the first
+  // arrived) all eight would have gone to the holder.
+  CHECK(stats[0].num_routed == 5);
+  CHECK(stats[1].num_routed == 3);
+  CHECK(stats[0].num_prefix_routed == 5);
+  self->send_exit(router, caf::exit_reason::kill);
+}
