@@ -133,8 +133,10 @@ std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
   json["batching"] = o.engine.mode == BatchingMode::continuous ? "continuous" : "static";
   json["max_num_seqs"] = o.engine.max_num_seqs;
   json["max_num_batched_tokens"] = o.engine.max_num_batched_tokens;
-  json["auto_token_budget"] = o.engine.auto_token_budget;
-  if (o.engine.auto_token_budget) json["target_itl_ms"] = o.engine.target_itl_ms;
+  // Static batching has no token budget: the flag is not in force there.
+  const bool auto_budget = o.engine.auto_token_budget && o.engine.mode == BatchingMode::continuous;
+  json["auto_token_budget"] = auto_budget;
+  if (auto_budget) json["target_itl_ms"] = o.engine.target_itl_ms;
   json["token_budget"] = r.token_budget;
   json["enable_prefix_caching"] = o.engine.enable_prefix_caching;
   json["num_prompts"] = o.workload.num_prompts;
