@@ -21,6 +21,7 @@ using gguf::TensorType;
 // ---- float weights -------------------------------------------------------
 
 using DF = hn::CappedTag<float, 16>;
+inline constexpr std::int64_t kPrefetchBytes = 4096;
 
 template <TensorType kType>
 HWY_INLINE hn::Vec<DF> load_weights(DF d, const std::byte* w, std::int64_t k) {
@@ -56,10 +57,16 @@ HWY_INLINE void tile_float(const float* x, std::int64_t x_stride, const std::byt
   hn::Vec<DF> acc[NT][NR];
   for (int t = 0; t < NT; ++t)
     for (int r = 0; r < NR; ++r) acc[t][r] = hn::Zero(d);
+  constexpr std::int64_t kBytes = kType == TensorType::f32 ? 4 : 2;
   std::int64_t k = 0;
   for (; k + lanes <= cols; k += lanes) {
     hn::Vec<DF> wv[NR];
-    for (int r = 0; r < NR; ++r) wv[r] = load_weights<kType>(d, w + r * w_row_bytes, k);
+    for (int r = 0; r < NR; ++r) {
+      // The row's bytes 4 KB ahead: a decode row streams several weight rows at once, more
+      // than the hardware prefetcher keeps in flight (as the int8 kernels do).
+      __builtin_prefetch(w + r * w_row_bytes + k * kBytes + kPrefetchBytes);
+      wv[r] = load_weights<kType>(d, w + r * w_row_bytes, k);
+    }
     for (int t = 0; t < NT; ++t) {
       const auto xv = hn::LoadU(d, x + t * x_stride + k);
       for (int r = 0; r < NR; ++r) acc[t][r] = hn::MulAdd(xv, wv[r], acc[t][r]);
