@@ -3,6 +3,9 @@
 
 #include <caf/io/all.hpp>
 #include <cstdio>
+#include <memory>
+#include <optional>
+#include <set>
 
 namespace troupe::actors::cluster {
 
@@ -48,44 +51,90 @@ std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryStat
   return {};
 }
 
-// Places waiting replicas on nodes with room, in the order they asked.
+// One placement's workers being spawned, one request to the middleman per rank: the
+// registry answers joins and lists nodes meanwhile (a remote spawn to a node that died but
+// is not yet dropped takes up to kSpawnTimeout).
+struct Spawning {
+  RegistryState::Waiting waiting;
+  std::vector<caf::node_id> nodes;  // a rank's node, in rank order
+  std::vector<worker_actor> workers;
+  std::size_t left = 0;
+  std::optional<std::pair<caf::node_id, std::string>> failed;  // the first node that could not
+};
+
+void place_waiting(Self self);
+
+// Every rank's spawn has answered: the placement is the replica's, or the replica waits
+// again at the head of the queue (without the node that failed, which leaves the cluster).
+void spawned(Self self, const std::shared_ptr<Spawning>& s) {
+  auto& state = self->state;
+  bool void_placement = s->failed.has_value();
+  if (s->failed) {
+    const auto& [id, why] = *s->failed;
+    if (auto node = state.nodes.find(id); node != state.nodes.end()) {
+      monitoring::logf(monitoring::LogLevel::warning,
+                       "cannot spawn a worker on node %s (%s); it leaves the cluster",
+                       node->second.info.name.c_str(), why.c_str());
+      state.nodes.erase(node);
+      if (state.metrics) state.metrics->set_num_nodes(state.nodes.size());
+    }
+  }
+  for (const auto& id : s->nodes) void_placement |= !state.nodes.contains(id);  // lost meanwhile
+  if (void_placement) {
+    for (const auto& w : s->workers) {
+      if (w) caf::anon_send_exit(w, caf::exit_reason::kill);
+    }
+    for (const auto& id : s->nodes) {
+      if (auto node = state.nodes.find(id); node != state.nodes.end()) {
+        std::erase(node->second.replicas, s->waiting.replica);
+      }
+    }
+    state.waiting.push_front(std::move(s->waiting));
+    place_waiting(self);
+    return;
+  }
+  Placement placement;
+  placement.workers = std::move(s->workers);
+  for (const auto& id : s->nodes) placement.nodes.push_back(state.nodes.at(id).info.name);
+  const std::string where = node_label(placement.nodes);
+  monitoring::logf(monitoring::LogLevel::info, "replica %d placed on node%s %s", s->waiting.replica,
+                   where.find(',') != std::string::npos ? "s" : "", where.c_str());
+  s->waiting.promise.deliver(std::move(placement));
+}
+
+// Places waiting replicas on nodes with room, in the order they asked. A placement's
+// nodes are taken at once (their slots are the replica's while its workers spawn).
 void place_waiting(Self self) {
   auto& state = self->state;
+  const auto middleman = self->home_system().middleman().actor_handle();
+  const std::set<std::string> interface = self->home_system().message_types<worker_actor>();
   while (!state.waiting.empty()) {
-    const std::int32_t ranks = state.waiting.front().ranks;
-    const auto chosen = choose_nodes(state.nodes, ranks);
+    const auto chosen = choose_nodes(state.nodes, state.waiting.front().ranks);
     if (chosen.empty()) return;
-    auto& mm = self->home_system().middleman();
-    Placement placement;
-    bool lost_node = false;
-    for (const caf::node_id& id : chosen) {
-      auto worker =
-          mm.remote_spawn<worker_actor>(id, kWorkerType, caf::make_message(), kSpawnTimeout);
-      auto node = state.nodes.find(id);
-      if (!worker) {
-        monitoring::logf(monitoring::LogLevel::warning,
-                         "cannot spawn a worker on node %s (%s); it leaves the cluster",
-                         node->second.info.name.c_str(),
-                         self->system().render(worker.error()).c_str());
-        state.nodes.erase(node);
-        lost_node = true;
-        break;
-      }
-      placement.workers.push_back(std::move(*worker));
-      placement.nodes.push_back(node->second.info.name);
-    }
-    if (lost_node) {
-      // The ranks spawned so far go; the placement is chosen again without that node.
-      for (const auto& w : placement.workers) caf::anon_send_exit(w, caf::exit_reason::kill);
-      continue;
-    }
-    RegistryState::Waiting w = std::move(state.waiting.front());
+    auto s = std::make_shared<Spawning>();
+    s->waiting = std::move(state.waiting.front());
     state.waiting.pop_front();
-    for (const caf::node_id& id : chosen) state.nodes[id].replicas.push_back(w.replica);
-    const std::string where = node_label(placement.nodes);
-    monitoring::logf(monitoring::LogLevel::info, "replica %d placed on node%s %s", w.replica,
-                     where.find(',') != std::string::npos ? "s" : "", where.c_str());
-    w.promise.deliver(std::move(placement));
+    s->nodes = chosen;
+    s->workers.resize(chosen.size());
+    s->left = chosen.size();
+    for (const caf::node_id& id : chosen) state.nodes[id].replicas.push_back(s->waiting.replica);
+    for (std::size_t r = 0; r < chosen.size(); ++r) {
+      self->request(middleman, kSpawnTimeout, caf::spawn_atom::value, chosen[r],
+                    std::string(kWorkerType), caf::make_message(), interface)
+          .then(
+              [self, s, r](caf::strong_actor_ptr& worker) {
+                if (worker) {
+                  s->workers[r] = caf::actor_cast<worker_actor>(std::move(worker));
+                } else if (!s->failed) {
+                  s->failed.emplace(s->nodes[r], "no worker came back");
+                }
+                if (--s->left == 0) spawned(self, s);
+              },
+              [self, s, r](const caf::error& e) {
+                if (!s->failed) s->failed.emplace(s->nodes[r], self->system().render(e));
+                if (--s->left == 0) spawned(self, s);
+              });
+    }
   }
 }
 

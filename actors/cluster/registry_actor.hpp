@@ -2,9 +2,9 @@
 // placement of replicas' workers on them. A node holds one replica's workers: one, or
 // up to its slots (NodeInfo::num_slots) of a tensor-parallel group's ranks; a group
 // stays on one node when one has room for all its ranks (vLLM's rule), else spreads over
-// several. It spawns a worker on a node by name (CAF's remote spawn, which blocks: the
-// registry runs detached). A placement that finds no room waits until a node joins or
-// frees its slots.
+// several. It spawns a worker on a node by name (CAF's remote spawn, asked of the
+// middleman without waiting, so that joins and node lists are answered meanwhile). A
+// placement that finds no room waits until a node joins or frees its slots.
 #pragma once
 
 #include <caf/all.hpp>
