@@ -13,11 +13,12 @@ namespace troupe::app {
 namespace {
 
 const std::map<std::string, gguf::TensorType> kTypes = {
-    {"f32", gguf::TensorType::f32},    {"f16", gguf::TensorType::f16},
-    {"bf16", gguf::TensorType::bf16},  {"q8_0", gguf::TensorType::q8_0},
-    {"q4_0", gguf::TensorType::q4_0},  {"q4_k", gguf::TensorType::q4_k},
-    {"q5_k", gguf::TensorType::q5_k},  {"q6_k", gguf::TensorType::q6_k},
-    {"q4_k_m", gguf::TensorType::q4_k}};
+    {"f32", gguf::TensorType::f32},   {"f16", gguf::TensorType::f16},
+    {"bf16", gguf::TensorType::bf16}, {"q8_0", gguf::TensorType::q8_0},
+    {"q4_0", gguf::TensorType::q4_0}, {"q4_1", gguf::TensorType::q4_1},
+    {"q5_0", gguf::TensorType::q5_0}, {"q5_1", gguf::TensorType::q5_1},
+    {"q4_k", gguf::TensorType::q4_k}, {"q5_k", gguf::TensorType::q5_k},
+    {"q6_k", gguf::TensorType::q6_k}, {"q4_k_m", gguf::TensorType::q4_k}};
 
 }  // namespace
 
@@ -57,8 +58,8 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--preset", opts->preset, "starting shape: tiny (15M) or 110m");
   cmd->add_option(
       "--type", opts->type,
-      "matrix type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or q4_k_m (llama.cpp's mix "
-      "of Q4_K and Q6_K)");
+      "matrix type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, or q4_k_m "
+      "(llama.cpp's mix of Q4_K and Q6_K)");
   cmd->add_option("--dim", opts->spec.dim, "embedding size");
   cmd->add_option("--layers", opts->spec.num_layers, "transformer blocks");
   cmd->add_option("--heads", opts->spec.num_heads, "attention heads");

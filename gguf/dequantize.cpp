@@ -182,6 +182,47 @@ void quantize_q6_k_super_block(const float* x, std::uint8_t* block) {
   }
 }
 
+// ggml's reference quantizers of Q4_0, Q4_1, Q5_0 and Q5_1, in the layouts dequantize_row
+// reads. With a minimum (Q4_1, Q5_1), m is the block's smallest value and d its range over the
+// top level; without, the value of largest magnitude is -8 (Q4_0) or -16 (Q5_0) steps of d.
+void quantize_block32(const float* x, TensorType type, std::uint8_t* block) {
+  const bool has_min = type == TensorType::q4_1 || type == TensorType::q5_1;
+  const bool five_bits = type == TensorType::q5_0 || type == TensorType::q5_1;
+  const int levels = five_bits ? 31 : 15;
+  float d, m = 0.0f;
+  if (has_min) {
+    m = *std::min_element(x, x + 32);
+    d = (*std::max_element(x, x + 32) - m) / static_cast<float>(levels);
+  } else {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    }
+    d = max / -static_cast<float>((levels + 1) / 2);
+  }
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  // Stored: (x - m) / d, offset by 8 or 16 without a minimum, rounded as ggml does (adding 0.5
+  // and truncating).
+  const float zero = has_min ? 0.5f : static_cast<float>((levels + 1) / 2) + 0.5f;
+  const std::uint16_t d_bits = f32_to_f16(d), m_bits = f32_to_f16(m);
+  std::memcpy(block, &d_bits, 2);
+  if (has_min) std::memcpy(block + 2, &m_bits, 2);
+  std::uint8_t* qh = block + (has_min ? 4 : 2);  // five_bits only
+  std::uint8_t* qs = qh + (five_bits ? 4 : 0);
+  std::uint32_t high_bits = 0;
+  for (int i = 0; i < 16; ++i) {
+    const int lo = std::min(levels, static_cast<int>((x[i] - m) * id + zero));
+    const int hi = std::min(levels, static_cast<int>((x[16 + i] - m) * id + zero));
+    qs[i] = static_cast<std::uint8_t>((lo & 0xF) | (hi & 0xF) << 4);
+    high_bits |= static_cast<std::uint32_t>(lo >> 4) << i;
+    high_bits |= static_cast<std::uint32_t>(hi >> 4) << (16 + i);
+  }
+  if (five_bits) std::memcpy(qh, &high_bits, 4);
+}
+
 }  // namespace
 
 bool can_dequantize(TensorType type) {
@@ -324,24 +365,11 @@ Result<std::vector<std::byte>> quantize(TensorType type, std::span<const float> 
       }
       return out;
     case TensorType::q4_0:
+    case TensorType::q4_1:
+    case TensorType::q5_0:
+    case TensorType::q5_1:
       for (std::size_t b = 0; b < values.size() / 32; ++b) {
-        const float* x = values.data() + b * 32;
-        float amax = 0.0f, max = 0.0f;
-        for (int i = 0; i < 32; ++i) {
-          if (std::fabs(x[i]) > amax) {
-            amax = std::fabs(x[i]);
-            max = x[i];
-          }
-        }
-        const float d = max / -8.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        std::uint8_t* block = o + b * 18;
-        put16(block, f32_to_f16(d));
-        for (int i = 0; i < 16; ++i) {
-          const auto lo = static_cast<std::uint8_t>(std::min(15.0f, x[i] * id + 8.5f));
-          const auto hi = static_cast<std::uint8_t>(std::min(15.0f, x[16 + i] * id + 8.5f));
-          block[2 + i] = static_cast<std::uint8_t>(lo | (hi << 4));
-        }
+        quantize_block32(values.data() + 32 * b, type, o + b * traits->block_bytes);
       }
       return out;
     case TensorType::q4_k:

@@ -22,8 +22,9 @@ bool can_dequantize(TensorType type);
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 Result<void> dequantize_row(TensorType type, const void* data, std::int64_t cols, float* out);
 
-// Encodes floats as `type`: F32, F16, BF16, Q8_0 and Q4_0 as ggml's reference quantizers do;
-// Q4_K, Q5_K and Q6_K by a plain min/max mapping (valid blocks, for random models).
+// Encodes floats as `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 as ggml's
+// reference quantizers do; Q4_K, Q5_K and Q6_K by a plain min/max mapping (valid blocks, for
+// random models).
 Result<std::vector<std::byte>> quantize(TensorType type, std::span<const float> values,
                                         std::int64_t cols);
 

@@ -166,13 +166,17 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     case gguf::TensorType::bf16:
     case gguf::TensorType::q8_0:
     case gguf::TensorType::q4_0:
+    case gguf::TensorType::q4_1:
+    case gguf::TensorType::q5_0:
+    case gguf::TensorType::q5_1:
     case gguf::TensorType::q4_k:
     case gguf::TensorType::q5_k:
     case gguf::TensorType::q6_k:
       break;
     default:
       return make_error(ErrorCode::invalid_argument,
-                        "random models are F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or Q4_K_M");
+                        "random models are F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
+                        "Q5_K, Q6_K or Q4_K_M");
   }
   const auto block = static_cast<std::int32_t>(spec.q4_k_m ? 256 : traits->block_elements);
   if (spec.dim % block != 0 || spec.ffn_dim % block != 0) {

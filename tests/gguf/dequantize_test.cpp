@@ -39,6 +39,10 @@ TEST_CASE("quantize then dequantize stays within each type's error", "[quant]") 
   for (const Case c :
        {Case{TensorType::f32, 0.0f}, Case{TensorType::f16, 1e-3f}, Case{TensorType::bf16, 1e-2f},
         Case{TensorType::q8_0, 1.0f / 127}, Case{TensorType::q4_0, 1.0f / 7},
+        // Q4_1 and Q5_1: half a step of the block's range (at most twice its magnitude),
+        // plus f16's rounding of d and m; Q5_0 as Q4_0, in 16 steps.
+        Case{TensorType::q4_1, 1.0f / 14}, Case{TensorType::q5_0, 1.0f / 15},
+        Case{TensorType::q5_1, 1.0f / 30},
         // The K-quants' plain min/max encoder: half a step of the block's range, plus the
         // rounding of each block's scale to 6 (Q6_K: 8) bits of the largest one.
         Case{TensorType::q4_k, 0.2f}, Case{TensorType::q5_k, 0.1f},
