@@ -26,8 +26,9 @@ float* row(Tensor t, std::int64_t r) {
   return t.data + r * t.cols;
 }
 
-// F32, F16 and BF16 have float kernels; Q8_0, Q4_0 and the K-quants int8 ones
-// (int8_matmul.hpp); the rest is decoded first.
+// F32, F16 and BF16 have float kernels; the blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and
+// the K-quants int8 ones (int8_matmul.hpp): every type a model may hold (gguf::can_dequantize),
+// its rows whole blocks.
 bool has_float_kernel(TensorType type) {
   return type == TensorType::f32 || type == TensorType::f16 || type == TensorType::bf16;
 }
@@ -213,30 +214,12 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
     });
     return;
   }
-  if (has_float_kernel(weight.type)) {
-    pool_.parallel_for(num_tasks, [&](std::int64_t task) {
-      const std::int64_t r0 = task * chunk;
-      const std::int64_t n = std::min(chunk, weight.rows - r0);
-      matmul_tile_float(weight.type, x.data, x.cols, x.rows, w + r0 * w_row_bytes, w_row_bytes, n,
-                        x.cols, out.data + r0, out.cols);
-    });
-    return;
-  }
-  // Other types (Q4_1, Q5_0, Q5_1): decode each task's rows to float, then the F32
-  // kernel. Correct for every decodable type; their own SIMD kernels are still to come.
+  TROUPE_ASSERT(has_float_kernel(weight.type), "matmul weight of a type without a kernel");
   pool_.parallel_for(num_tasks, [&](std::int64_t task) {
-    thread_local std::vector<float> rows;
     const std::int64_t r0 = task * chunk;
     const std::int64_t n = std::min(chunk, weight.rows - r0);
-    rows.resize(static_cast<std::size_t>(n * weight.cols));
-    for (std::int64_t r = 0; r < n; ++r) {
-      const auto decoded = gguf::dequantize_row(weight.type, w + (r0 + r) * w_row_bytes,
-                                                weight.cols, rows.data() + r * weight.cols);
-      TROUPE_ASSERT(decoded.has_value(), "matmul weight of an undecodable type");
-    }
-    matmul_tile_float(TensorType::f32, x.data, x.cols, x.rows,
-                      reinterpret_cast<const std::byte*>(rows.data()), weight.cols * sizeof(float),
-                      n, x.cols, out.data + r0, out.cols);
+    matmul_tile_float(weight.type, x.data, x.cols, x.rows, w + r0 * w_row_bytes, w_row_bytes, n,
+                      x.cols, out.data + r0, out.cols);
   });
 }
 

@@ -101,22 +101,32 @@ void Int8RowBuffer::quantize_row(std::int64_t r, const float* x) {
 
 float int8_tail_dot(gguf::TensorType type, const std::byte* w_row, const std::int8_t* q,
                     const float* lane_scales, std::int64_t cols) {
+  const Block32Layout layout = block32_layout(type);
   const bool q8 = type == gguf::TensorType::q8_0;
-  const std::int64_t block_bytes = q8 ? 34 : 18;
   const auto* bytes = reinterpret_cast<const std::uint8_t*>(w_row);
   float sum = 0.0f;
   for (std::int64_t b = cols / 256 * 8; b < cols / 32; ++b) {
-    const std::uint8_t* block = bytes + b * block_bytes;
+    const std::uint8_t* block = bytes + b * layout.bytes;
+    const std::uint8_t* quants = block + layout.quants;
+    std::uint32_t high_bits = 0;
+    if (layout.high_bits != 0) std::memcpy(&high_bits, block + layout.high_bits, 4);
     const std::int8_t* xq = q + b * 32;
-    std::int32_t dot = 0;
+    std::int32_t dot = 0, sum_q = 0;
     for (int i = 0; i < 32; ++i) {
-      const int wv = q8 ? static_cast<std::int8_t>(block[2 + i])
-                        : (i < 16 ? block[2 + i] & 0xF : block[2 + i - 16] >> 4) - 8;
+      const int nibble = i < 16 ? quants[i] & 0xF : quants[i - 16] >> 4;
+      const int wv = q8 ? static_cast<std::int8_t>(quants[i])
+                        : (nibble | static_cast<int>((high_bits >> i) & 1u) << 4) - layout.offset;
       dot += wv * xq[i];
+      sum_q += xq[i];
     }
-    std::uint16_t scale_bits;
-    std::memcpy(&scale_bits, block, 2);
-    sum += gguf::f16_to_f32(scale_bits) * lane_scales[b * 8] * static_cast<float>(dot);
+    std::uint16_t bits;
+    std::memcpy(&bits, block, 2);
+    const float scale = lane_scales[b * 8];
+    sum += gguf::f16_to_f32(bits) * scale * static_cast<float>(dot);
+    if (layout.min != 0) {
+      std::memcpy(&bits, block + layout.min, 2);
+      sum += gguf::f16_to_f32(bits) * scale * static_cast<float>(sum_q);
+    }
   }
   return sum;
 }
@@ -148,6 +158,9 @@ bool has_int8_kernel(gguf::TensorType type, std::int64_t cols) {
   switch (type) {
     case TensorType::q8_0:
     case TensorType::q4_0:
+    case TensorType::q4_1:
+    case TensorType::q5_0:
+    case TensorType::q5_1:
       return cols % 32 == 0;
     case TensorType::q4_k:
     case TensorType::q5_k:

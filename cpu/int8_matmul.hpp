@@ -1,7 +1,7 @@
-// Matrix products of quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) against int8
-// activations, the weights never decoded to float: per 32 values, an exact integer dot
-// product (VNNI's vpdpbusd, or AVX2's pmaddubsw + pmaddwd, or plain C++), scaled once into a
-// float accumulator. The path is chosen once from what the processor has; each path
+// Matrix products of quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
+// against int8 activations, the weights never decoded to float: per 32 values, an exact
+// integer dot product (VNNI's vpdpbusd, or AVX2's pmaddubsw + pmaddwd, or plain C++), scaled
+// once into a float accumulator. The path is chosen once from what the processor has; each path
 // computes a row's result by one fixed sequence of operations whatever the tile it sits in,
 // so a row's result never depends on how many other rows share the call.
 #pragma once
@@ -61,9 +61,44 @@ void int8_matmul_on(Int8Path path, gguf::TensorType type, const Int8Rows& x, std
                     const std::byte* w, std::size_t w_row_bytes, std::int64_t num_w, float* out,
                     std::int64_t out_stride);
 
-// For the kernels: the Q8_0 or Q4_0 blocks of a row past its last whole chunk of 256 values,
-// in plain integer arithmetic. Compiled once, without the vector files' flags: built with
-// -mavxvnni, GCC 12 auto-vectorized this signed-by-signed byte loop into wrong sums here
+// For the kernels: where the fields of ggml's blocks of 32 values lie. Each starts with its
+// f16 scale d; value i is d * (u_i - offset) + m, u_i the quant byte (Q8_0: signed) or the
+// nibble of byte i % 16 (low for i < 16), with bit i of the fifth-bit word added as 16.
+struct Block32Layout {
+  std::size_t bytes;      // per block
+  std::size_t min;        // where the f16 m lies (Q4_1, Q5_1); 0: no m
+  std::size_t high_bits;  // where the little-endian uint32 of fifth bits lies (Q5_0, Q5_1); 0: none
+  std::size_t quants;     // where the 32 quant bytes (Q8_0) or 16 nibble pairs lie
+  int offset;             // 8 (Q4_0), 16 (Q5_0), else 0
+};
+
+constexpr bool is_block32(gguf::TensorType type) {
+  using gguf::TensorType;
+  return type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::q4_1 ||
+         type == TensorType::q5_0 || type == TensorType::q5_1;
+}
+
+constexpr Block32Layout block32_layout(gguf::TensorType type) {
+  using gguf::TensorType;
+  switch (type) {
+    case TensorType::q8_0:
+      return {34, 0, 0, 2, 0};
+    case TensorType::q4_0:
+      return {18, 0, 0, 2, 8};
+    case TensorType::q4_1:
+      return {20, 2, 0, 4, 0};
+    case TensorType::q5_0:
+      return {22, 0, 2, 6, 16};
+    case TensorType::q5_1:
+      return {24, 2, 4, 8, 0};
+    default:  // not a block of 32 (is_block32)
+      return {0, 0, 0, 0, 0};
+  }
+}
+
+// For the kernels: a row's blocks of 32 (is_block32 types) past its last whole chunk of 256
+// values, in plain integer arithmetic. Compiled once, without the vector files' flags: built
+// with -mavxvnni, GCC 12 auto-vectorized this signed-by-signed byte loop into wrong sums here
 // (caught by the int8 kernel test).
 float int8_tail_dot(gguf::TensorType type, const std::byte* w_row, const std::int8_t* q,
                     const float* lane_scales, std::int64_t cols);

@@ -101,13 +101,29 @@ struct Ops {
     return {_mm256_or_si256(u.lo, Bytes256::bit_to_16(h, bit)),
             _mm256_or_si256(u.hi, Bytes256::bit_to_16(h, bit + 1))};
   }
+  // 16 in byte i where bit i of `bits` is set, else 0: each byte picks its word's byte
+  // i / 8, keeps bit i % 8 and compares.
+  static __m256i word_bits_to_16(std::uint32_t bits) {
+    const __m256i spread =
+        _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                            _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                               0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(16));
+  }
+  static Unit high_bits_2x32(Unit u, std::uint32_t qh0, std::uint32_t qh1) {
+    return {_mm256_or_si256(u.lo, word_bits_to_16(qh0)),
+            _mm256_or_si256(u.hi, word_bits_to_16(qh1))};
+  }
   static Unit q6(const std::uint8_t* ql, const std::uint8_t* qh, bool high, int shift) {
     const __m256i h = Bytes256::load(qh);
     return {Bytes256::q6_quarter(ql, h, high, shift),
             Bytes256::q6_quarter(ql + 32, h, high, shift + 2)};
   }
   // Per lane of 4: the sum of u[i] * q[i]. pmaddubsw's int16 pair sums cannot saturate here:
-  // u <= 63 (K-quants, Q4_0) or |w| <= 128 with |q| <= 127 (Q8_0) keeps them within 32512.
+  // u <= 63 (K-quants, Q4_0, Q4_1, Q5_0, Q5_1) or |w| <= 128 with |q| <= 127 (Q8_0) keeps them
+  // within 32512.
   static __m256i idot(__m256i u, __m256i q) {
 #ifdef TROUPE_INT8_AVX_VNNI
     return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, q);

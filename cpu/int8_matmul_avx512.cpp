@@ -87,6 +87,11 @@ struct Ops {
     const __m256i h = Bytes256::load(qh);
     return _mm512_or_si512(u, join(Bytes256::bit_to_16(h, bit), Bytes256::bit_to_16(h, bit + 1)));
   }
+  static Unit high_bits_2x32(Unit u, std::uint32_t qh0, std::uint32_t qh1) {
+    const __mmask64 high = _cvtu64_mask64(qh0 | static_cast<std::uint64_t>(qh1) << 32);
+    // The nibbles leave bit 4 clear: adding 16 sets it.
+    return _mm512_mask_add_epi8(u, high, u, _mm512_set1_epi8(16));
+  }
   static Unit q6(const std::uint8_t* ql, const std::uint8_t* qh, bool high, int shift) {
     const __m256i h = Bytes256::load(qh);
     return join(Bytes256::q6_quarter(ql, h, high, shift),

@@ -6,8 +6,8 @@
 // Every weight type is decoded, per chunk, to unsigned bytes u (Q8_0: signed) with
 //   w = a * u + c,
 // where a (a float) is constant over each lane of 4 values and c (the offset: -8d for Q4_0,
-// -dmin*m for the K-quants' minimums, -32d*sc for Q6_K) over each group of 16. With the
-// activation x = s * q (s the scale of q's block of 32):
+// -16d for Q5_0, m for Q4_1 and Q5_1, -dmin*m for the K-quants' minimums, -32d*sc for Q6_K)
+// over each group of 16. With the activation x = s * q (s the scale of q's block of 32):
 //   dot(w, x) = sum over lanes of (a * s) * idot(u, q) + sum over groups of c * (s * sum q),
 // idot being exact in int32. Each (activation row, weight row) pair keeps one float vector
 // accumulator and adds these terms chunk by chunk in a fixed order; the lanes are summed at
@@ -27,6 +27,8 @@
 //   nibbles16x2(p0, p1): low then high nibbles of p0[0..16), then of p1[0..16),
 //   with_high_bits(u, qh, bit): u's first 32 bytes += 16 * bit `bit` of qh[0..32), its last
 //     32 += 16 * bit `bit + 1`,
+//   high_bits_2x32(u, qh0, qh1): byte i of u's first 32 += 16 * bit i of the word qh0, byte i
+//     of its last 32 += 16 * bit i of qh1,
 //   q6(ql, qh, high, shift): (nibble of ql[0..32)) | ((qh >> shift) & 3) << 4, then
 //     (nibble of ql[32..64)) | ((qh >> shift + 2) & 3) << 4, the nibble high or low,
 //   dot_fma(acc, u, q, scale): acc + float(idot per lane of unsigned u and signed q) * scale,
@@ -72,13 +74,19 @@ inline constexpr bool kSigned = kType == TensorType::q8_0;
 
 // Bytes a chunk of 256 values takes.
 template <TensorType kType>
-inline constexpr std::size_t kChunkBytes = kType == TensorType::q8_0   ? 8 * 34
-                                           : kType == TensorType::q4_0 ? 8 * 18
+inline constexpr std::size_t kChunkBytes = is_block32(kType) ? 8 * block32_layout(kType).bytes
                                            : kType == TensorType::q4_k ? 144
                                            : kType == TensorType::q5_k ? 176
                                                                        : 210;
 
-// The f16 scales of a chunk's 8 blocks of 32 (Q8_0, Q4_0), in lanes 0-7.
+inline std::uint32_t load_u32(const std::uint8_t* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// An f16 field of a chunk's 8 blocks of 32 (the scales d, or Q4_1's and Q5_1's minimums m at
+// p + 2), in lanes 0-7.
 template <std::size_t kBlockBytes>
 inline Ops::Acc block_scales(const std::uint8_t* p) {
   std::uint16_t h[8];
@@ -95,13 +103,25 @@ inline void decode_chunk(const std::uint8_t* p, ChunkWeights& cw) {
       cw.a[k] = Ops::spread8(d, k);
     }
     cw.c = Ops::zero();
-  } else if constexpr (kType == TensorType::q4_0) {
-    const Ops::Acc d = block_scales<18>(p);
+  } else if constexpr (is_block32(kType)) {  // Q4_0, Q4_1, Q5_0, Q5_1
+    // u: the 4 or 5 bits; a: d per block; c: m, or -offset * d, per block's two groups of 16.
+    constexpr Block32Layout kLayout = block32_layout(kType);
+    const Ops::Acc d = block_scales<kLayout.bytes>(p);
     for (int k = 0; k < 4; ++k) {
-      cw.u[k] = Ops::nibbles16x2(p + 2 * k * 18 + 2, p + (2 * k + 1) * 18 + 2);
+      const std::uint8_t* first = p + 2 * k * kLayout.bytes;
+      const std::uint8_t* second = first + kLayout.bytes;
+      cw.u[k] = Ops::nibbles16x2(first + kLayout.quants, second + kLayout.quants);
+      if constexpr (kLayout.high_bits != 0) {
+        cw.u[k] = Ops::high_bits_2x32(cw.u[k], load_u32(first + kLayout.high_bits),
+                                      load_u32(second + kLayout.high_bits));
+      }
       cw.a[k] = Ops::spread8(d, k);
     }
-    cw.c = Ops::mul(Ops::pairs_low(d), Ops::set1(-8.0f));
+    if constexpr (kLayout.min != 0) {
+      cw.c = Ops::pairs_low(block_scales<kLayout.bytes>(p + kLayout.min));
+    } else {
+      cw.c = Ops::mul(Ops::pairs_low(d), Ops::set1(-static_cast<float>(kLayout.offset)));
+    }
   } else if constexpr (kType == TensorType::q4_k || kType == TensorType::q5_k) {
     std::uint16_t d_bits, dmin_bits;
     std::memcpy(&d_bits, p, 2);
@@ -183,7 +203,7 @@ inline void tile(const Int8Rows& x, std::int64_t t0, const std::uint8_t* w, std:
   for (int t = 0; t < NT; ++t) {
     for (int r = 0; r < NR; ++r) {
       float sum = Ops::sum(acc[t][r]);
-      if constexpr (kType == TensorType::q8_0 || kType == TensorType::q4_0) {
+      if constexpr (is_block32(kType)) {
         if (cols % kChunk != 0) {
           const std::int64_t row = t0 + t;
           sum += int8_tail_dot(kType, reinterpret_cast<const std::byte*>(w + r * w_row_bytes),
@@ -232,6 +252,12 @@ void int8_matmul(TensorType type, const Int8Rows& x, std::int64_t num_x, const s
       return matmul<TensorType::q8_0>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
     case TensorType::q4_0:
       return matmul<TensorType::q4_0>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
+    case TensorType::q4_1:
+      return matmul<TensorType::q4_1>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
+    case TensorType::q5_0:
+      return matmul<TensorType::q5_0>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
+    case TensorType::q5_1:
+      return matmul<TensorType::q5_1>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
     case TensorType::q4_k:
       return matmul<TensorType::q4_k>(x, num_x, bytes, w_row_bytes, num_w, out, out_stride);
     case TensorType::q5_k:

@@ -120,6 +120,13 @@ struct Ops {
     }
     return u;
   }
+  static Unit high_bits_2x32(Unit u, std::uint32_t qh0, std::uint32_t qh1) {
+    for (int i = 0; i < 32; ++i) {
+      u.b[i] = static_cast<std::uint8_t>(u.b[i] | ((qh0 >> i) & 1u) << 4);
+      u.b[32 + i] = static_cast<std::uint8_t>(u.b[32 + i] | ((qh1 >> i) & 1u) << 4);
+    }
+    return u;
+  }
   static Unit q6(const std::uint8_t* ql, const std::uint8_t* qh, bool high, int shift) {
     Unit u;
     for (int i = 0; i < 32; ++i) {

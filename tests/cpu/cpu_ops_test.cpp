@@ -13,7 +13,6 @@
 #include "cpu/kernels.hpp"
 #include "cpu/thread_pool.hpp"
 #include "gguf/dequantize.hpp"
-#include "gguf/half.hpp"
 
 using namespace troupe;
 using namespace troupe::gguf;
@@ -75,29 +74,6 @@ HostWeight make_weight(TensorType type, std::int64_t rows, std::int64_t cols) {
   HostWeight w;
   const auto values = random_floats(static_cast<std::size_t>(rows * cols), 0.5f);
   w.bytes = *quantize(type, values, cols);
-  finish_weight(w, type, rows, cols);
-  return w;
-}
-
-// Random blocks of a type troupe only decodes (no encoder): random bytes with
-// sane f16 scale fields.
-HostWeight make_random_blocks(TensorType type, std::int64_t rows, std::int64_t cols) {
-  const auto traits = *tensor_type_traits(static_cast<std::uint32_t>(type));
-  HostWeight w;
-  w.bytes.resize(static_cast<std::size_t>(rows * cols) / traits.block_elements *
-                 traits.block_bytes);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& b : w.bytes) b = static_cast<std::byte>(byte(rng()));
-  std::vector<std::size_t> scale_offsets = {0, 2};
-  if (type == TensorType::q5_0) scale_offsets = {0};
-  if (type == TensorType::q6_k) scale_offsets = {208};
-  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
-  for (std::size_t block = 0; block < w.bytes.size(); block += traits.block_bytes) {
-    for (std::size_t off : scale_offsets) {
-      const std::uint16_t h = f32_to_f16(scale(rng()));
-      std::memcpy(w.bytes.data() + block + off, &h, 2);
-    }
-  }
   finish_weight(w, type, rows, cols);
   return w;
 }
@@ -169,8 +145,10 @@ TEST_CASE("matmul matches the reference for every weight type", "[cpu][ops]") {
   CpuBackend backend(2);
   // Odd shapes exercise every tile edge; quantized types need columns in blocks of 32.
   for (const TensorType type :
-       {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0}) {
-    const bool quantized = type == TensorType::q8_0 || type == TensorType::q4_0;
+       {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0,
+        TensorType::q4_1, TensorType::q5_0, TensorType::q5_1}) {
+    const bool quantized =
+        type != TensorType::f32 && type != TensorType::f16 && type != TensorType::bf16;
     for (const auto& [n, rows, cols] :
          {std::tuple{1, 7, 96}, std::tuple{5, 33, 160}, std::tuple{9, 64, quantized ? 64 : 67}}) {
       INFO(tensor_type_name(type) << " n=" << n << " rows=" << rows << " cols=" << cols);
@@ -195,25 +173,10 @@ TEST_CASE("matmul matches the reference for every weight type", "[cpu][ops]") {
   }
 }
 
-TEST_CASE("matmul decodes the other GGUF types (Q4_1, Q5_0, Q5_1) exactly", "[cpu][ops]") {
-  // The K-quants run through the int8 kernels: tests/cpu/int8_matmul_test.cpp.
-  CpuBackend backend(2);
-  for (const TensorType type : {TensorType::q4_1, TensorType::q5_0, TensorType::q5_1}) {
-    INFO(tensor_type_name(type));
-    const std::int64_t n = 5, rows = 13, cols = 512;
-    const auto w = make_random_blocks(type, rows, cols);
-    const auto xs = random_floats(static_cast<std::size_t>(n * cols));
-    Held x(backend, n, cols, xs), out(backend, n, rows);
-    backend.matmul(x.tensor, w.weight, out.tensor);
-    const auto [want, scale] = reference_matmul(xs, w.dequantized, n, rows, cols);
-    check_close(out.values(), want, 1e-5, scale);
-  }
-}
-
 TEST_CASE("a row's matmul result is bit-identical alone or in a batch of 32", "[cpu][ops]") {
   CpuBackend backend(2);
-  for (const TensorType type :
-       {TensorType::f32, TensorType::f16, TensorType::q8_0, TensorType::q4_0}) {
+  for (const TensorType type : {TensorType::f32, TensorType::f16, TensorType::q8_0,
+                                TensorType::q4_0, TensorType::q5_0, TensorType::q5_1}) {
     INFO(tensor_type_name(type));
     const std::int64_t rows = 70, cols = 128;
     const auto w = make_weight(type, rows, cols);
@@ -312,8 +275,8 @@ TEST_CASE("embed decodes each token's row for every table type", "[cpu][ops]") {
   const std::int32_t vocab = 50, dim = 64;
   const StepInput step = make_step({3, 2}, {0, 0}, 16, 4, vocab);
   REQUIRE(backend.begin_step(step).has_value());
-  for (const TensorType type :
-       {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0}) {
+  for (const TensorType type : {TensorType::f32, TensorType::f16, TensorType::bf16,
+                                TensorType::q8_0, TensorType::q4_0, TensorType::q5_0}) {
     const auto table = make_weight(type, vocab, dim);
     Held out(backend, step.num_tokens(), dim);
     backend.embed(table.weight, out.tensor);

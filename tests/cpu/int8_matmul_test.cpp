@@ -1,4 +1,5 @@
-// The int8 kernels (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K against int8 activations) on every path
+// The int8 kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K against int8 activations)
+// on every path
 // this processor can run, against a double-precision product of the scalar decoder's
 // weights and the activations as quantized; and a row's result alone and in a batch.
 #include <catch2/catch.hpp>
@@ -36,8 +37,20 @@ struct Weights {
   std::size_t row_bytes = 0;
 };
 
-// Encoded by troupe's quantizer, then every byte but the scale fields randomised for the
-// K-quants, so that all 6-bit scales, minimums and high bits occur (not only what the
+const TensorType kTypes[] = {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1,
+                             TensorType::q5_0, TensorType::q5_1, TensorType::q4_k,
+                             TensorType::q5_k, TensorType::q6_k};
+
+// The f16 fields of a block, [begin, end): d and dmin (Q4_K, Q5_K), d (Q6_K), d and m (Q4_1,
+// Q5_1), d (Q5_0).
+std::pair<std::size_t, std::size_t> f16_fields(TensorType type) {
+  if (type == TensorType::q6_k) return {208, 210};
+  if (type == TensorType::q5_0) return {0, 2};
+  return {0, 4};
+}
+
+// Encoded by troupe's quantizer, then every byte but the f16 fields randomised (all but Q8_0
+// and Q4_0), so that all 6-bit scales, minimums and high bits occur (not only what the
 // encoder happens to write).
 Weights make_weights(TensorType type, std::int64_t rows, std::int64_t cols, bool random_bits) {
   Weights w;
@@ -47,9 +60,8 @@ Weights make_weights(TensorType type, std::int64_t rows, std::int64_t cols, bool
     const auto traits = *gguf::tensor_type_traits(static_cast<std::uint32_t>(type));
     std::uniform_int_distribution<int> byte(0, 255);
     for (std::size_t b = 0; b < w.bytes.size(); b += traits.block_bytes) {
-      // Keep the f16 scales (bytes 0-3 of Q4_K/Q5_K, 208-209 of Q6_K) finite and small.
-      const std::size_t keep_begin = type == TensorType::q6_k ? 208 : 0;
-      const std::size_t keep_end = type == TensorType::q6_k ? 210 : 4;
+      // The encoder's scales stay: finite and small.
+      const auto [keep_begin, keep_end] = f16_fields(type);
       for (std::size_t i = 0; i < traits.block_bytes; ++i) {
         if (i < keep_begin || i >= keep_end) w.bytes[b + i] = static_cast<std::byte>(byte(rng()));
       }
@@ -64,6 +76,17 @@ Weights make_weights(TensorType type, std::int64_t rows, std::int64_t cols, bool
   return w;
 }
 
+bool random_bits(TensorType type) {
+  return type != TensorType::q8_0 && type != TensorType::q4_0;
+}
+
+// Row lengths with a partial last chunk: the blocks of 32 only.
+std::vector<std::int64_t> widths(TensorType type, std::vector<std::int64_t> whole,
+                                 const std::vector<std::int64_t>& partial) {
+  if (is_block32(type)) whole.insert(whole.end(), partial.begin(), partial.end());
+  return whole;
+}
+
 std::string shape_name(TensorType type, Int8Path path, std::int64_t n, std::int64_t rows,
                        std::int64_t cols) {
   return std::string(gguf::tensor_type_name(type)) + " on " + std::string(int8_path_name(path)) +
@@ -74,15 +97,12 @@ std::string shape_name(TensorType type, Int8Path path, std::int64_t n, std::int6
 
 TEST_CASE("every int8 kernel on every path matches the scalar decoder's product", "[cpu][int8]") {
   INFO("paths here: " << supported_int8_paths().size());
-  for (const TensorType type :
-       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k}) {
-    const bool k_quant = type != TensorType::q8_0 && type != TensorType::q4_0;
-    // Tiles of 4 x 2 and 1 x 4 with every edge; Q8_0/Q4_0 rows that end in a partial chunk.
-    std::vector<std::int64_t> widths = {256, 512};
-    if (!k_quant) widths.insert(widths.end(), {32, 96, 288, 800});
-    for (const std::int64_t cols : widths) {
+  for (const TensorType type : kTypes) {
+    // Tiles of 4 x 2 and 1 x 4 with every edge; rows of blocks of 32 that end in a partial
+    // chunk (896: Qwen2-0.5B's width, 3.5 chunks).
+    for (const std::int64_t cols : widths(type, {256, 512}, {32, 96, 288, 800, 896})) {
       for (const auto& [n, rows] : {std::pair{1, 7}, std::pair{5, 9}, std::pair{9, 33}}) {
-        const auto w = make_weights(type, rows, cols, k_quant);
+        const auto w = make_weights(type, rows, cols, random_bits(type));
         const auto xs = random_floats(static_cast<std::size_t>(n * cols), 1.0f);
         Int8RowBuffer buffer;
         buffer.resize(n, cols);
@@ -140,9 +160,9 @@ TEST_CASE("the int8 activations hold each block's scale and scaled sums", "[cpu]
 
 TEST_CASE("a NaN or infinite activation gives NaN products on every path", "[cpu][int8]") {
   const std::int64_t rows = 3, cols = 288;  // a whole chunk and a tail block
-  for (const TensorType type : {TensorType::q8_0, TensorType::q4_k, TensorType::q6_k}) {
-    const std::int64_t width = type == TensorType::q8_0 ? cols : 256;
-    const auto w = make_weights(type, rows, width, false);
+  for (const TensorType type : kTypes) {
+    const std::int64_t width = is_block32(type) ? cols : 256;
+    const auto w = make_weights(type, rows, width, random_bits(type));
     for (const float bad :
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       auto xs = random_floats(static_cast<std::size_t>(width), 1.0f);
@@ -162,52 +182,68 @@ TEST_CASE("a NaN or infinite activation gives NaN products on every path", "[cpu
 }
 
 TEST_CASE("an int8 matmul row is bit-identical alone and in a batch on every path", "[cpu][int8]") {
-  const std::int64_t rows = 70, cols = 512, batch = 32;
-  for (const TensorType type :
-       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k}) {
-    const auto w = make_weights(type, rows, cols, false);
-    const auto xs = random_floats(static_cast<std::size_t>(batch * cols), 1.0f);
-    Int8RowBuffer all;
-    all.resize(batch, cols);
-    for (std::int64_t t = 0; t < batch; ++t) all.quantize_row(t, xs.data() + t * cols);
-    for (const Int8Path path : supported_int8_paths()) {
-      INFO(gguf::tensor_type_name(type) << " on " << int8_path_name(path));
-      std::vector<float> together(static_cast<std::size_t>(batch * rows));
-      int8_matmul_on(path, type, all.rows(), batch, w.bytes.data(), w.row_bytes, rows,
-                     together.data(), rows);
-      for (const std::int64_t t : {0, 3, 17, 31}) {
-        Int8RowBuffer one;
-        one.resize(1, cols);
-        one.quantize_row(0, xs.data() + t * cols);
-        std::vector<float> alone(static_cast<std::size_t>(rows));
-        // Weight rows split at an odd place too, as the thread pool's tasks split them.
-        int8_matmul_on(path, type, one.rows(), 1, w.bytes.data(), w.row_bytes, 5, alone.data(),
-                       rows);
-        int8_matmul_on(path, type, one.rows(), 1, w.bytes.data() + 5 * w.row_bytes, w.row_bytes,
-                       rows - 5, alone.data() + 5, rows);
-        REQUIRE(std::memcmp(alone.data(), together.data() + t * rows, rows * sizeof(float)) == 0);
+  const std::int64_t rows = 70, batch = 32;
+  for (const TensorType type : kTypes) {
+    for (const std::int64_t cols : widths(type, {512}, {896})) {
+      const auto w = make_weights(type, rows, cols, random_bits(type));
+      const auto xs = random_floats(static_cast<std::size_t>(batch * cols), 1.0f);
+      Int8RowBuffer all;
+      all.resize(batch, cols);
+      for (std::int64_t t = 0; t < batch; ++t) all.quantize_row(t, xs.data() + t * cols);
+      for (const Int8Path path : supported_int8_paths()) {
+        INFO(gguf::tensor_type_name(type)
+             << " on " << int8_path_name(path) << ", " << cols << " columns");
+        std::vector<float> together(static_cast<std::size_t>(batch * rows));
+        int8_matmul_on(path, type, all.rows(), batch, w.bytes.data(), w.row_bytes, rows,
+                       together.data(), rows);
+        for (const std::int64_t t : {0, 3, 17, 31}) {
+          Int8RowBuffer one;
+          one.resize(1, cols);
+          one.quantize_row(0, xs.data() + t * cols);
+          std::vector<float> alone(static_cast<std::size_t>(rows));
+          // Weight rows split at an odd place too, as the thread pool's tasks split them.
+          int8_matmul_on(path, type, one.rows(), 1, w.bytes.data(), w.row_bytes, 5, alone.data(),
+                         rows);
+          int8_matmul_on(path, type, one.rows(), 1, w.bytes.data() + 5 * w.row_bytes, w.row_bytes,
+                         rows - 5, alone.data() + 5, rows);
+          REQUIRE(std::memcmp(alone.data(), together.data() + t * rows, rows * sizeof(float)) == 0);
+        }
       }
     }
   }
 }
 
-TEST_CASE("the CPU backend multiplies K-quant weights through the int8 kernels", "[cpu][int8]") {
+TEST_CASE("the CPU backend multiplies quantized weights through the int8 kernels", "[cpu][int8]") {
   CpuBackend backend(2);
-  const std::int64_t n = 3, rows = 20, cols = 256;
-  const auto w = make_weights(TensorType::q6_k, rows, cols, true);
-  const auto xs = random_floats(static_cast<std::size_t>(n * cols), 1.0f);
-  auto x = *backend.allocate(n, cols);
-  auto out = *backend.allocate(n, rows);
-  std::copy(xs.begin(), xs.end(), x.data);
-  backend.matmul(x, model::Weight{w.bytes.data(), TensorType::q6_k, rows, cols}, out);
-  Int8RowBuffer buffer;
-  buffer.resize(n, cols);
-  for (std::int64_t t = 0; t < n; ++t) buffer.quantize_row(t, xs.data() + t * cols);
-  std::vector<float> want(static_cast<std::size_t>(n * rows));
-  int8_matmul(TensorType::q6_k, buffer.rows(), n, w.bytes.data(), w.row_bytes, rows, want.data(),
-              rows);
-  REQUIRE(std::memcmp(out.data, want.data(), want.size() * sizeof(float)) == 0);
+  const std::int64_t n = 3, rows = 20;
+  for (const TensorType type : kTypes) {
+    for (const std::int64_t cols : widths(type, {256}, {896})) {
+      INFO(gguf::tensor_type_name(type) << ", " << cols << " columns");
+      REQUIRE(has_int8_kernel(type, cols));
+      const auto w = make_weights(type, rows, cols, random_bits(type));
+      const auto xs = random_floats(static_cast<std::size_t>(n * cols), 1.0f);
+      auto x = *backend.allocate(n, cols);
+      auto out = *backend.allocate(n, rows);
+      std::copy(xs.begin(), xs.end(), x.data);
+      backend.matmul(x, model::Weight{w.bytes.data(), type, rows, cols}, out);
+      Int8RowBuffer buffer;
+      buffer.resize(n, cols);
+      for (std::int64_t t = 0; t < n; ++t) buffer.quantize_row(t, xs.data() + t * cols);
+      std::vector<float> want(static_cast<std::size_t>(n * rows));
+      int8_matmul(type, buffer.rows(), n, w.bytes.data(), w.row_bytes, rows, want.data(), rows);
+      const bool same = std::memcmp(out.data, want.data(), want.size() * sizeof(float)) == 0;
+      backend.release(x);
+      backend.release(out);
+      REQUIRE(same);
+    }
+  }
   REQUIRE_THAT(backend.describe(), Catch::Contains(std::string(int8_path_name(best_int8_path()))));
-  backend.release(x);
-  backend.release(out);
+}
+
+TEST_CASE("only K-quant rows of whole super-blocks have an int8 kernel", "[cpu][int8]") {
+  CHECK(has_int8_kernel(TensorType::q5_0, 896));
+  CHECK(has_int8_kernel(TensorType::q4_1, 32));
+  CHECK_FALSE(has_int8_kernel(TensorType::q5_1, 48));
+  CHECK_FALSE(has_int8_kernel(TensorType::q4_k, 896));
+  CHECK_FALSE(has_int8_kernel(TensorType::f16, 256));
 }
