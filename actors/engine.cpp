@@ -100,7 +100,6 @@ std::string describe_token_budget(const EngineConfig& config,
   return text;
 }
 
-// Asks a fresh worker to load, and waits for its answer.
 actors::cluster::TlsFiles tls_of(const ClusterConfig& cluster) {
   return {cluster.tls_certificate, cluster.tls_key, cluster.tls_ca};
 }

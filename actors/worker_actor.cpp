@@ -40,9 +40,12 @@ class ActorStore final : public model::RendezvousStore {
   }
 
  private:
+  // A wait that ran out is for a rank that did not come (ErrorCode::timed_out: its group
+  // blames that rank, not this one).
   tl::unexpected<Error> failure(const caf::error& e) const {
-    return make_error(ErrorCode::unavailable,
-                      "the group's rendezvous failed: " + system_.render(e));
+    return make_error(
+        e == caf::sec::request_timeout ? ErrorCode::timed_out : ErrorCode::unavailable,
+        "the group's rendezvous failed: " + system_.render(e));
   }
 
   caf::actor_system& system_;

@@ -71,11 +71,15 @@ class StoreAdapter final : public gloo::rendezvous::Store {
       if (auto value = store_.get(prefix_ + key, timeout); !value) fail(value.error());
     }
   }
+  // Whether a failure was a wait for another rank that ran out.
+  bool timed_out() const { return timed_out_; }
 
  private:
-  [[noreturn]] static void fail(const Error& error) {
+  [[noreturn]] void fail(const Error& error) {
+    timed_out_ = timed_out_ || error.code == ErrorCode::timed_out;
     throw std::runtime_error("rendezvous: " + error.message);
   }
+  bool timed_out_ = false;
 
   model::RendezvousStore& store_;
   std::string prefix_;
@@ -145,18 +149,22 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::connect(model::Rende
   }
   auto impl = std::make_unique<Impl>();
   impl->timeout = options.timeout;
+  StoreAdapter adapter(store, options.prefix + "/", options.timeout);
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;
     impl->device = gloo::transport::tcp::CreateDevice(attr);
     impl->context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     impl->context->setTimeout(options.timeout);
-    StoreAdapter adapter(store, options.prefix + "/", options.timeout);
     impl->context->connectFullMesh(adapter, impl->device);
   } catch (const std::exception& e) {
-    return make_error(ErrorCode::unavailable, "rank " + std::to_string(rank) + " of " +
-                                                  std::to_string(size) +
-                                                  " could not connect to its group: " + e.what());
+    // A rank that never came (its address never set, its pair never connected) is not
+    // this rank's failure: its group blames the one that did not come.
+    const std::string_view what = e.what();
+    const bool waited = adapter.timed_out() || what.find("imed out") != std::string_view::npos;
+    return make_error(waited ? ErrorCode::timed_out : ErrorCode::unavailable,
+                      "rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                          " could not connect to its group: " + e.what());
   }
   return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(impl)));
 }

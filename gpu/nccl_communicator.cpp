@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -73,10 +74,11 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::connect(
     return make_error(ErrorCode::invalid_argument,
                       "rank " + std::to_string(rank) + " of a group of " + std::to_string(size));
   }
-  auto fail = [&](const std::string& why) {
-    return make_error(ErrorCode::unavailable, "rank " + std::to_string(rank) + " of " +
-                                                  std::to_string(size) +
-                                                  " could not join its NCCL group: " + why);
+  // `waited`: the other ranks did not come in time (their group blames them, not this one).
+  auto fail = [&](const std::string& why, bool waited = false) {
+    return make_error(waited ? ErrorCode::timed_out : ErrorCode::unavailable,
+                      "rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                          " could not join its NCCL group: " + why);
   };
   if (cudaSetDevice(device) != cudaSuccess) return fail("no CUDA device " + std::to_string(device));
   // Rank 0's unique id reaches the others through the store.
@@ -90,13 +92,17 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::connect(
     std::memcpy(bytes.data(), &id, sizeof(id));
     TROUPE_TRY_VOID(store.set(key, bytes));
   } else {
-    TROUPE_TRY(const auto bytes, store.get(key, timeout));
-    if (bytes.size() != sizeof(id)) return fail("rank 0's unique id has the wrong size");
-    std::memcpy(&id, bytes.data(), sizeof(id));
+    auto bytes = store.get(key, timeout);
+    if (!bytes) return fail(bytes.error().message, bytes.error().code == ErrorCode::timed_out);
+    if (bytes->size() != sizeof(id)) return fail("rank 0's unique id has the wrong size");
+    std::memcpy(&id, bytes->data(), sizeof(id));
   }
   // Non-blocking, so that a rank that never comes is a timeout, not a hang.
   auto impl = std::make_unique<Impl>();
   impl->device = device;
+  // Every connection made at init, not lazily per algorithm at a first large collective
+  // (NCCL 2.22+), when the KV pool may already hold the memory (unless the user says).
+  ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   const ncclResult_t started = ncclCommInitRankConfig(&impl->comm, size, id, rank, &config);
@@ -107,9 +113,11 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::connect(
   const ncclResult_t ready = wait_ready(impl->comm, Clock::now() + timeout);
   if (ready != ncclSuccess) {
     impl->abort();
-    return fail(ready == ncclInProgress ? "the other ranks did not join within " +
-                                              std::to_string(timeout.count()) + " ms"
-                                        : describe(ready));
+    if (ready == ncclInProgress) {
+      return fail("the other ranks did not join within " + std::to_string(timeout.count()) + " ms",
+                  true);
+    }
+    return fail(describe(ready));
   }
   return std::unique_ptr<NcclCommunicator>(
       new NcclCommunicator(rank, size, timeout, std::move(impl)));
@@ -117,7 +125,8 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::connect(
 
 Result<void> NcclCommunicator::broken() const {
   if (failure_.empty()) return {};
-  return make_error(ErrorCode::unavailable, "the tensor-parallel group is broken: " + failure_);
+  return make_error(waited_out_ ? ErrorCode::timed_out : ErrorCode::unavailable,
+                    "the tensor-parallel group is broken: " + failure_);
 }
 
 Result<void> NcclCommunicator::enqueued(int code, const char* what) {
@@ -168,18 +177,26 @@ Result<void> NcclCommunicator::reserve(std::size_t max_all_reduce, std::size_t m
   TROUPE_TRY_VOID(broken());
   (void)max_gather_part;  // a gather's buffers are its caller's
   // At least two floats per rank: the warm-up collectives below run in the scratch.
-  TROUPE_TRY_VOID(reserve_gathered(std::max<std::size_t>(max_all_reduce, 2)));
+  const std::size_t n = std::max<std::size_t>(max_all_reduce, 2);
+  TROUPE_TRY_VOID(reserve_gathered(n));
   float* scratch = impl_->gathered;
   const auto size = static_cast<std::size_t>(size_);
   auto stream = static_cast<cudaStream_t>(stream_);
-  cudaMemsetAsync(scratch, 0, 2 * size * sizeof(float), stream);
-  // In place: this rank's float is at scratch[rank], as an all-gather's input may be.
-  TROUPE_TRY_VOID(enqueued(
-      ncclAllGather(scratch + rank_, scratch, 1, ncclFloat, impl_->comm, stream), "all-gather"));
-  // A gather of one float each from the second half into the first.
+  if (cudaMemsetAsync(scratch, 0, n * size * sizeof(float), stream) != cudaSuccess) {
+    return make_error(ErrorCode::internal,
+                      std::string("CUDA: ") + cudaGetErrorString(cudaGetLastError()));
+  }
+  // An all-gather at its largest, in place (this rank's part at scratch + rank * n, as an
+  // in-place all-gather's input must be), so that NCCL picks the algorithm large steps use.
+  TROUPE_TRY_VOID(
+      enqueued(ncclAllGather(scratch + rank_ * n, scratch, n, ncclFloat, impl_->comm, stream),
+               "all-gather"));
+  // A gather of one float each (its point-to-point links) from the second part into the first.
   const std::span<float> into = rank_ == 0 ? std::span<float>(scratch, size) : std::span<float>();
   TROUPE_TRY_VOID(gather({scratch + size + rank_, 1}, into));
-  return synchronize();
+  // The ranks load their shards at their own pace (a cold disk, a larger shard): this first
+  // collective waits as long as a load may take, not a step's collective timeout.
+  return synchronize(kFirstCollectiveTimeout);
 }
 
 Result<void> NcclCommunicator::gather(std::span<const float> part, std::span<float> gathered) {
@@ -210,9 +227,13 @@ Result<void> NcclCommunicator::gather(std::span<const float> part, std::span<flo
 }
 
 Result<void> NcclCommunicator::synchronize() {
+  return synchronize(timeout_);
+}
+
+Result<void> NcclCommunicator::synchronize(std::chrono::milliseconds within) {
   TROUPE_TRY_VOID(broken());
   auto stream = static_cast<cudaStream_t>(stream_);
-  const auto deadline = Clock::now() + timeout_;
+  const auto deadline = Clock::now() + within;
   while (true) {
     const cudaError_t done = cudaStreamQuery(stream);
     if (done == cudaSuccess) return {};
@@ -227,8 +248,9 @@ Result<void> NcclCommunicator::synchronize() {
       return broken();
     }
     if (Clock::now() > deadline) {
-      failure_ = "a collective did not finish within " + std::to_string(timeout_.count()) +
+      failure_ = "a collective did not finish within " + std::to_string(within.count()) +
                  " ms (a rank is gone or stuck)";
+      waited_out_ = true;
       impl_->abort();
       return broken();
     }

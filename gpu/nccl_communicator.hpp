@@ -37,9 +37,10 @@ class NcclCommunicator final : public model::Communicator {
   Result<void> all_reduce_sum(std::span<float> data) override;
   // `part` and `gathered` in device memory; enqueued on the bound stream.
   Result<void> gather(std::span<const float> part, std::span<float> gathered) override;
-  // Allocates the all-reduce's [size, n] scratch at its largest, and runs a one-float
-  // all-gather and gather so that NCCL makes its connections and their buffers now (it
-  // makes them at a kind of collective's first call); then waits for them, bounded.
+  // Allocates the all-reduce's [size, n] scratch at its largest, and runs an all-gather at
+  // that size and a one-float gather so that NCCL makes its connections and their buffers
+  // now; then waits for them, as long as a load may take (the other ranks may still be
+  // loading their shards).
   Result<void> reserve(std::size_t max_all_reduce, std::size_t max_gather_part) override;
 
   // The stream the collectives run on (a cudaStream_t): the backend's.
@@ -47,12 +48,15 @@ class NcclCommunicator final : public model::Communicator {
   // Waits for the bound stream; fails (and aborts the communicator for good) on an NCCL
   // error or when it has not finished within the timeout.
   Result<void> synchronize();
+  // How long reserve()'s first collective may wait for the other ranks: a load's length.
+  static constexpr std::chrono::minutes kFirstCollectiveTimeout{10};
 
  private:
   struct Impl;
   NcclCommunicator(std::int32_t rank, std::int32_t size, std::chrono::milliseconds timeout,
                    std::unique_ptr<Impl> impl);
   Result<void> enqueued(int result, const char* what);
+  Result<void> synchronize(std::chrono::milliseconds within);
   // The all-reduce's scratch holds [size, n] floats (grown, never shrunk).
   Result<void> reserve_gathered(std::size_t n);
   Result<void> broken() const;
@@ -62,7 +66,8 @@ class NcclCommunicator final : public model::Communicator {
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Impl> impl_;
   void* stream_ = nullptr;
-  std::string failure_;  // why the group broke, once it has
+  std::string failure_;      // why the group broke, once it has
+  bool waited_out_ = false;  // it broke on a wait for the others (ErrorCode::timed_out)
 };
 
 }  // namespace troupe::gpu

@@ -23,8 +23,8 @@ Result<std::vector<char>> InProcessStore::get(const std::string& key,
                                               std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   if (!changed_.wait_for(lock, timeout, [&] { return values_.contains(key); })) {
-    return make_error(ErrorCode::unavailable, "no rank set '" + key + "' within " +
-                                                  std::to_string(timeout.count()) + " ms");
+    return make_error(ErrorCode::timed_out, "no rank set '" + key + "' within " +
+                                                std::to_string(timeout.count()) + " ms");
   }
   return values_.at(key);
 }
@@ -55,8 +55,8 @@ Result<std::vector<char>> FileStore::get(const std::string& key,
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!std::filesystem::exists(path)) {
     if (std::chrono::steady_clock::now() > deadline) {
-      return make_error(ErrorCode::unavailable, "no rank set '" + key + "' within " +
-                                                    std::to_string(timeout.count()) + " ms");
+      return make_error(ErrorCode::timed_out, "no rank set '" + key + "' within " +
+                                                  std::to_string(timeout.count()) + " ms");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

@@ -273,7 +273,7 @@ std::string error_json(const ApiError& error) {
 
 ApiError api_error(const Error& error) {
   if (error.code == ErrorCode::internal) return ApiError{500, error.message, "internal_error", ""};
-  if (error.code == ErrorCode::unavailable) {
+  if (error.code == ErrorCode::unavailable || error.code == ErrorCode::timed_out) {
     return ApiError{503, error.message, "service_unavailable", ""};
   }
   return ApiError{400, error.message, "invalid_request_error", ""};

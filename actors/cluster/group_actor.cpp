@@ -74,7 +74,7 @@ void rank_loaded(Self self, Loading& loading, std::size_t r, engine::LoadReport 
   if (loading.answered || loading.answered_ranks[r]) return;
   loading.answered_ranks[r] = true;
   --loading.pending;
-  if (report.failed && report.error.code != ErrorCode::unavailable) {
+  if (report.failed && report.error.code != ErrorCode::timed_out) {
     loading.answered = true;
     loading.promise.deliver(failed_load(self, r, std::move(report)));
     return;

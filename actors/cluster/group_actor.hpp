@@ -39,8 +39,8 @@ struct Gathering {
   caf::typed_response_promise<Answer> promise;
 };
 
-// A load's gathering. A rank whose load failed for want of the others (its rendezvous
-// timed out: ErrorCode::unavailable) is not the cause while another has not answered: the
+// A load's gathering. A rank whose load failed for want of the others (a wait for them
+// ran out: ErrorCode::timed_out) is not the cause while another has not answered: the
 // group waits one collective timeout more, and blames the first rank still silent (the
 // node its scheduler then avoids). Any other failure is the cause, answered at once.
 struct Loading : Gathering<engine::LoadReport> {

@@ -18,6 +18,7 @@ enum class ErrorCode {
   out_of_range,      // a request that does not fit (context, memory)
   unsupported,       // valid but not implemented (a tensor type, an architecture)
   unavailable,       // nothing can serve it now (no replica up); worth retrying later
+  timed_out,         // another party (a rank of a group, a peer) did not come in time
   internal,
 };
 

@@ -90,7 +90,7 @@ Loaded load_group(std::optional<engine::LoadReport> rank0,
   return loaded;
 }
 
-const auto kGaveUp = failure(ErrorCode::unavailable, "no rank set 'tp/1' within 300 ms");
+const auto kGaveUp = failure(ErrorCode::timed_out, "no rank set 'tp/1' within 300 ms");
 
 }  // namespace
 
@@ -107,6 +107,14 @@ TEST_CASE("a rank that gave up waiting is not blamed while another stays silent"
 }
 
 TEST_CASE("a rank's own failure is the group's at once, and names it", "[actors][tp]") {
+  SECTION("a GPU still held by rank 0's last backend, while rank 1 is still loading") {
+    const auto loaded =
+        load_group(failure(ErrorCode::unavailable, "GPU 0 is still held by a backend that failed"),
+                   std::nullopt);
+    REQUIRE(loaded.report.failed);
+    CHECK(loaded.report.failed_rank == 0);
+    CHECK(loaded.took < kCollectiveTimeout);
+  }
   SECTION("out of memory on rank 0 while rank 1 is still loading") {
     const auto loaded =
         load_group(failure(ErrorCode::out_of_range, "out of GPU memory"), std::nullopt);

@@ -70,6 +70,7 @@ TEST_CASE("serve logs each request and the engine as JSON, answers CORS, and rea
                            "log_stats_interval: 0.2\n"
                            "allowed-origins: [\"https://app.example\"]\n"
                            "threads: 1\n"
+                           "max-num-seqs: 1\n"  // one runs, the rest wait (ws-d below)
                            "port: 8000\n";
   // --port on the command line wins over the file's.
   test::ChildProcess server({TROUPE_BINARY, "serve", "-m", model, "--config", config.string(),
@@ -134,10 +135,15 @@ TEST_CASE("serve logs each request and the engine as JSON, answers CORS, and rea
     CHECK_THAT(socket.read_until(R"("type":"done")", 30s), Catch::Contains(R"("id":"ws-a")"));
     REQUIRE(socket.send(ws_text_frame(R"({"type":"generate","id":"ws-b","prompt":1})")));
     CHECK_THAT(socket.read_until(R"("type":"error")", 30s), Catch::Contains(R"("id":"ws-b")"));
+    // Two at once, and gone before either ends: one server sequence at a time, so ws-d still
+    // waits while ws-c runs its 120 tokens.
     REQUIRE(socket.send(ws_text_frame(
         R"({"type":"generate","id":"ws-c","prompt":"Once","max_tokens":120,"ignore_eos":true})")));
-    CHECK_THAT(socket.read_until(R"("id":"ws-c")", 30s), Catch::Contains(R"("type":"token")"));
-  }  // gone mid-stream
+    REQUIRE(socket.send(ws_text_frame(
+        R"({"type":"generate","id":"ws-d","prompt":"Twice","max_tokens":120,"ignore_eos":true})")));
+    CHECK_THAT(socket.read_until(R"("type":"token","id":"ws-c")", 30s),
+               Catch::Contains(R"("type":"token","id":"ws-c")"));
+  }
   const auto ws_line = server.wait_for(
       R"((\{[^\n]*"message":"request","method":"WS","path":"/v1/ws",[^\n]*"ws-a"[^\n]*\}))", 10s);
   REQUIRE(ws_line);
@@ -146,7 +152,7 @@ TEST_CASE("serve logs each request and the engine as JSON, answers CORS, and rea
                                       R"("total_ms":[0-9.e+-]+,"finish_reason":"length",)"
                                       R"("client_gone":false,"client":"127\.0\.0\.1:\d+"\})"));
   CHECK(server.wait_for(R"("method":"WS","path":"/v1/ws","status":400,"request_id":"ws-b",)", 10s));
-  CHECK(server.wait_for(R"("method":"WS","path":"/v1/ws","status":200,"request_id":"ws-c",)"
+  CHECK(server.wait_for(R"("method":"WS","path":"/v1/ws","status":200,"request_id":"ws-d",)"
                         R"([^\n]*"finish_reason":"abort","client_gone":true,)",
                         10s));
 

@@ -151,7 +151,7 @@ TEST_CASE("socket requests count against the server's request limit",
   c.close();
 }
 
-TEST_CASE("one socket runs at most its share of requests; another socket is not held up",
+TEST_CASE("one socket runs at most its share of requests: another socket is not held up",
           "[net][websocket][integration]") {
   Fixture f(1024, 512, 2);
   Client c(f.server->port());
