@@ -148,9 +148,8 @@ void CpuBackend::all_reduce(Tensor x) {
 Result<void> CpuBackend::prepare_collectives(std::int64_t max_all_reduce,
                                              std::int64_t max_gather_part) {
   if (group_ == nullptr) return {};
-  const auto part = static_cast<std::size_t>(std::max<std::int64_t>(max_gather_part, 0));
-  if (group_->rank() == 0) gathered_.reserve(part * static_cast<std::size_t>(group_->size()));
-  return group_->reserve(static_cast<std::size_t>(std::max<std::int64_t>(max_all_reduce, 0)), part);
+  return group_->reserve(static_cast<std::size_t>(max_all_reduce),
+                         static_cast<std::size_t>(max_gather_part));
 }
 
 void CpuBackend::gather_columns(Tensor part, Tensor whole) {

@@ -53,7 +53,8 @@ class CpuBackend final : public model::Backend {
   Result<void> join_group(std::shared_ptr<model::Communicator> group) override;
   void all_reduce(model::Tensor x) override;
   void gather_columns(model::Tensor part, model::Tensor whole) override;
-  // Rank 0's gather buffer at its largest, and the group told its largest collectives.
+  // The group told its largest collectives (Gloo's buffers are host memory: the KV budget
+  // is configured, not what is left).
   Result<void> prepare_collectives(std::int64_t max_all_reduce,
                                    std::int64_t max_gather_part) override;
   double all_reduce_seconds() const override { return all_reduce_seconds_; }

@@ -161,7 +161,8 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::connect(model::Rende
     // A rank that never came (its address never set, its pair never connected) is not
     // this rank's failure: its group blames the one that did not come.
     const std::string_view what = e.what();
-    const bool waited = adapter.timed_out() || what.find("imed out") != std::string_view::npos;
+    // Gloo has no exception type for a timeout: a pair that never connected says "Timed out".
+    const bool waited = adapter.timed_out() || what.find("Timed out") != std::string_view::npos;
     return make_error(waited ? ErrorCode::timed_out : ErrorCode::unavailable,
                       "rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           " could not connect to its group: " + e.what());

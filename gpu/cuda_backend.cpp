@@ -718,11 +718,10 @@ Result<void> CudaBackend::prepare_collectives(std::int64_t max_all_reduce,
   if (group_->rank() == 0 && max_gather_part > 0) {
     TROUPE_TRY_VOID(grow_gathered(max_gather_part * group_->size() * 4));
   }
-  // A failure here fails the load: the group is formed again with the next backend.
-  TROUPE_TRY_VOID(
-      group_->reserve(static_cast<std::size_t>(std::max<std::int64_t>(max_all_reduce, 0)),
-                      static_cast<std::size_t>(std::max<std::int64_t>(max_gather_part, 0))));
-  return synchronize();
+  // It waits for its own warm-up. A failure here fails the load: the group is formed again
+  // with the next backend.
+  return group_->reserve(static_cast<std::size_t>(max_all_reduce),
+                         static_cast<std::size_t>(max_gather_part));
 }
 
 void CudaBackend::gather_columns(Tensor part, Tensor whole) {

@@ -98,8 +98,8 @@ class Backend {
     return {};
   }
   // The largest collectives a split model's steps run (elements of an all-reduce, of this
-  // rank's part of a gather), before the KV cache is sized: a GPU takes their buffers and
-  // connects its group here rather than from what the pool leaves. Every rank calls it.
+  // rank's part of a gather; neither negative), before the KV cache is sized: a GPU takes their
+  // buffers and connects its group here rather than from what the pool leaves. Every rank calls it.
   virtual Result<void> prepare_collectives(std::int64_t max_all_reduce,
                                            std::int64_t max_gather_part) {
     (void)max_all_reduce;

@@ -143,7 +143,6 @@ bool HttpServer::Impl::access_logged() const {
 
 void HttpServer::Impl::log_access(const Request& request, const AccessEntry& e,
                                   std::string_view client) const {
-  if (!access_logged()) return;
   log_access(request.method_string(), request_path(request), e, client);
 }
 
@@ -575,16 +574,12 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     }
     bool called = false;
     if (!calls.empty()) {
-      ToolCallStream& held = calls[static_cast<std::size_t>(index)];
-      event.text = held.feed(event.text);
-      if (event.finished) {
-        ToolOutput read = held.finish();
-        event.text += read.content;
-        called = !read.calls.empty();
-        if (called) {
-          data += "data: " + tool_calls_chunk(context, id, created, read.calls, index) + "\n\n";
-        }
-      } else if (event.text.empty() && !completion.want_logprobs) {
+      ToolOutput shown = calls[static_cast<std::size_t>(index)].take(event.text, event.finished);
+      event.text = std::move(shown.content);
+      called = !shown.calls.empty();
+      if (called) {
+        data += "data: " + tool_calls_chunk(context, id, created, shown.calls, index) + "\n\n";
+      } else if (!event.finished && event.text.empty() && !completion.want_logprobs) {
         g->output.remove(bytes);
         continue;  // held: nothing to send yet
       }

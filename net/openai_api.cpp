@@ -925,14 +925,14 @@ tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::stri
 }
 
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
-                            bool want_logprobs, const WebSocketToolText* tools) {
+                            bool want_logprobs, const ToolOutput* tools) {
   if (event.finished && event.finish_reason == FinishReason::error) {
     return websocket_error(id, api_error(event));
   }
   json::object o{{"type", event.finished ? "done" : "token"},
                  {"id", id},
                  {"request", event.request_id},  // the engine's id (the live page's lanes)
-                 {"text", text::to_valid_utf8(tools ? tools->text : event.text)}};
+                 {"text", text::to_valid_utf8(tools ? tools->content : event.text)}};
   const bool called = tools && !tools->calls.empty();
   if (called) o["tool_calls"] = tool_calls_json(tools->calls, false);
   if (event.token != kNoToken) o["token"] = event.token;

@@ -163,15 +163,11 @@ struct WebSocketError {
 // and, for a generate, tokenizes its prompt.
 tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
                                                                        const ApiContext& context);
-// A chat that may call tools: the text a frame carries instead of the event's (what its
-// ToolCallStream let out), and on the done frame the calls read from what it held.
-struct WebSocketToolText {
-  std::string text;
-  std::vector<ToolCall> calls;
-};
-// A "token" frame, or the "done" frame (finish reason, usage) when event.finished.
+// A "token" frame, or the "done" frame (finish reason, usage) when event.finished. `tools`:
+// a chat that may call tools, what its ToolCallStream let out of this event (the text sent
+// instead of the event's, and on the done frame the calls).
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
-                            bool want_logprobs, const WebSocketToolText* tools = nullptr);
+                            bool want_logprobs, const ToolOutput* tools = nullptr);
 std::string websocket_error(std::string_view id, const ApiError& error);
 
 // OpenAI's finish_reason names ("stop", "length", ...).

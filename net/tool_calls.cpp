@@ -357,20 +357,20 @@ ToolOutput read_tool_calls(const ToolRequest& request, std::string_view text) {
 }
 
 std::string ToolCallStream::feed(std::string_view text) {
-  if (request_->choice == ToolRequest::Choice::none) return std::string(text);
+  if (request_.choice == ToolRequest::Choice::none) return std::string(text);
   held_ += text;
-  if (request_->choice != ToolRequest::Choice::automatic || in_call_) return "";
+  if (request_.choice != ToolRequest::Choice::automatic || in_call_) return "";
   // Llama 3.1 and Mistral (whose marker is a control token) open a call with the output
   // itself: wait until the first character that is not whitespace says.
   const bool opening = !sent_any_;
-  if (opening && request_->format != ToolCallFormat::hermes) {
+  if (opening && request_.format != ToolCallFormat::hermes) {
     const auto start = trim_left(held_);
     if (start.empty()) return "";
-    if (request_->format == ToolCallFormat::llama3_json && start.size() < kPythonTag.size() &&
+    if (request_.format == ToolCallFormat::llama3_json && start.size() < kPythonTag.size() &&
         kPythonTag.starts_with(start)) {
       return "";  // perhaps <|python_tag|>: wait for the next piece to say
     }
-    const bool call = request_->format == ToolCallFormat::llama3_json
+    const bool call = request_.format == ToolCallFormat::llama3_json
                           ? start.starts_with("{") || start.starts_with(kPythonTag)
                           : start.starts_with("[");
     if (call) {
@@ -379,9 +379,9 @@ std::string ToolCallStream::feed(std::string_view text) {
     }
   }
   const std::string_view marker =
-      request_->format == ToolCallFormat::mistral ? kMistralMarker : kHermesOpen;
+      request_.format == ToolCallFormat::mistral ? kMistralMarker : kHermesOpen;
   std::size_t keep = 0;
-  if (request_->format != ToolCallFormat::llama3_json) {
+  if (request_.format != ToolCallFormat::llama3_json) {
     if (const auto at = held_.find(marker); at != std::string::npos) {
       in_call_ = true;
       std::string out = held_.substr(0, at);
@@ -397,9 +397,12 @@ std::string ToolCallStream::feed(std::string_view text) {
   return out;
 }
 
-ToolOutput ToolCallStream::finish() {
-  ToolOutput out = read_tool_calls(*request_, held_);
+ToolOutput ToolCallStream::take(std::string_view text, bool last) {
+  std::string now = feed(text);
+  if (!last) return {std::move(now), {}};
+  ToolOutput out = read_tool_calls(request_, held_);
   held_.clear();
+  out.content.insert(0, now);
   return out;
 }
 

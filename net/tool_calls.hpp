@@ -55,17 +55,19 @@ ToolOutput read_tool_calls(const ToolRequest& request, std::string_view text);
 
 // A stream's text with the calls held back: content goes out as it comes until a call may
 // have begun; the rest waits for the end, where it is read as calls (or sent as content
-// after all).
+// after all). Over SSE and the WebSocket alike.
 class ToolCallStream {
  public:
-  explicit ToolCallStream(const ToolRequest& request) : request_(&request) {}
-  // The part of `text` that may go out as content now.
-  std::string feed(std::string_view text);
-  // At the end: whatever was held, read.
-  ToolOutput finish();
+  explicit ToolCallStream(ToolRequest request) : request_(std::move(request)) {}
+  // One event's text: the content that may go out now; at the stream's end (`last`), also
+  // whatever was held, read (its content after this text's, and the calls).
+  ToolOutput take(std::string_view text, bool last);
 
  private:
-  const ToolRequest* request_;
+  // The part of `text` that may go out as content now.
+  std::string feed(std::string_view text);
+
+  ToolRequest request_;
   std::string held_;       // text not yet sent
   bool in_call_ = false;   // a call has begun: everything from here waits
   bool sent_any_ = false;  // content went out: the output did not open with a call

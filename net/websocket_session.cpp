@@ -37,16 +37,6 @@ struct WsOutput {
   }
 };
 
-// A chat request's tool calls on the socket: what may be a call is held back until the
-// request ends, then read (as over HTTP). The engine's thread alone touches it.
-struct WsToolCalls {
-  explicit WsToolCalls(ToolRequest r) : request(std::move(r)), stream(request) {}
-  WsToolCalls(const WsToolCalls&) = delete;
-  WsToolCalls& operator=(const WsToolCalls&) = delete;
-  ToolRequest request;
-  ToolCallStream stream;  // reads `request`
-};
-
 // One WebSocket connection: the reader submits and cancels, the writer sends frames in
 // order; both hold it.
 struct WsConnection {
@@ -63,8 +53,9 @@ struct WsConnection {
 namespace {
 
 // Cancels every request still running on the connection (on its strand): the client
-// closed it, is gone, or fell too far behind.
+// closed it, is gone, or fell too far behind (what ends now is logged client_gone).
 void cancel_in_flight(Engine& engine, WsConnection& connection) {
+  connection.out->client_gone = true;
   for (const auto& [id, request_id] : connection.in_flight) engine.cancel(request_id);
   connection.in_flight.clear();
 }
@@ -101,7 +92,6 @@ asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stre
     co_await websocket_command(connection, std::move(text));
   }
   // Closing the socket cancels every request still running on it.
-  connection->out->client_gone = true;
   cancel_in_flight(engine, *connection);
   connection->out->frames->close();
 }
@@ -118,7 +108,6 @@ asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConne
     out->output.remove(static_cast<std::int64_t>(frame.text.size()));
     if (wec) {
       // The client is gone: cancel what it had asked for.
-      out->client_gone = true;
       cancel_in_flight(engine, *connection);
       co_return;
     }
@@ -129,7 +118,6 @@ void HttpServer::Impl::websocket_overflow(const std::shared_ptr<WsConnection>& c
   using namespace std::chrono_literals;
   if (connection->closing) return;
   connection->closing = true;
-  connection->out->client_gone = true;
   if (config.metrics) config.metrics->count_connection_error("slow_reader");
   cancel_in_flight(engine, *connection);
   connection->out->frames->close();  // what is queued is dropped
@@ -209,25 +197,19 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   }
   auto strand = co_await asio::this_coro::executor;
   entry->request_id = id;
-  std::shared_ptr<WsToolCalls> tools;
+  // A chat that may call tools holds back what may be a call until it ends (as over HTTP);
+  // the engine's thread alone feeds it.
+  std::shared_ptr<ToolCallStream> tools;
   if (request.chat && request.tools.reads_calls()) {
-    tools = std::make_shared<WsToolCalls>(request.tools);
+    tools = std::make_shared<ToolCallStream>(request.tools);
   }
   TokenCallback on_event = [out, gate = gate, admission = admission, ctx = &context, id,
                             want_logprobs = request.want_logprobs, strand,
                             weak = std::weak_ptr<WsConnection>(connection), entry,
                             logged = access_logged(), client = connection->client, tools,
                             this](const TokenEvent& e) {
-    std::optional<WebSocketToolText> held;
-    if (tools) {
-      held.emplace();
-      held->text = tools->stream.feed(e.text);
-      if (e.finished) {
-        ToolOutput read = tools->stream.finish();
-        held->text += read.content;
-        held->calls = std::move(read.calls);
-      }
-    }
+    std::optional<ToolOutput> held;
+    if (tools) held = tools->take(e.text, e.finished);
     if (logged) {
       if (e.token != kNoToken) entry->first_token();
       if (e.finished) {
@@ -246,7 +228,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
       asio::post(strand, [this, entry, client] { log_access("WS", "/v1/ws", *entry, client); });
     }
     if (out->output.over()) return;
-    const WebSocketToolText* shown = held ? &*held : nullptr;
+    const ToolOutput* shown = held ? &*held : nullptr;
     if (!out->push({id, websocket_event(*ctx, id, e, want_logprobs, shown), e.finished})) {
       asio::post(strand, [weak, this] {
         if (auto connection = weak.lock()) websocket_overflow(connection);

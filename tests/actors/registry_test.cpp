@@ -1,6 +1,6 @@
-// The head's registry in this process, its placements asked of the middleman without
-// waiting: a node on which no worker can be spawned leaves the cluster, and the replica
-// waits at the head of the queue for the next node.
+// The head's registry in this process: a node on which no worker can be spawned leaves
+// the cluster, and the replica waits at the head of the queue for the next node. (Here
+// every spawn fails at once; that a slow spawn no longer holds the registry is not shown.)
 #include <catch2/catch.hpp>
 
 #include "actors/cluster/registry_actor.hpp"

@@ -56,8 +56,8 @@ std::pair<std::string, ToolOutput> streamed(const ToolRequest& request,
                                             const std::vector<std::string>& pieces) {
   ToolCallStream stream(request);
   std::string sent;
-  for (const auto& piece : pieces) sent += stream.feed(piece);
-  ToolOutput end = stream.finish();
+  for (const auto& piece : pieces) sent += stream.take(piece, false).content;
+  ToolOutput end = stream.take("", true);
   sent += end.content;
   return {sent, std::move(end)};
 }
@@ -210,9 +210,9 @@ TEST_CASE("a stream sends content until a call may begin, and reads the call at 
   // A '<' that is not <|python_tag|> does not hold the stream back.
   const ToolRequest llama3 = automatic(ToolCallFormat::llama3_json);
   ToolCallStream think(llama3);
-  CHECK(think.feed("<").empty());
-  CHECK(think.feed("think> a") == "<think> a");
-  CHECK(think.feed(" b") == " b");
+  CHECK(think.take("<", false).content.empty());
+  CHECK(think.take("think> a", false).content == "<think> a");
+  CHECK(think.take(" b", false).content == " b");
   const auto [text, no_call] = streamed(automatic(ToolCallFormat::llama3_json), {"Hi", " {x}"});
   CHECK(text == "Hi {x}");
   CHECK(no_call.calls.empty());
