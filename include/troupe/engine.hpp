@@ -144,6 +144,9 @@ struct TokenEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   std::string error;  // when finish_reason is error
+  // Whose fault the error is: invalid_argument, the request's (a constraint that cannot be
+  // followed: 400); internal or unavailable, the server's (a lost node: 500, 503).
+  ErrorCode error_code = ErrorCode::internal;
   // On the request's first event, when it asked for prompt_logprobs: one entry for each
   // prompt position from 1 (position 0 has no context; vLLM's null).
   std::vector<PromptLogprob> prompt_logprobs;
