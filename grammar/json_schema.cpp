@@ -209,9 +209,11 @@ class Converter {
   std::string fresh_name(const std::string& base) {
     std::string name = sanitize(base);
     if (!taken_.insert(name).second) {
-      int i = 2;
+      // Each base counts its own suffixes on: trying them all from 2 again made 10 000
+      // properties (10 000 "-rest" rules) cost 5 * 10^7 tries, 12 s.
+      int& i = next_suffix_.try_emplace(name, 2).first->second;
       while (!taken_.insert(name + "-" + std::to_string(i)).second) ++i;
-      name += "-" + std::to_string(i);
+      name += "-" + std::to_string(i++);
     }
     return name;
   }
@@ -671,6 +673,7 @@ class Converter {
   std::set<std::string> taken_;
   std::set<std::string> used_;
   std::unordered_map<std::string, std::string> refs_;  // $ref target -> rule
+  std::unordered_map<std::string, int> next_suffix_;   // base name -> the next suffix to try
 };
 
 }  // namespace
