@@ -374,8 +374,11 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
       [self](replicas_atom) -> std::vector<ReplicaStats> {
         ReplicaStats alone;
         alone.index = self->state.setup.index;
-        alone.up = self->state.worker_ready;
-        alone.node = self->state.setup.node;
+        const auto& state = self->state;
+        alone.up = state.worker_ready;
+        // Down: a new worker loads (on its new node), or the replica waits for a node.
+        alone.state = state.worker_ready ? "up" : state.placing ? "waiting" : "loading";
+        alone.node = state.setup.node;
         alone.stats = self->state.core->stats();
         return {alone};
       },

@@ -187,7 +187,10 @@ struct EngineStats {
 struct ReplicaStats {
   std::int32_t index = 0;
   bool up = true;
-  std::string node;                    // where its worker runs (empty: in this process)
+  // "up"; down: "loading" (a new worker loads, on `node`), "waiting" (for a node to place
+  // it on; `node` empty), "unknown" (it did not answer).
+  std::string state = "up";
+  std::string node;  // where its worker runs (empty: in this process, or none while waiting)
   std::int64_t num_routed = 0;         // requests the router sent it
   std::int64_t num_prefix_routed = 0;  // of those, for the prefix it held
   EngineStats stats;

@@ -134,6 +134,17 @@ TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves
   for (auto& [name, node] : cluster.nodes) node->kill(SIGKILL);
   REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
   CHECK(cluster.post("/v1/completions", completion(prompt_for(1, 8), 4)).status == 503);
+  // /v1/cluster says what they are: waiting for a node, on none (not the node they lost),
+  // their KV usage a plain number.
+  const Reply down = cluster.get("/v1/cluster");
+  INFO(down.body);
+  const test::Json down_state = json_of(down.body);
+  for (const auto& r : down_state["replicas"].array) {
+    CHECK_FALSE(r["up"].boolean);
+    CHECK(r["state"].string == "waiting");
+    CHECK(r["node"].string.empty());
+  }
+  CHECK(down.body.find(R"("kv_usage":0,)") != std::string::npos);
 
   // Nodes join again: both replicas are placed and serve.
   cluster.add_node("back-1");
