@@ -52,6 +52,14 @@ struct ClusterConfig {
   std::string tls_certificate;
   std::string tls_key;
   std::string tls_ca;
+  // A connection to the cluster port has this long from its accept until a node joins over
+  // it (TLS, CAF's handshake, the join with the token), and at most max_pending_handshakes
+  // are that far at once; the others are closed at once.
+  std::chrono::milliseconds handshake_timeout{10000};
+  int max_pending_handshakes = 32;
+  // Descriptors the cluster port leaves free for the rest of the process (troupe serve:
+  // the HTTP server's connections); 0: none kept.
+  int reserved_descriptors = 0;
 };
 
 struct EngineConfig {
