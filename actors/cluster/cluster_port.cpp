@@ -188,6 +188,7 @@ class GatedDoorman : public caf::io::doorman {
       }
       scribe = caf::make_counted<GatedTlsScribe>(mpx, fd, std::move(session), gate_, connection);
     } else {
+      network::keepalive(fd, true);  // (as CAF's own plain scribes)
       scribe = caf::make_counted<GatedScribe>(mpx, fd, gate_, connection);
     }
     const auto handle = scribe->hdl();
