@@ -69,8 +69,8 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaStats& x) {
-  return f(caf::meta::type_name("troupe.ReplicaStats"), x.index, x.up, x.node, x.num_routed,
-           x.num_prefix_routed, x.stats);
+  return f(caf::meta::type_name("troupe.ReplicaStats"), x.index, x.up, x.state, x.node,
+           x.num_routed, x.num_prefix_routed, x.stats);
 }
 
 namespace model {
