@@ -409,8 +409,9 @@ def cluster(server, cluster_port):
         except OSError:
             break
     status, _ = server.request("GET", "/health", timeout=10)
-    a.record(f"{len(idle)} idle connections, then GET /health", str(status),
-             time.monotonic() - start, status == 200)
+    a.record(f"{len(idle)} idle connections, then GET /health",
+             f"{status} beside {len(idle)} idle", time.monotonic() - start,
+             status == 200 and len(idle) == 300)
     for _ in range(20):
         try:
             s = socket.create_connection((server.host, cluster_port), timeout=5)

@@ -3,7 +3,8 @@
 # constraints (schemas, regexes, GBNF, tools), chat and completion bodies, WebSocket
 # messages, the cluster port, and start-up files (--config, --model). The server is a head
 # with its replica in itself, so its cluster port is open too, and a model with a vocabulary
-# of 32 000 tokens, so that token masks cost what they cost on a real one. Every class must
+# of 32 000 tokens, so that token masks cost what they cost on a real one, under a limit of
+# 256 descriptors (its cluster port's connections must leave HTTP its own). Every class must
 # hold: no 5xx, no dropped connection, a canary stream served within CANARY_BOUND_S seconds
 # throughout, the server alive after, and nothing left running or in the KV cache.
 # Usage: attack_test.sh TROUPE_BINARY [CLASSES]. Exit 77 (skipped) without Debian's
@@ -28,8 +29,13 @@ trap cleanup EXIT
 
 "$troupe" make-model --out "$work/model.gguf" --dim 64 --layers 1 --heads 2 --ffn 64 \
   --vocab-size 32000 --context-length 1024 >/dev/null 2>&1
-"$troupe" serve --model "$work/model.gguf" --port 0 --threads 1 --kv-cache-gb 0.05 --seed 1 \
-  --cluster-port 0 --head-replica 2>"$work/server.log" &
+# Under a descriptor limit of 256, as the cluster-port attack ran: 300 idle
+# connections to the cluster port must not take HTTP's descriptors.
+(
+  ulimit -n 256
+  exec "$troupe" serve --model "$work/model.gguf" --port 0 --threads 1 --kv-cache-gb 0.05 \
+    --seed 1 --max-connections 64 --cluster-port 0 --head-replica
+) 2>"$work/server.log" &
 pid=$!
 for _ in $(seq 1 400); do grep -q "serving" "$work/server.log" && break; sleep 0.05; done
 url=$(grep -o 'http://[0-9.]*:[0-9]*' "$work/server.log" | head -1 || true)
