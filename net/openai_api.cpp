@@ -201,6 +201,9 @@ json::array prompt_logprobs_json(const text::Tokenizer& tokenizer,
 }
 
 // Chat's shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+// "bytes" are the token's exact bytes; "token" is their text, where a byte that is no
+// whole UTF-8 character (a byte token such as <0xB2>, half of a character) reads U+FFFD,
+// as in the completions' logprobs: JSON text is UTF-8.
 json::object chat_logprobs_json(const text::Tokenizer& tokenizer,
                                 const std::vector<TokenEvent>& events) {
   auto entry = [&](TokenId id, float logprob) {
@@ -208,7 +211,7 @@ json::object chat_logprobs_json(const text::Tokenizer& tokenizer,
     json::array bytes;
     for (unsigned char c : piece) bytes.emplace_back(c);
     return json::object{
-        {"token", std::string(piece)}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+        {"token", text::to_valid_utf8(piece)}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
   };
   json::array content;
   for (const auto& e : events) {
