@@ -238,7 +238,8 @@ void add_serve_command(CLI::App& app) {
       };
       config.cluster = std::move(cluster);
     }
-    auto metrics = std::make_shared<monitoring::Metrics>(opts->server.served_model_name);
+    auto metrics = std::make_shared<monitoring::Metrics>(opts->server.served_model_name,
+                                                         config.data_parallel_size);
     config.metrics = metrics;
     opts->server.metrics = metrics;
     // The live page's timeline (GET /v1/engine/events): built only while someone watches.
