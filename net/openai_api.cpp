@@ -739,7 +739,9 @@ ApiContext make_api_context(const text::Tokenizer& tokenizer, std::int32_t max_m
   ApiContext context;
   context.tokenizer = &tokenizer;
   context.max_model_len = max_model_len;
-  context.served_model_name = std::move(served_model_name);
+  // Written into every answer: UTF-8 whatever the caller gave (troupe serve refuses any
+  // other name at its flag).
+  context.served_model_name = text::to_valid_utf8(served_model_name);
   const auto& vocabulary = tokenizer.vocabulary();
   text::ChatSpecialTokens special;
   auto token_text = [&](TokenId id) {
