@@ -119,6 +119,33 @@ TEST_CASE("malformed requests get 400 and oversized headers 431, not a silent cl
   CHECK(s.healthy());
 }
 
+TEST_CASE("a body past the limit gets its 413 even when the client sends it all before reading",
+          "[net][hardening]") {
+  Served s;
+  // As Python's http.client and requests do: the whole body, and only then the answer.
+  // The 413 goes out once the header is read; the server must not close with the rest
+  // of the body unread (a reset), or such a client sees a broken pipe instead.
+  const std::string body(5 << 20, 'a');  // past the 4 MiB limit
+  RawClient c(s.port());
+  REQUIRE(c.connected());
+  REQUIRE(
+      c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+             "application/json\r\nContent-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n"));
+  CHECK(c.send(body));
+  const std::string reply = c.read_all(20s);
+  CHECK(test::http_status(reply) == 413);
+  CHECK(reply.find("the request body is larger than 4194304 bytes") != std::string::npos);
+  CHECK(c.closed_by_peer());
+  // A client that stops sending but never closes is let go after a while.
+  RawClient stalled(s.port());
+  REQUIRE(stalled.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\nabc"));
+  CHECK(test::http_status(stalled.read_all(20s)) == 413);
+  CHECK(eventually([&] { return s.server->num_connections() == 0; }, 20s));
+  CHECK(s.healthy());
+}
+
 TEST_CASE("Expect: 100-continue is answered before the body is sent", "[net][hardening]") {
   Served s;
   const std::string body = R"({"prompt":"Hi","max_tokens":2,"temperature":0})";
