@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "actors/cluster/cluster_port.hpp"
 #include "actors/cluster/group_actor.hpp"
 #include "actors/cluster/registry_actor.hpp"
 #include "actors/cluster/router_actor.hpp"
@@ -34,9 +35,10 @@ struct Engine::Impl {
   std::string token_budget_description;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
-  actors::scheduler_actor scheduler;         // the one replica's, or the router
-  actors::cluster::registry_actor registry;  // a cluster's head: where nodes join
-  std::uint16_t cluster_port = 0;            // where it is published (0: not yet)
+  actors::scheduler_actor scheduler;                   // the one replica's, or the router
+  actors::cluster::registry_actor registry;            // a cluster's head: where nodes join
+  std::shared_ptr<actors::cluster::ClusterGate> gate;  // what its port lets in
+  std::uint16_t cluster_port = 0;                      // where it is published (0: not yet)
   std::shared_ptr<std::atomic<std::int32_t>> replicas_up =
       std::make_shared<std::atomic<std::int32_t>>(0);
   std::atomic<RequestId> next_id{1};
@@ -132,15 +134,37 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+// A descriptor limit that leaves the cluster port little room beside HTTP's reserve: the
+// nodes it needs may be refused (said at start rather than found out at a join).
+void warn_if_cramped(Engine::Impl& impl, const ClusterConfig& cluster) {
+  const int room = impl.gate->room();
+  const int nodes = impl.config.data_parallel_size * impl.config.tensor_parallel_size;
+  if (room < 0 || room >= nodes + 4) return;
+  monitoring::logf(monitoring::LogLevel::warning,
+                   "the cluster port has room for %d connection(s) beside the %d descriptors "
+                   "kept for HTTP: raise `ulimit -n`, or nodes may be refused",
+                   std::max(room, 0), cluster.reserved_descriptors);
+}
+
 // Opens the cluster port: the registry nodes join.
 Result<void> start_head(Engine::Impl& impl, const ClusterConfig& cluster) {
   if (cluster.token.empty()) {
     return make_error(ErrorCode::invalid_argument, "a cluster needs a token for its nodes");
   }
+  if (cluster.handshake_timeout.count() <= 0 || cluster.max_pending_handshakes < 1) {
+    return make_error(ErrorCode::invalid_argument,
+                      "the cluster port needs a positive handshake timeout and room for at "
+                      "least one handshake");
+  }
+  actors::cluster::GateLimits limits;
+  limits.handshake_timeout = cluster.handshake_timeout;
+  limits.max_pending = cluster.max_pending_handshakes;
+  limits.reserved_descriptors = cluster.reserved_descriptors;
+  impl.gate = std::make_shared<actors::cluster::ClusterGate>(limits);
   impl.registry = impl.system->spawn<caf::detached>(actors::cluster::registry, cluster.token,
-                                                    impl.config.metrics);
-  auto port =
-      actors::cluster::publish_registry(impl.registry, cluster.port, cluster.host, tls_of(cluster));
+                                                    impl.config.metrics, impl.gate);
+  auto port = actors::cluster::publish_registry(impl.registry, cluster.port, cluster.host,
+                                                tls_of(cluster), impl.gate);
   if (!port) {
     return make_error(ErrorCode::io, "cannot open the cluster port " + cluster.host + ":" +
                                          std::to_string(cluster.port) + ": " +
@@ -148,6 +172,7 @@ Result<void> start_head(Engine::Impl& impl, const ClusterConfig& cluster) {
   }
   impl.cluster_port = *port;
   if (cluster.on_listening) cluster.on_listening(*port);
+  warn_if_cramped(impl, cluster);
   return {};
 }
 

@@ -23,7 +23,8 @@ void deliver(RequestState& state, const TokenEvent& event) {
 }
 
 // The last event: whatever text was held, the reason and the counts.
-void finish(Self self, TokenEvent event, FinishReason reason, const std::string& error = {}) {
+void finish(Self self, TokenEvent event, FinishReason reason, const std::string& error = {},
+            ErrorCode error_code = ErrorCode::internal) {
   auto& state = self->state;
   if (!state.stop->stopped()) {
     event.text += state.stop->push(state.detokenizer->flush());
@@ -32,6 +33,7 @@ void finish(Self self, TokenEvent event, FinishReason reason, const std::string&
   event.finished = true;
   event.finish_reason = state.stop->stopped() ? FinishReason::stop : reason;
   event.error = error;
+  event.error_code = error_code;
   event.num_prompt_tokens = state.num_prompt_tokens;
   event.num_cached_tokens = state.num_cached_tokens;
   event.num_generated_tokens = state.num_generated;
@@ -98,7 +100,7 @@ void on_token(Self self, TokenUpdate& update) {
     }
   }
   if (update.finish_reason != FinishReason::none) {
-    finish(self, std::move(event), update.finish_reason, update.error);
+    finish(self, std::move(event), update.finish_reason, update.error, update.error_code);
     return;
   }
   deliver(state, event);

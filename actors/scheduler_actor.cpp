@@ -131,17 +131,31 @@ void replace_local_worker(Self self) {
           [self, give_up](const caf::error& err) { give_up(self->system().render(err)); });
 }
 
+// Gives the remote worker up: it is stopped, and it is no longer the replica's, so that
+// whatever else comes of it (its down notice after a failed step or load, a late answer)
+// is stale. A loss can be told twice (a group answers its failed step, then ends): only
+// the first is acted on.
+void retire_worker(Self self) {
+  auto& state = self->state;
+  if (!state.setup.worker) return;
+  self->demonitor(state.setup.worker.address());
+  self->send_exit(state.setup.worker, caf::exit_reason::kill);
+  state.setup.worker = nullptr;
+  state.setup.node.clear();
+  state.setup.nodes.clear();
+}
+
 // The remote worker is gone, and its KV cache and samplers with it.
 void lose_remote_worker(Self self, const std::string& why) {
   auto& state = self->state;
   if (!state.worker_ready) return;  // already lost
   monitoring::logf(monitoring::LogLevel::warning, "replica %d lost its worker on node %s: %s",
                    state.setup.index, state.setup.node.c_str(), why.c_str());
-  self->demonitor(state.setup.worker.address());
-  self->send_exit(state.setup.worker, caf::exit_reason::kill);
+  const std::string lost_node = state.setup.node;
+  retire_worker(self);
   set_ready(self, false);
   auto lost = state.core->lose_worker("replica " + std::to_string(state.setup.index) +
-                                      " lost its node " + state.setup.node + ": " + why);
+                                      " lost its node " + lost_node + ": " + why);
   deliver_all(self, lost.ended);
   for (auto& r : lost.unstarted) {
     hand_back(
@@ -169,6 +183,10 @@ const std::string& failed_node(Self self, const engine::LoadReport& report) {
 // Asks the registry for workers on nodes; the replica is down until they have loaded.
 void place_worker(Self self) {
   auto& state = self->state;
+  // One placement at a time, and only for a replica without a worker: every worker the
+  // head spawns is in use or stopped.
+  if (state.placing || state.setup.worker) return;
+  state.placing = true;
   // The same KV cache as before: the scheduler's block count does not change.
   state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
   self->request(state.setup.registry, caf::infinite, cluster::place_atom::value, state.setup.index,
@@ -176,6 +194,12 @@ void place_worker(Self self) {
       .then(
           [self](cluster::Placement& placed) {
             auto& state = self->state;
+            state.placing = false;
+            if (state.setup.worker) {
+              // (Not reached: a replica with a worker asks for none.) Not left running.
+              for (const auto& w : placed.workers) self->send_exit(w, caf::exit_reason::kill);
+              return;
+            }
             state.setup.nodes = placed.nodes;
             state.setup.node = cluster::node_label(placed.nodes);
             state.setup.worker = cluster::worker_for(self->home_system(), std::move(placed),
@@ -192,11 +216,10 @@ void place_worker(Self self) {
                         monitoring::logf(monitoring::LogLevel::warning,
                                          "replica %d cannot load on node %s: %s", state.setup.index,
                                          state.setup.node.c_str(), report.error.message.c_str());
-                        self->demonitor(state.setup.worker.address());
-                        self->send_exit(state.setup.worker, caf::exit_reason::kill);
                         // That node will not do: the replica waits for another.
                         self->send(state.setup.registry, cluster::unfit_atom::value,
                                    failed_node(self, report), report.error.message);
+                        retire_worker(self);
                         place_worker(self);
                         return;
                       }
@@ -214,18 +237,18 @@ void place_worker(Self self) {
                       monitoring::logf(monitoring::LogLevel::warning,
                                        "replica %d: its new worker did not load: %s",
                                        state.setup.index, why.c_str());
-                      self->demonitor(state.setup.worker.address());
-                      self->send_exit(state.setup.worker, caf::exit_reason::kill);
                       // Not that node again (a dead one is dropped anyway): another, when
                       // one is free. A group's failing node is not known here: all stay.
                       if (state.setup.nodes.size() == 1) {
                         self->send(state.setup.registry, cluster::unfit_atom::value,
                                    state.setup.node, "its worker did not load: " + why);
                       }
+                      retire_worker(self);
                       place_worker(self);
                     });
           },
           [self](const caf::error& err) {
+            self->state.placing = false;
             monitoring::logf(monitoring::LogLevel::warning, "replica %d cannot be placed: %s",
                              self->state.setup.index, self->system().render(err).c_str());
           });
@@ -306,7 +329,7 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
     monitoring::logf(monitoring::LogLevel::warning,
                      "replica %d: the node %s went while its worker loaded: %s", state.setup.index,
                      state.setup.node.c_str(), why.c_str());
-    state.setup.worker = nullptr;
+    retire_worker(self);
     place_worker(self);
   });
   // On shutdown every open request hears of it, so that none waits forever.
@@ -351,8 +374,11 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
       [self](replicas_atom) -> std::vector<ReplicaStats> {
         ReplicaStats alone;
         alone.index = self->state.setup.index;
-        alone.up = self->state.worker_ready;
-        alone.node = self->state.setup.node;
+        const auto& state = self->state;
+        alone.up = state.worker_ready;
+        // Down: a new worker loads (on its new node), or the replica waits for a node.
+        alone.state = state.worker_ready ? "up" : state.placing ? "waiting" : "loading";
+        alone.node = state.setup.node;
         alone.stats = self->state.core->stats();
         return {alone};
       },

@@ -58,6 +58,7 @@ struct SchedulerState {
   ReplicaSetup setup;
   scheduler_actor router;         // where a lost worker's unstarted requests go (null: none)
   bool worker_ready = true;       // false while a replacement is placed or loads
+  bool placing = false;           // a placement is asked of the registry (one at a time)
   std::int64_t num_received = 0;  // submissions (ReplicaProbe::num_received)
   // Requests cancelled since the last step, for its event (only while someone watches).
   std::vector<monitoring::StepEvent::Finished> cancelled;

@@ -69,8 +69,8 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaStats& x) {
-  return f(caf::meta::type_name("troupe.ReplicaStats"), x.index, x.up, x.node, x.num_routed,
-           x.num_prefix_routed, x.stats);
+  return f(caf::meta::type_name("troupe.ReplicaStats"), x.index, x.up, x.state, x.node,
+           x.num_routed, x.num_prefix_routed, x.stats);
 }
 
 namespace model {
@@ -88,7 +88,7 @@ typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
-  return f(caf::meta::type_name("troupe.SampledToken"), x.id, x.logprob, x.top_logprobs);
+  return f(caf::meta::type_name("troupe.SampledToken"), x.id, x.logprob, x.top_logprobs, x.error);
 }
 
 template <class Inspector>
@@ -149,7 +149,7 @@ typename Inspector::result_type inspect(Inspector& f, StepWork& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RequestEvent& x) {
   return f(caf::meta::type_name("troupe.RequestEvent"), x.id, x.token, x.finish_reason, x.error,
-           x.num_cached_tokens, x.first_scheduled, x.prompt_logprobs);
+           x.error_code, x.num_cached_tokens, x.first_scheduled, x.prompt_logprobs);
 }
 
 template <class Inspector>

@@ -1,6 +1,8 @@
 // `troupe bench grammar`: what constrained decoding costs for a vocabulary: the grammar's
 // compile time, the vocabulary's preprocessing, and the time to compute one token mask, per
-// step of a constrained output drawn at random (median, p99, mean).
+// step of a constrained output drawn at random (median, p99, mean), with each mask's work
+// in the steps a worker's budget counts (grammar::kMaskWorkBudget): a mask that runs out
+// of it ends the output, as it ends a served request.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/json/parse.hpp>
@@ -14,6 +16,7 @@
 #include "gguf/gguf_file.hpp"
 #include "grammar/gbnf.hpp"
 #include "grammar/json_schema.hpp"
+#include "grammar/regex.hpp"
 #include "grammar/token_masker.hpp"
 #include "text/tokenizer.hpp"
 
@@ -53,7 +56,7 @@ std::string read_file(const std::string& path) {
 
 void add_bench_grammar_command(CLI::App& bench) {
   struct Options {
-    std::string vocab, schema_file, gbnf_file;
+    std::string vocab, schema_file, gbnf_file, regex;
     int steps = 64, outputs = 4;
     std::uint64_t seed = 1;
   };
@@ -64,6 +67,7 @@ void add_bench_grammar_command(CLI::App& bench) {
   cmd->add_option("--schema", opts->schema_file,
                   "JSON schema file (default: a function-call argument schema)");
   cmd->add_option("--gbnf", opts->gbnf_file, "GBNF grammar file instead of a schema");
+  cmd->add_option("--regex", opts->regex, "a regular expression instead of a schema");
   cmd->add_option("--steps", opts->steps, "tokens per output at most")->check(CLI::PositiveNumber);
   cmd->add_option("--outputs", opts->outputs, "outputs drawn")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", opts->seed, "the draws' seed");
@@ -75,7 +79,9 @@ void add_bench_grammar_command(CLI::App& bench) {
 
     auto start = Clock::now();
     Result<grammar::Grammar> parsed = make_error(ErrorCode::internal, "no grammar");
-    if (!opts->gbnf_file.empty()) {
+    if (!opts->regex.empty()) {
+      parsed = grammar::parse_regex(opts->regex);
+    } else if (!opts->gbnf_file.empty()) {
       parsed = grammar::parse_gbnf(read_file(opts->gbnf_file));
     } else {
       const std::string schema =
@@ -102,14 +108,21 @@ void add_bench_grammar_command(CLI::App& bench) {
     // Outputs drawn at random among the allowed tokens, timing every mask.
     std::mt19937_64 rng(opts->seed);
     std::vector<double> mask_us;
+    std::vector<std::uint64_t> mask_steps;
     std::vector<std::uint64_t> mask;
-    std::size_t allowed_total = 0;
+    std::size_t allowed_total = 0, over_budget = 0;
     for (int o = 0; o < opts->outputs; ++o) {
       grammar::Matcher matcher(g);
       for (int step = 0; step < opts->steps; ++step) {
+        grammar::WorkBudget budget;
         start = Clock::now();
-        masker.fill_mask(matcher, mask);
+        const bool complete = masker.fill_mask(matcher, mask, &budget);
         mask_us.push_back(seconds_since(start) * 1e6);
+        mask_steps.push_back(budget.spent());
+        if (!complete) {
+          ++over_budget;  // as a worker would: the output ends with an error
+          break;
+        }
         std::vector<TokenId> allowed;
         for (TokenId id = 0; id < masker.vocab_size(); ++id) {
           if ((mask[static_cast<std::size_t>(id) / 64] >> (id % 64) & 1) != 0)
@@ -139,6 +152,15 @@ void add_bench_grammar_command(CLI::App& bench) {
         "%.0f tokens allowed per step on average\n",
         mask_us.size(), at(0.5), at(0.99), mean,
         static_cast<double>(allowed_total) / static_cast<double>(mask_us.size()));
+    std::sort(mask_steps.begin(), mask_steps.end());
+    const double slowest_us = sorted.back();
+    std::printf(
+        "mask work: median %llu steps, max %llu steps of a budget of %llu; the slowest mask "
+        "%.1f ms; %zu of %d outputs ended over the budget\n",
+        static_cast<unsigned long long>(mask_steps[mask_steps.size() / 2]),
+        static_cast<unsigned long long>(mask_steps.back()),
+        static_cast<unsigned long long>(grammar::kMaskWorkBudget), slowest_us / 1e3, over_budget,
+        opts->outputs);
   });
 }
 

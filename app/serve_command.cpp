@@ -56,6 +56,9 @@ std::vector<std::string> cors_list(const std::vector<std::string>& given) {
 // The largest chat templates models ship are tens of kilobytes.
 constexpr std::size_t kMostChatTemplateBytes = std::size_t{1} << 20;
 
+// Descriptors kept for HTTP beyond --max-connections, free of the cluster port's.
+constexpr int kHttpDescriptorMargin = 16;
+
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) {
   g_stop = 1;
@@ -73,6 +76,7 @@ void add_serve_command(CLI::App& app) {
     std::string router = "prefix";
     ClusterConfig cluster;
     int cluster_wait_s = 60;
+    double cluster_handshake_timeout_s = 10.0;
     int step_timeout_s = 60;
     TokenBudgetFlags budget;
     std::string chat_template;  // --chat-template: a file's path or the template's text
@@ -131,6 +135,10 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, kMostSeconds));
   add_cluster_tls_options(cmd, opts->cluster.tls_certificate, opts->cluster.tls_key,
                           opts->cluster.tls_ca);
+  cmd->add_option("--cluster-handshake-timeout", opts->cluster_handshake_timeout_s,
+                  "seconds a connection to the cluster port has for its node to join (TLS, "
+                  "handshake and token); later, it is closed")
+      ->check(CLI::Range(0.1, 3600.0));
   cmd->add_flag("--head-replica", opts->cluster.head_hosts_replica,
                 "with --cluster-port: replica 0 runs in the head itself, the others on nodes");
   cmd->add_option("--step-timeout", opts->step_timeout_s,
@@ -228,6 +236,11 @@ void add_serve_command(CLI::App& app) {
       ClusterConfig cluster = opts->cluster;
       cluster.wait = std::chrono::seconds(opts->cluster_wait_s);
       cluster.step_timeout = std::chrono::seconds(opts->step_timeout_s);
+      cluster.handshake_timeout = std::chrono::milliseconds(
+          static_cast<std::int64_t>(opts->cluster_handshake_timeout_s * 1000.0));
+      // The HTTP server's connections keep their descriptors whatever reaches the cluster
+      // port (and a few more: the 503s past --max-connections, files it opens).
+      cluster.reserved_descriptors = opts->server.max_connections + kHttpDescriptorMargin;
       // Off loopback the token must be the user's (STACK.md: the link is not authenticated
       // by itself); on loopback one is made and printed for the nodes.
       const bool loopback = cluster.host == "localhost" || cluster.host.rfind("127.", 0) == 0;

@@ -82,12 +82,13 @@ void EngineCore::keep_scores(const StepOutput& output) {
 }
 
 RequestUpdate EngineCore::end_update(SeqId id, LiveRequest& request, FinishReason reason,
-                                     std::string error) {
+                                     std::string error, ErrorCode error_code) {
   RequestUpdate update;
   update.id = id;
   update.reply_to = std::move(request.reply_to);
   update.finish_reason = reason;
   update.error = std::move(error);
+  update.error_code = error_code;
   update.first_scheduled = request.first_scheduled;
   attach_prompt_logprobs(request, update);
   return update;
@@ -100,11 +101,12 @@ void EngineCore::forget(SeqId id) {
   requests_.erase(it);
 }
 
-std::optional<RequestUpdate> EngineCore::cancel(SeqId id, FinishReason reason, std::string error) {
+std::optional<RequestUpdate> EngineCore::cancel(SeqId id, FinishReason reason, std::string error,
+                                                ErrorCode error_code) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return std::nullopt;
   scheduler_.abort(id);
-  auto update = end_update(id, it->second, reason, std::move(error));
+  auto update = end_update(id, it->second, reason, std::move(error), error_code);
   forget(id);
   return update;
 }
@@ -203,8 +205,12 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
       }
     }
     const auto finished = scheduler_.update(step.plan, sampled);
+    const auto num_sampled = static_cast<std::int32_t>(
+        std::count_if(output.tokens.begin(), output.tokens.end(),
+                      [](const model::SampledToken& t) { return t.id != kNoToken; }));
     counters_.num_prompt_tokens += step.plan.num_tokens - step.plan.num_decodes;
-    counters_.num_generated_tokens += static_cast<std::int64_t>(output.tokens.size());
+    counters_.num_generated_tokens += num_sampled;
+    applied.num_generated = num_sampled;
     if (token_budget_) {
       token_budget_->observe({step.plan.num_tokens, step.plan.num_decodes, output.seconds});
     }
@@ -216,6 +222,14 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
       const SeqId id = step.sampled_ids[i];
       const auto it = requests_.find(id);
       if (it == requests_.end()) continue;  // cancelled while the step ran
+      if (output.tokens[i].id == kNoToken) {
+        // No token: its grammar's mask was late (the position runs again), or the worker
+        // says why the sequence cannot go on (its constraint: the request's fault).
+        if (output.tokens[i].error.empty()) continue;
+        applied.updates.push_back(
+            *cancel(id, FinishReason::error, output.tokens[i].error, ErrorCode::invalid_argument));
+        continue;
+      }
       RequestUpdate update;
       update.id = id;
       update.token = output.tokens[i];
@@ -237,7 +251,6 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
   }
   applied.num_tokens = step.plan.num_tokens;
   applied.num_decodes = step.plan.num_decodes;
-  applied.num_generated = static_cast<std::int32_t>(output.tokens.size());
   applied.worker_seconds = output.seconds;
   applied.plan = std::move(step.plan);
   return applied;

@@ -35,7 +35,8 @@ struct RequestEvent {
   model::SampledToken token;  // token.id is kNoToken when the event carries none
   FinishReason finish_reason = FinishReason::none;
   std::string error;
-  std::int32_t num_cached_tokens = 0;                     // prompt tokens the prefix cache served
+  ErrorCode error_code = ErrorCode::internal;  // whose fault: invalid_argument, the request's
+  std::int32_t num_cached_tokens = 0;          // prompt tokens the prefix cache served
   std::chrono::steady_clock::time_point first_scheduled;  // its first step
   // With the request's first token (or its end, when it ends before any, once they are
   // all known), when it asked for prompt_logprobs: prompt positions 1 .. n-1.
@@ -90,7 +91,8 @@ class EngineCore {
   Result<void> add(CoreRequest request);
   // Ends a request now: its blocks are free when this returns, and the worker forgets
   // it with the next step. Nothing when it is unknown or over.
-  std::optional<RequestUpdate> cancel(SeqId id, FinishReason reason, std::string error = {});
+  std::optional<RequestUpdate> cancel(SeqId id, FinishReason reason, std::string error = {},
+                                      ErrorCode error_code = ErrorCode::internal);
   // Ends every request (shutdown, or no worker can be made).
   std::vector<RequestUpdate> end_all(FinishReason reason, const std::string& error);
 
@@ -147,7 +149,8 @@ class EngineCore {
     std::uint64_t step_id = 0;
   };
 
-  RequestUpdate end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error);
+  RequestUpdate end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error,
+                           ErrorCode error_code = ErrorCode::internal);
   // Whether the worker's prompt scores are the ones the step asked for.
   static bool scores_match(const InFlight& step, const StepOutput& output);
   // The request's first token, once: its time from add() goes to `applied`.

@@ -222,6 +222,13 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
     const auto it = sequences_.find(chunk.id);
     if (it == sequences_.end()) continue;  // aborted while its step ran
     Sequence& seq = it->second;
+    if (result != nullptr && result->token == kNoToken) {
+      // No token this step (its grammar's mask was late): the last position runs again in
+      // the next, writing the same key and value into the slot it already holds.
+      seq.num_computed_tokens += chunk.num_new_tokens - 1;
+      kv_.cache_full_blocks(seq);
+      continue;
+    }
     seq.num_computed_tokens += chunk.num_new_tokens;
     kv_.cache_full_blocks(seq);
     if (result == nullptr) continue;

@@ -94,8 +94,10 @@ class Scheduler {
   // Plans the next iteration.
   BatchPlan schedule();
   // Applies an iteration's results: `sampled` has one entry per chunk that samples,
-  // in plan order. Returns the sequences that finished: the one place that decides a
-  // sequence ended on a stop token, max_tokens or the context length.
+  // in plan order; kNoToken where the row did not sample (a grammar's mask was late): the
+  // chunk's last position then counts as not computed, and runs again in the next plan.
+  // Returns the sequences that finished: the one place that decides a sequence ended on a
+  // stop token, max_tokens or the context length.
   std::vector<FinishedSequence> update(const BatchPlan& plan,
                                        std::span<const SampledResult> sampled);
 

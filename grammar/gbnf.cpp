@@ -13,9 +13,20 @@ namespace troupe::grammar {
 
 namespace {
 
-constexpr int kMaxNesting = 64;                // parentheses deep
+constexpr int kMaxNesting = kMaxGbnfNesting;   // parentheses deep
 constexpr std::uint32_t kMaxRepeat = 4096;     // the largest bound of {m,n}
 constexpr std::size_t kMaxElements = 1 << 20;  // elements repetitions may write, in all
+
+bool is_surrogate(std::uint32_t c) {
+  return c >= 0xD800 && c <= 0xDFFF;
+}
+
+std::string hex4(std::uint32_t c) {
+  static constexpr char kDigits[] = "0123456789ABCDEF";
+  std::string out;
+  for (int shift = 12; shift >= 0; shift -= 4) out += kDigits[(c >> shift) & 0xF];
+  return out;
+}
 
 bool is_name_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_';
@@ -273,6 +284,9 @@ class Parser {
       if ((next & 0xC0) != 0x80) return error("invalid UTF-8");
       c = (c << 6) | (next & 0x3F);
     }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+    constexpr std::uint32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < kSmallest[length] || c > 0x10FFFF || is_surrogate(c)) return error("invalid UTF-8");
     pos_ += static_cast<std::size_t>(length);
     return c;
   }
@@ -287,6 +301,13 @@ class Parser {
       value = value * 16 + static_cast<std::uint32_t>(h <= '9' ? h - '0' : h - 'a' + 10);
     }
     if (value > 0x10FFFF) return error("code point beyond U+10FFFF");
+    // A UTF-16 surrogate (\uD800 alone, or half of a pair written as two escapes) is not a
+    // character: no UTF-8 text holds one, so a grammar that asks for it is refused.
+    if (is_surrogate(value)) {
+      pos_ -= static_cast<std::size_t>(digits);
+      return error("U+" + hex4(value) + " is a UTF-16 surrogate, not a character (write U+" +
+                   "10000 and above as \\U00XXXXXX or as UTF-8)");
+    }
     return value;
   }
 

@@ -22,6 +22,9 @@ namespace troupe::grammar {
 // grammar. A literal in such a rule that needs one of those bytes is an error.
 inline constexpr std::string_view kJsonSafeRulePrefix = "json-safe-";
 
+// Parentheses nested deeper than this are an error (the parser recurses once a level).
+inline constexpr int kMaxGbnfNesting = 64;
+
 // The grammar `text` describes, or an error that says where (line:column) and why.
 Result<Grammar> parse_gbnf(std::string_view text);
 

@@ -6,7 +6,7 @@ namespace troupe::grammar {
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)) {
   for (const std::uint32_t start : grammar_->rule_starts[grammar_->root]) {
-    if (!push_expanded(Stack{start}, stacks_)) {
+    if (!push_expanded(Stack{start}, stacks_, nullptr)) {
       stacks_.clear();  // past the limits from the start: nothing is allowed (ok() says so)
       ok_ = false;
       return;
@@ -16,13 +16,13 @@ Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std:
   stacks_.erase(std::unique(stacks_.begin(), stacks_.end()), stacks_.end());
 }
 
-bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out) const {
+bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* budget) const {
   const auto& elements = grammar_->elements;
   // Most bytes land on another byte element (the next character of a literal, a class
   // repeated in place): nothing to expand.
   if (!stack.empty() && elements[stack.back()].kind == Element::Kind::bytes) {
     out.push_back(std::move(stack));
-    return out.size() < kMaxStacks || push_checked(out);
+    return out.size() < kMaxStacks || push_checked(out, budget);
   }
   // Branches still to expand: a work list, not recursion, so that a long chain of rules
   // entered without a byte cannot exhaust the thread's stack.
@@ -46,6 +46,10 @@ bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out) const {
       ++s.back();
       if (elements[s.back()].kind == Element::Kind::end) s.pop_back();
       const auto& starts = grammar_->rule_starts[e.index];
+      // Each branch copies the stack: its positions are the work.
+      if (budget != nullptr && !budget->spend(1 + (starts.size() - 1) * (s.size() + 1))) {
+        return false;
+      }
       for (std::size_t a = 0; a + 1 < starts.size(); ++a) {
         Stack branch = s;
         branch.push_back(starts[a]);
@@ -54,33 +58,42 @@ bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out) const {
       s.push_back(starts.back());
     }
     out.push_back(std::move(s));
-    if (out.size() >= kMaxStacks && !push_checked(out)) return false;
+    if (out.size() >= kMaxStacks && !push_checked(out, budget)) return false;
   }
   return true;
 }
 
-bool Matcher::push_checked(std::vector<Stack>& out) {
-  // Count distinct branches only.
+bool Matcher::push_checked(std::vector<Stack>& out, WorkBudget* budget) {
+  // Count distinct branches only. The sort compares whole stacks: about n log n of them.
+  if (budget != nullptr && !budget->spend(out.size() * 12)) return false;
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out.size() < kMaxStacks;
 }
 
-bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte,
-                      std::vector<Stack>& out) const {
+bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte, std::vector<Stack>& out,
+                      WorkBudget* budget) const {
   out.clear();
   for (const Stack& stack : stacks) {
     if (stack.empty()) continue;  // complete: takes no more bytes
     const Element& e = grammar_->elements[stack.back()];
     if (!grammar_->byte_sets[e.index].test(byte)) continue;
+    if (budget != nullptr && !budget->spend(stack.size())) {
+      out.clear();
+      return false;
+    }
     Stack next = stack;
     ++next.back();
-    if (!push_expanded(std::move(next), out)) {
+    if (!push_expanded(std::move(next), out, budget)) {
       out.clear();
       return false;
     }
   }
   if (out.size() > 1) {
+    if (budget != nullptr && !budget->spend(out.size() * 12)) {
+      out.clear();
+      return false;
+    }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
   }
@@ -93,17 +106,17 @@ bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte,
   return !out.empty();
 }
 
-bool Matcher::accept_byte(std::uint8_t byte) {
+bool Matcher::accept_byte(std::uint8_t byte, WorkBudget* budget) {
   std::vector<Stack> next;
-  if (!advance(stacks_, byte, next)) return false;
+  if (!advance(stacks_, byte, next, budget)) return false;
   stacks_ = std::move(next);
   return true;
 }
 
-bool Matcher::accept_bytes(std::string_view bytes) {
+bool Matcher::accept_bytes(std::string_view bytes, WorkBudget* budget) {
   std::vector<Stack> current = stacks_, next;
   for (const char c : bytes) {
-    if (!advance(current, static_cast<std::uint8_t>(c), next)) return false;
+    if (!advance(current, static_cast<std::uint8_t>(c), next, budget)) return false;
     current.swap(next);
   }
   stacks_ = std::move(current);

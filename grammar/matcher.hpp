@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "grammar/grammar.hpp"
+#include "grammar/work_budget.hpp"
 
 namespace troupe::grammar {
 
@@ -33,10 +34,11 @@ class Matcher {
   // nothing, and its grammar should be refused where it was given.
   bool ok() const { return ok_; }
 
-  // Advances by one byte; false, with the state unchanged, where the grammar forbids it.
-  bool accept_byte(std::uint8_t byte);
+  // Advances by one byte; false, with the state unchanged, where the grammar forbids it
+  // (or where `budget` runs out: budget->exhausted() tells the two apart).
+  bool accept_byte(std::uint8_t byte, WorkBudget* budget = nullptr);
   // Advances by every byte of `bytes`, or by none of them (false).
-  bool accept_bytes(std::string_view bytes);
+  bool accept_bytes(std::string_view bytes, WorkBudget* budget = nullptr);
   // Whether the output may end here (some branch has matched the whole grammar).
   bool can_end() const;
   // The bytes that may come next.
@@ -45,14 +47,17 @@ class Matcher {
   const CompiledGrammar& grammar() const { return *grammar_; }
   const std::vector<Stack>& stacks() const { return stacks_; }
   // The branches after `byte` from `stacks` (empty if none accepts it); for TokenMasker.
-  bool advance(const std::vector<Stack>& stacks, std::uint8_t byte, std::vector<Stack>& out) const;
+  // Every position copied or expanded through is spent from `budget`, if given: false,
+  // with `out` empty, once it runs out.
+  bool advance(const std::vector<Stack>& stacks, std::uint8_t byte, std::vector<Stack>& out,
+               WorkBudget* budget = nullptr) const;
 
  private:
   // Adds `stack`, its top expanded through rule entries and ends until it is a byte
-  // element or empty; false where a limit is passed.
-  bool push_expanded(Stack stack, std::vector<Stack>& out) const;
+  // element or empty; false where a limit is passed or `budget` runs out.
+  bool push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* budget) const;
   // Sorts out and drops repeated branches; false when kMaxStacks distinct ones remain.
-  static bool push_checked(std::vector<Stack>& out);
+  static bool push_checked(std::vector<Stack>& out, WorkBudget* budget);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::vector<Stack> stacks_;

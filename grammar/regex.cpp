@@ -9,7 +9,9 @@ namespace troupe::grammar {
 
 namespace {
 
-constexpr int kMaxNesting = 64;
+// A quantified group becomes two levels of GBNF parentheses ("((...))*"): groups nested
+// this deep still make GBNF that parses.
+constexpr int kMaxNesting = kMaxGbnfNesting / 2;
 
 // A byte as a GBNF escape, for literals and classes alike.
 std::string hex_escape(unsigned char c) {

@@ -26,7 +26,8 @@ std::size_t TokenMasker::num_cached_masks() const {
   return cache_.size();
 }
 
-void TokenMasker::fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& allowed) const {
+bool TokenMasker::fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& allowed,
+                            WorkBudget* budget) const {
   allowed.assign((token_bytes_.size() + 63) / 64, 0);
   // A token is allowed when one branch takes it: the union of each branch's mask.
   for (const Matcher::Stack& stack : matcher.stacks()) {
@@ -39,9 +40,13 @@ void TokenMasker::fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& 
     }
     if (!mask) {
       // What the top position decides alone, then the undecided tokens on the whole stack.
-      const std::shared_ptr<const TopClass> top = classify(matcher, stack.back());
+      const std::shared_ptr<const TopClass> top = classify(matcher, stack.back(), budget);
+      if (!top) return false;
       auto computed = std::make_shared<Mask>(top->accepted);
-      if (!top->uncertain.empty()) walk(matcher, stack, top->uncertain, *computed, nullptr);
+      if (!top->uncertain.empty() &&
+          !walk(matcher, stack, top->uncertain, *computed, nullptr, budget)) {
+        return false;
+      }
       mask = computed;
       std::lock_guard lock(mutex_);
       if (cache_.size() >= kMaxCachedMasks) cache_.clear();
@@ -49,10 +54,12 @@ void TokenMasker::fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& 
     }
     for (std::size_t i = 0; i < allowed.size(); ++i) allowed[i] |= (*mask)[i];
   }
+  return true;
 }
 
 std::shared_ptr<const TokenMasker::TopClass> TokenMasker::classify(const Matcher& matcher,
-                                                                   std::uint32_t top) const {
+                                                                   std::uint32_t top,
+                                                                   WorkBudget* budget) const {
   Key key{matcher.grammar().id, Matcher::Stack{top}};
   {
     std::lock_guard lock(mutex_);
@@ -60,7 +67,9 @@ std::shared_ptr<const TokenMasker::TopClass> TokenMasker::classify(const Matcher
   }
   auto computed = std::make_shared<TopClass>();
   computed->accepted.assign((token_bytes_.size() + 63) / 64, 0);
-  walk(matcher, key.stack, sorted_, computed->accepted, &computed->uncertain);
+  if (!walk(matcher, key.stack, sorted_, computed->accepted, &computed->uncertain, budget)) {
+    return nullptr;
+  }
   std::lock_guard lock(mutex_);
   if (classes_.size() >= kMaxCachedMasks) classes_.clear();
   classes_.emplace(std::move(key), computed);
@@ -74,19 +83,21 @@ namespace {
 // string, every token's every byte steps between the same few sets).
 class StepMemo {
  public:
-  StepMemo(const Matcher& matcher, const Matcher::Stack& start) : matcher_(matcher) {
+  StepMemo(const Matcher& matcher, const Matcher::Stack& start, WorkBudget* budget)
+      : matcher_(matcher), budget_(budget) {
     std::vector<Matcher::Stack> first{start};
     intern(std::move(first));
   }
 
-  // The set after `byte` from set `from`, or -1 where no branch takes it.
+  // The set after `byte` from set `from`, or -1 where no branch takes it (or the budget
+  // ran out: then nothing is remembered, and the walk ends).
   std::int32_t step(std::int32_t from, std::uint8_t byte) {
     const std::uint64_t key = (static_cast<std::uint64_t>(from) << 8) | byte;
     if (const auto it = next_.find(key); it != next_.end()) return it->second;
     std::vector<Matcher::Stack> out;
-    const std::int32_t to = matcher_.advance(sets_[static_cast<std::size_t>(from)], byte, out)
-                                ? intern(std::move(out))
-                                : -1;
+    const bool taken = matcher_.advance(sets_[static_cast<std::size_t>(from)], byte, out, budget_);
+    if (budget_ != nullptr && budget_->exhausted()) return -1;
+    const std::int32_t to = taken ? intern(std::move(out)) : -1;
     next_.emplace(key, to);
     return to;
   }
@@ -117,6 +128,7 @@ class StepMemo {
   }
 
   const Matcher& matcher_;
+  WorkBudget* budget_;
   std::vector<std::vector<Matcher::Stack>> sets_;
   std::vector<char> leaves_;
   std::unordered_map<std::vector<Matcher::Stack>, std::int32_t, Hash> ids_;
@@ -125,15 +137,15 @@ class StepMemo {
 
 }  // namespace
 
-void TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack,
+bool TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack,
                        const std::vector<std::int32_t>& ids, Mask& allowed,
-                       std::vector<std::int32_t>* uncertain) const {
+                       std::vector<std::int32_t>* uncertain, WorkBudget* budget) const {
   // path[d]: the branch set after the first d bytes of the current token; left[d]: whether
   // one of path[0..d] left `stack` (a branch that matched it to its end: an empty stack),
   // so that, with `uncertain`, what follows depends on the frames below it. A prefix the
   // grammar rejected is remembered, so that the tokens after it that share it are decided
   // at once.
-  StepMemo memo(matcher, stack);
+  StepMemo memo(matcher, stack, budget);
   std::vector<std::int32_t> path(1, 0);
   std::vector<char> left(1, 0);
   std::string_view previous;
@@ -145,17 +157,21 @@ void TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack,
     const std::size_t limit = std::min(bytes.size(), previous.size());
     while (common < limit && bytes[common] == previous[common]) ++common;
     previous = bytes;
+    // Every token visited costs a step, and every byte matched one more.
+    if (budget != nullptr && !budget->spend(1)) return false;
     if (dead_prefix != 0 && common >= dead_prefix) {  // starts with a rejected prefix
       if (dead_left && uncertain != nullptr) uncertain->push_back(id);
       continue;
     }
     dead_prefix = 0;
-    // path[0..common] holds for this token too; match the rest.
+    // path[0..common] holds for this token too; match the rest (a byte each).
+    if (budget != nullptr && !budget->spend(bytes.size() - common)) return false;
     path.resize(common + 1);
     left.resize(common + 1);
     bool alive = true;
     for (std::size_t d = common; d < bytes.size(); ++d) {
       const std::int32_t next = memo.step(path[d], static_cast<std::uint8_t>(bytes[d]));
+      if (budget != nullptr && budget->exhausted()) return false;
       if (next < 0) {
         dead_prefix = d + 1;
         dead_left = left[d] != 0;
@@ -173,6 +189,7 @@ void TokenMasker::walk(const Matcher& matcher, const Matcher::Stack& stack,
       uncertain->push_back(id);
     }
   }
+  return true;
 }
 
 }  // namespace troupe::grammar

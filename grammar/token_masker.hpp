@@ -32,7 +32,10 @@ class TokenMasker {
   // What token `id` stands for (empty for a control token).
   std::string_view token_bytes(std::int32_t id) const { return token_bytes_[id]; }
   // allowed: bit `id` set for every token the matcher can take next; [(vocab + 63) / 64].
-  void fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& allowed) const;
+  // The work is spent from `budget`, if given: false, with `allowed` incomplete, once it
+  // runs out (nothing incomplete is cached, so the same call fails the same way again).
+  bool fill_mask(const Matcher& matcher, std::vector<std::uint64_t>& allowed,
+                 WorkBudget* budget = nullptr) const;
 
   // Masks kept at most; past it the cache starts over.
   static constexpr std::size_t kMaxCachedMasks = 4096;
@@ -48,12 +51,15 @@ class TokenMasker {
     Mask accepted;
     std::vector<std::int32_t> uncertain;  // in the sorted vocabulary's order
   };
-  std::shared_ptr<const TopClass> classify(const Matcher& matcher, std::uint32_t top) const;
+  // Null where `budget` ran out.
+  std::shared_ptr<const TopClass> classify(const Matcher& matcher, std::uint32_t top,
+                                           WorkBudget* budget) const;
   // Walks `ids` (in the sorted vocabulary's order) from `stack`, setting the bits of the
   // tokens it takes; with `uncertain`, lists those it rejects after a branch left `stack`.
-  void walk(const Matcher& matcher, const Matcher::Stack& stack,
+  // False where `budget` ran out.
+  bool walk(const Matcher& matcher, const Matcher::Stack& stack,
             const std::vector<std::int32_t>& ids, Mask& allowed,
-            std::vector<std::int32_t>* uncertain) const;
+            std::vector<std::int32_t>* uncertain, WorkBudget* budget) const;
 
   struct Key {
     std::uint64_t grammar;

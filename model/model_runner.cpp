@@ -42,23 +42,41 @@ Result<OutputGrammar> ModelRunner::output_grammar(const std::string& gbnf) {
   return OutputGrammar{std::move(shared), masker_};
 }
 
-std::future<void> ModelRunner::start_masks(std::span<Sampler* const> samplers, bool device) {
-  // A grammar's mask depends only on the tokens so far: it is computed on another thread
-  // while the forward pass runs. Nothing to start without a constrained row.
-  std::vector<Sampler*> constrained;
+void ModelRunner::start_masks(std::span<Sampler* const> samplers) {
   for (Sampler* sampler : samplers) {
-    if (sampler->constrained()) constrained.push_back(sampler);
+    if (!sampler->constrained()) continue;
+    if (!mask_workers_) mask_workers_ = std::make_unique<MaskWorkers>();
+    sampler->start_mask(*mask_workers_);
   }
-  if (constrained.empty()) return {};
-  return std::async(std::launch::async, [constrained = std::move(constrained), device] {
-    for (Sampler* sampler : constrained) {
-      if (device) {
-        sampler->prepare_device_mask();
-      } else {
-        sampler->prepare_mask();
-      }
+}
+
+std::vector<Sampler::MaskState> ModelRunner::settle_masks(std::span<Sampler* const> samplers) {
+  using State = Sampler::MaskState;
+  std::vector<State> states(samplers.size(), State::ready);
+  const auto deadline = MaskJob::Clock::now() + kMaskWait;
+  while (true) {
+    bool pending = false, ready = false;
+    for (std::size_t row = 0; row < samplers.size(); ++row) {
+      states[row] = samplers[row]->mask_state();
+      pending = pending || states[row] == State::pending;
+      ready = ready || states[row] == State::ready;
     }
-  });
+    // A row that can sample goes now: the late ones skip this step (their masks go on).
+    if (!pending || ready || MaskJob::Clock::now() >= deadline) return states;
+    // No row could sample at all: waiting delays no one's token, for a while.
+    for (std::size_t row = 0; row < samplers.size(); ++row) {
+      if (states[row] != State::pending) continue;
+      samplers[row]->wait_mask_until(
+          std::min(deadline, MaskJob::Clock::now() + std::chrono::milliseconds(1)));
+      break;
+    }
+  }
+}
+
+SampledToken ModelRunner::no_token(const Sampler& sampler, Sampler::MaskState state) {
+  SampledToken token;
+  if (state == Sampler::MaskState::failed) token.error = sampler.failure();
+  return token;
 }
 
 Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& params,
@@ -173,26 +191,38 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
       device_rows_.push_back(*row);
     }
     if (device_rows_.size() == samplers.size()) {
-      // The grammars' bitmasks are made while the device runs the forward pass.
-      std::future<void> masks = start_masks(samplers, /*device=*/true);
-      TROUPE_TRY_VOID(model_.forward_sample(step, device_rows_, ids_, [&masks] {
-        if (masks.valid()) masks.get();
+      // The grammars' bitmasks are made while the device runs the forward pass; a row
+      // without its mask in time is drawn unmasked, and its draw dropped.
+      start_masks(samplers);
+      std::vector<Sampler::MaskState> states;
+      TROUPE_TRY_VOID(model_.forward_sample(step, device_rows_, ids_, [&] {
+        states = settle_masks(samplers);
+        for (std::size_t row = 0; row < samplers.size(); ++row) {
+          if (states[row] == Sampler::MaskState::ready) {
+            samplers[row]->prepare_device_mask();
+          } else {
+            device_rows_[row].allowed = nullptr;
+          }
+        }
       }));
       for (std::size_t row = 0; row < samplers.size(); ++row) {
-        results.push_back(samplers[row]->accept(ids_[row]));
+        results.push_back(states[row] == Sampler::MaskState::ready
+                              ? samplers[row]->accept(ids_[row])
+                              : no_token(*samplers[row], states[row]));
       }
       return results;
     }
   }
-  std::future<void> masks = start_masks(samplers, /*device=*/false);
-  auto forward = model_.forward(step, logits_);
-  if (masks.valid()) masks.get();
-  TROUPE_TRY_VOID(std::move(forward));
+  start_masks(samplers);
+  TROUPE_TRY_VOID(model_.forward(step, logits_));
+  const std::vector<Sampler::MaskState> states = settle_masks(samplers);
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
   for (std::size_t row = 0; row < samplers.size(); ++row) {
     const std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
     if (observer_) observer_(sampled_ids[row], row_logits);
-    results.push_back(samplers[row]->sample(row_logits));
+    results.push_back(states[row] == Sampler::MaskState::ready
+                          ? samplers[row]->sample(row_logits)
+                          : no_token(*samplers[row], states[row]));
   }
   score_prompt_rows(prompt_rows, samplers.size(), prompt_scores);
   return results;

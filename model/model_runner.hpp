@@ -1,9 +1,11 @@
 // Executes steps on one model: the forward pass, then one token sampled for each
 // sequence that asked for logits, with each sequence's own sampler (its seed,
 // penalties, min_tokens and grammar) kept from step to step. The grammars' token masks
-// for a step are computed on another thread while its forward pass runs.
+// are computed in the background (MaskWorkers) while the forward pass runs; a row whose
+// mask is late gets no token this step rather than hold the others up.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -45,7 +47,11 @@ class ModelRunner {
   // Runs `step`; logit row i samples for sequence sampled_ids[i]. The logit rows after
   // those score prompts (`prompt_rows`, in order, one row per target); their scores go to
   // `prompt_scores`, one PromptLogprobs per PromptRows. A step that scores a prompt is
-  // sampled on the host: its logits are read back anyway.
+  // sampled on the host: its logits are read back anyway. A constrained row whose mask is
+  // not ready when the forward pass ends gets kNoToken (its position must run again), and
+  // one whose grammar ran out of its work budget kNoToken with the error
+  // (SampledToken::error); the step waits past the forward pass for masks only while no
+  // row at all could sample, and then at most kMaskWait.
   Result<std::vector<SampledToken>> execute(const StepInput& step,
                                             std::span<const std::uint64_t> sampled_ids,
                                             std::span<const PromptRows> prompt_rows = {},
@@ -61,9 +67,17 @@ class ModelRunner {
                          std::vector<PromptLogprobs>* out);
   // Most threads that score a step's prompt rows (the forward pass's are idle then).
   static constexpr std::size_t kMaxScoringThreads = 8;
-  // The constrained samplers' masks (bitmasks for a device), on another thread.
-  static std::future<void> start_masks(std::span<Sampler* const> samplers, bool device);
+  // Starts the constrained samplers' masks on the mask workers.
+  void start_masks(std::span<Sampler* const> samplers);
+  // After the forward pass: each row's mask state, having waited as execute() says.
+  static std::vector<Sampler::MaskState> settle_masks(std::span<Sampler* const> samplers);
+  // The token a row that cannot sample this step gets.
+  static SampledToken no_token(const Sampler& sampler, Sampler::MaskState state);
 
+ public:
+  static constexpr std::chrono::milliseconds kMaskWait{50};
+
+ private:
   LlamaModel& model_;
   std::vector<TokenId> end_of_generation_;
   const text::Tokenizer* tokenizer_ = nullptr;
@@ -74,6 +88,7 @@ class ModelRunner {
   std::vector<float> logits_;
   std::vector<DeviceSamplingRow> device_rows_;
   std::vector<TokenId> ids_;
+  std::unique_ptr<MaskWorkers> mask_workers_;  // made at the first constrained step
 };
 
 }  // namespace troupe::model

@@ -141,12 +141,62 @@ bool Sampler::ends_allowed(bool other) const {
          (!grammar_broken_ && matcher_->can_end() && num_generated() >= params_.min_tokens);
 }
 
+void Sampler::start_mask(MaskWorkers& workers) {
+  if (!constrained() || mask_ready_ || job_.job || !failure_.empty()) return;
+  if (grammar_broken_) {
+    prepare_mask();  // nothing to compute
+    return;
+  }
+  job_.job = std::make_shared<MaskJob>(*matcher_, masker_);
+  workers.submit(job_.job);
+}
+
+namespace {
+
+std::string budget_failure(std::uint64_t budget, std::size_t num_output_bytes, const char* what) {
+  return "the output's grammar cannot be followed within its work budget: " + std::string(what) +
+         " after " + std::to_string(num_output_bytes) + " bytes of output needs more than " +
+         std::to_string(budget) +
+         " steps (its alternatives multiply, as in a regex of many '.*'; simplify the "
+         "constraint)";
+}
+
+}  // namespace
+
+Sampler::MaskState Sampler::mask_state() {
+  if (!constrained() || mask_ready_) return MaskState::ready;
+  if (!failure_.empty()) return MaskState::failed;
+  if (!job_.job) return MaskState::pending;  // not started: start_mask() was not called
+  if (!job_.job->done()) return MaskState::pending;
+  std::shared_ptr<MaskJob> job = std::move(job_.job);
+  if (job->failed()) {
+    failure_ = budget_failure(job->budget(), num_output_bytes_, "the token mask");
+    return MaskState::failed;
+  }
+  mask_ = std::move(job->mask());
+  mask_ready_ = true;
+  return MaskState::ready;
+}
+
+bool Sampler::wait_mask_until(MaskJob::Clock::time_point deadline) {
+  if (job_.job && !job_.job->wait_until(deadline)) return false;
+  return mask_state() != MaskState::pending;
+}
+
 void Sampler::prepare_mask() {
   if (!constrained() || mask_ready_) return;
-  if (grammar_broken_) {
+  if (job_.job) {
+    job_.job->wait();
+    if (mask_state() == MaskState::ready) return;
+  }
+  if (grammar_broken_ || !failure_.empty()) {
     mask_.assign((static_cast<std::size_t>(vocab_size_) + 63) / 64, 0);
   } else {
-    masker_->fill_mask(*matcher_, mask_);
+    grammar::WorkBudget budget;
+    if (!masker_->fill_mask(*matcher_, mask_, &budget)) {
+      failure_ = budget_failure(budget.limit(), num_output_bytes_, "the token mask");
+      mask_.assign((static_cast<std::size_t>(vocab_size_) + 63) / 64, 0);
+    }
   }
   mask_ready_ = true;
 }
@@ -305,9 +355,20 @@ void Sampler::record(TokenId id) {
   ++output_counts_[id];
   if (!constrained()) return;
   mask_ready_ = false;
+  job_ = JobHandle{};  // a mask still computed for the position before is of no use now
   // An end token ends the output (the engine's stop rule); any other advances the grammar.
   if (grammar_broken_ || std::find(ends_.begin(), ends_.end(), id) != ends_.end()) return;
-  if (!matcher_->accept_bytes(masker_->token_bytes(id))) grammar_broken_ = true;
+  const std::string_view bytes = masker_->token_bytes(id);
+  grammar::WorkBudget budget;
+  if (!matcher_->accept_bytes(bytes, &budget)) {
+    if (budget.exhausted()) {
+      failure_ = budget_failure(budget.limit(), num_output_bytes_, "taking the next token");
+    } else {
+      grammar_broken_ = true;
+    }
+    return;
+  }
+  num_output_bytes_ += bytes.size();
 }
 
 std::optional<DeviceSamplingRow> Sampler::device_row() const {

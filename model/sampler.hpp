@@ -10,12 +10,14 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "grammar/matcher.hpp"
 #include "grammar/token_masker.hpp"
+#include "model/mask_workers.hpp"
 #include "troupe/result.hpp"
 #include "troupe/sampling.hpp"
 
@@ -29,9 +31,13 @@ struct TokenLogprob {
 };
 
 struct SampledToken {
+  // kNoToken: the row has no token this step. Its grammar's mask was not ready when the
+  // step's forward pass ended (the engine runs its position again in the next step), or,
+  // with `error`, its sequence cannot go on.
   TokenId id = kNoToken;
   float logprob = 0.0f;                    // of the chosen token, under the model's distribution
   std::vector<TokenLogprob> top_logprobs;  // the n most likely, when asked
+  std::string error = {};                  // why the sequence must end (id is kNoToken)
 
   bool operator==(const SampledToken&) const = default;
 };
@@ -90,8 +96,20 @@ class Sampler {
   const std::vector<TokenId>& output() const { return output_; }
 
   bool constrained() const { return matcher_.has_value(); }
-  // Computes the grammar's token mask for the next position, if it is not yet: a runner
-  // calls it on another thread while the forward pass runs. Nothing for a free output.
+
+  // Where the grammar's mask for the next position stands. ready: sample() may run (always,
+  // for a free output); pending: a job computes it still; failed: the grammar cannot be
+  // followed within its work budget, failure() says where.
+  enum class MaskState { ready, pending, failed };
+  // Starts the next position's mask on `workers`, unless it is ready or under way (a
+  // runner calls it before the forward pass). Nothing for a free output.
+  void start_mask(MaskWorkers& workers);
+  MaskState mask_state();
+  // Waits for a mask under way until `deadline`; whether it is no longer pending.
+  bool wait_mask_until(MaskJob::Clock::time_point deadline);
+  const std::string& failure() const { return failure_; }
+  // Computes the next position's mask here, if it is not ready (waiting for a job under
+  // way): sample() calls it; so may a runner without workers.
   void prepare_mask();
   // Whether a sampled token fell outside what the grammar could take (the mask and the
   // matcher disagreed, or a limit of the matcher was passed): only end tokens follow.
@@ -128,6 +146,25 @@ class Sampler {
   std::vector<std::uint64_t> device_mask_;  // sized once: device rows point into it
   bool mask_ready_ = false;
   bool grammar_broken_ = false;
+  // The next mask's job while it runs: cancelled when replaced, or when the sampler goes.
+  struct JobHandle {
+    std::shared_ptr<MaskJob> job;
+    JobHandle() = default;
+    JobHandle(JobHandle&& other) noexcept : job(std::move(other.job)) {}
+    JobHandle& operator=(JobHandle&& other) noexcept {
+      if (this != &other) {
+        if (job) job->cancel();
+        job = std::move(other.job);
+      }
+      return *this;
+    }
+    ~JobHandle() {
+      if (job) job->cancel();
+    }
+  };
+  JobHandle job_;
+  std::string failure_;               // why the grammar cannot be followed; empty: it can
+  std::size_t num_output_bytes_ = 0;  // taken by the matcher (for failure_)
   std::vector<TokenId> ends_;  // under a grammar: end-of-generation and stop ids in the vocabulary
   std::vector<float> end_logits_;
 };

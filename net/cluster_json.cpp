@@ -1,10 +1,61 @@
 #include "net/cluster_json.hpp"
 
 #include <boost/json.hpp>
+#include <charconv>
+#include <cmath>
 
 namespace troupe::net {
 
 namespace json = boost::json;
+
+namespace {
+
+// JSON text as boost::json::serialize writes it, but for doubles: those are written in
+// plain decimal (0, 0.25), not in the exponent form Boost 1.81 gives every double (0E0,
+// 2.5E-1), which readers and people take for a string or a typo.
+void write_plain(const json::value& v, std::string& out) {
+  switch (v.kind()) {
+    case json::kind::double_: {
+      const double d = v.get_double();
+      if (!std::isfinite(d)) {
+        out += "null";
+        return;
+      }
+      char digits[400];
+      const auto end = std::to_chars(digits, digits + sizeof digits, d, std::chars_format::fixed);
+      out.append(digits, end.ptr);
+      return;
+    }
+    case json::kind::object: {
+      out += '{';
+      bool first = true;
+      for (const auto& [key, item] : v.get_object()) {
+        if (!first) out += ',';
+        first = false;
+        out += json::serialize(json::string_view(key));
+        out += ':';
+        write_plain(item, out);
+      }
+      out += '}';
+      return;
+    }
+    case json::kind::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& item : v.get_array()) {
+        if (!first) out += ',';
+        first = false;
+        write_plain(item, out);
+      }
+      out += ']';
+      return;
+    }
+    default:
+      out += json::serialize(v);
+  }
+}
+
+}  // namespace
 
 std::string health_json(std::int32_t replicas_up, std::int32_t replicas) {
   return json::serialize(json::object{{"status", replicas_up > 0 ? "ok" : "unavailable"},
@@ -47,6 +98,7 @@ std::string cluster_json(const std::vector<NodeStatus>& nodes,
     const EngineStats& s = r.stats;
     replica_list.emplace_back(json::object{{"index", r.index},
                                            {"up", r.up},
+                                           {"state", r.state},
                                            {"node", r.node},
                                            {"num_routed", r.num_routed},
                                            {"num_prefix_routed", r.num_prefix_routed},
@@ -59,8 +111,10 @@ std::string cluster_json(const std::vector<NodeStatus>& nodes,
                                            {"prefix_queried_tokens", s.prefix_queried_tokens},
                                            {"num_worker_restarts", s.num_worker_restarts}});
   }
-  return json::serialize(
-      json::object{{"nodes", std::move(node_list)}, {"replicas", std::move(replica_list)}});
+  std::string out;
+  write_plain(json::object{{"nodes", std::move(node_list)}, {"replicas", std::move(replica_list)}},
+              out);
+  return out;
 }
 
 }  // namespace troupe::net

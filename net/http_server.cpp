@@ -12,6 +12,7 @@
 #include "monitoring/log.hpp"
 #include "net/cors.hpp"
 #include "net/server_impl.hpp"
+#include "net/structured_output.hpp"
 
 namespace troupe::net {
 
@@ -394,6 +395,21 @@ asio::awaitable<bool> HttpServer::Impl::refuse(beast::tcp_stream& stream, const 
   co_return alive;
 }
 
+asio::awaitable<std::optional<ApiError>> HttpServer::Impl::check_constraint(
+    const CompletionRequest& request) {
+  if (request.generate.params.grammar.empty() || !context.token_masker) co_return std::nullopt;
+  std::function<std::string()> probe = [this, &request]() -> std::string {
+    try {
+      return first_mask_refusal(request.generate.params.grammar, *context.token_masker);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  };
+  std::string why = co_await run_on(grammar_pool, std::move(probe));
+  if (why.empty()) co_return std::nullopt;
+  co_return bad_request("'" + request.grammar_param + "': " + why, request.grammar_param);
+}
+
 asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, Request& request,
                                                     AccessEntry& entry) {
   const bool chat = route_kind(request) == RouteKind::chat_completion;
@@ -409,6 +425,11 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   Parsed parsed = co_await run_on(tokenizer_pool, std::move(parse));
   if (!parsed) {
     const bool alive = co_await refuse(stream, request, parsed.error(), entry);
+    co_return alive;
+  }
+  const std::optional<ApiError> costly = co_await check_constraint(*parsed);
+  if (costly) {
+    const bool alive = co_await refuse(stream, request, *costly, entry);
     co_return alive;
   }
   const CompletionRequest& completion = *parsed;
@@ -717,6 +738,8 @@ void HttpServer::stop() {
   impl.threads.clear();
   impl.tokenizer_pool.stop();
   impl.tokenizer_pool.join();
+  impl.grammar_pool.stop();
+  impl.grammar_pool.join();
 }
 
 std::uint16_t HttpServer::port() const {

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <limits>
 
+#include "grammar/token_masker.hpp"
 #include "net/chat_input.hpp"
 #include "net/structured_output.hpp"
 #include "text/tokenizer.hpp"
@@ -283,7 +284,7 @@ ApiError api_error(const Error& error) {
 }
 
 ApiError api_error(const TokenEvent& end) {
-  return api_error(Error{ErrorCode::internal, end.error});
+  return api_error(Error{end.error_code, end.error});
 }
 
 namespace {
@@ -556,7 +557,7 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
     }
     TROUPE_API_TRY(p.stop_token_ids, token_array(*ids, "stop_token_ids", tokenizer.size()));
   }
-  TROUPE_API_TRY(p.grammar, output_grammar(o));
+  TROUPE_API_TRY(p.grammar, output_grammar(o, &r.grammar_param));
   if (const auto* so = o.if_contains("stream_options"); so != nullptr && so->is_object()) {
     TROUPE_API_TRY(const auto usage, boolean(so->as_object(), "include_usage"));
     r.include_usage = usage.value_or(false);
@@ -714,8 +715,10 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   r.generate.params.max_tokens = std::max<std::int32_t>(
       1, context.max_model_len - static_cast<std::int32_t>(r.generate.prompt.size()));
   if (auto common = parse_common(o, context, r); !common) return tl::unexpected(common.error());
+  const bool constrained = !r.generate.params.grammar.empty();
   TROUPE_API_TRY(r.tools,
                  parse_tool_request(o, context.tool_call_format, r.generate.params.grammar));
+  if (!constrained && !r.generate.params.grammar.empty()) r.grammar_param = "tools";
   return r;
 }
 
@@ -754,6 +757,12 @@ ApiContext make_api_context(const text::Tokenizer& tokenizer, std::int32_t max_m
   special.tokenizer_adds_bos = vocabulary.add_bos;
   context.chat_template = std::make_shared<const text::ChatTemplate>(
       text::ChatTemplate::create(chat_template, std::move(chat_template_origin), special));
+  // Each token's bytes, as the worker's runner reads them for its masks.
+  std::vector<std::string> token_bytes(tokenizer.size());
+  for (std::size_t id = 0; id < token_bytes.size(); ++id) {
+    token_bytes[id] = std::string(tokenizer.piece(static_cast<TokenId>(id)));
+  }
+  context.token_masker = std::make_shared<const grammar::TokenMasker>(std::move(token_bytes));
   // A token stands for at most its vocabulary text (SentencePiece's "▁" is three bytes
   // for one space; byte-level BPE spells a byte in one or two) or its decoded piece;
   // an unknown token for one UTF-8 character.

@@ -16,6 +16,10 @@
 #include "text/tokenizer.hpp"
 #include "troupe/engine.hpp"
 
+namespace troupe::grammar {
+class TokenMasker;
+}
+
 namespace troupe::net {
 
 std::string error_json(const ApiError& error);
@@ -47,6 +51,9 @@ struct CompletionRequest {
   // returned (best_of > n is never streamed).
   std::int32_t best_of = 1;
   bool want_prompt_logprobs = false;  // vLLM's prompt_logprobs: returned with each choice
+  // The field the output's constraint (generate.params.grammar) came from: "guided_regex",
+  // "response_format", "tools", ...
+  std::string grammar_param;
 
   std::int32_t num_prompts() const {
     return prompts.empty() ? 1 : static_cast<std::int32_t>(prompts.size());
@@ -72,6 +79,9 @@ struct ApiContext {
   std::size_t max_token_bytes = 4;
   // How the model writes tool calls (from its chat template, or --tool-call-parser).
   ToolCallFormat tool_call_format = ToolCallFormat::hermes;
+  // The model's tokens as a grammar::TokenMasker: the server makes an output constraint's
+  // first token mask with it before admitting the request (first_mask_refusal).
+  std::shared_ptr<const grammar::TokenMasker> token_masker;
 };
 
 // `chat_template` is Jinja text (the model's own, or --chat-template's), named by

@@ -132,6 +132,9 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   // Declared after io: it is destroyed first, so no tokenizing outlives the io_context.
   asio::thread_pool tokenizer_pool;
+  // One thread for output constraints' first masks (check_constraint): up to a second each,
+  // so costly constraints wait for each other there, never plain requests' parsing.
+  asio::thread_pool grammar_pool{1};
   std::atomic<int> num_connections{0};
   std::atomic<std::uint64_t> next_completion{1};
   std::mutex warn_mutex;
@@ -146,6 +149,9 @@ struct HttpServer::Impl {
   asio::awaitable<bool> handle(beast::tcp_stream& stream, Request& request, AccessEntry& entry);
   asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request,
                                     AccessEntry& entry);
+  // The request's output constraint, if any, checked on grammar_pool: its first token mask
+  // within the work budget (first_mask_refusal). A 400 naming its field, or nothing.
+  asio::awaitable<std::optional<ApiError>> check_constraint(const CompletionRequest& request);
   // Answers with an error and counts it; false when the connection ends with it. The
   // error must be a named local of the caller: GCC 12 destroys temporaries in co_await twice.
   asio::awaitable<bool> refuse(beast::tcp_stream& stream, const Request& request,

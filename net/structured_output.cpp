@@ -1,13 +1,17 @@
 #include "net/structured_output.hpp"
 
 #include <boost/json.hpp>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/gbnf.hpp"
 #include "grammar/json_schema.hpp"
 #include "grammar/matcher.hpp"
 #include "grammar/regex.hpp"
+#include "grammar/token_masker.hpp"
 
 namespace troupe::net {
 
@@ -193,13 +197,14 @@ tl::expected<std::string, ApiError> checked(std::string gbnf, const std::string&
 
 }  // namespace
 
-tl::expected<std::string, ApiError> output_grammar(const json::object& body) {
+tl::expected<std::string, ApiError> output_grammar(const json::object& body, std::string* param) {
   auto asked = constraints_in(body);
   if (!asked) return tl::unexpected(asked.error());
   if (asked->empty()) return std::string();
   const Asked& one = asked->front();
   auto gbnf = gbnf_of(one);
   if (!gbnf) return tl::unexpected(gbnf.error());
+  if (param != nullptr) *param = one.param;
   return checked(std::move(*gbnf), one.param);
 }
 
@@ -208,6 +213,41 @@ tl::expected<std::string, ApiError> schema_grammar(const json::value& schema,
   auto gbnf = grammar::json_schema_to_gbnf(schema);
   if (!gbnf) return tl::unexpected(bad_request("'" + param + "': " + gbnf.error().message, param));
   return checked(std::move(*gbnf), param);
+}
+
+std::string first_mask_refusal(const std::string& gbnf, const grammar::TokenMasker& masker) {
+  // The verdict is kept by the grammar's text (512 of them), so that a schema sent again
+  // costs a lookup and the same constraint is refused the same way every time.
+  static std::mutex mutex;
+  static std::unordered_map<std::size_t, std::string> known;  // hash of the text -> why
+  const std::size_t key = std::hash<std::string>{}(gbnf) ^ gbnf.size();
+  {
+    std::lock_guard lock(mutex);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  std::string why;
+  auto parsed = grammar::parse_gbnf(gbnf);
+  auto compiled = parsed ? grammar::compile(*parsed) : tl::unexpected(parsed.error());
+  if (!compiled) {
+    why = compiled.error().message;  // output_grammar() let it through: it does not happen
+  } else {
+    const grammar::Matcher start(
+        std::make_shared<const grammar::CompiledGrammar>(std::move(*compiled)));
+    grammar::WorkBudget budget;
+    std::vector<std::uint64_t> mask;
+    if (!masker.fill_mask(start, mask, &budget)) {
+      why =
+          "the constraint is too costly to follow: its first token mask alone needs more "
+          "than " +
+          std::to_string(budget.limit()) +
+          " steps of matching (its alternatives multiply, as in a regex of many '.*'); "
+          "simplify it";
+    }
+  }
+  std::lock_guard lock(mutex);
+  if (known.size() >= 512) known.clear();
+  known.emplace(key, why);
+  return why;
 }
 
 }  // namespace troupe::net

@@ -176,6 +176,57 @@ std::optional<ToolCallFormat> tool_call_format_named(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+
+// Rewrites the local references under `v` ("#", "#/$defs/X", "#/definitions/X": the
+// function's own parameters and their definitions) to "#/$defs/<prefix>..." names.
+// Recursion is bounded by the request's JSON depth (Boost.JSON's parser stops at 32).
+void rebase_refs(json::value& v, const std::string& prefix) {
+  if (v.is_array()) {
+    for (auto& item : v.as_array()) rebase_refs(item, prefix);
+    return;
+  }
+  if (!v.is_object()) return;
+  for (auto& [key, value] : v.as_object()) {
+    if (key == "$ref" && value.is_string()) {
+      const std::string target(value.as_string());
+      for (const char* section : {"#/$defs/", "#/definitions/"}) {
+        if (target.rfind(section, 0) == 0) {
+          value = "#/$defs/" + prefix + target.substr(std::string(section).size());
+        }
+      }
+      if (target == "#") value = "#/$defs/" + prefix + "root";
+      continue;
+    }
+    rebase_refs(value, prefix);
+  }
+}
+
+}  // namespace
+
+json::value hoist_definitions(const json::value& parameters, const std::string& prefix,
+                              json::object& defs) {
+  json::value own = parameters;
+  if (!own.is_object()) return own;
+  json::object& o = own.as_object();
+  bool refers_to_itself = false;
+  for (const char* section : {"$defs", "definitions"}) {
+    if (const auto* found = o.if_contains(section); found != nullptr && found->is_object()) {
+      for (const auto& [name, definition] : found->as_object()) {
+        json::value moved = definition;
+        rebase_refs(moved, prefix);
+        defs[prefix + std::string(name)] = std::move(moved);
+      }
+      o.erase(section);
+    }
+  }
+  const std::string self = json::serialize(own);
+  refers_to_itself = self.find("\"$ref\":\"#\"") != std::string::npos;
+  rebase_refs(own, prefix);
+  if (refers_to_itself) defs[prefix + "root"] = own;
+  return own;
+}
+
 tl::expected<ToolRequest, ApiError> parse_tool_request(const json::object& body,
                                                        ToolCallFormat format,
                                                        std::string& grammar) {
@@ -276,16 +327,22 @@ tl::expected<ToolRequest, ApiError> parse_tool_request(const json::object& body,
     schema = it->second;
   } else if (request.choice == ToolRequest::Choice::required) {
     json::array any;
-    for (const auto& [name, parameters] : functions) {
-      json::object call{{"type", "object"},
-                        {"properties", json::object{{"name", json::object{{"const", name}}},
-                                                    {"parameters", parameters}}},
-                        {"required", json::array{"name", "parameters"}},
-                        {"additionalProperties", false}};
+    json::object defs;  // every function's $defs, renamed apart
+    for (std::size_t i = 0; i < functions.size(); ++i) {
+      const auto& [name, parameters] = functions[i];
+      json::object call{
+          {"type", "object"},
+          {"properties",
+           json::object{
+               {"name", json::object{{"const", name}}},
+               {"parameters", hoist_definitions(parameters, "f" + std::to_string(i) + "-", defs)}}},
+          {"required", json::array{"name", "parameters"}},
+          {"additionalProperties", false}};
       any.emplace_back(std::move(call));
     }
     json::object array{{"type", "array"}, {"minItems", 1}, {"items", json::object{{"anyOf", any}}}};
     if (!parallel) array["maxItems"] = 1;
+    if (!defs.empty()) array["$defs"] = std::move(defs);
     schema = std::move(array);
   }
   if (!schema.is_null()) {

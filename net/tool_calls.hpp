@@ -7,6 +7,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,6 +45,13 @@ struct ToolRequest {
 // was given too, or a function's parameters do not compile).
 tl::expected<ToolRequest, ApiError> parse_tool_request(const boost::json::object& body,
                                                        ToolCallFormat format, std::string& grammar);
+
+// A function's parameters schema as a part of a larger one (tool_choice "required" holds
+// every function's under one array): its own definitions move into `defs` as
+// "<prefix><name>" and its local references ("#", "#/$defs/X", "#/definitions/X") follow
+// them, so they still mean what they meant at the parameters' root.
+boost::json::value hoist_definitions(const boost::json::value& parameters,
+                                     const std::string& prefix, boost::json::object& defs);
 
 // An output's text split into its content and its calls; calls that do not parse leave
 // the whole text as content.

@@ -189,6 +189,12 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
                         "invalid_request_error", "n"});
     co_return;
   }
+  const std::optional<ApiError> costly = co_await check_constraint(request);
+  if (connection->closing) co_return;
+  if (costly) {
+    refuse(id, *costly);
+    co_return;
+  }
   // The same admission limit as HTTP requests.
   if (!admission->try_acquire()) {
     refuse(id,

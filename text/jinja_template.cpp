@@ -31,7 +31,7 @@ class Renderer {
   // A namespace may hold itself ({% set ns.me = ns %}); emptying them all breaks the
   // cycles their shared pointers would otherwise keep alive.
   ~Renderer() {
-    for (const auto& ns : namespaces_) ns->items.clear();
+    for (const auto& ns : namespaces_) ns->clear();
   }
   Renderer(const Renderer&) = delete;
   Renderer& operator=(const Renderer&) = delete;

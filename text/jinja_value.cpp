@@ -216,21 +216,40 @@ void json_at(const Value& v, const JsonStyle& style, int depth, std::string& out
 
 }  // namespace
 
-const Value* Dict::find(std::string_view key) const {
-  for (const auto& [k, v] : items) {
-    if (k == key) return &v;
+std::size_t Dict::position(std::string_view key) const {
+  if (items.size() < kIndexFrom) {
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (items[i].first == key) return i;
+    }
+    return items.size();
   }
-  return nullptr;
+  if (index_.size() != items.size()) {  // built, or brought up to date, here
+    index_.clear();
+    for (std::size_t i = 0; i < items.size(); ++i) index_.emplace(items[i].first, i);
+  }
+  const auto it = index_.find(key);
+  return it == index_.end() ? items.size() : it->second;
+}
+
+const Value* Dict::find(std::string_view key) const {
+  const std::size_t i = position(key);
+  return i < items.size() ? &items[i].second : nullptr;
 }
 
 void Dict::set(std::string key, Value value) {
-  for (auto& [k, v] : items) {
-    if (k == key) {
-      v = std::move(value);
-      return;
-    }
+  if (const std::size_t i = position(key); i < items.size()) {
+    items[i].second = std::move(value);
+    return;
+  }
+  if (items.size() >= kIndexFrom && index_.size() == items.size()) {
+    index_.emplace(key, items.size());
   }
   items.emplace_back(std::move(key), std::move(value));
+}
+
+void Dict::clear() {
+  items.clear();
+  index_.clear();
 }
 
 const Value* CallArgs::get(std::size_t index, std::string_view name) const {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -19,12 +20,28 @@ class Value;
 using List = std::vector<Value>;
 
 // A str-keyed mapping in insertion order (Python's dict), also jinja2's namespace().
+// Lookups are by an index once it holds more than a few keys: a request's tools can hold
+// 10^5 of them, and a linear search per insertion made converting them take 30 s.
 struct Dict {
-  std::vector<std::pair<std::string, Value>> items;
+  Dict() = default;
+  Dict(std::vector<std::pair<std::string, Value>> init) : items(std::move(init)) {}  // NOLINT
+
+  std::vector<std::pair<std::string, Value>> items;  // change only through set() and clear()
   bool is_namespace = false;
 
   const Value* find(std::string_view key) const;
   void set(std::string key, Value value);
+  void clear();
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  // key -> position in items, for dicts of kIndexFrom keys or more; built on demand.
+  static constexpr std::size_t kIndexFrom = 16;
+  std::size_t position(std::string_view key) const;  // items.size() when absent
+  mutable std::unordered_map<std::string, std::size_t, Hash, std::equal_to<>> index_;
 };
 
 // A call's arguments: positional, then keyword.

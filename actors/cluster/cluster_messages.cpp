@@ -56,13 +56,6 @@ void load_middleman(caf::actor_system_config& config, const TlsFiles& tls) {
   }
 }
 
-caf::expected<std::uint16_t> publish_registry(const registry_actor& registry, std::uint16_t port,
-                                              const std::string& host, const TlsFiles& tls) {
-  // reuse_addr: a head restarted on its port must bind it again (STACK.md).
-  if (tls.enabled()) return caf::openssl::publish(registry, port, host.c_str(), true);
-  return registry.home_system().middleman().publish(registry, port, host.c_str(), true);
-}
-
 void unpublish_registry(const registry_actor& registry, std::uint16_t port, const TlsFiles& tls) {
   if (tls.enabled()) {
     // (caf/openssl/unpublish.hpp names an atom CAF 0.17 does not have: the same request

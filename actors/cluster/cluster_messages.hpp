@@ -122,12 +122,8 @@ std::string check_tls_files(const TlsFiles& tls);
 // and CAF's OpenSSL module with these files when TLS is enabled.
 void load_middleman(caf::actor_system_config& config, const TlsFiles& tls);
 
-// The registry published on the cluster port (over TLS when `tls` is enabled).
-caf::expected<std::uint16_t> publish_registry(const registry_actor& registry, std::uint16_t port,
-                                              const std::string& host, const TlsFiles& tls);
-
-// Takes the registry off the cluster port. Before the head's actor system ends: a
-// published detached actor keeps a reference in the middleman, and ~actor_system can
+// Takes the registry off the cluster port (cluster_port.hpp publishes it). Before the head's actor
+// system ends: a published detached actor keeps a reference in the middleman, and ~actor_system can
 // wait for it forever (STACK.md, "shutdown hang").
 void unpublish_registry(const registry_actor& registry, std::uint16_t port, const TlsFiles& tls);
 

@@ -42,10 +42,20 @@ class SpawnedWorkers {
     workers_.clear();
   }
 
+  // The workers alive here (each one's thread, model and KV cache), said in the log as
+  // they start and end: what the node holds, whatever the head believes it placed.
+  void started() {
+    monitoring::logf(monitoring::LogLevel::info, "a worker started here (%d held)", ++num_held_);
+  }
+  void ended() {
+    monitoring::logf(monitoring::LogLevel::info, "a worker ended here (%d held)", --num_held_);
+  }
+
  private:
   std::mutex mutex_;
   std::vector<caf::actor> workers_;
   bool closing_ = false;
+  std::atomic<int> num_held_{0};
 };
 
 struct NodeWorkerState {
@@ -97,9 +107,12 @@ std::string address_toward(const std::string& host, std::uint16_t port) {
 // hands every message to a detached worker, which answers the head directly. The
 // node's own settings (threads, device, KV memory, model path) win over the head's.
 worker_actor::behavior_type node_worker(worker_actor::stateful_pointer<NodeWorkerState> self,
-                                        const NodeSettings& settings) {
+                                        const NodeSettings& settings,
+                                        const std::shared_ptr<SpawnedWorkers>& spawned) {
   self->state.inner = self->spawn<caf::detached + caf::linked>(
       actors::worker, std::function<void()>{}, settings.collective_host);
+  spawned->started();
+  self->state.inner->attach_functor([spawned] { spawned->ended(); });
   return {
       [self, settings](load_atom load, engine::WorkerSpec& spec) {
         apply_settings(settings, spec);
@@ -172,7 +185,7 @@ int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
                           if (!spawned->add(caf::actor_cast<caf::actor>(self))) {
                             self->quit(caf::exit_reason::user_shutdown);
                           }
-                          return node_worker(self, settings);
+                          return node_worker(self, settings, spawned);
                         });
   add_cluster_types(config);
   caf::actor_system system(config);

@@ -138,6 +138,27 @@ void place_waiting(Self self) {
   }
 }
 
+// A node joined: its connection (the one the middleman routes to it) is through the
+// cluster port's gate, no longer held to the handshake's deadline.
+void admit_connection(Self self, const caf::node_id& node) {
+  if (!self->state.gate) return;
+  auto unknown = [](const std::string& why) {
+    monitoring::logf(monitoring::LogLevel::warning,
+                     "cannot tell which cluster connection a node joined over (%s): it may be "
+                     "closed at the handshake's deadline",
+                     why.c_str());
+  };
+  self->request(self->home_system().middleman().actor_handle(), std::chrono::seconds(5),
+                caf::get_atom::value, node)
+      .then(
+          [gate = self->state.gate, unknown](const caf::node_id&, const std::string& address,
+                                             std::uint16_t port) {
+            if (address.empty()) return unknown("no direct connection");
+            gate->joined(address, port);
+          },
+          [self, unknown](const caf::error& e) { unknown(self->system().render(e)); });
+}
+
 }  // namespace
 
 bool tokens_match(const std::string& a, const std::string& b) {
@@ -149,9 +170,11 @@ bool tokens_match(const std::string& a, const std::string& b) {
 }
 
 registry_actor::behavior_type registry(Self self, std::string token,
-                                       std::shared_ptr<monitoring::Metrics> metrics) {
+                                       std::shared_ptr<monitoring::Metrics> metrics,
+                                       std::shared_ptr<ClusterGate> gate) {
   self->state.token = std::move(token);
   self->state.metrics = std::move(metrics);
+  self->state.gate = std::move(gate);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& nodes = self->state.nodes;
     for (auto it = nodes.begin(); it != nodes.end(); ++it) {
@@ -185,6 +208,7 @@ registry_actor::behavior_type registry(Self self, std::string token,
         if (state.metrics) state.metrics->record_node_join(state.nodes.size());
         monitoring::logf(monitoring::LogLevel::info, "node %s joined (%s); %zu node(s)",
                          info.name.c_str(), describe(info).c_str(), state.nodes.size());
+        admit_connection(self, from);
         place_waiting(self);
         return {true, "welcome, " + info.name};
       },

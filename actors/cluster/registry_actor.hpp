@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "actors/cluster/cluster_gate.hpp"
 #include "actors/cluster/cluster_messages.hpp"
 #include "monitoring/metrics.hpp"
 
@@ -33,12 +34,14 @@ struct RegistryState {
   std::map<caf::node_id, Node> nodes;
   std::deque<Waiting> waiting;
   std::shared_ptr<monitoring::Metrics> metrics;
+  std::shared_ptr<ClusterGate> gate;  // the cluster port's (null: none), told who joined
   static inline const char* name = "troupe.registry";
 };
 
 registry_actor::behavior_type registry(registry_actor::stateful_pointer<RegistryState> self,
                                        std::string token,
-                                       std::shared_ptr<monitoring::Metrics> metrics);
+                                       std::shared_ptr<monitoring::Metrics> metrics,
+                                       std::shared_ptr<ClusterGate> gate);
 
 // Whether two tokens are equal, in time independent of where they differ.
 bool tokens_match(const std::string& a, const std::string& b);

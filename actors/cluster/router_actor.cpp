@@ -92,6 +92,7 @@ std::vector<ReplicaStats> replica_stats(Self self, const Answers& answers) {
       s = answers[i]->front();
     } else {
       s.up = false;  // it did not answer
+      s.state = "unknown";
     }
     s.index = static_cast<std::int32_t>(i);
     s.num_routed = r.num_routed;

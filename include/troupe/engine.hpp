@@ -52,6 +52,14 @@ struct ClusterConfig {
   std::string tls_certificate;
   std::string tls_key;
   std::string tls_ca;
+  // A connection to the cluster port has this long from its accept until a node joins over
+  // it (TLS, CAF's handshake, the join with the token), and at most max_pending_handshakes
+  // are that far at once; the others are closed at once.
+  std::chrono::milliseconds handshake_timeout{10000};
+  int max_pending_handshakes = 32;
+  // Descriptors the cluster port leaves free for the rest of the process (troupe serve:
+  // the HTTP server's connections); 0: none kept.
+  int reserved_descriptors = 0;
 };
 
 struct EngineConfig {
@@ -144,6 +152,9 @@ struct TokenEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   std::string error;  // when finish_reason is error
+  // Whose fault the error is: invalid_argument, the request's (a constraint that cannot be
+  // followed: 400); internal or unavailable, the server's (a lost node: 500, 503).
+  ErrorCode error_code = ErrorCode::internal;
   // On the request's first event, when it asked for prompt_logprobs: one entry for each
   // prompt position from 1 (position 0 has no context; vLLM's null).
   std::vector<PromptLogprob> prompt_logprobs;
@@ -187,7 +198,10 @@ struct EngineStats {
 struct ReplicaStats {
   std::int32_t index = 0;
   bool up = true;
-  std::string node;                    // where its worker runs (empty: in this process)
+  // "up"; down: "loading" (a new worker loads, on `node`), "waiting" (for a node to place
+  // it on; `node` empty), "unknown" (it did not answer).
+  std::string state = "up";
+  std::string node;  // where its worker runs (empty: in this process, or none while waiting)
   std::int64_t num_routed = 0;         // requests the router sent it
   std::int64_t num_prefix_routed = 0;  // of those, for the prefix it held
   EngineStats stats;

@@ -16,7 +16,8 @@ TEST_CASE("a node that cannot spawn a worker leaves, and the replica tries the n
   cluster::add_cluster_types(config);
   cluster::load_middleman(config, {});
   caf::actor_system system{config};
-  auto registry = system.spawn<caf::detached>(cluster::registry, std::string("token"), nullptr);
+  auto registry =
+      system.spawn<caf::detached>(cluster::registry, std::string("token"), nullptr, nullptr);
   caf::scoped_actor self{system};
   auto keeper =
       system.spawn([](caf::event_based_actor*) -> caf::behavior { return {[](std::int32_t) {}}; });

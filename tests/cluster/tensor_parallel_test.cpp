@@ -180,3 +180,67 @@ TEST_CASE("a rank that stops answering ends its group within seconds, and no str
   CHECK(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
   cluster.nodes.at("n1")->kill(SIGKILL);
 }
+
+namespace {
+
+// The workers a node process holds, as it last said ("a worker ended here (1 held)"): what
+// is alive there, whatever the head believes it placed.
+int workers_held(const ChildProcess& node) {
+  const std::string out = node.output();
+  const std::regex held(R"(\((\d+) held\))");
+  int last = 0;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), held); it != std::sregex_iterator();
+       ++it) {
+    last = std::stoi((*it)[1].str());
+  }
+  return last;
+}
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a group lost under load is placed once, and no node keeps a worker out of use",
+          "[cluster][tp]") {
+  // One thread per rank: a node holds the whole group, and a spare node takes it over.
+  Cluster cluster(1, "round-robin", {"--tp", "2", "--max-num-seqs", "2"}, 1, "1");
+  std::string holder = "n0";
+  for (int loss = 1; loss <= 3; ++loss) {
+    INFO("loss " << loss);
+    const std::string spare = "spare-" + std::to_string(loss);
+    cluster.add_node(spare);
+    REQUIRE(cluster.head->wait_for("node " + spare + " joined", 30s).has_value());
+    // A step in flight when the node goes: the group answers it failed, and then ends.
+    auto streams = open_streams(cluster.port(), 2, 1500);
+    REQUIRE(cluster.eventually(
+        [&] { return cluster.cluster()["replicas"].array.at(0)["num_running"].number == 2; }));
+    cluster.nodes.at(holder)->kill(SIGKILL);
+    for (auto& c : streams) c->read_all(60s);
+    REQUIRE(cluster.eventually(
+        [&] {
+          const test::Json r = cluster.cluster()["replicas"].array.at(0);
+          return r["up"].boolean && r["node"].string == spare;
+        },
+        60s));
+    holder = spare;
+    // The spare node holds the group's two ranks, and nothing else lives on any node.
+    INFO(cluster.head->output());
+    CHECK(cluster.eventually([&] {
+      for (const auto& [name, node] : cluster.nodes) {
+        if (node->wait_exit(0ms)) continue;  // killed
+        if (workers_held(*node) != (name == holder ? 2 : 0)) return false;
+      }
+      return true;
+    }));
+    for (const auto& [name, node] : cluster.nodes) {
+      if (!node->wait_exit(0ms)) CHECK(workers_held(*node) == (name == holder ? 2 : 0));
+    }
+    // One placement at start, and one per loss.
+    CHECK(count_of(cluster.head->output(), "replica 0 placed on node") == 1 + loss);
+  }
+  CHECK(cluster.post("/v1/completions", completion(prompt_for(1, 8), 4)).status == 200);
+}

@@ -350,3 +350,71 @@ TEST_CASE("a token budget sized to the machine keeps each step beside decodes wi
   CHECK(core.token_budget()->model().seconds_per_token == Approx(0.002));
   CHECK(core.num_requests() == 0u);
 }
+
+TEST_CASE("a row with no token runs its position again, and the output is the same",
+          "[engine][core]") {
+  // A worker that withholds the token of request 1 at every second step it is sampled
+  // in (its grammar's mask late), and samples 7 otherwise.
+  EngineCore core(small_config(), {kEos});
+  REQUIRE(core.add(request(1, 4, 6)).has_value());
+  REQUIRE(core.add(request(2, 4, 3)).has_value());
+  std::map<SeqId, std::vector<TokenId>> tokens;
+  std::map<SeqId, FinishReason> ends;
+  int withheld = 0, steps = 0;
+  std::int32_t withheld_position = -1;  // where request 1's row had no token
+  while (auto work = core.next_step()) {
+    REQUIRE(++steps < 50);
+    StepOutput out = answer(*work);
+    for (std::size_t i = 0; i < work->sampled_ids.size(); ++i) {
+      if (work->sampled_ids[i] != 1) continue;
+      const std::int32_t position = work->step.positions[work->step.logit_rows[i]];
+      // The position without a token runs again, next.
+      if (withheld_position >= 0) CHECK(position == withheld_position);
+      withheld_position = -1;
+      if (steps % 2 == 1) {
+        out.tokens[i] = model::SampledToken{};  // kNoToken, no error: late
+        withheld_position = position;
+        ++withheld;
+      }
+    }
+    for (const auto& u : core.apply(out).updates) {
+      if (u.token.id != kNoToken) tokens[u.id].push_back(u.token.id);
+      if (u.finish_reason != FinishReason::none) ends[u.id] = u.finish_reason;
+    }
+  }
+  CHECK(withheld >= 3);
+  CHECK(tokens[1] == std::vector<TokenId>{7, 7, 7, 7});
+  CHECK(tokens[2] == std::vector<TokenId>{7, 7, 7, 7});
+  CHECK(ends[1] == FinishReason::length);
+  CHECK(ends[2] == FinishReason::length);
+  CHECK(core.stats().kv_usage == 0.0);
+  CHECK(core.stats().num_generated_tokens == 8);  // the withheld rows are not counted
+}
+
+TEST_CASE("a row whose worker says it cannot go on ends with the error, the request's fault",
+          "[engine][core]") {
+  EngineCore core(small_config(), {kEos});
+  REQUIRE(core.add(request(1, 8)).has_value());
+  REQUIRE(core.add(request(2, 3)).has_value());
+  auto work = core.next_step();
+  REQUIRE(work.has_value());
+  StepOutput out = answer(*work);
+  for (std::size_t i = 0; i < work->sampled_ids.size(); ++i) {
+    if (work->sampled_ids[i] == 1)
+      out.tokens[i] = model::SampledToken{kNoToken, 0, {}, "too costly"};
+  }
+  bool ended = false;
+  for (const auto& u : core.apply(out).updates) {
+    if (u.id != 1) continue;
+    ended = true;
+    CHECK(u.finish_reason == FinishReason::error);
+    CHECK(u.error == "too costly");
+    CHECK(u.error_code == ErrorCode::invalid_argument);
+    CHECK(u.token.id == kNoToken);
+  }
+  CHECK(ended);
+  const Run rest = run_all(core);
+  CHECK(rest.tokens.count(1) == 0);
+  CHECK(rest.ends.at(2) == FinishReason::length);
+  CHECK(core.stats().kv_usage == 0.0);
+}

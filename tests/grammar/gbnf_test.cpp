@@ -139,6 +139,25 @@ TEST_CASE("a wrong grammar is an error that says where and why", "[grammar]") {
   CHECK_THAT(error_of("root ::= " + std::string(100, '(')), Catch::Contains("too deep"));
 }
 
+TEST_CASE("a surrogate or text that is not UTF-8 is refused, escaped or written", "[grammar]") {
+  // A lone surrogate is no character: no UTF-8 output can hold one.
+  CHECK_THAT(error_of(R"(root ::= "\uD800")"), Catch::Contains("U+D800 is a UTF-16 surrogate"));
+  CHECK_THAT(error_of(R"(root ::= "\udfff")"), Catch::Contains("U+DFFF"));
+  CHECK_THAT(error_of(R"(root ::= "\U0000D812")"), Catch::Contains("surrogate"));
+  CHECK_THAT(error_of(R"(root ::= [\uD800-\uDFFF])"), Catch::Contains("surrogate"));
+  CHECK_THAT(error_of(R"(root ::= [a-\uDBFF])"), Catch::Contains("surrogate"));
+  // A pair written as two escapes is two surrogates, not the character they would make.
+  CHECK_THAT(error_of(R"(root ::= "\uD83D\uDE00")"), Catch::Contains("surrogate"));
+  // Written as raw bytes: a surrogate's three bytes, overlong forms, past U+10FFFF.
+  CHECK_THAT(error_of("root ::= \"\xED\xA0\x80\""), Catch::Contains("invalid UTF-8"));
+  CHECK_THAT(error_of("root ::= \"\xC0\xAF\""), Catch::Contains("invalid UTF-8"));
+  CHECK_THAT(error_of("root ::= \"\xE0\x80\xAF\""), Catch::Contains("invalid UTF-8"));
+  CHECK_THAT(error_of("root ::= \"\xF4\x90\x80\x80\""), Catch::Contains("invalid UTF-8"));
+  // The characters around them are fine.
+  CHECK(error_of(R"(root ::= "\uD7FF\uE000\U0001F600" [\u0080-\uD7FF])").empty());
+  CHECK(matches(compiled("root ::= \"\xF0\x9F\x98\x80\""), "\xF0\x9F\x98\x80"));
+}
+
 TEST_CASE("repetitions keep the matcher's stacks flat however long they run", "[grammar]") {
   const auto g = compiled(R"(root ::= "\"" ( [^"\\] | "\\" ["\\n] )* "\"" [ ]*)");
   Matcher m(g);

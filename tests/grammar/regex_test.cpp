@@ -81,6 +81,19 @@ TEST_CASE("what a regex grammar cannot express is refused with a reason", "[gram
   CHECK_THAT(error_of(R"([\D])"), Catch::Contains("negated shorthand"));
   CHECK_THAT(error_of(R"(\q)"), Catch::Contains("unknown escape"));
   CHECK_THAT(error_of("a{3,1}"), Catch::Contains("below its minimum"));
+  // Nesting: refused by the regex's own count, never by a deep stack, and the GBNF of any
+  // regex within the count parses (a quantified group is two levels of it).
+  auto nested = [](int depth) {
+    std::string regex;
+    for (int i = 0; i < depth; ++i) regex += "(";
+    regex += "a";
+    for (int i = 0; i < depth; ++i) regex += ")*";
+    return regex;
+  };
+  CHECK(error_of(nested(30)).empty());
+  CHECK_THAT(error_of(nested(40)), Catch::Contains("nested too deep"));
+  CHECK_THAT(error_of(nested(100'000)), Catch::Contains("nested too deep"));
+  CHECK_THAT(error_of(std::string(100'000, '(')), Catch::Contains("nested too deep"));
 }
 
 TEST_CASE("a choice grammar matches exactly one of its strings", "[grammar]") {

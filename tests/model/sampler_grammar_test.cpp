@@ -1,7 +1,9 @@
 // The sampler under a grammar: the mask comes first, end tokens only where the grammar can
 // end, and the end is the only choice once it must.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <limits>
+#include <thread>
 
 #include "engine/stop_rule.hpp"
 #include "grammar/gbnf.hpp"
@@ -180,4 +182,86 @@ TEST_CASE("a device draws under the grammar's bitmask, ends included where they 
   CHECK(bits(*done.device_row()) == std::vector<TokenId>{kEos});
   // The pointer a row was given stays good: the same buffer is refilled.
   CHECK(done.device_row()->allowed == done.device_row()->allowed);
+}
+
+namespace {
+
+// Token 0 ends the output; tokens 1..95 are the printable ASCII characters, one each, and
+// every pair of lowercase letters follows: a mask steps from every state by each of them,
+// and a pair's second byte is matched on the whole state (where branches multiply).
+struct Printable {
+  std::vector<std::string> pieces{""};
+  Printable() {
+    for (char c = ' '; c <= '~'; ++c) pieces.emplace_back(1, c);
+    for (char a = 'a'; a <= 'z'; ++a) {
+      for (char b = 'a'; b <= 'z'; ++b) pieces.push_back(std::string{a, b});
+    }
+  }
+  std::int32_t vocab() const { return static_cast<std::int32_t>(pieces.size()); }
+  TokenId id(char c) const { return static_cast<TokenId>(c - ' ' + 1); }
+};
+
+// "AB", then 200 times ".*", then "z": cheap to follow through "AB" (no token holds more
+// than one capital), its branches multiplied past any budget after (as the regex
+// ".*" * 200 + "z" is).
+OutputGrammar costly_after_ab(const Printable& vocab) {
+  std::string gbnf = "root ::= \"AB\"";
+  for (int i = 0; i < 200; ++i) gbnf += " [^\\n]*";
+  gbnf += " \"z\"\n";
+  auto parsed = grammar::parse_gbnf(gbnf);
+  REQUIRE(parsed.has_value());
+  auto compiled = grammar::compile(*parsed);
+  REQUIRE(compiled.has_value());
+  return {std::make_shared<const grammar::CompiledGrammar>(std::move(*compiled)),
+          std::make_shared<const grammar::TokenMasker>(vocab.pieces)};
+}
+
+}  // namespace
+
+TEST_CASE("a mask past its work budget fails the output and says where, a cheap one is ready",
+          "[sampler]") {
+  const Printable vocab;
+  auto created = Sampler::create(greedy(), {}, {kEos}, vocab.vocab(), costly_after_ab(vocab));
+  REQUIRE(created.has_value());
+  Sampler s = std::move(*created);
+  MaskWorkers workers(2);
+  std::vector<float> l(static_cast<std::size_t>(vocab.vocab()), 0.0f);
+  for (const char c : {'A', 'B'}) {
+    s.start_mask(workers);
+    REQUIRE(s.wait_mask_until(MaskJob::Clock::now() + std::chrono::seconds(60)));
+    REQUIRE(s.mask_state() == Sampler::MaskState::ready);
+    std::fill(l.begin(), l.end(), 0.0f);
+    l[static_cast<std::size_t>(vocab.id(c))] = 1.0f;
+    REQUIRE(s.sample(l).id == vocab.id(c));
+  }
+  // After "AB": the mask runs out of its budget, on a worker thread, and fails the output.
+  s.start_mask(workers);
+  REQUIRE(s.wait_mask_until(MaskJob::Clock::now() + std::chrono::seconds(120)));
+  CHECK(s.mask_state() == Sampler::MaskState::failed);
+  CHECK_THAT(s.failure(), Catch::Contains("work budget") && Catch::Contains("after 2 bytes"));
+  // Asking again changes nothing: failed it stays, and no new job starts.
+  s.start_mask(workers);
+  CHECK(s.mask_state() == Sampler::MaskState::failed);
+}
+
+TEST_CASE("a mask job stops when cancelled, and workers going away end theirs", "[sampler]") {
+  const Printable vocab;
+  const OutputGrammar g = costly_after_ab(vocab);
+  grammar::Matcher after_ab(g.grammar);
+  REQUIRE(after_ab.accept_bytes("AB"));
+  auto job = std::make_shared<MaskJob>(after_ab, g.masker);
+  std::shared_ptr<MaskJob> queued;
+  {
+    MaskWorkers workers(1);
+    workers.submit(job);
+    queued = std::make_shared<MaskJob>(after_ab, g.masker);
+    workers.submit(queued);  // behind the first, on the one thread
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }  // cancels both and joins
+  REQUIRE(job->done());
+  CHECK(job->failed());
+  CHECK(job->steps() < job->budget());  // stopped by the cancel, not the budget
+  REQUIRE(queued->done());
+  CHECK(queued->failed());
+  CHECK(queued->steps() == 0);  // never started
 }

@@ -21,13 +21,18 @@ namespace troupe::test {
 // The server on an ephemeral port over an engine on a small model (write_small_model)
 // of this context length: 2 threads, `num_kv_blocks` blocks of 4 tokens, metrics.
 struct ServedEngine {
+  // `vocab_size`: of the built-in vocabulary (0: write_small_model's 512).
   ServedEngine(const std::string& name, net::ServerConfig config, std::int32_t context_length,
-               std::int32_t num_kv_blocks, std::function<void()> before_step = {}) {
+               std::int32_t num_kv_blocks, std::function<void()> before_step = {},
+               std::int32_t vocab_size = 0) {
     metrics = std::make_shared<monitoring::Metrics>();
     EngineConfig e;
     e.model_path = write_small_model(
-        name + "-" + std::to_string(context_length),
-        [context_length](model::RandomModelSpec& s) { s.context_length = context_length; });
+        name + "-" + std::to_string(context_length) + "-" + std::to_string(vocab_size),
+        [context_length, vocab_size](model::RandomModelSpec& s) {
+          s.context_length = context_length;
+          if (vocab_size > 0) s.vocab_size = vocab_size;
+        });
     e.num_threads = 2;
     e.block_size = 4;
     e.num_kv_blocks = num_kv_blocks;

@@ -105,6 +105,39 @@ TEST_CASE("a forced call holds the output to a grammar", "[net]") {
                               R"({"name": "add", "parameters": {}}])"));
 }
 
+TEST_CASE("a required call keeps each function's own definitions and references", "[net]") {
+  // Two functions with a definition of the same name (as pydantic writes them), one
+  // recursive through "#": each must still mean its own.
+  const char* tools = R"({"tools": [
+    {"type": "function", "function": {"name": "move", "parameters": {
+      "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}},
+                          "required": ["x"], "additionalProperties": false}},
+      "type": "object", "properties": {"to": {"$ref": "#/$defs/Point"}}, "required": ["to"],
+      "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "tag", "parameters": {
+      "definitions": {"Point": {"enum": ["a", "b"]}},
+      "type": "object", "properties": {"p": {"$ref": "#/definitions/Point"},
+                                       "next": {"$ref": "#"}},
+      "required": ["p"], "additionalProperties": false}}}],
+    "tool_choice": "required"})";
+  std::string gbnf;
+  auto r = parse_tool_request(json::parse(tools).as_object(), ToolCallFormat::hermes, gbnf);
+  INFO((r ? gbnf : r.error().message));
+  REQUIRE(r.has_value());
+  CHECK(matches(gbnf, R"([{"name": "move", "parameters": {"to": {"x": 3}}}])"));
+  CHECK(matches(gbnf, R"([{"name": "tag", "parameters": {"p": "a", "next": {"p": "b"}}}])"));
+  CHECK_FALSE(matches(gbnf, R"([{"name": "move", "parameters": {"to": "a"}}])"));
+  CHECK_FALSE(matches(gbnf, R"([{"name": "tag", "parameters": {"p": {"x": 3}}}])"));
+  // The same schema alone (a named function) is read as it was.
+  json::object defs;
+  const json::value moved = hoist_definitions(
+      json::parse(R"({"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"type": "null"}},
+                      "$ref": "#/$defs/A"})"),
+      "f7-", defs);
+  CHECK(json::serialize(moved) == R"({"$ref":"#/$defs/f7-A"})");
+  CHECK(json::serialize(defs) == R"({"f7-A":{"$ref":"#/$defs/f7-B"},"f7-B":{"type":"null"}})");
+}
+
 TEST_CASE("tool requests that cannot be served are 400s naming the field", "[net]") {
   auto error_of = [](const json::object& body, std::string grammar = {}) {
     auto r = parse_tool_request(body, ToolCallFormat::hermes, grammar);

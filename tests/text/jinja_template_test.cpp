@@ -217,3 +217,27 @@ TEST_CASE("hostile templates fail with an error instead of exhausting the machin
             .ends_with("a value nests too deeply"));
   CHECK(render("{{ 1 // 0 }}").ends_with("integer division or modulo by zero"));
 }
+
+TEST_CASE("a dict keeps insertion order and finds keys whatever its size", "[text][jinja]") {
+  // Past a few keys lookups go through an index (10^5 keys used to cost 10^10 compares).
+  Dict d;
+  for (int i = 0; i < 100'000; ++i) d.set("k" + std::to_string(i), Value(std::int64_t{i}));
+  REQUIRE(d.items.size() == 100'000);
+  CHECK(d.find("k99999")->as_int() == 99'999);
+  CHECK(d.find("k0")->as_int() == 0);
+  CHECK(d.find("missing") == nullptr);
+  d.set("k5", Value(std::string("five")));  // replaced in place: order kept
+  CHECK(d.items[5].first == "k5");
+  CHECK(d.items[5].second.as_string() == "five");
+  CHECK(d.items.size() == 100'000);
+  d.clear();
+  CHECK(d.find("k5") == nullptr);
+  d.set("a", Value(std::int64_t{1}));
+  CHECK(d.find("a")->as_int() == 1);
+  // A small dict, built from a list, then grown past the index's threshold.
+  Dict small({{"x", Value(std::int64_t{1})}, {"y", Value(std::int64_t{2})}});
+  for (int i = 0; i < 40; ++i) small.set("z" + std::to_string(i), Value(std::int64_t{i}));
+  CHECK(small.find("y")->as_int() == 2);
+  CHECK(small.find("z39")->as_int() == 39);
+  CHECK(small.items.front().first == "x");
+}
