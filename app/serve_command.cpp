@@ -138,7 +138,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--cluster-handshake-timeout", opts->cluster_handshake_timeout_s,
                   "seconds a connection to the cluster port has for its node to join (TLS, "
                   "handshake and token); later, it is closed")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(number_in(0.1, 3600.0));
   cmd->add_flag("--head-replica", opts->cluster.head_hosts_replica,
                 "with --cluster-port: replica 0 runs in the head itself, the others on nodes");
   cmd->add_option("--step-timeout", opts->step_timeout_s,

@@ -280,6 +280,8 @@ TEST_CASE("a number out of its flag's range, NaN or infinite is the flag's error
       {"--cluster-port", "70000"},
       {"--cluster-wait", "-1"},
       {"--step-timeout", "0"},
+      {"--cluster-handshake-timeout", "nan"},
+      {"--cluster-handshake-timeout", "0"},
       {"--collective-timeout", "nan"},
       {"--collective-timeout", "inf"},
       {"--target-itl-ms", "nan"},
