@@ -70,13 +70,11 @@ void add_bench_throughput_command(CLI::App& bench) {
       ->excludes(schema);
   cmd->add_option("--batching", opts->batching, "continuous or static");
   cmd->add_option("--scheduling-policy", opts->policy, "fcfs or priority");
-  cmd->add_option("--max-num-seqs", r.engine.max_num_seqs, "most sequences per iteration");
+  add_engine_size_options(cmd, r.engine, opts->kv_cache_gb);
   add_token_budget_options(cmd, opts->budget);
-  cmd->add_option("--max-model-len", r.engine.max_model_len, "context length (0: the model's)");
-  cmd->add_option("--block-size", r.engine.block_size, "KV block size in tokens");
-  cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
   cmd->add_flag("--no-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
-  cmd->add_option("--threads,-t", r.engine.num_threads, "compute threads (0: all cores)");
+  cmd->add_option("--threads,-t", r.engine.num_threads, "compute threads (0: all cores)")
+      ->check(CLI::Range(0, kMostThreads));
   add_device_options(cmd, r.engine);
   add_tensor_parallel_options(cmd, r.engine);
   cmd->add_option("--output-json", opts->output_json, "also write the results here");

@@ -1,12 +1,14 @@
 // The `troupe` subcommands: each registers its options on the CLI and runs.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
 namespace CLI {
 class App;
 class Option;
+class Validator;
 }  // namespace CLI
 
 namespace troupe {
@@ -15,9 +17,43 @@ struct EngineConfig;
 
 namespace troupe::app {
 
+// --- checks of flag values (app/flag_checks.cpp) ---
+// A finite number in [lo, hi] (in (lo, hi] when `above_lo`): NaN, infinities and numbers
+// out of range are the flag's error.
+CLI::Validator number_in(double lo, double hi, bool above_lo = false);
+// At most `most` bytes.
+CLI::Validator text_at_most(std::size_t most);
+// A name written into responses, metrics and logs: non-empty UTF-8 of at most `most`
+// bytes, without control characters.
+CLI::Validator name_text(std::size_t most);
+// A path that, where it exists, is a regular file: a FIFO, a socket, a device or a
+// directory is refused without being opened (a missing file is left to its reader).
+CLI::Validator not_special_file();
+// Bounds every value of every flag of `cmd` to `most` bytes, but the flags named in
+// `unbounded` ("--chat-template"): none holds more than a path or a name, and a config
+// file could give megabytes.
+void bound_flag_values(CLI::App* cmd, std::size_t most,
+                       const std::vector<std::string>& unbounded = {});
+// The most bytes of any flag's value, and of a served model's name.
+inline constexpr std::size_t kMostFlagBytes = 4096;
+inline constexpr std::size_t kMostModelNameBytes = 256;
+// Bounds no machine comes near: past them a value is a slip (or an attack), refused as
+// the flag's error rather than met as an overflow or a huge allocation later.
+inline constexpr double kMostKvCacheGb = 65536.0;  // 64 TiB
+inline constexpr int kMostThreads = 4096;
+inline constexpr int kMostSeconds = 1000000;  // about 11 days
+
 // Narrows `option` to one of `words`; its help reads `--flag a|b|c=default`.
 CLI::Option* one_of(CLI::Option* option, const std::vector<std::string>& words,
                     bool ignore_case = false);
+
+// --max-model-len, --max-num-seqs, --block-size and --kv-cache-gb (GiB per replica, into
+// `kv_cache_gb`), each refused as the flag's error out of its range.
+void add_engine_size_options(CLI::App* cmd, EngineConfig& engine, double& kv_cache_gb);
+// --kv-cache-gb alone: a finite number of GiB in (0, kMostKvCacheGb] (from 0 where
+// `zero_allowed`: a node's 0 is the head's size).
+CLI::Option* add_kv_cache_gb_option(CLI::App* cmd, double& kv_cache_gb, const std::string& help,
+                                    bool zero_allowed = false);
 
 // --device, --gpu-memory-utilization and --enforce-eager, on any command that runs an engine.
 void add_device_options(CLI::App* cmd, EngineConfig& engine);

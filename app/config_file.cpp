@@ -1,10 +1,15 @@
 #include "app/config_file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/json.hpp>
+#include <cerrno>
 #include <charconv>
-#include <fstream>
+#include <cstring>
 #include <sstream>
 
 namespace troupe::app {
@@ -243,12 +248,63 @@ Result<std::vector<ConfigEntry>> parse_config_text(std::string_view text) {
   return std::vector<ConfigEntry>{};
 }
 
+Result<std::string> read_small_file(const std::string& path, const std::string& what,
+                                    std::size_t most) {
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return make_error(ErrorCode::io,
+                      "cannot read the " + what + " " + path + ": " + std::strerror(errno));
+  }
+  auto refuse = [fd](ErrorCode code, const std::string& message) {
+    ::close(fd);
+    return make_error(code, message);
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return refuse(ErrorCode::io,
+                  "cannot read the " + what + " " + path + ": " + std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return refuse(ErrorCode::invalid_argument,
+                  "the " + what + " " + path + " is a directory, not a file");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return refuse(ErrorCode::invalid_argument, "the " + what + " " + path +
+                                                   " is not a regular file (a FIFO, a socket "
+                                                   "or a device)");
+  }
+  if (static_cast<std::uint64_t>(st.st_size) > most) {
+    return refuse(ErrorCode::invalid_argument,
+                  "the " + what + " " + path + " is " + std::to_string(st.st_size) +
+                      " bytes, more than the " + std::to_string(most) + " it may hold");
+  }
+  // Read to its end, at most one byte past the bound (a file that grew meanwhile).
+  std::string text;
+  char buffer[65536];
+  while (text.size() <= most) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return refuse(ErrorCode::io,
+                    "cannot read the " + what + " " + path + ": " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  if (text.size() > most) {
+    return make_error(ErrorCode::invalid_argument, "the " + what + " " + path +
+                                                       " is more than the " + std::to_string(most) +
+                                                       " bytes it may hold");
+  }
+  return text;
+}
+
 Result<std::vector<ConfigEntry>> read_config_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::io, "cannot read the config file " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto entries = parse_config_text(text.str());
+  auto text = read_small_file(path, "config file", kMostConfigFileBytes);
+  if (!text) return tl::unexpected(text.error());
+  auto entries = parse_config_text(*text);
   if (!entries) {
     return make_error(entries.error().code, "config file " + path + ": " + entries.error().message);
   }

@@ -5,6 +5,7 @@
 // comments. Anything nested is refused, naming its line.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,7 +28,16 @@ struct ConfigEntry {
 // YAML (the flat subset above) or JSON (an object of scalars and lists), told apart by
 // the first character that is not blank or a comment.
 Result<std::vector<ConfigEntry>> parse_config_text(std::string_view text);
+// A config file holds flag values: a few kilobytes; past this bound it is refused.
+inline constexpr std::size_t kMostConfigFileBytes = std::size_t{1} << 20;
 Result<std::vector<ConfigEntry>> read_config_file(const std::string& path);
+
+// The bytes of the file at `path` (`what` names it in errors: "config file"), at most
+// `most` of them. Anything but a regular file is refused without waiting on it: opening
+// a FIFO for reading would wait for a writer forever, a directory reads as nothing, and
+// a device may never end.
+Result<std::string> read_small_file(const std::string& path, const std::string& what,
+                                    std::size_t most);
 
 // The command line (without the program's name) with `--config FILE` replaced by the
 // file's flags, put after the subcommand's own name for those not given already.

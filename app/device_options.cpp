@@ -1,5 +1,7 @@
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <exception>
+#include <limits>
 #include <string>
 
 #include "app/commands.hpp"
@@ -14,6 +16,22 @@ CLI::Option* one_of(CLI::Option* option, const std::vector<std::string>& words, 
   return option->check(member.description(""))->type_name(names);
 }
 
+CLI::Option* add_kv_cache_gb_option(CLI::App* cmd, double& kv_cache_gb, const std::string& help,
+                                    bool zero_allowed) {
+  return cmd->add_option("--kv-cache-gb", kv_cache_gb, help)
+      ->check(number_in(0.0, kMostKvCacheGb, /*above_lo=*/!zero_allowed));
+}
+
+void add_engine_size_options(CLI::App* cmd, EngineConfig& engine, double& kv_cache_gb) {
+  cmd->add_option("--max-model-len", engine.max_model_len, "context length (0: the model's)")
+      ->check(CLI::Range(0, std::numeric_limits<std::int32_t>::max()));
+  cmd->add_option("--max-num-seqs", engine.max_num_seqs, "most sequences per iteration")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--block-size", engine.block_size, "KV block size in tokens")
+      ->check(CLI::Range(1, 1024));
+  add_kv_cache_gb_option(cmd, kv_cache_gb, "KV cache memory in GiB (per replica)");
+}
+
 void add_device_options(CLI::App* cmd, EngineConfig& engine) {
   static const std::map<std::string, Device> kDevices = {{"cpu", Device::cpu},
                                                          {"cuda", Device::cuda}};
@@ -23,7 +41,7 @@ void add_device_options(CLI::App* cmd, EngineConfig& engine) {
       ->default_str(engine.device == Device::cuda ? "cuda" : "cpu");
   cmd->add_option("--gpu-memory-utilization", engine.gpu_memory_utilization,
                   "cuda: share of the GPU memory left after the weights for the KV cache")
-      ->check(CLI::Range(0.01, 1.0));
+      ->check(number_in(0.01, 1.0));
   cmd->add_flag("--enforce-eager{false}", engine.cuda_graphs,
                 "cuda: run every step eagerly (no CUDA graphs)");
   static const std::map<std::string, KvCacheType> kKvTypes = {
@@ -51,7 +69,7 @@ void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine) {
          "seconds a tensor-parallel rendezvous or all-reduce may take before its group counts "
          "as lost (default 30)")
       ->type_name("SECONDS")
-      ->check(CLI::PositiveNumber);
+      ->check(number_in(0.0, 1e6, /*above_lo=*/true));
 }
 
 void add_token_budget_options(CLI::App* cmd, TokenBudgetFlags& flags) {
@@ -76,7 +94,7 @@ void add_token_budget_options(CLI::App* cmd, TokenBudgetFlags& flags) {
                   "with --max-num-batched-tokens auto: the inter-token latency a step carrying "
                   "a prefill chunk should stay within (default: twice the running decodes' own "
                   "step, at most 150)")
-      ->check(CLI::Range(1.0, 600000.0));
+      ->check(number_in(1.0, 600000.0));
 }
 
 void settle_token_budget(const TokenBudgetFlags& flags, EngineConfig& engine) {
@@ -96,10 +114,13 @@ void settle_token_budget(const TokenBudgetFlags& flags, EngineConfig& engine) {
 void add_cluster_tls_options(CLI::App* cmd, std::string& certificate, std::string& key,
                              std::string& ca) {
   cmd->add_option("--cluster-tls-cert", certificate,
-                  "mutual TLS on the cluster link: this side's certificate (PEM)");
-  cmd->add_option("--cluster-tls-key", key, "mutual TLS: its private key");
+                  "mutual TLS on the cluster link: this side's certificate (PEM)")
+      ->check(not_special_file());
+  cmd->add_option("--cluster-tls-key", key, "mutual TLS: its private key")
+      ->check(not_special_file());
   cmd->add_option("--cluster-tls-ca", ca,
-                  "mutual TLS: the authority the other side's certificate must be signed by");
+                  "mutual TLS: the authority the other side's certificate must be signed by")
+      ->check(not_special_file());
 }
 
 }  // namespace troupe::app

@@ -41,12 +41,13 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--frequency-penalty", opts->params.frequency_penalty, "0: off");
   cmd->add_option("--stop", opts->stop, "stop strings (repeatable)");
   cmd->add_flag("--ignore-eos", opts->params.ignore_eos, "do not stop at end-of-generation tokens");
-  cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)");
+  cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)")
+      ->check(CLI::Range(0, kMostThreads));
   add_device_options(cmd, opts->engine);
   add_tensor_parallel_options(cmd, opts->engine);
   cmd->add_option("--block-size", opts->engine.block_size, "KV cache block size in tokens")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB");
+  add_kv_cache_gb_option(cmd, opts->kv_cache_gb, "KV cache memory in GiB");
   add_token_budget_options(cmd, opts->budget);
   cmd->callback([opts, cmd] {
     auto fail = [](const std::string& message) {

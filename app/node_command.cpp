@@ -28,24 +28,28 @@ void add_node_command(CLI::App& app) {
   cmd->add_option("--cluster-token", opts->node.token,
                   "the token the head printed (or was given); also $TROUPE_CLUSTER_TOKEN")
       ->envname("TROUPE_CLUSTER_TOKEN");
-  cmd->add_option("--name", opts->node.name, "this node's name (default: host name and pid)");
+  cmd->add_option("--name", opts->node.name, "this node's name (default: host name and pid)")
+      ->check(name_text(kMostModelNameBytes));
   cmd->add_option("--collective-host", opts->node.collective_host,
                   "the address other nodes' tensor-parallel ranks reach this node's on "
                   "(default: this machine's address on the route to the head)");
   cmd->add_option("--threads,-t", opts->node.num_threads,
-                  "compute threads for a worker here (0: all cores)");
+                  "compute threads for a worker here (0: all cores)")
+      ->check(CLI::Range(0, kMostThreads));
   one_of(cmd->add_option("--device", opts->node.device, "where workers here run their model"),
          {"cpu", "cuda"});
   cmd->add_option("--gpus", opts->node.num_gpus,
                   "GPUs this node announces to the head (default: every one it has)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-cache-gb", opts->node.kv_cache_gb,
-                  "KV cache memory in GiB for a worker here (default: the head's)");
+  add_kv_cache_gb_option(cmd, opts->node.kv_cache_gb,
+                         "KV cache memory in GiB for a worker here (0: the head's)",
+                         /*zero_allowed=*/true);
   cmd->add_option("--model,-m", opts->node.model_path,
                   "this node's copy of the model (default: the head's path); the head checks "
                   "that it is the same file");
   add_cluster_tls_options(cmd, opts->node.tls_certificate, opts->node.tls_key, opts->node.tls_ca);
   add_log_options(cmd, opts->log);
+  bound_flag_values(cmd, kMostFlagBytes);
   cmd->callback([opts] {
     apply_log_options(opts->log);
     const auto colon = opts->join.rfind(':');

@@ -3,7 +3,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/config_file.hpp"
 #include "engine/router.hpp"
 #include "monitoring/log.hpp"
 #include "monitoring/metrics.hpp"
@@ -53,6 +53,9 @@ std::vector<std::string> cors_list(const std::vector<std::string>& given) {
   return items;
 }
 
+// The largest chat templates models ship are tens of kilobytes.
+constexpr std::size_t kMostChatTemplateBytes = std::size_t{1} << 20;
+
 // Descriptors kept for HTTP beyond --max-connections, free of the cluster port's.
 constexpr int kHttpDescriptorMargin = 16;
 
@@ -89,28 +92,28 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--model,-m", opts->engine.model_path,
                   "GGUF model (default: the built-in random model)");
   cmd->add_option("--host", opts->server.host, "address to bind");
-  cmd->add_option("--port", opts->server.port, "port (0: any free one)");
+  cmd->add_option("--port", opts->server.port, "port (0: any free one)")
+      ->check(CLI::Range(0, 65535));
   cmd->add_option("--served-model-name", opts->server.served_model_name,
-                  "the model's name in the API");
+                  "the model's name in the API")
+      ->check(name_text(kMostModelNameBytes));
   cmd->add_option("--api-key", opts->server.api_key, "require this key on /v1 routes");
   cmd->add_option("--chat-template", opts->chat_template,
                   "Jinja chat template, a file or the text itself (default: the model's own)");
   one_of(cmd->add_option("--tool-call-parser", opts->server.tool_call_parser,
                          "how the model writes tool calls (default: from its chat template)"),
          {"hermes", "llama3_json", "mistral"});
-  cmd->add_option("--max-model-len", opts->engine.max_model_len, "context length (0: the model's)");
-  cmd->add_option("--max-num-seqs", opts->engine.max_num_seqs, "most sequences per iteration");
+  add_engine_size_options(cmd, opts->engine, opts->kv_cache_gb);
   add_token_budget_options(cmd, opts->budget);
-  cmd->add_option("--block-size", opts->engine.block_size, "KV block size in tokens");
   cmd->add_flag("--no-enable-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
   cmd->add_flag("--enable-prefix-caching", opts->prefix_caching,
                 "the prefix cache (on by default)");
-  cmd->add_option("--kv-cache-gb", opts->kv_cache_gb, "KV cache memory in GiB (per replica)");
   cmd->add_option("--threads,-t", opts->engine.num_threads,
-                  "compute threads per replica (0: the cores shared among replicas)");
+                  "compute threads per replica (0: the cores shared among replicas)")
+      ->check(CLI::Range(0, kMostThreads));
   cmd->add_option("--data-parallel-size,--dp", opts->engine.data_parallel_size,
                   "replicas, each with its own worker and KV cache, behind the router")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1024));
   one_of(cmd->add_option("--router", opts->router,
                          "which replica takes a request: the one holding the prompt's prefix, "
                          "the least loaded, or each in turn"),
@@ -119,7 +122,8 @@ void add_serve_command(CLI::App& app) {
   add_tensor_parallel_options(cmd, opts->engine);
   cmd->add_option("--cluster-port", opts->cluster.port,
                   "be a cluster's head: nodes join here, and each replica's worker runs on one "
-                  "(0: any free port)");
+                  "(0: any free port)")
+      ->check(CLI::Range(0, 65535));
   cmd->add_option("--cluster-host", opts->cluster.host,
                   "address of the cluster port (loopback unless told otherwise)");
   cmd->add_option("--cluster-token", opts->cluster.token,
@@ -127,25 +131,29 @@ void add_serve_command(CLI::App& app) {
                   "required off loopback; also $TROUPE_CLUSTER_TOKEN")
       ->envname("TROUPE_CLUSTER_TOKEN");
   cmd->add_option("--cluster-wait", opts->cluster_wait_s,
-                  "seconds to wait for enough nodes to place every replica");
+                  "seconds to wait for enough nodes to place every replica")
+      ->check(CLI::Range(0, kMostSeconds));
   add_cluster_tls_options(cmd, opts->cluster.tls_certificate, opts->cluster.tls_key,
                           opts->cluster.tls_ca);
   cmd->add_option("--cluster-handshake-timeout", opts->cluster_handshake_timeout_s,
                   "seconds a connection to the cluster port has for its node to join (TLS, "
                   "handshake and token); later, it is closed")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(number_in(0.1, 3600.0));
   cmd->add_flag("--head-replica", opts->cluster.head_hosts_replica,
                 "with --cluster-port: replica 0 runs in the head itself, the others on nodes");
   cmd->add_option("--step-timeout", opts->step_timeout_s,
-                  "seconds a node's worker may take for one step before it counts as lost");
+                  "seconds a node's worker may take for one step before it counts as lost")
+      ->check(CLI::Range(1, kMostSeconds));
   cmd->add_option("--seed", opts->seed, "seed for requests that bring none");
   cmd->add_option("--max-concurrent-requests", opts->server.max_concurrent_requests,
-                  "generation requests in flight before 429");
+                  "generation requests in flight before 429")
+      ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-requests-per-socket", opts->server.max_requests_per_socket,
                   "generate messages one WebSocket may have running before 429")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-connections", opts->server.max_connections,
-                  "open connections before 503 (the descriptor limit must hold them)");
+                  "open connections before 503 (the descriptor limit must hold them)")
+      ->check(CLI::Range(1, 1 << 24));
   add_log_options(cmd, opts->log);
   cmd->add_flag("--disable-access-log,--disable-uvicorn-access-log", opts->disable_access_log,
                 "no line per request in the log");
@@ -153,7 +161,7 @@ void add_serve_command(CLI::App& app) {
                 "no periodic engine line (throughput, load, KV cache) in the log");
   cmd->add_option("--log-stats-interval", opts->log_stats_interval_s,
                   "seconds between the engine's lines while it is busy")
-      ->check(CLI::PositiveNumber);
+      ->check(number_in(0.01, 86400.0));
   cmd->add_option("--allowed-origins", opts->allowed_origins,
                   "origins browsers may call from: a JSON list, a comma-separated list, or * "
                   "(CORS)");
@@ -172,7 +180,11 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::ExistingDirectory)
       ->excludes(no_page);
   cmd->add_option("--max-buffered-output-bytes", opts->server.max_buffered_output_bytes,
-                  "output a connection may leave unread before it is closed (1008 on a socket)");
+                  "output a connection may leave unread before it is closed (1008 on a socket)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 34));
+  // No flag holds more than a path or a name; a config file could give megabytes. The
+  // chat template's text is bounded by the config file's size (and its file, when read).
+  bound_flag_values(cmd, kMostFlagBytes, {"--chat-template"});
   cmd->callback([opts, cmd] {
     auto fail = [](const std::string& message) {
       monitoring::flush_logging();
@@ -192,12 +204,12 @@ void add_serve_command(CLI::App& app) {
     if (!opts->chat_template.empty()) {
       // A path to an existing file is read; anything else is the template's text (as vLLM).
       std::error_code ec;
-      if (std::filesystem::is_regular_file(opts->chat_template, ec)) {
-        std::ifstream in(opts->chat_template, std::ios::binary);
-        std::stringstream text;
-        text << in.rdbuf();
-        if (!in) fail("cannot read the chat template " + opts->chat_template);
-        opts->server.chat_template = text.str();
+      const auto status = std::filesystem::status(opts->chat_template, ec);
+      if (!ec && std::filesystem::exists(status)) {
+        // A FIFO or a device is refused unopened; a file's size is bounded.
+        auto text = read_small_file(opts->chat_template, "chat template", kMostChatTemplateBytes);
+        if (!text) fail("--chat-template: " + text.error().message);
+        opts->server.chat_template = std::move(*text);
         opts->server.chat_template_origin = "--chat-template file " + opts->chat_template;
       } else {
         if (opts->chat_template.find("{{") == std::string::npos &&
@@ -251,7 +263,8 @@ void add_serve_command(CLI::App& app) {
       };
       config.cluster = std::move(cluster);
     }
-    auto metrics = std::make_shared<monitoring::Metrics>(opts->server.served_model_name);
+    auto metrics = std::make_shared<monitoring::Metrics>(opts->server.served_model_name,
+                                                         config.data_parallel_size);
     config.metrics = metrics;
     opts->server.metrics = metrics;
     // The live page's timeline (GET /v1/engine/events): built only while someone watches.

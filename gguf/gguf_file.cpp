@@ -214,7 +214,9 @@ Result<GgufValue> read_value(Cursor& cursor, GgufType type, const std::string& k
 }
 
 Result<std::shared_ptr<GgufStorage>> map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer forever; it is
+  // refused below as what it is. A regular file reads as it would without it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return make_error(ErrorCode::io,
                       "cannot open model file '" + path + "': " + std::strerror(errno));

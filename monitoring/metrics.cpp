@@ -1,6 +1,7 @@
 #include "monitoring/metrics.hpp"
 
 #include "monitoring/process_stats.hpp"
+#include "troupe/sampling.hpp"
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -42,7 +43,25 @@ p::Histogram::BucketBoundaries token_count_buckets() {
 }  // namespace
 
 struct Metrics::Impl {
-  explicit Impl(std::string model_name) : model{{"model_name", std::move(model_name)}} {}
+  Impl(std::string model_name, std::int32_t num_replicas)
+      : model{{"model_name", std::move(model_name)}} {
+    // The series known before their first event, at 0.
+    for (const FinishReason reason : {FinishReason::stop, FinishReason::length, FinishReason::abort,
+                                      FinishReason::timeout, FinishReason::error}) {
+      outcomes.Add({{"finish_reason", std::string(finish_reason_name(reason))}});
+    }
+    for (const std::string_view reason : kConnectionErrorReasons) {
+      connection_errors.Add({{"reason", std::string(reason)}});
+    }
+    for (std::int32_t replica = 0; replica < num_replicas; ++replica) {
+      const p::Labels label{{"replica", std::to_string(replica)}};
+      replica_running.Add(label);
+      replica_waiting.Add(label);
+      replica_kv_usage.Add(label);
+      replica_up.Add(label);
+      replica_losses.Add(label);
+    }
+  }
 
   // Every troupe_ family carries the served model's name, as vLLM labels every vllm:
   // metric: a dashboard selects by it, and two servers scraped together stay apart.
@@ -148,7 +167,8 @@ struct Metrics::Impl {
       counter("troupe_http_accept_errors_total", "Failed accepts (retried after a short backoff)");
 };
 
-Metrics::Metrics(std::string model_name) : impl_(std::make_unique<Impl>(std::move(model_name))) {}
+Metrics::Metrics(std::string model_name, std::int32_t num_replicas)
+    : impl_(std::make_unique<Impl>(std::move(model_name), num_replicas)) {}
 Metrics::~Metrics() = default;
 
 namespace {

@@ -15,8 +15,11 @@ namespace troupe::monitoring {
 class Metrics {
  public:
   // `model_name`: the served model's name (--served-model-name), the model_name label's
-  // value on every troupe_ metric.
-  explicit Metrics(std::string model_name = "troupe");
+  // value on every troupe_ metric. Every series whose labels are known before its first
+  // event starts at 0, as vLLM's do (a dashboard or an alert reads 0, not "no data"):
+  // each finish reason, each connection-error reason, and the per-replica series of
+  // replicas 0 .. num_replicas - 1 (down until their scheduler says up).
+  explicit Metrics(std::string model_name = "troupe", std::int32_t num_replicas = 1);
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
@@ -77,8 +80,11 @@ class Metrics {
   void set_server_state(std::int64_t num_connections, std::int64_t num_requests_in_flight,
                         std::int64_t num_live_actors);
   // A connection the server ended on its own: "exception" (a defect caught at the
-  // connection's top frame), "slow_reader" (output past its bound), "bad_request".
+  // connection's top frame), "slow_reader" (output past its bound), "bad_request"
+  // (kConnectionErrorReasons).
   void count_connection_error(std::string_view reason);
+  static constexpr std::string_view kConnectionErrorReasons[] = {"exception", "slow_reader",
+                                                                 "bad_request"};
   // accept() failed (descriptor limit, aborted handshake); the server retries.
   void count_accept_error();
 

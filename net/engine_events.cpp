@@ -9,6 +9,7 @@
 #include "monitoring/step_events.hpp"
 #include "net/cors.hpp"
 #include "net/server_impl.hpp"
+#include "text/unicode.hpp"
 
 namespace troupe::net {
 
@@ -51,7 +52,7 @@ void watch_for_close(tcp::socket& socket, std::shared_ptr<Doorbell> bell,
 
 std::string hello_json(const ServerConfig& config, const Engine& engine) {
   std::string model;
-  for (const char c : config.served_model_name) {
+  for (const char c : text::to_valid_utf8(config.served_model_name)) {
     if (c == '"' || c == '\\') model += '\\';
     if (static_cast<unsigned char>(c) >= 0x20) model += c;
   }

@@ -35,6 +35,31 @@ asio::awaitable<bool> send(beast::tcp_stream& stream, Response res, std::chrono:
   co_return !ec && res.keep_alive();
 }
 
+// An error answer to a request not read to its end (a body past the limit, say) leaves
+// the client sending: closing with its bytes unread resets the connection, and a client
+// that reads only once it has sent everything (Python's http.client, requests) never sees
+// the answer. As nginx's lingering close: the sending side is shut, and what still comes
+// is read and dropped, for at most kLingerTime (kLingerIdle without a byte) and
+// kLingerBytes.
+constexpr std::chrono::seconds kLingerTime{5};
+constexpr std::chrono::seconds kLingerIdle{1};
+constexpr std::size_t kLingerBytes = std::size_t{32} << 20;
+
+asio::awaitable<void> linger(beast::tcp_stream& stream) {
+  error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  const auto until = std::chrono::steady_clock::now() + kLingerTime;
+  std::vector<char> sink(std::size_t{64} << 10);
+  for (std::size_t dropped = 0; dropped < kLingerBytes;) {
+    const auto left = until - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) break;
+    stream.expires_after(std::min<std::chrono::steady_clock::duration>(kLingerIdle, left));
+    auto [ec, n] = co_await stream.async_read_some(asio::buffer(sink), kUseTuple);
+    if (ec) break;  // the client's end (EOF), a reset, or the time is up
+    dropped += n;
+  }
+}
+
 // One generation over HTTP: what its engine callbacks and its connection share.
 struct Generation {
   std::shared_ptr<EventChannel> channel;
@@ -298,6 +323,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       log_access(req, entry, client);
       auto response = error_response(req, *error);
       co_await send(stream, std::move(response), config.write_timeout);
+      co_await linger(stream);
       break;
     }
     Request request = parser.release();

@@ -202,6 +202,9 @@ json::array prompt_logprobs_json(const text::Tokenizer& tokenizer,
 }
 
 // Chat's shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+// "bytes" are the token's exact bytes; "token" is their text, where a byte that is no
+// whole UTF-8 character (a byte token such as <0xB2>, half of a character) reads U+FFFD,
+// as in the completions' logprobs: JSON text is UTF-8.
 json::object chat_logprobs_json(const text::Tokenizer& tokenizer,
                                 const std::vector<TokenEvent>& events) {
   auto entry = [&](TokenId id, float logprob) {
@@ -209,7 +212,7 @@ json::object chat_logprobs_json(const text::Tokenizer& tokenizer,
     json::array bytes;
     for (unsigned char c : piece) bytes.emplace_back(c);
     return json::object{
-        {"token", std::string(piece)}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+        {"token", text::to_valid_utf8(piece)}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
   };
   json::array content;
   for (const auto& e : events) {
@@ -415,6 +418,29 @@ tl::expected<std::vector<std::pair<TokenId, float>>, ApiError> logit_bias(const 
   return biases;
 }
 
+// Each generated token is matched against every stop string (and the text held back
+// for one, as long as the longest): their number and length are bounded.
+constexpr std::size_t kMostStopStrings = 64;
+constexpr std::size_t kMostStopBytes = 512;
+constexpr std::size_t kMostStopTokenIds = 1024;
+
+tl::expected<void, ApiError> check_stop_strings(const std::vector<std::string>& stops) {
+  if (stops.size() > kMostStopStrings) {
+    return tl::unexpected(bad_request("at most " + std::to_string(kMostStopStrings) +
+                                          " stop strings, not " + std::to_string(stops.size()),
+                                      "stop"));
+  }
+  for (const auto& stop : stops) {
+    if (stop.size() > kMostStopBytes) {
+      return tl::unexpected(bad_request("a stop string may be at most " +
+                                            std::to_string(kMostStopBytes) + " bytes, not " +
+                                            std::to_string(stop.size()),
+                                        "stop"));
+    }
+  }
+  return {};
+}
+
 // The sampling, stop and streaming fields both endpoints share; r.generate.prompt is set.
 tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContext& context,
                                           CompletionRequest& r) {
@@ -443,10 +469,15 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
   std::optional<Wide> logprobs;
   if (r.chat) {  // chat: "logprobs": true and "top_logprobs": n
     TROUPE_API_TRY(const auto want, boolean(o, "logprobs"));
-    TROUPE_API_TRY(const auto top, integer_in(o, "top_logprobs", 0, kInt32Max));
+    TROUPE_API_TRY(const auto top, integer_in(o, "top_logprobs", 0, kMostLogprobs));
+    // As OpenAI and vLLM: alternatives asked for without the logprobs they come with are
+    // the client's error, not silently nothing.
+    if (top && *top > 0 && !want.value_or(false)) {
+      return tl::unexpected(bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs"));
+    }
     if (want.value_or(false)) logprobs = top.value_or(0);
   } else {
-    TROUPE_API_TRY(logprobs, integer_in(o, "logprobs", 0, kInt32Max));
+    TROUPE_API_TRY(logprobs, integer_in(o, "logprobs", 0, kMostLogprobs));
   }
   TROUPE_API_TRY(const auto prompt_logprobs, integer_in(o, "prompt_logprobs", 0, kMostLogprobs));
   if (n) r.n = static_cast<std::int32_t>(*n);
@@ -509,10 +540,20 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
     } else {
       return tl::unexpected(bad_request("'stop' must be a string or an array of strings", "stop"));
     }
+    if (auto bounded = check_stop_strings(r.generate.stop); !bounded) {
+      return tl::unexpected(bounded.error());
+    }
   }
   if (const auto* ids = o.if_contains("stop_token_ids"); ids != nullptr && !ids->is_null()) {
     if (!ids->is_array()) {
       return tl::unexpected(bad_request("'stop_token_ids' must be an array", "stop_token_ids"));
+    }
+    // Each one is looked up at every generated token, on the engine's thread.
+    if (ids->as_array().size() > kMostStopTokenIds) {
+      return tl::unexpected(bad_request("at most " + std::to_string(kMostStopTokenIds) +
+                                            " stop token ids, not " +
+                                            std::to_string(ids->as_array().size()),
+                                        "stop_token_ids"));
     }
     TROUPE_API_TRY(p.stop_token_ids, token_array(*ids, "stop_token_ids", tokenizer.size()));
   }
@@ -701,7 +742,9 @@ ApiContext make_api_context(const text::Tokenizer& tokenizer, std::int32_t max_m
   ApiContext context;
   context.tokenizer = &tokenizer;
   context.max_model_len = max_model_len;
-  context.served_model_name = std::move(served_model_name);
+  // Written into every answer: UTF-8 whatever the caller gave (troupe serve refuses any
+  // other name at its flag).
+  context.served_model_name = text::to_valid_utf8(served_model_name);
   const auto& vocabulary = tokenizer.vocabulary();
   text::ChatSpecialTokens special;
   auto token_text = [&](TokenId id) {
@@ -891,6 +934,10 @@ std::vector<CompletionOutput> best_choices(const CompletionRequest& request,
   return chosen;
 }
 
+namespace {
+constexpr std::size_t kMostSocketIdBytes = 256;
+}  // namespace
+
 tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
                                                                        const ApiContext& context) {
   auto fail = [](std::string id, ApiError error) {
@@ -903,11 +950,20 @@ tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::stri
   const auto* id = o.if_contains("id");
   if (type == nullptr || !type->is_string() ||
       (type->get_string() != "generate" && type->get_string() != "cancel")) {
-    const std::string known = id != nullptr && id->is_string() ? std::string(id->get_string()) : "";
+    const std::string known =
+        id != nullptr && id->is_string() && id->get_string().size() <= kMostSocketIdBytes
+            ? std::string(id->get_string())
+            : "";
     return fail(known, bad_request("'type' must be \"generate\" or \"cancel\"", "type"));
   }
   if (id == nullptr || !id->is_string() || id->get_string().empty()) {
     return fail("", bad_request("'id' must be a non-empty string", "id"));
+  }
+  // Every frame of the request carries its id back.
+  if (id->get_string().size() > kMostSocketIdBytes) {
+    return fail("", bad_request("'id' may be at most " + std::to_string(kMostSocketIdBytes) +
+                                    " bytes, not " + std::to_string(id->get_string().size()),
+                                "id"));
   }
   WebSocketMessage m;
   m.type = std::string(type->get_string());

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <condition_variable>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -190,19 +191,69 @@ TEST_CASE("bad requests are refused at submit", "[actors]") {
   CHECK((*engine)->submit(bad, c.callback()).error().message.find("top_p") != std::string::npos);
 }
 
-TEST_CASE("destroying the engine ends every open request", "[actors]") {
-  Collector c;
-  {
+TEST_CASE("destroying the engine ends every open request, aborted, and returns at once",
+          "[actors]") {
+  // The engine lives on a thread of its own, created and destroyed there (CAF's actor
+  // system must end on the thread that made it), so that a destructor that never returns
+  // fails the test rather than hanging it: the thread is then left with it. What the
+  // thread shares outlives a failed test.
+  struct Shared {
+    Collector collector;
+    std::vector<RequestId> ids;
+    std::promise<std::string> running;  // the requests run (or why not)
+    std::promise<void> destroy;         // the test's word to destroy the engine
+    std::promise<void> destroyed;       // the destructor returned
+  };
+  auto shared = std::make_shared<Shared>();
+  auto running = shared->running.get_future();
+  auto destroyed = shared->destroyed.get_future();
+  std::thread([shared] {
+    auto& c = shared->collector;
     auto config = small_config();
     EngineHooks hooks;
-    hooks.before_step = [] { std::this_thread::sleep_for(2ms); };
+    // Slow steps: run to their ends, the requests would take some 25 s.
+    hooks.before_step = [] { std::this_thread::sleep_for(50ms); };
     auto engine = Engine::create(config, hooks);
-    REQUIRE(engine.has_value());
-    for (int i = 0; i < 4; ++i)
-      REQUIRE((*engine)->submit(greedy({1, 2, 3}, 400), c.callback()).has_value());
-    std::this_thread::sleep_for(20ms);
+    if (!engine) return shared->running.set_value(engine.error().message);
+    for (int i = 0; i < 4; ++i) {
+      const auto id = (*engine)->submit(greedy({1, 2, 3}, 500), c.callback());
+      if (!id) return shared->running.set_value(id.error().message);
+      shared->ids.push_back(*id);
+    }
+    // All four are running: each has a token.
+    const auto by = std::chrono::steady_clock::now() + 20s;
+    auto all_run = [&] {
+      return std::all_of(shared->ids.begin(), shared->ids.end(),
+                         [&c](RequestId id) { return c.num_tokens(id) > 0; });
+    };
+    while (!all_run() && std::chrono::steady_clock::now() < by) std::this_thread::sleep_for(5ms);
+    shared->running.set_value(all_run() ? "" : "the requests did not start");
+    shared->destroy.get_future().wait();
+    engine->reset();
+    shared->destroyed.set_value();
+  }).detach();
+  REQUIRE(running.wait_for(60s) == std::future_status::ready);
+  const std::string not_running = running.get();
+  INFO(not_running);
+  if (!not_running.empty()) shared->destroy.set_value();  // the thread ends its engine
+  REQUIRE(not_running.empty());
+
+  const auto start = std::chrono::steady_clock::now();
+  shared->destroy.set_value();
+  // Generous for a loaded machine, and far below the requests' own 25 s.
+  REQUIRE(destroyed.wait_for(10s) == std::future_status::ready);
+  INFO("the destructor took "
+       << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s");
+  // Every request heard of it before the destructor returned: aborted, saying why.
+  auto& c = shared->collector;
+  CHECK(c.wait(4, 0ms));
+  for (RequestId id : shared->ids) {
+    const auto r = c.get(id);
+    REQUIRE(r.end.has_value());
+    CHECK(r.end->finish_reason == FinishReason::abort);
+    CHECK(r.end->error == "the engine is shutting down");
+    CHECK(r.tokens.size() < 500);
   }
-  CHECK(c.wait(4, 1s));
 }
 
 TEST_CASE("a GPU worker serves through the actors and is replaced when a step fails",

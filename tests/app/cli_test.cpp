@@ -1,10 +1,14 @@
 // The `troupe` binary as a user runs it: output, errors and exit codes.
+#include <sys/stat.h>
 #include <sys/wait.h>
+
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "golden/golden_support.hpp"
 
@@ -34,6 +38,21 @@ Run run_troupe(const std::string& args, const std::string& err_path = "",
   const int status = ::pclose(pipe);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return run;
+}
+
+// A run that must end by itself: a troupe that waits on a FIFO or starts serving is
+// ended after `seconds` (exit code 124) instead of holding the test.
+Run run_bounded(const std::string& args, int seconds = 30) {
+  return run_troupe(args, "", "exec timeout " + std::to_string(seconds) + " env ");
+}
+
+// What a refused start-up shows: an error naming `what`, and no model loaded.
+void check_refused_at_once(const Run& run, const std::string& what) {
+  INFO(run.out);
+  CHECK(run.exit_code != 0);
+  CHECK(run.exit_code != 124);  // it did not wait
+  CHECK(run.out.find(what) != std::string::npos);
+  CHECK(run.out.find("serving") == std::string::npos);
 }
 
 }  // namespace
@@ -199,4 +218,114 @@ TEST_CASE("troupe serve refuses a --max-connections its descriptor limit cannot 
         std::string::npos);
   CHECK(run.out.find("256") != std::string::npos);
   CHECK(run.out.find("loading") == std::string::npos);  // refused before the model loads
+}
+
+TEST_CASE("a FIFO, a directory or a device is refused as a file troupe reads, at once", "[cli]") {
+  const std::filesystem::path dir = test::temp_path("special-files");
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string();
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  SECTION("the model") {
+    for (const std::string& path : {fifo, dir.string(), std::string("/dev/null")}) {
+      INFO(path);
+      const Run serve = run_bounded("serve --port 0 --model " + path);
+      check_refused_at_once(serve, "'" + path + "' is not a regular file");
+      CHECK(serve.exit_code == 1);
+      check_refused_at_once(run_bounded("generate -p hi -m " + path),
+                            "'" + path + "' is not a regular file");
+    }
+  }
+  SECTION("the config file") {
+    const Run from_fifo = run_bounded("serve --port 0 --config " + fifo);
+    check_refused_at_once(from_fifo, "the config file " + fifo + " is not a regular file");
+    CHECK(from_fifo.exit_code == 2);
+    check_refused_at_once(run_bounded("serve --port 0 --config " + dir.string()),
+                          "the config file " + dir.string() + " is a directory, not a file");
+  }
+  SECTION("the chat template and the cluster's TLS files") {
+    check_refused_at_once(run_bounded("serve --port 0 --chat-template " + fifo),
+                          "the chat template " + fifo + " is not a regular file");
+    check_refused_at_once(run_bounded("serve --port 0 --cluster-port 0 --cluster-tls-cert " + fifo +
+                                      " --cluster-tls-key " + fifo + " --cluster-tls-ca " + fifo),
+                          "--cluster-tls-cert: '" + fifo + "' is not a regular file");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a number out of its flag's range, NaN or infinite is the flag's error, at once",
+          "[cli]") {
+  // Each once refused late (the KV cache of -9709 blocks), or taken as it came (NaN passes
+  // a range check; a negative length meant the model's; a huge one overflowed).
+  const std::vector<std::pair<std::string, std::string>> serve = {
+      {"--kv-cache-gb", "-1"},
+      {"--kv-cache-gb", "0"},
+      {"--kv-cache-gb", "nan"},
+      {"--kv-cache-gb", "inf"},
+      {"--kv-cache-gb", "1e30"},
+      {"--gpu-memory-utilization", "nan"},
+      {"--gpu-memory-utilization", "1.5"},
+      {"--max-model-len", "-1"},
+      {"--max-model-len", "99999999999"},
+      {"--block-size", "0"},
+      {"--block-size", "-16"},
+      {"--block-size", "1000000"},
+      {"--max-num-seqs", "0"},
+      {"--max-num-seqs", "-1"},
+      {"--threads", "-1"},
+      {"--data-parallel-size", "0"},
+      {"--data-parallel-size", "100000"},
+      {"--port", "-1"},
+      {"--port", "70000"},
+      {"--cluster-port", "70000"},
+      {"--cluster-wait", "-1"},
+      {"--step-timeout", "0"},
+      {"--cluster-handshake-timeout", "nan"},
+      {"--cluster-handshake-timeout", "0"},
+      {"--collective-timeout", "nan"},
+      {"--collective-timeout", "inf"},
+      {"--target-itl-ms", "nan"},
+      {"--log-stats-interval", "nan"},
+      {"--log-stats-interval", "0"},
+      {"--max-concurrent-requests", "-1"},
+      {"--max-connections", "-1"},
+      {"--max-buffered-output-bytes", "-1"},
+      {"--max-buffered-output-bytes", "0"}};
+  for (const auto& [flag, value] : serve) {
+    INFO(flag << " " << value);
+    const std::string port = flag == "--port" ? "" : " --port 0";
+    check_refused_at_once(run_bounded("serve" + port + " " + flag + " " + value), flag + ": ");
+  }
+  // The same flags on the other commands.
+  check_refused_at_once(run_bounded("generate -p hi --kv-cache-gb -1"), "--kv-cache-gb: ");
+  check_refused_at_once(run_bounded("generate -p hi --threads -2"), "--threads: ");
+  check_refused_at_once(run_bounded("bench throughput --max-model-len -1"), "--max-model-len: ");
+  check_refused_at_once(run_bounded("node --join 127.0.0.1:1 --kv-cache-gb -1"), "--kv-cache-gb: ");
+  check_refused_at_once(run_bounded("node --join 127.0.0.1:1 --kv-cache-gb nan"),
+                        "--kv-cache-gb: ");
+}
+
+TEST_CASE("names and other text flags are bounded, however large a config file gives them",
+          "[cli]") {
+  auto config = [](const std::string& name, const std::string& text) {
+    const std::string path = test::temp_path(name);
+    std::ofstream(path) << text;
+    return path;
+  };
+  // Once a 50 MB name was taken, and copied into every answer and metric (3.5 GB RSS).
+  check_refused_at_once(
+      run_bounded("serve --port 0 --config " +
+                  config("long-name.yaml", "served-model-name: " + std::string(300, 'n') + "\n")),
+      "--served-model-name: at most 256 bytes, not 300");
+  check_refused_at_once(run_bounded("serve --port 0 --config " +
+                                    config("tab-name.yaml", "served-model-name: \"a\\tb\"\n")),
+                        "--served-model-name: must not hold control characters");
+  check_refused_at_once(run_bounded("serve --port 0 --served-model-name \"$(printf 'a\\377b')\""),
+                        "--served-model-name: must be UTF-8 text");
+  check_refused_at_once(
+      run_bounded("serve --port 0 --config " +
+                  config("long-key.yaml", "api-key: " + std::string(5000, 'k') + "\n")),
+      "--api-key: at most 4096 bytes, not 5000");
+  check_refused_at_once(run_bounded("node --join 127.0.0.1:1 --name " + std::string(300, 'n')),
+                        "--name: at most 256 bytes, not 300");
 }

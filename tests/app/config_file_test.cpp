@@ -1,10 +1,16 @@
 // --config FILE: YAML and JSON read into flags, the command line winning, and clear
 // errors for what is not a flag value.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "app/config_file.hpp"
 
@@ -139,4 +145,55 @@ TEST_CASE("without --config the command line is left as it is", "[app][config]")
   Fixture f;
   CHECK(f.expand({"serve", "--port", "1"}) == Args{"serve", "--port", "1"});
   CHECK(parse_config_text("# nothing but a comment\n").value().empty());
+}
+
+TEST_CASE("a FIFO, a directory or a device is refused as a config file, at once", "[app][config]") {
+  Fixture f;
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("troupe-config-dir-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  SECTION("a directory (read as a file, it is empty: no flags, said nowhere)") {
+    CHECK_THAT(f.error({"serve", "--config", dir.string()}),
+               Catch::Contains("the config file " + dir.string() + " is a directory, not a file"));
+  }
+  SECTION("a device") {
+    CHECK_THAT(f.error({"serve", "--config", "/dev/null"}),
+               Catch::Contains("the config file /dev/null is not a regular file"));
+  }
+  SECTION("a FIFO") {
+    const auto fifo = dir / "fifo.yaml";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    // Opening a FIFO for reading waits for a writer. The read runs aside; if it has not
+    // answered in 10 s a writer comes (and goes at once) so that it ends, and the test fails.
+    auto read = std::async(std::launch::async, [&f, &fifo] {
+      return expand_config(f.app, {"serve", "--config", fifo.string()});
+    });
+    const bool answered = read.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    if (!answered) {
+      const int writer = ::open(fifo.c_str(), O_WRONLY);
+      if (writer >= 0) ::close(writer);
+    }
+    CHECK(answered);
+    const auto expanded = read.get();
+    std::filesystem::remove_all(dir);
+    REQUIRE_FALSE(expanded.has_value());
+    CHECK_THAT(expanded.error().message,
+               Catch::Contains("the config file " + fifo.string() + " is not a regular file"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a config file is at most 1 MiB", "[app][config]") {
+  Fixture f;
+  // A comment and one flag, past the bound by a byte: a file that size is no config.
+  std::string text = "port: 1\n#";
+  text.resize(kMostConfigFileBytes + 1, 'x');
+  const auto big = f.write("troupe-config-big.yaml", text);
+  CHECK_THAT(f.error({"serve", "--config", big.string()}),
+             Catch::Contains("is 1048577 bytes, more than the 1048576 it may hold"));
+  text.resize(kMostConfigFileBytes);
+  const auto largest = f.write("troupe-config-largest.yaml", text);
+  CHECK(f.expand({"serve", "--config", largest.string()}) == Args{"serve", "--port", "1"});
+  std::filesystem::remove(big);
+  std::filesystem::remove(largest);
 }

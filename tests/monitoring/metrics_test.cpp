@@ -165,3 +165,42 @@ TEST_CASE("the exposition passes promtool check metrics", "[monitoring]") {
   std::remove(file.c_str());
   std::remove((file + ".out").c_str());
 }
+
+TEST_CASE("labelled series a dashboard or an alert reads start at 0, before their first event",
+          "[monitoring]") {
+  // As vLLM's: "no data" in a panel or an alert's rate() until a first loss or a first
+  // aborted request is a blind spot; 0 is what happened.
+  monitoring::Metrics metrics("m", 3);
+  auto values = samples(metrics.serialize());
+  for (const char* reason : {"stop", "length", "abort", "timeout", "error"}) {
+    INFO(reason);
+    CHECK(values.at(std::string(R"(troupe_request_success_total{model_name="m",finish_reason=")") +
+                    reason + R"("})") == 0);
+  }
+  for (const std::string_view reason : monitoring::Metrics::kConnectionErrorReasons) {
+    INFO(reason);
+    CHECK(values.at(R"(troupe_http_connection_errors_total{model_name="m",reason=")" +
+                    std::string(reason) + R"("})") == 0);
+  }
+  for (const char* replica : {"0", "1", "2"}) {
+    INFO("replica " << replica);
+    const std::string label = std::string(R"({model_name="m",replica=")") + replica + R"("})";
+    CHECK(values.at("troupe_replica_losses_total" + label) == 0);
+    CHECK(values.at("troupe_replica_up" + label) == 0);  // down until its scheduler says up
+    CHECK(values.at("troupe_replica_num_requests_running" + label) == 0);
+    CHECK(values.at("troupe_replica_num_requests_waiting" + label) == 0);
+    CHECK(values.at("troupe_replica_kv_cache_usage_ratio" + label) == 0);
+  }
+  CHECK(values.count(R"(troupe_replica_up{model_name="m",replica="3"})") == 0);
+  // The first events count from there.
+  metrics.record_replica_loss(1, 0);
+  metrics.observe_request("abort", 1.0, 0.0, 0.0, false);
+  metrics.count_connection_error("slow_reader");
+  values = samples(metrics.serialize());
+  CHECK(values.at(R"(troupe_replica_losses_total{model_name="m",replica="1"})") == 1);
+  CHECK(values.at(R"(troupe_replica_losses_total{model_name="m",replica="0"})") == 0);
+  CHECK(values.at(R"(troupe_request_success_total{model_name="m",finish_reason="abort"})") == 1);
+  CHECK(values.at(R"(troupe_request_success_total{model_name="m",finish_reason="stop"})") == 0);
+  CHECK(values.at(R"(troupe_http_connection_errors_total{model_name="m",reason="slow_reader"})") ==
+        1);
+}

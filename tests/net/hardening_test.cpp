@@ -119,6 +119,33 @@ TEST_CASE("malformed requests get 400 and oversized headers 431, not a silent cl
   CHECK(s.healthy());
 }
 
+TEST_CASE("a body past the limit gets its 413 even when the client sends it all before reading",
+          "[net][hardening]") {
+  Served s;
+  // As Python's http.client and requests do: the whole body, and only then the answer.
+  // The 413 goes out once the header is read; the server must not close with the rest
+  // of the body unread (a reset), or such a client sees a broken pipe instead.
+  const std::string body(5 << 20, 'a');  // past the 4 MiB limit
+  RawClient c(s.port());
+  REQUIRE(c.connected());
+  REQUIRE(
+      c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+             "application/json\r\nContent-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n"));
+  CHECK(c.send(body));
+  const std::string reply = c.read_all(20s);
+  CHECK(test::http_status(reply) == 413);
+  CHECK(reply.find("the request body is larger than 4194304 bytes") != std::string::npos);
+  CHECK(c.closed_by_peer());
+  // A client that stops sending but never closes is let go after a while.
+  RawClient stalled(s.port());
+  REQUIRE(stalled.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\nabc"));
+  CHECK(test::http_status(stalled.read_all(20s)) == 413);
+  CHECK(eventually([&] { return s.server->num_connections() == 0; }, 20s));
+  CHECK(s.healthy());
+}
+
 TEST_CASE("Expect: 100-continue is answered before the body is sent", "[net][hardening]") {
   Served s;
   const std::string body = R"({"prompt":"Hi","max_tokens":2,"temperature":0})";
@@ -190,28 +217,39 @@ TEST_CASE("a WebSocket client that never reads is cut off, and its slots go to o
                           R"(","prompt":"Once upon a time","max_tokens":480,"ignore_eos":true,)"
                           R"("temperature":0,"logprobs":20})"));
   }
-  // Every slot comes back once the requests end in the engine (cut off or finished),
-  // while the client still reads nothing.
+  // The server gives up on it ...
+  const std::string gave_up =
+      R"(troupe_http_connection_errors_total{model_name="troupe",reason="slow_reader"} 1)";
+  REQUIRE(eventually([&] { return s.metrics_text().find(gave_up) != std::string::npos; }));
+  const auto gave_up_at = std::chrono::steady_clock::now();
+  // ... and every slot comes back once the requests end in the engine, while the client
+  // still reads nothing.
   REQUIRE(eventually([&] {
     const auto st = s.engine->stats();
     return st.num_running == 0 && st.num_waiting == 0 && st.kv_usage == 0.0;
   }));
+  SECTION("a client that reads again is told why: a policy close (1008)") {
+    // The close frame follows what was already on its way, once the client takes that:
+    // the server waits 2 s for it (from when it gave up), far more than reading takes.
+    INFO("reading from "
+         << std::chrono::duration<double>(std::chrono::steady_clock::now() - gave_up_at).count()
+         << " s after the server gave up");
+    boost::beast::flat_buffer buffer;
+    boost::system::error_code ec;
+    while (!ec) ws.read(buffer, ec), buffer.consume(buffer.size());
+    INFO(ec.message());
+    REQUIRE(ec == websocket::error::closed);
+    CHECK(ws.reason().code == websocket::close_code::policy_error);
+    CHECK(std::string(ws.reason().reason.c_str()).find("client too slow") == 0);
+  }
+  SECTION("a client that cannot take even the close frame is dropped") {
+    CHECK(eventually([&] { return s.server->num_connections() == 0; }, 10s));
+  }
   const auto answer =
       s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":2,"temperature":0})");
   CHECK(test::http_status(answer) == 200);
   CHECK(eventually([&] { return s.server->num_requests_in_flight() == 0; }, 5s));
-  // The server closed the connection, saying why when the client finally reads.
-  CHECK(s.metrics_text().find(
-            R"(troupe_http_connection_errors_total{model_name="troupe",reason="slow_reader"} 1)") !=
-        std::string::npos);
   CHECK(eventually([&] { return s.server->num_connections() == 0; }, 10s));
-  boost::beast::flat_buffer buffer;
-  boost::system::error_code ec;
-  while (!ec) ws.read(buffer, ec), buffer.consume(buffer.size());
-  CHECK((ec == websocket::error::closed || ec == asio::error::connection_reset ||
-         ec == asio::error::eof));
-  if (ec == websocket::error::closed)
-    CHECK(ws.reason().code == websocket::close_code::policy_error);
 }
 
 TEST_CASE("an SSE client that never reads is cut off, and its slot goes to others",
