@@ -46,6 +46,20 @@ struct Engine::Impl {
 
 namespace {
 
+// CAF 0.17 leaves every thread that makes the actor system, spawns on it or makes a
+// scoped_actor a thread-local reference to the system's logger, and ~actor_system waits
+// until every such reference is gone: an engine destroyed on one thread, while another
+// that had called it lived on (the one that made it, a server's I/O thread that
+// submitted), waited forever. Each call that touches the actor system from its caller's
+// thread holds one of these first: the thread lets go when the call returns, after the
+// call's own actors are gone.
+struct ForgetLogger {
+  ForgetLogger() = default;
+  ForgetLogger(const ForgetLogger&) = delete;
+  ForgetLogger& operator=(const ForgetLogger&) = delete;
+  ~ForgetLogger() { caf::logger::set_current_actor_system(nullptr); }
+};
+
 engine::SchedulerConfig scheduler_config(const EngineConfig& config, std::int32_t max_model_len,
                                          std::int32_t num_blocks) {
   engine::SchedulerConfig sc;
@@ -182,6 +196,7 @@ Result<actors::cluster::Placement> place_replica(Engine::Impl& impl, std::int32_
   const std::int32_t nodes_needed =
       impl.config.data_parallel_size - (cluster.head_hosts_replica ? 1 : 0);
   Result<actors::cluster::Placement> result = make_error(ErrorCode::internal, "");
+  const ForgetLogger forget;
   caf::scoped_actor self{*impl.system};
   self->request(impl.registry, cluster.wait, actors::cluster::place_atom::value, index,
                 impl.config.tensor_parallel_size)
@@ -285,6 +300,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                                                const EngineHooks& hooks) {
+  const ForgetLogger forget;
   if (config.model_path.empty()) {
     return make_error(ErrorCode::invalid_argument, "no model path given");
   }
@@ -376,6 +392,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
 }
 
 Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event) {
+  const ForgetLogger forget;
   auto& impl = *impl_;
   const auto n = static_cast<std::int32_t>(request.prompt.size());
   if (n == 0) return make_error(ErrorCode::invalid_argument, "the prompt is empty");
@@ -426,6 +443,7 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
 }
 
 void Engine::cancel(RequestId id) {
+  const ForgetLogger forget;
   caf::anon_send(impl_->scheduler, actors::abort_atom::value, id, FinishReason::abort);
 }
 
@@ -433,6 +451,7 @@ EngineStats Engine::stats() const {
   EngineStats result;
   // Hidden: a query's own actor is not counted among the live ones (a caller asking at
   // the same moment, the log's periodic line, say, would move the count).
+  const ForgetLogger forget;
   caf::scoped_actor self{*impl_->system, /*hide=*/true};
   self->request(impl_->scheduler, caf::infinite, actors::stats_atom::value)
       .receive([&](const EngineStats& s) { result = s; }, [](const caf::error&) {});
@@ -442,6 +461,7 @@ EngineStats Engine::stats() const {
 
 std::vector<ReplicaStats> Engine::replicas() const {
   std::vector<ReplicaStats> result;
+  const ForgetLogger forget;
   caf::scoped_actor self{*impl_->system, /*hide=*/true};
   self->request(impl_->scheduler, caf::infinite, actors::replicas_atom::value)
       .receive([&](std::vector<ReplicaStats>& r) { result = std::move(r); },
@@ -464,6 +484,7 @@ bool Engine::is_cluster_head() const {
 std::vector<NodeStatus> Engine::nodes() const {
   std::vector<NodeStatus> result;
   if (!impl_->registry) return result;
+  const ForgetLogger forget;
   caf::scoped_actor self{*impl_->system, /*hide=*/true};
   self->request(impl_->registry, std::chrono::seconds(5), actors::cluster::nodes_atom::value)
       .receive(
