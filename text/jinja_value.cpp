@@ -216,6 +216,8 @@ void json_at(const Value& v, const JsonStyle& style, int depth, std::string& out
 
 }  // namespace
 
+Dict::Dict(std::vector<std::pair<std::string, Value>> init) : items(std::move(init)) {}
+
 std::size_t Dict::position(std::string_view key) const {
   if (items.size() < kIndexFrom) {
     for (std::size_t i = 0; i < items.size(); ++i) {

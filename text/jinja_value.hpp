@@ -24,7 +24,7 @@ using List = std::vector<Value>;
 // 10^5 of them, and a linear search per insertion made converting them take 30 s.
 struct Dict {
   Dict() = default;
-  Dict(std::vector<std::pair<std::string, Value>> init) : items(std::move(init)) {}  // NOLINT
+  Dict(std::vector<std::pair<std::string, Value>> init);  // NOLINT: {{key, value}, ...}
 
   std::vector<std::pair<std::string, Value>> items;  // change only through set() and clear()
   bool is_namespace = false;
