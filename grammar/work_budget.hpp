@@ -10,12 +10,12 @@
 
 namespace troupe::grammar {
 
-// Steps one token mask (or one token's advance) may take. A JSON schema's first mask over a
-// 32K vocabulary takes about 10^5-10^6 steps and later ones are mostly cached; the budget
-// is a few hundred times that, about 0.1-0.3 s of one core here (BENCHMARKS.md, "Bounded
-// constrained decoding"). A grammar that needs more is one whose branches multiply
-// (".*.*.*...z"): refused at the request where its start shows it, ended with an error
-// where it shows later.
+// Steps one token mask (or one token's advance) may take. A JSON schema's costliest mask over
+// a 32K vocabulary takes about 10^5-10^6 steps and most are cached lookups after; the
+// budget is 50 times that, 0.4-1 s of one core here (BENCHMARKS.md, "Bounded constrained
+// decoding"). A grammar that needs more is one whose branches multiply (".*.*.*...z"):
+// refused at the request where its start shows it, ended with an error where it shows
+// later.
 inline constexpr std::uint64_t kMaskWorkBudget = std::uint64_t{1} << 25;
 
 class WorkBudget {

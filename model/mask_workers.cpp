@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "troupe/background_priority.hpp"
+
 namespace troupe::model {
 
 MaskJob::MaskJob(grammar::Matcher state, std::shared_ptr<const grammar::TokenMasker> masker,
@@ -82,6 +84,7 @@ void MaskWorkers::submit(std::shared_ptr<MaskJob> job) {
 }
 
 void MaskWorkers::serve() {
+  lower_this_thread_priority();
   std::unique_lock lock(mutex_);
   while (true) {
     queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });

@@ -73,7 +73,8 @@ class MaskWorkers {
 
   void submit(std::shared_ptr<MaskJob> job);
   // At least two, so that one grammar that spends its whole budget leaves a thread for the
-  // others' masks; a quarter of the cores on a larger machine, at most eight.
+  // others' masks; a quarter of the cores on a larger machine, at most eight. They run at
+  // a lower priority than the forward pass's (troupe/background_priority.hpp).
   static std::size_t default_threads();
 
  private:

@@ -13,6 +13,7 @@
 #include "net/cors.hpp"
 #include "net/server_impl.hpp"
 #include "net/structured_output.hpp"
+#include "troupe/background_priority.hpp"
 
 namespace troupe::net {
 
@@ -399,6 +400,8 @@ asio::awaitable<std::optional<ApiError>> HttpServer::Impl::check_constraint(
     const CompletionRequest& request) {
   if (request.generate.params.grammar.empty() || !context.token_masker) co_return std::nullopt;
   std::function<std::string()> probe = [this, &request]() -> std::string {
+    static thread_local const bool lowered = (lower_this_thread_priority(), true);
+    (void)lowered;
     try {
       return first_mask_refusal(request.generate.params.grammar, *context.token_masker);
     } catch (const std::exception& e) {

@@ -133,7 +133,8 @@ struct HttpServer::Impl {
   // Declared after io: it is destroyed first, so no tokenizing outlives the io_context.
   asio::thread_pool tokenizer_pool;
   // One thread for output constraints' first masks (check_constraint): up to a second each,
-  // so costly constraints wait for each other there, never plain requests' parsing.
+  // so costly constraints wait for each other there, never plain requests' parsing; at a
+  // lower priority than the forward pass (troupe/background_priority.hpp).
   asio::thread_pool grammar_pool{1};
   std::atomic<int> num_connections{0};
   std::atomic<std::uint64_t> next_completion{1};

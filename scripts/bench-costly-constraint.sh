@@ -3,7 +3,7 @@
 # inter-token latency and TTFT at concurrency 4 against `troupe serve`, alone, and beside a
 # client that sends, one after another, completions held to "abcdefgh<n>" + ".*" * 200 + "z"
 # (cheap at its start, so admitted; its next mask then spends its whole work budget, about
-# half a second of a core, before its request ends with an error). Runs alternate in pairs
+# 0.4-1 s of a core, before its request ends with an error). Runs alternate in pairs
 # whose order flips each time; each pair's ratio (beside over alone) is printed, and the
 # costly client's own tally (how its requests ended, how long each took).
 # Usage: scripts/bench-costly-constraint.sh   (MODEL=path for another model)
