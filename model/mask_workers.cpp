@@ -6,9 +6,12 @@
 
 namespace troupe::model {
 
-MaskJob::MaskJob(grammar::Matcher state, std::shared_ptr<const grammar::TokenMasker> masker,
-                 std::uint64_t budget)
-    : state_(std::move(state)), masker_(std::move(masker)), budget_(budget) {}
+MaskJob::MaskJob(grammar::Matcher state, std::string taken,
+                 std::shared_ptr<const grammar::TokenMasker> masker, std::uint64_t budget)
+    : state_(std::move(state)),
+      taken_(std::move(taken)),
+      masker_(std::move(masker)),
+      budget_(budget) {}
 
 void MaskJob::run() {
   {
@@ -16,9 +19,15 @@ void MaskJob::run() {
     if (done_) return;
   }
   grammar::WorkBudget work(budget_, &cancelled_);
-  const bool complete = !cancelled() && masker_->fill_mask(state_, mask_, &work);
+  if (cancelled()) {
+    failed_ = true;
+  } else if (!taken_.empty() && !state_.accept_bytes(taken_, &work)) {
+    failed_ = failed_taking_ = work.exhausted();
+    refused_ = !work.exhausted();
+  } else {
+    failed_ = !masker_->fill_mask(state_, mask_, &work);
+  }
   steps_ = work.spent();
-  failed_ = !complete;
   {
     std::lock_guard lock(mutex_);
     done_ = true;

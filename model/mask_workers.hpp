@@ -1,10 +1,12 @@
-// Grammar token masks computed in the background, off a step's critical path. Each
-// constrained sequence's next mask is a job (`MaskJob`) that a few threads of the runner's
-// own compute while the forward pass runs; a step does not wait for a job past its forward
-// pass while any of its rows could sample (a row whose mask is late skips the step, and its
-// job goes on). Every job has a work budget (grammar::kMaskWorkBudget) and a cancel flag:
-// a job that runs out of budget fails its sequence with an error, one whose sequence is
-// gone stops, so no grammar holds a thread for long (docs/structured-outputs.md).
+// A grammar's work, computed in the background, off a step's critical path. Each
+// constrained sequence's next step of grammar work is a job (`MaskJob`): the matcher
+// advanced by the bytes of the tokens taken since, then the token mask for the next
+// position. A few threads of the runner's own compute jobs while the forward pass runs; a
+// step does not wait for a job past its forward pass while any of its rows could sample (a
+// row whose mask is late skips the step, and its job goes on). Every job has a work
+// budget (grammar::kMaskWorkBudget) and a cancel flag: a job that runs out of budget fails
+// its sequence with an error, one whose sequence is gone stops, so no grammar holds a
+// thread, or a step, for long (docs/structured-outputs.md).
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,8 +29,11 @@ class MaskJob {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // The mask for `state` (a copy of the sequence's matcher) over `masker`'s vocabulary.
-  MaskJob(grammar::Matcher state, std::shared_ptr<const grammar::TokenMasker> masker,
+  // `state` (a copy of the sequence's matcher) advanced by `taken` (the bytes of the
+  // tokens taken since it was last advanced), then the mask for what follows over
+  // `masker`'s vocabulary; one budget for both.
+  MaskJob(grammar::Matcher state, std::string taken,
+          std::shared_ptr<const grammar::TokenMasker> masker,
           std::uint64_t budget = grammar::kMaskWorkBudget);
 
   // Computes the mask (on a worker thread, or the caller's); once.
@@ -42,15 +48,22 @@ class MaskJob {
   bool wait_until(Clock::time_point deadline) const;
   void wait() const;
 
-  // After done(): whether the budget ran out (or the job was cancelled) before the mask
-  // was complete; the mask itself [(vocab + 63) / 64] words; the steps it took.
+  // After done(). failed(): the budget ran out (or the job was cancelled) first, while
+  // taking the bytes (failed_taking()) or making the mask; refused(): the grammar does not
+  // take the bytes (a token from outside it: the mask and the matcher disagreed). Else the
+  // advanced state and its mask, [(vocab + 63) / 64] words.
   bool failed() const { return failed_; }
+  bool failed_taking() const { return failed_taking_; }
+  bool refused() const { return refused_; }
+  grammar::Matcher& state() { return state_; }
   std::vector<std::uint64_t>& mask() { return mask_; }
+  std::size_t num_taken() const { return taken_.size(); }
   std::uint64_t steps() const { return steps_; }
   std::uint64_t budget() const { return budget_; }
 
  private:
   grammar::Matcher state_;
+  std::string taken_;
   std::shared_ptr<const grammar::TokenMasker> masker_;
   std::uint64_t budget_;
   std::atomic<bool> cancelled_{false};
@@ -58,6 +71,8 @@ class MaskJob {
   mutable std::condition_variable finished_;
   bool done_ = false;  // guarded by mutex_; the fields below are written before it is set
   bool failed_ = false;
+  bool failed_taking_ = false;
+  bool refused_ = false;
   std::uint64_t steps_ = 0;
   std::vector<std::uint64_t> mask_;
 };

@@ -147,7 +147,8 @@ void Sampler::start_mask(MaskWorkers& workers) {
     prepare_mask();  // nothing to compute
     return;
   }
-  job_.job = std::make_shared<MaskJob>(*matcher_, masker_);
+  job_.job = std::make_shared<MaskJob>(*matcher_, std::move(taken_), masker_);
+  taken_.clear();
   workers.submit(job_.job);
 }
 
@@ -169,13 +170,28 @@ Sampler::MaskState Sampler::mask_state() {
   if (!job_.job) return MaskState::pending;  // not started: start_mask() was not called
   if (!job_.job->done()) return MaskState::pending;
   std::shared_ptr<MaskJob> job = std::move(job_.job);
-  if (job->failed()) {
-    failure_ = budget_failure(job->budget(), num_output_bytes_, "the token mask");
-    return MaskState::failed;
+  take(*job);
+  return failure_.empty() ? MaskState::ready : MaskState::failed;
+}
+
+void Sampler::take(MaskJob& job) {
+  if (job.failed()) {
+    // The output so far: the job's bytes too, when they were taken before its mask failed.
+    failure_ =
+        job.failed_taking()
+            ? budget_failure(job.budget(), num_output_bytes_, "taking the next token")
+            : budget_failure(job.budget(), num_output_bytes_ + job.num_taken(), "the token mask");
+    return;
   }
-  mask_ = std::move(job->mask());
+  if (job.refused()) {
+    grammar_broken_ = true;  // only end tokens follow
+    mask_.assign((static_cast<std::size_t>(vocab_size_) + 63) / 64, 0);
+  } else {
+    num_output_bytes_ += job.num_taken();
+    matcher_ = std::move(job.state());
+    mask_ = std::move(job.mask());
+  }
   mask_ready_ = true;
-  return MaskState::ready;
 }
 
 bool Sampler::wait_mask_until(MaskJob::Clock::time_point deadline) {
@@ -189,15 +205,14 @@ void Sampler::prepare_mask() {
     job_.job->wait();
     if (mask_state() == MaskState::ready) return;
   }
-  if (grammar_broken_ || !failure_.empty()) {
-    mask_.assign((static_cast<std::size_t>(vocab_size_) + 63) / 64, 0);
-  } else {
-    grammar::WorkBudget budget;
-    if (!masker_->fill_mask(*matcher_, mask_, &budget)) {
-      failure_ = budget_failure(budget.limit(), num_output_bytes_, "the token mask");
-      mask_.assign((static_cast<std::size_t>(vocab_size_) + 63) / 64, 0);
-    }
+  if (!grammar_broken_ && failure_.empty()) {
+    MaskJob job(*matcher_, std::move(taken_), masker_);  // the same work, here
+    taken_.clear();
+    job.run();
+    take(job);
+    if (mask_ready_) return;
   }
+  mask_.assign((static_cast<std::size_t>(vocab_size_) + 63) / 64, 0);
   mask_ready_ = true;
 }
 
@@ -356,19 +371,10 @@ void Sampler::record(TokenId id) {
   if (!constrained()) return;
   mask_ready_ = false;
   job_ = JobHandle{};  // a mask still computed for the position before is of no use now
-  // An end token ends the output (the engine's stop rule); any other advances the grammar.
+  // An end token ends the output (the engine's stop rule); any other advances the grammar,
+  // with the next mask's work (off the step: MaskJob), not here.
   if (grammar_broken_ || std::find(ends_.begin(), ends_.end(), id) != ends_.end()) return;
-  const std::string_view bytes = masker_->token_bytes(id);
-  grammar::WorkBudget budget;
-  if (!matcher_->accept_bytes(bytes, &budget)) {
-    if (budget.exhausted()) {
-      failure_ = budget_failure(budget.limit(), num_output_bytes_, "taking the next token");
-    } else {
-      grammar_broken_ = true;
-    }
-    return;
-  }
-  num_output_bytes_ += bytes.size();
+  taken_ += masker_->token_bytes(id);
 }
 
 std::optional<DeviceSamplingRow> Sampler::device_row() const {

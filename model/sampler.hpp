@@ -112,7 +112,8 @@ class Sampler {
   // way): sample() calls it; so may a runner without workers.
   void prepare_mask();
   // Whether a sampled token fell outside what the grammar could take (the mask and the
-  // matcher disagreed, or a limit of the matcher was passed): only end tokens follow.
+  // matcher disagreed, or a limit of the matcher was passed): only end tokens follow. Known
+  // once the next mask's work has run (the matcher advances with it, off the step).
   bool grammar_broken() const { return grammar_broken_; }
 
  private:
@@ -127,6 +128,9 @@ class Sampler {
   // filter is on) and `total` with their mass; returns how many.
   std::size_t keep_candidates(std::span<const float> logits, double& total);
   void record(TokenId id);
+  // A finished job's outcome: the advanced matcher and its mask, a broken grammar, or a
+  // failure.
+  void take(MaskJob& job);
 
   SamplingParams params_;
   std::int32_t vocab_size_ = 0;
@@ -163,6 +167,7 @@ class Sampler {
     }
   };
   JobHandle job_;
+  std::string taken_;                 // bytes of tokens taken that matcher_ has not advanced by
   std::string failure_;               // why the grammar cannot be followed; empty: it can
   std::size_t num_output_bytes_ = 0;  // taken by the matcher (for failure_)
   std::vector<TokenId> ends_;  // under a grammar: end-of-generation and stop ids in the vocabulary
