@@ -28,16 +28,59 @@ Result<float> read_positive(const gguf::GgufFile& file, const std::string& key) 
 
 bool is_supported(const std::string& arch) {
   return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "phi3" ||
-         arch == "gemma2";
+         arch == "gemma2" || arch == "qwen3" || arch == "gemma3";
 }
 
-// What qwen2, phi3 and gemma2 add to llama, as llama.cpp (b4747) reads them.
+// A value_length other than the key length (head_dim) is not run: refused, named.
+Result<void> check_value_length(const gguf::GgufFile& file, const LlamaConfig& c) {
+  const std::string key = c.architecture + ".attention.value_length";
+  if (file.find(key) == nullptr) return {};
+  TROUPE_TRY(const auto value_length, read_count(file, key, 1 << 12));
+  if (value_length != c.head_dim) {
+    return make_error(ErrorCode::unsupported,
+                      c.architecture + " with attention.value_length " +
+                          std::to_string(value_length) + " != key_length " +
+                          std::to_string(c.head_dim));
+  }
+  return {};
+}
+
+// gemma3, as ik_llama.cpp (8337e4c) and llama.cpp read it: gemma2's blocks (post-norms,
+// GELU, scaled embeddings, no softcaps) with Q/K norms, and five local layers (a window,
+// RoPE base 10000 unscaled) to one global (the file's base and scaling).
+Result<void> read_gemma3(const gguf::GgufFile& file, LlamaConfig& c) {
+  const std::string p = c.architecture + ".";
+  ArchFeatures& f = c.features;
+  f.post_norms = true;
+  f.activation = FfnActivation::gelu_tanh;
+  f.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  f.qk_norm = true;
+  c.rope_layout = RopeLayout::neox;
+  f.window_layers = WindowLayers::periodic;
+  f.window_period = 6;
+  f.local_rope_base = 10000.0f;
+  TROUPE_TRY(f.sliding_window, read_count(file, p + "attention.sliding_window", 1 << 24));
+  TROUPE_TRY_VOID(check_value_length(file, c));
+  // The 27B (62 layers) scales queries by dim / heads; the others by the key length.
+  c.attention_scale =
+      1.0f / std::sqrt(static_cast<float>(c.num_layers == 62 ? c.dim / c.num_heads : c.head_dim));
+  return {};
+}
+
+// What qwen2, phi3, gemma2, qwen3 and gemma3 add to llama, as llama.cpp (b4747) reads the
+// first three and ik_llama.cpp (8337e4c) the others.
 Result<void> read_features(const gguf::GgufFile& file, LlamaConfig& c) {
   const std::string p = c.architecture + ".";
   ArchFeatures& f = c.features;
   if (c.architecture == "qwen2") {
     f.qkv_bias = true;
     c.rope_layout = RopeLayout::neox;
+  } else if (c.architecture == "qwen3") {
+    f.qk_norm = true;
+    c.rope_layout = RopeLayout::neox;
+    TROUPE_TRY_VOID(check_value_length(file, c));
+  } else if (c.architecture == "gemma3") {
+    TROUPE_TRY_VOID(read_gemma3(file, c));
   } else if (c.architecture == "phi3") {
     f.fused_qkv = true;
     f.fused_gate_up = true;
@@ -78,14 +121,7 @@ Result<void> read_features(const gguf::GgufFile& file, LlamaConfig& c) {
     if (file.find(p + "attention.sliding_window") != nullptr) {
       TROUPE_TRY(f.sliding_window, read_count(file, p + "attention.sliding_window", 1 << 24));
     }
-    if (file.find(p + "attention.value_length") != nullptr) {
-      TROUPE_TRY(const auto value_length, read_count(file, p + "attention.value_length", 1 << 12));
-      if (value_length != c.head_dim) {
-        return make_error(ErrorCode::unsupported,
-                          "gemma2 with attention.value_length " + std::to_string(value_length) +
-                              " != key_length " + std::to_string(c.head_dim));
-      }
-    }
+    TROUPE_TRY_VOID(check_value_length(file, c));
     // llama.cpp scales queries by its model type, which it picks from the layer count:
     // 1/sqrt(key_length) for 2B (26) and 9B (42), 1/sqrt(dim/heads) for 27B (46).
     if (c.num_layers == 26 || c.num_layers == 42) {
@@ -136,7 +172,7 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const gguf::GgufFile& file) {
   if (!is_supported(c.architecture)) {
     return make_error(ErrorCode::unsupported,
                       "unknown model architecture '" + c.architecture +
-                          "' (troupe runs llama, mistral, qwen2, phi3 and gemma2)");
+                          "' (troupe runs llama, mistral, qwen2, phi3, gemma2, qwen3 and gemma3)");
   }
   const std::string p = c.architecture + ".";
   TROUPE_TRY(c.dim, read_count(file, p + "embedding_length", 1 << 16));

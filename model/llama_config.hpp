@@ -1,6 +1,6 @@
 // The shape and hyper-parameters of a Llama-family model (llama, mistral, qwen2, phi3,
-// gemma2), read from GGUF metadata, with what sets each architecture apart named as
-// features the one forward recipe switches on.
+// gemma2, qwen3, gemma3), read from GGUF metadata, with what sets each architecture apart
+// named as features the one forward recipe switches on.
 #pragma once
 
 #include <cmath>
@@ -21,8 +21,9 @@ enum class FfnActivation {
 // Which layers attend only to a window of recent keys.
 enum class WindowLayers {
   none,
-  all,   // phi3 (when its sliding_window is not 0)
-  even,  // gemma2: layers 0, 2, 4, ...
+  all,       // phi3 (when its sliding_window is not 0)
+  even,      // gemma2: layers 0, 2, 4, ...
+  periodic,  // gemma3: all but every window_period-th (layer il global when (il+1) % period == 0)
 };
 
 // What an architecture adds to the llama recipe. The defaults are llama's.
@@ -38,6 +39,14 @@ struct ArchFeatures {
   float final_softcap = 0.0f;       // logits = cap * tanh(logits / cap); 0: none (gemma2)
   std::int32_t sliding_window = 0;  // keys at positions j with 0 <= p - j < window; 0: none
   WindowLayers window_layers = WindowLayers::none;
+  std::int32_t window_period = 0;  // WindowLayers::periodic's period (gemma3: 6)
+  // blk.N.attn_q_norm / attn_k_norm [head_dim]: each query and key head RMS-normalised (the
+  // model's eps, one weight for all heads) before RoPE (qwen3, gemma3).
+  bool qk_norm = false;
+  // The RoPE base of the windowed (local) layers, which then have no position scaling
+  // either; 0: the model's RoPE on every layer (gemma3: 10000 on local layers, the file's
+  // base and linear scaling on global ones).
+  float local_rope_base = 0.0f;
 
   // The window of `layer` (0: it attends to every earlier key).
   std::int32_t window_of(std::int32_t layer) const {
@@ -48,6 +57,8 @@ struct ArchFeatures {
         return sliding_window;
       case WindowLayers::even:
         return layer % 2 == 0 ? sliding_window : 0;
+      case WindowLayers::periodic:
+        return (layer + 1) % window_period != 0 ? sliding_window : 0;
     }
     return 0;
   }
@@ -58,7 +69,7 @@ struct ArchFeatures {
 };
 
 struct LlamaConfig {
-  std::string architecture;  // llama, mistral, qwen2, phi3, gemma2
+  std::string architecture;  // llama, mistral, qwen2, phi3, gemma2, qwen3, gemma3
   std::int32_t vocab_size = 0;
   std::int32_t dim = 0;
   std::int32_t num_layers = 0;

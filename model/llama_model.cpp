@@ -273,6 +273,10 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
       TROUPE_TRY(l.bk, bias(b + "attn_k.bias", kv_dim, kv_begin, kv_count));
       TROUPE_TRY(l.bv, bias(b + "attn_v.bias", kv_dim, kv_begin, kv_count));
     }
+    if (f.qk_norm) {  // one weight for every head: each rank holds it whole
+      TROUPE_TRY(l.q_norm, source.vector(b + "attn_q_norm.weight", hd));
+      TROUPE_TRY(l.k_norm, source.vector(b + "attn_k_norm.weight", hd));
+    }
     TROUPE_TRY(l.wo, matrix(b + "attn_output.weight", c.dim, q_dim, Axis::cols, q_begin, q_count));
     TROUPE_TRY(l.ffn_norm, source.vector(b + "ffn_norm.weight", c.dim));
     if (f.fused_gate_up) {
@@ -410,11 +414,16 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
   const ArchFeatures& f = c.features;
   const LayerWeights& w = layers_[layer];
   Backend& b = *backend_;
-  const RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
-                        has_rope_freqs_ ? &rope_freqs_ : nullptr};
   AttentionParams params{c.num_heads, c.num_kv_heads, c.head_dim, c.query_scale()};
   params.softcap = f.attention_softcap;
   params.window = f.window_of(layer);
+  RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
+                  has_rope_freqs_ ? &rope_freqs_ : nullptr};
+  if (f.local_rope_base > 0.0f && params.window > 0) {  // a local layer's own RoPE
+    rope.freq_base = f.local_rope_base;
+    rope.freq_scale = 1.0f;
+    rope.freq_factors = nullptr;
+  }
   // Every linear op runs on all n tokens at once.
   b.matmul(h, w.wq, q);
   b.matmul(h, w.wk, k);
@@ -423,6 +432,13 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
     b.add_bias(q, w.bq);
     b.add_bias(k, w.bk);
     b.add_bias(v, w.bv);
+  }
+  if (f.qk_norm) {  // each head a row of its own: [tokens * heads, head_dim]
+    const auto heads = [&](Tensor t) {
+      return Tensor{t.data, t.rows * (t.cols / c.head_dim), c.head_dim};
+    };
+    b.rms_norm(heads(q), w.q_norm, c.norm_eps, heads(q));
+    b.rms_norm(heads(k), w.k_norm, c.norm_eps, heads(k));
   }
   b.rope_store_kv(layer, q, k, v, c.head_dim, rope);
   b.attention(layer, q, params, attn);  // per sequence, over its own blocks

@@ -21,6 +21,7 @@ namespace troupe::model {
 struct LayerWeights {
   Weight attn_norm, wq, wk, wv, wo;
   Weight bq, bk, bv;      // ArchFeatures::qkv_bias
+  Weight q_norm, k_norm;  // ArchFeatures::qk_norm: [head_dim]
   Weight post_attn_norm;  // ArchFeatures::post_norms
   Weight ffn_norm, w_gate, w_up, w_down;
   Weight post_ffn_norm;  // ArchFeatures::post_norms

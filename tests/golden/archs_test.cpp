@@ -1,8 +1,9 @@
 // troupe computes what llama.cpp computes for each architecture it reads (llama, llama
-// with F16 weights, qwen2, phi3, gemma2): random-weight models and llama.cpp's greedy
-// ids and first-step logits, from ../shared/golden/archs (see its README for the
-// tolerances used here); batched and chunked runs give the same ids as single ones, and
-// a model split over ranks computes what the whole one does.
+// with F16 weights, qwen2, phi3, gemma2; qwen3 and gemma3 against ik_llama.cpp):
+// random-weight models and the references' greedy ids and first-step logits, from
+// ../shared/golden/archs (see its README for the tolerances used here); batched and
+// chunked runs give the same ids as single ones, and a model split over ranks computes
+// what the whole one does.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -137,6 +138,63 @@ void check_f16_cache(const std::string& name) {
     REQUIRE(alone.has_value());
     CHECK(head(ids_of((*alone)[0].output), k) == head(want, k));
     CHECK((*together)[i].output == (*alone)[0].output);
+  }
+}
+
+// The ik_llama.cpp references (qwen3, qwen3moe, gemma3, gpt-oss) were recorded with an F16
+// KV cache (its CPU backend has no other). With ours in F16 too, each prompt alone gives
+// `output_ids` over its comparable prefix (then its top 1 or 2); with an F32 cache, the
+// independent float64 pass's exact ids over theirs (the F16 rounding alone moves some
+// early). Either way the first-step logits are within the advised tolerance, and every
+// prompt batched, and in prefill chunks of 5, gives what it gives alone.
+void check_ik_reference(const std::string& name) {
+  const Json golden = arch_golden(name);
+  const double tolerance = golden["tolerance_advice"]["logits_first_rel"].number;
+  const auto requests = requests_of(golden);
+  for (const auto kv_dtype : {model::KvCacheDtype::f16, model::KvCacheDtype::f32}) {
+    const bool f16 = kv_dtype == model::KvCacheDtype::f16;
+    auto m = test::LoadedTestModel::open(test::shared_file("models/archs/" + name + ".gguf"), 64,
+                                         16, 2, kv_dtype);
+    worker::BatchGenerator generator(*m.model, {});
+    std::vector<worker::GenerationResult> alone;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const Json& p = golden["prompts"].array[i];
+      const Json& exact = p["float64_cross_check"]["exact"];
+      INFO(name << " prompt " << p["name"].string << (f16 ? ", F16" : ", F32") << " KV cache");
+      auto result = generator.run({requests[i]});
+      REQUIRE(result.has_value());
+      const auto& r = (*result)[0];
+      const auto want = f16 ? p["output_ids"].ints() : exact["output_ids"].ints();
+      const auto got = ids_of(r.output);
+      REQUIRE(got.size() == want.size());
+      const std::size_t k = comparable_steps(
+          f16 ? p["first_low_margin_step"] : exact["first_low_margin_step"], want.size());
+      CHECK(head(got, k) == head(want, k));
+      if (f16 && k < want.size()) {
+        const auto& top = p["top5_per_step"].array[k].array;
+        CHECK((got[k] == static_cast<int>(top[0]["id"].number) ||
+               got[k] == static_cast<int>(top[1]["id"].number)));
+      }
+      const auto& reference = p["logits_first"].array;
+      REQUIRE(r.first_logits.size() == reference.size());
+      double max_ref = 0.0, max_diff = 0.0;
+      for (std::size_t j = 0; j < reference.size(); ++j) {
+        max_ref = std::max(max_ref, std::fabs(reference[j].number));
+        max_diff = std::max(max_diff, std::fabs(r.first_logits[j] - reference[j].number));
+      }
+      INFO("first-step logits differ by up to " << max_diff << " (max |logit| " << max_ref
+                                                << ")");
+      CHECK(max_diff <= tolerance * max_ref);
+      alone.push_back(r);
+    }
+    for (const std::int32_t chunk : {0, 5}) {
+      INFO(name << ", all prompts together, prefill chunk " << chunk);
+      auto together = generator.run(requests, chunk);
+      REQUIRE(together.has_value());
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        CHECK((*together)[i].output == alone[i].output);
+      }
+    }
   }
 }
 
@@ -293,5 +351,26 @@ TEST_CASE("qwen2, phi3 and gemma2 split over ranks compute what the whole model 
     check_split("qwen2", kv_dtype);
     check_split("phi3", kv_dtype);
     check_split("gemma2", kv_dtype);
+  }
+}
+
+TEST_CASE("qwen3 (per-head Q/K norms, head_dim != dim / heads) computes what ik_llama.cpp computes",
+          "[golden][shared]") {
+  check_ik_reference("qwen3");
+}
+
+TEST_CASE(
+    "gemma3 (Q/K norms, five local layers to one global, each with its own RoPE) computes what "
+    "ik_llama.cpp computes",
+    "[golden][shared]") {
+  check_ik_reference("gemma3");
+}
+
+TEST_CASE("qwen3 and gemma3 split over ranks compute what the whole model computes",
+          "[golden][shared][tp]") {
+  for (const auto kv_dtype : {model::KvCacheDtype::f32, model::KvCacheDtype::f16}) {
+    INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
+    check_split("qwen3", kv_dtype);
+    check_split("gemma3", kv_dtype);
   }
 }

@@ -133,3 +133,59 @@ TEST_CASE("gemma2 reads its softcaps, window and head size, and scales queries a
     CHECK(config.error().message.find("attn_logit_softcapping") != std::string::npos);
   }
 }
+
+TEST_CASE("qwen3 adds per-head Q/K norms and NEOX RoPE, with its own head size", "[model]") {
+  const auto config = config_of("qwen3", 2, [](GgufWriter& w) {
+    w.add_uint32("qwen3.attention.key_length", 32);
+    w.add_uint32("qwen3.attention.value_length", 32);
+  });
+  REQUIRE(config.has_value());
+  CHECK(config->features.qk_norm);
+  CHECK(config->rope_layout == RopeLayout::neox);
+  CHECK(config->head_dim == 32);  // not dim / heads (16)
+  CHECK(config->query_scale() == 1.0f / std::sqrt(32.0f));
+  CHECK(config->features.window_of(1) == 0);
+  const auto other = config_of("qwen3", 2, [](GgufWriter& w) {
+    w.add_uint32("qwen3.attention.key_length", 32);
+    w.add_uint32("qwen3.attention.value_length", 16);
+  });
+  REQUIRE_FALSE(other.has_value());
+  CHECK_THAT(other.error().message, Catch::Contains("value_length 16"));
+}
+
+TEST_CASE("gemma3 has five local layers to one global, each kind with its own RoPE", "[model]") {
+  const auto config = config_of("gemma3", 12, [](GgufWriter& w) {
+    w.add_uint32("gemma3.attention.key_length", 32);
+    w.add_uint32("gemma3.attention.sliding_window", 32);
+    w.add_float32("gemma3.rope.freq_base", 1e6f);
+    w.add_string("gemma3.rope.scaling.type", "linear");
+    w.add_float32("gemma3.rope.scaling.factor", 8.0f);
+  });
+  REQUIRE(config.has_value());
+  const ArchFeatures& f = config->features;
+  CHECK(f.qk_norm);
+  CHECK(f.post_norms);
+  CHECK(f.activation == FfnActivation::gelu_tanh);
+  CHECK(f.embedding_scale == std::sqrt(64.0f));
+  CHECK(f.attention_softcap == 0.0f);  // no softcaps, unlike gemma2
+  CHECK(f.final_softcap == 0.0f);
+  for (std::int32_t layer = 0; layer < 12; ++layer) {
+    INFO("layer " << layer);
+    CHECK(f.window_of(layer) == ((layer == 5 || layer == 11) ? 0 : 32));
+  }
+  CHECK(f.local_rope_base == 10000.0f);
+  CHECK(config->rope_freq_base == 1e6f);  // the global layers'
+  CHECK(config->rope_freq_scale == 1.0f / 8.0f);
+  CHECK(config->query_scale() == 1.0f / std::sqrt(32.0f));  // any layer count loads
+  // The 27B's 62 layers scale queries by dim / heads.
+  const auto big = config_of("gemma3", 62, [](GgufWriter& w) {
+    w.add_uint32("gemma3.attention.key_length", 32);
+    w.add_uint32("gemma3.attention.sliding_window", 1024);
+  });
+  REQUIRE(big.has_value());
+  CHECK(big->query_scale() == 1.0f / std::sqrt(16.0f));
+  // A window is what makes its local layers local: without one it is refused.
+  const auto no_window = config_of("gemma3", 6);
+  REQUIRE_FALSE(no_window.has_value());
+  CHECK_THAT(no_window.error().message, Catch::Contains("sliding_window"));
+}
