@@ -456,6 +456,15 @@ class Plan {
                        at + 2 * rows + r * hd, hd);
       }
     }
+    if (params_.sinks != nullptr) {
+      // A head's sink is one more key, last: its score the sink, its value nothing.
+      thread_local std::vector<float> nothing;
+      nothing.assign(static_cast<std::size_t>(hd), 0.0f);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float sink = params_.sinks[item.kv_head * group_ + r % group_];
+        fold_partition(run_m[r], run_s[r], run_o + r * hd, sink, 1.0f, nothing.data(), hd);
+      }
+    }
     for (std::int32_t i = 0; i < item.num_rows; ++i) {
       float* o = out_.data + (item.first_row + i) * out_.cols + item.kv_head * group_ * hd;
       for (std::int32_t h = 0; h < group_; ++h) {

@@ -235,9 +235,16 @@ void CpuBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& 
     cos_sin.resize(2 * static_cast<std::size_t>(half));
     float theta = static_cast<float>(step_->positions[t]);
     for (std::int32_t i = 0; i < half; ++i) {
-      const float angle = params.freq_scale * (theta / (factors ? factors[i] : 1.0f));
-      cos_sin[2 * i] = std::cos(angle);
-      cos_sin[2 * i + 1] = std::sin(angle);
+      const float extrapolated = theta / (factors ? factors[i] : 1.0f);
+      float angle = params.freq_scale * extrapolated;
+      if (params.ext_factor != 0.0f) {  // YaRN: toward the unscaled angle below the ramp
+        const float y = (static_cast<float>(i) - params.yarn_lo) /
+                        std::max(0.001f, params.yarn_hi - params.yarn_lo);
+        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * params.ext_factor;
+        angle = angle * (1.0f - mix) + extrapolated * mix;
+      }
+      cos_sin[2 * i] = std::cos(angle) * params.mscale;
+      cos_sin[2 * i + 1] = std::sin(angle) * params.mscale;
       theta *= theta_scale;
     }
     for (std::int32_t h = 0; h < num_heads; ++h) {

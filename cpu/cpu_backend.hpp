@@ -48,6 +48,8 @@ class CpuBackend final : public model::Backend {
   void gelu_tanh_gate(model::Tensor gate, model::Tensor up, model::Tensor out) override;
   void scale(model::Tensor x, float factor) override;
   void softcap(model::Tensor x, float cap) override;
+  // cpu_backend_moe.cpp
+  void moe_ffn(model::Tensor x, const model::MoeLayer& layer, model::Tensor out) override;
   void gather_logit_rows(model::Tensor x, model::Tensor out) override;
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
   Result<void> join_group(std::shared_ptr<model::Communicator> group) override;
@@ -80,6 +82,17 @@ class CpuBackend final : public model::Backend {
   std::optional<Error> step_error_;  // the step's first failed collective
   double all_reduce_seconds_ = 0.0;
   std::vector<float> gathered_;  // [size, rows, part cols] on rank 0
+  // moe_ffn's buffers, reused: n rows, k experts each, num experts.
+  struct MoeScratch {
+    std::vector<float> logits;            // [n, num] the router's
+    std::vector<std::int32_t> experts;    // [n, k] each row's, in the order chosen
+    std::vector<float> weights;           // [n, k] theirs
+    std::vector<std::int64_t> begin;      // [num + 1] expert e's first slot
+    std::vector<std::int64_t> slot;       // [n * k] (row, choice) -> slot
+    std::vector<std::int64_t> slot_row;   // [n * k] slot -> row
+    std::vector<float> xs, gate, up, ys;  // [n * k, dim | ffn] the rows gathered by expert
+  };
+  MoeScratch moe_;
 };
 
 }  // namespace troupe::cpu

@@ -18,6 +18,7 @@
 #include "gguf/half.hpp"
 #include "gpu/cuda_errors.hpp"
 #include "gpu/kernels.hpp"
+#include "model/llama_config.hpp"
 
 namespace troupe::gpu {
 
@@ -873,8 +874,20 @@ void CudaBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
 }
 
 Result<void> CudaBackend::supports(const model::ArchFeatures& features) const {
-  (void)features;
-  return {};
+  // What the CUDA kernels do not implement yet: refused at load, by name, rather than run
+  // wrongly (the CPU backend runs them all).
+  std::string missing;
+  const auto name = [&](bool lacks, const char* what) {
+    if (!lacks) return;
+    if (!missing.empty()) missing += ", ";
+    missing += what;
+  };
+  name(features.num_experts > 0, "mixture of experts");
+  name(features.attention_sinks, "attention sinks");
+  name(features.yarn_rope, "YaRN RoPE");
+  if (missing.empty()) return {};
+  return make_error(ErrorCode::unsupported,
+                    describe() + " does not implement this model's " + missing + " yet");
 }
 
 void CudaBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,

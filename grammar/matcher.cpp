@@ -5,8 +5,9 @@
 namespace troupe::grammar {
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)) {
+  std::size_t steps = 0;
   for (const std::uint32_t start : grammar_->rule_starts[grammar_->root]) {
-    if (!push_expanded(Stack{start}, stacks_, nullptr)) {
+    if (!push_expanded(Stack{start}, stacks_, nullptr, steps)) {
       stacks_.clear();  // past the limits from the start: nothing is allowed (ok() says so)
       ok_ = false;
       return;
@@ -16,11 +17,13 @@ Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std:
   stacks_.erase(std::unique(stacks_.begin(), stacks_.end()), stacks_.end());
 }
 
-bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* budget) const {
+bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* budget,
+                            std::size_t& steps) const {
   const auto& elements = grammar_->elements;
   // Most bytes land on another byte element (the next character of a literal, a class
   // repeated in place): nothing to expand.
   if (!stack.empty() && elements[stack.back()].kind == Element::Kind::bytes) {
+    if ((steps += stack.size()) > kMaxExpansionSteps) return false;
     out.push_back(std::move(stack));
     return out.size() < kMaxStacks || push_checked(out, budget);
   }
@@ -28,7 +31,6 @@ bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* bu
   // entered without a byte cannot exhaust the thread's stack.
   std::vector<Stack> work;
   work.push_back(std::move(stack));
-  std::size_t steps = 0;
   while (!work.empty()) {
     Stack s = std::move(work.back());
     work.pop_back();
@@ -47,9 +49,9 @@ bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* bu
       if (elements[s.back()].kind == Element::Kind::end) s.pop_back();
       const auto& starts = grammar_->rule_starts[e.index];
       // Each branch copies the stack: its positions are the work.
-      if (budget != nullptr && !budget->spend(1 + (starts.size() - 1) * (s.size() + 1))) {
-        return false;
-      }
+      const std::size_t copied = (starts.size() - 1) * (s.size() + 1);
+      if ((steps += copied) > kMaxExpansionSteps) return false;
+      if (budget != nullptr && !budget->spend(1 + copied)) return false;
       for (std::size_t a = 0; a + 1 < starts.size(); ++a) {
         Stack branch = s;
         branch.push_back(starts[a]);
@@ -57,6 +59,7 @@ bool Matcher::push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* bu
       }
       s.push_back(starts.back());
     }
+    if ((steps += s.size()) > kMaxExpansionSteps) return false;
     out.push_back(std::move(s));
     if (out.size() >= kMaxStacks && !push_checked(out, budget)) return false;
   }
@@ -74,6 +77,7 @@ bool Matcher::push_checked(std::vector<Stack>& out, WorkBudget* budget) {
 bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte, std::vector<Stack>& out,
                       WorkBudget* budget) const {
   out.clear();
+  std::size_t steps = 0;  // of this byte, over every branch
   for (const Stack& stack : stacks) {
     if (stack.empty()) continue;  // complete: takes no more bytes
     const Element& e = grammar_->elements[stack.back()];
@@ -84,7 +88,7 @@ bool Matcher::advance(const std::vector<Stack>& stacks, std::uint8_t byte, std::
     }
     Stack next = stack;
     ++next.back();
-    if (!push_expanded(std::move(next), out, budget)) {
+    if (!push_expanded(std::move(next), out, budget, steps)) {
       out.clear();
       return false;
     }

@@ -26,8 +26,10 @@ class Matcher {
   // All branches' positions together past this reject the byte: a state stays under 1 MB,
   // and a token mask's walk, which keeps one state per byte of a token, under ~100 MB.
   static constexpr std::size_t kMaxPositions = std::size_t{1} << 18;
-  // Rule entries one byte may expand through, in all branches.
-  static constexpr std::size_t kMaxExpansionSteps = std::size_t{1} << 16;
+  // Work one byte may take, in all branches: rule entries expanded through, and positions
+  // of the branches copied and kept. Past it the byte is refused (a matcher that copies
+  // thousands of deep branches per byte would otherwise take seconds a byte).
+  static constexpr std::size_t kMaxExpansionSteps = std::size_t{1} << 20;
 
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
   // False when the grammar's start already passes the limits: such a matcher allows
@@ -54,8 +56,10 @@ class Matcher {
 
  private:
   // Adds `stack`, its top expanded through rule entries and ends until it is a byte
-  // element or empty; false where a limit is passed or `budget` runs out.
-  bool push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* budget) const;
+  // element or empty; false where a limit is passed or `budget` runs out. `steps` counts
+  // the expansion steps of the whole byte, every branch's (kMaxExpansionSteps).
+  bool push_expanded(Stack stack, std::vector<Stack>& out, WorkBudget* budget,
+                     std::size_t& steps) const;
   // Sorts out and drops repeated branches; false when kMaxStacks distinct ones remain.
   static bool push_checked(std::vector<Stack>& out, WorkBudget* budget);
 

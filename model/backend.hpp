@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf_file.hpp"
 #include "gguf/tensor_type.hpp"
@@ -44,6 +45,12 @@ struct RopeParams {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;               // linear position scaling: 1 / factor
   const Weight* freq_factors = nullptr;  // [rot_dims / 2] per-frequency divisors (llama 3), or null
+  // YaRN, as ggml's rope_yarn: pair i's angle blends the interpolated one (freq_scale) into
+  // the unscaled one by r = ext_factor * (1 - clamp((i - yarn_lo) / (yarn_hi - yarn_lo), 0,
+  // 1)); 0: plain scaling. cos and sin are multiplied by mscale either way.
+  float ext_factor = 0.0f;
+  float yarn_lo = 0.0f, yarn_hi = 0.0f;
+  float mscale = 1.0f;
 };
 
 struct AttentionParams {
@@ -55,9 +62,42 @@ struct AttentionParams {
   // A query at position p sees the keys at positions j with 0 <= p - j < window; 0: all
   // keys up to p.
   std::int32_t window = 0;
+  // [num_heads] each (local) head's sink logit: one more term exp(sink) in its softmax's
+  // denominator, unscaled, with no value (gpt-oss); null: none. In host memory.
+  const float* sinks = nullptr;
 };
 
 struct ArchFeatures;
+
+// How a mixture-of-experts FFN chooses each token's experts and their weights from the
+// router's logits l (one per expert).
+enum class ExpertRouting {
+  softmax_top_k,  // p = softmax(l); the k largest p, renormalised to sum 1 (mixtral, qwen3moe)
+  top_k_softmax,  // the k largest l; their weights softmax(those l) (gpt-oss)
+};
+
+// What each expert computes between its gate/up and down projections.
+enum class ExpertActivation {
+  silu,        // silu(g) * u
+  swiglu_oai,  // gpt-oss: min(g,7) * sigmoid(1.702 min(g,7)) * (clamp(u,-7,7) + 1)
+};
+
+// One expert's FFN (its slice of the layer's 3-D expert tensors, or tensors of its own):
+// gate and up [ffn, dim], down [dim, ffn]; biases (gpt-oss) F32, or empty.
+struct ExpertWeights {
+  Weight gate, up, down;
+  Weight gate_bias, up_bias, down_bias;
+};
+
+// A layer's routed FFN.
+struct MoeLayer {
+  Weight router;       // [num_experts, dim]
+  Weight router_bias;  // [num_experts] F32, or empty
+  std::vector<ExpertWeights> experts;
+  std::int32_t num_used = 0;  // experts per token (k)
+  ExpertRouting routing = ExpertRouting::softmax_top_k;
+  ExpertActivation activation = ExpertActivation::silu;
+};
 
 // How the recipe runs a step its backend has begun.
 struct StepPlan {
@@ -172,6 +212,13 @@ class Backend {
   virtual void softcap(Tensor x, float cap) {
     (void)x, (void)cap;
     TROUPE_ASSERT(false, "softcap on a backend that does not support it");
+  }
+  // (features) The routed FFN: each row's experts chosen from the router's logits
+  // (layer.routing), then out = Σ w_e · down_e(act(gate_e·x + bg_e, up_e·x + bu_e)) + bd_e
+  // over them, added in the order chosen (the largest weight first).   x, out: [n, dim]
+  virtual void moe_ffn(Tensor x, const MoeLayer& layer, Tensor out) {
+    (void)x, (void)layer, (void)out;
+    TROUPE_ASSERT(false, "moe_ffn on a backend that does not support it");
   }
   // x += y, then out = rms_norm(x): one pass where the backend fuses them.
   virtual void add_rms_norm(Tensor x, Tensor y, const Weight& weight, float eps, Tensor out) {

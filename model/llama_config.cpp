@@ -1,5 +1,6 @@
 #include "model/llama_config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -28,7 +29,70 @@ Result<float> read_positive(const gguf::GgufFile& file, const std::string& key) 
 
 bool is_supported(const std::string& arch) {
   return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "phi3" ||
-         arch == "gemma2" || arch == "qwen3" || arch == "gemma3";
+         arch == "gemma2" || arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe" ||
+         arch == "gpt-oss";
+}
+
+// The experts of a mixture-of-experts file: {arch}.expert_count of them, expert_used_count
+// per token, each with an FFN of expert_feed_forward_length where the file says (qwen3moe)
+// or feed_forward_length (Mixtral's llama). A file without expert_count is dense.
+Result<void> read_experts(const gguf::GgufFile& file, LlamaConfig& c) {
+  const std::string p = c.architecture + ".";
+  if (file.find(p + "expert_count") == nullptr) return {};
+  TROUPE_TRY(const auto count, file.get_uint(p + "expert_count"));
+  if (count == 0) return {};  // written as 0 by converters of dense models
+  ArchFeatures& f = c.features;
+  TROUPE_TRY(f.num_experts, read_count(file, p + "expert_count", 1 << 12));
+  TROUPE_TRY(f.num_experts_used, read_count(file, p + "expert_used_count", f.num_experts));
+  if (file.find(p + "expert_feed_forward_length") != nullptr) {
+    TROUPE_TRY(c.ffn_dim, read_count(file, p + "expert_feed_forward_length", 1 << 20));
+  }
+  if (file.find(p + "expert_shared_count") != nullptr) {
+    TROUPE_TRY(const auto shared, file.get_uint(p + "expert_shared_count"));
+    if (shared != 0) {
+      return make_error(ErrorCode::unsupported,
+                        c.architecture + " with shared experts is not supported yet");
+    }
+  }
+  return {};
+}
+
+// YaRN's parameters as llama.cpp reads and ggml's rope_yarn_corr_dims computes them: the
+// pairs whose wavelength fits original_context_length / beta_fast times (below lo) keep
+// their angle, those past beta_slow (above hi) are interpolated, a ramp between; cos and
+// sin are scaled by attn_factor * (1 + 0.1 ln(factor)).
+Result<void> read_yarn(const gguf::GgufFile& file, LlamaConfig& c) {
+  const std::string p = c.architecture + ".rope.scaling.";
+  auto optional_float = [&](const std::string& key, double fallback) -> Result<double> {
+    if (file.find(p + key) == nullptr) return fallback;
+    TROUPE_TRY(const auto value, file.get_float(p + key));
+    if (!std::isfinite(value)) {
+      return make_error(ErrorCode::invalid_file, "metadata key '" + p + key + "' is not finite");
+    }
+    return value;
+  };
+  TROUPE_TRY(const auto original, read_count(file, p + "original_context_length", 1 << 24));
+  TROUPE_TRY(const auto beta_fast, optional_float("yarn_beta_fast", 32.0));
+  TROUPE_TRY(const auto beta_slow, optional_float("yarn_beta_slow", 1.0));
+  TROUPE_TRY(const auto attn_factor, optional_float("attn_factor", 1.0));
+  if (!(beta_fast > 0.0 && beta_slow > 0.0)) {
+    return make_error(ErrorCode::invalid_file, "YaRN's beta_fast and beta_slow must be positive");
+  }
+  const float n = static_cast<float>(c.rope_dims);
+  const float base = c.rope_freq_base;
+  const auto corr_dim = [&](double beta) {
+    return n *
+           std::log(static_cast<float>(original) /
+                    (static_cast<float>(beta) * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(base));
+  };
+  c.rope_ext_factor = 1.0f;
+  c.rope_yarn_lo = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+  c.rope_yarn_hi = std::min(n - 1.0f, std::ceil(corr_dim(beta_slow)));
+  c.rope_mscale =
+      static_cast<float>(attn_factor) * (1.0f + 0.1f * std::log(1.0f / c.rope_freq_scale));
+  c.features.yarn_rope = true;
+  return {};
 }
 
 // A value_length other than the key length (head_dim) is not run: refused, named.
@@ -37,10 +101,9 @@ Result<void> check_value_length(const gguf::GgufFile& file, const LlamaConfig& c
   if (file.find(key) == nullptr) return {};
   TROUPE_TRY(const auto value_length, read_count(file, key, 1 << 12));
   if (value_length != c.head_dim) {
-    return make_error(ErrorCode::unsupported,
-                      c.architecture + " with attention.value_length " +
-                          std::to_string(value_length) + " != key_length " +
-                          std::to_string(c.head_dim));
+    return make_error(ErrorCode::unsupported, c.architecture + " with attention.value_length " +
+                                                  std::to_string(value_length) + " != key_length " +
+                                                  std::to_string(c.head_dim));
   }
   return {};
 }
@@ -67,20 +130,48 @@ Result<void> read_gemma3(const gguf::GgufFile& file, LlamaConfig& c) {
   return {};
 }
 
-// What qwen2, phi3, gemma2, qwen3 and gemma3 add to llama, as llama.cpp (b4747) reads the
-// first three and ik_llama.cpp (8337e4c) the others.
+// gpt-oss, as ik_llama.cpp (8337e4c) reads it: biases on Q, K, V and the output projection,
+// attention sinks, a window on even layers, YaRN (from the file's rope keys), and a
+// mixture of experts with a biased router whose k largest logits are softmaxed, biased
+// experts and a clamped SwiGLU; its pre-FFN norm is named post_attention_norm.
+Result<void> read_gpt_oss(const gguf::GgufFile& file, LlamaConfig& c) {
+  const std::string p = c.architecture + ".";
+  ArchFeatures& f = c.features;
+  if (f.num_experts == 0) {
+    return make_error(ErrorCode::invalid_file, "gpt-oss without gpt-oss.expert_count");
+  }
+  f.qkv_bias = true;
+  f.attn_output_bias = true;
+  f.attention_sinks = true;
+  f.ffn_norm_named_post_attention = true;
+  f.routing = ExpertRouting::top_k_softmax;
+  f.expert_activation = ExpertActivation::swiglu_oai;
+  f.moe_biases = true;
+  c.rope_layout = RopeLayout::neox;
+  TROUPE_TRY(f.sliding_window, read_count(file, p + "attention.sliding_window", 1 << 24));
+  f.window_layers = WindowLayers::even;
+  return check_value_length(file, c);
+}
+
+// What qwen2, phi3, gemma2, qwen3, gemma3, qwen3moe and gpt-oss add to llama, as llama.cpp
+// (b4747) reads the first three and ik_llama.cpp (8337e4c) the others.
 Result<void> read_features(const gguf::GgufFile& file, LlamaConfig& c) {
   const std::string p = c.architecture + ".";
   ArchFeatures& f = c.features;
   if (c.architecture == "qwen2") {
     f.qkv_bias = true;
     c.rope_layout = RopeLayout::neox;
-  } else if (c.architecture == "qwen3") {
+  } else if (c.architecture == "qwen3" || c.architecture == "qwen3moe") {
     f.qk_norm = true;
     c.rope_layout = RopeLayout::neox;
     TROUPE_TRY_VOID(check_value_length(file, c));
+    if (c.architecture == "qwen3moe" && f.num_experts == 0) {
+      return make_error(ErrorCode::invalid_file, "qwen3moe without qwen3moe.expert_count");
+    }
   } else if (c.architecture == "gemma3") {
     TROUPE_TRY_VOID(read_gemma3(file, c));
+  } else if (c.architecture == "gpt-oss") {
+    TROUPE_TRY_VOID(read_gpt_oss(file, c));
   } else if (c.architecture == "phi3") {
     f.fused_qkv = true;
     f.fused_gate_up = true;
@@ -153,6 +244,10 @@ std::string ArchFeatures::op_names() const {
   name(attention_softcap > 0.0f, "attention softcap");
   name(final_softcap > 0.0f, "final logit softcap");
   name(window_layers != WindowLayers::none && sliding_window > 0, "sliding window");
+  name(num_experts > 0, "mixture of experts");
+  name(attn_output_bias, "attention output bias");
+  name(attention_sinks, "attention sinks");
+  name(yarn_rope, "YaRN RoPE");
   return out;
 }
 
@@ -172,7 +267,8 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const gguf::GgufFile& file) {
   if (!is_supported(c.architecture)) {
     return make_error(ErrorCode::unsupported,
                       "unknown model architecture '" + c.architecture +
-                          "' (troupe runs llama, mistral, qwen2, phi3, gemma2, qwen3 and gemma3)");
+                          "' (troupe runs llama, mistral, qwen2, phi3, gemma2, qwen3, qwen3moe and "
+                          "gemma3)");
   }
   const std::string p = c.architecture + ".";
   TROUPE_TRY(c.dim, read_count(file, p + "embedding_length", 1 << 16));
@@ -223,16 +319,20 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const gguf::GgufFile& file) {
     TROUPE_TRY(const auto type, file.get_string(p + "rope.scaling.type"));
     scaling = std::string(type);
   }
-  if (scaling == "linear") {
+  if (scaling == "linear" || scaling == "yarn") {
     TROUPE_TRY(const auto factor, file.get_float(p + "rope.scaling.factor"));
     if (!(factor > 0.0))
       return make_error(ErrorCode::invalid_file, "rope.scaling.factor must be positive");
     c.rope_freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling != "none") {
+  }
+  if (scaling == "yarn") {
+    TROUPE_TRY_VOID(read_yarn(file, c));
+  } else if (scaling != "none" && scaling != "linear") {
     return make_error(ErrorCode::unsupported,
                       "rope scaling '" + scaling + "' is not supported yet");
   }
 
+  TROUPE_TRY_VOID(read_experts(file, c));
   TROUPE_TRY_VOID(read_features(file, c));
 
   const gguf::GgufTensorInfo* embedding = file.find_tensor("token_embd.weight");

@@ -48,6 +48,21 @@ struct ArchFeatures {
   // base and linear scaling on global ones).
   float local_rope_base = 0.0f;
 
+  // A mixture-of-experts FFN in every layer (0: a dense one): the router
+  // (blk.N.ffn_gate_inp) picks num_experts_used of num_experts per token (each of
+  // LlamaConfig::ffn_dim), as `routing` says; biases on the router and the experts
+  // (gpt-oss).
+  std::int32_t num_experts = 0;
+  std::int32_t num_experts_used = 0;
+  ExpertRouting routing = ExpertRouting::softmax_top_k;
+  ExpertActivation expert_activation = ExpertActivation::silu;
+  bool moe_biases = false;
+  bool attn_output_bias = false;  // blk.N.attn_output.bias after the output projection (gpt-oss)
+  bool attention_sinks = false;   // blk.N.attn_sinks [heads]: AttentionParams::sinks (gpt-oss)
+  // The pre-FFN norm is named blk.N.post_attention_norm (gpt-oss), not ffn_norm.
+  bool ffn_norm_named_post_attention = false;
+  bool yarn_rope = false;  // LlamaConfig's rope_ext_factor and its YaRN ramp (a backend op's)
+
   // The window of `layer` (0: it attends to every earlier key).
   std::int32_t window_of(std::int32_t layer) const {
     switch (window_layers) {
@@ -69,20 +84,26 @@ struct ArchFeatures {
 };
 
 struct LlamaConfig {
-  std::string architecture;  // llama, mistral, qwen2, phi3, gemma2, qwen3, gemma3
+  // llama, mistral, qwen2, phi3, gemma2, qwen3, gemma3, qwen3moe, gpt-oss
+  std::string architecture;
   std::int32_t vocab_size = 0;
   std::int32_t dim = 0;
   std::int32_t num_layers = 0;
   std::int32_t num_heads = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
-  std::int32_t ffn_dim = 0;
+  std::int32_t ffn_dim = 0;  // a mixture of experts: each expert's
   std::int32_t context_length = 0;
   float norm_eps = 1e-5f;
   RopeLayout rope_layout = RopeLayout::normal;
   std::int32_t rope_dims = 0;
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
+  // YaRN (rope.scaling.type yarn; RopeParams says how): ext_factor 1, the ramp between the
+  // frequency pairs lo and hi, and cos and sin scaled by mscale.
+  float rope_ext_factor = 0.0f;
+  float rope_yarn_lo = 0.0f, rope_yarn_hi = 0.0f;
+  float rope_mscale = 1.0f;
   float attention_scale = 0.0f;  // on q.k; 0: 1 / sqrt(head_dim)
   ArchFeatures features;
 

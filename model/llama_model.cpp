@@ -3,6 +3,7 @@
 #include "gguf/dequantize.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -31,6 +32,28 @@ class WeightLoader {
   Result<Weight> matrix_slice(const std::string& name, std::int64_t rows, std::int64_t cols,
                               const WeightSlice& slice) {
     TROUPE_TRY(const gguf::GgufTensorInfo* info, find_matrix(name, rows, cols));
+    return slice_of(*info, name, rows, cols, slice);
+  }
+
+  // Loads expert `expert` of `name` [cols, rows, num_experts], or its part: the expert's
+  // matrix is contiguous in the mapping.
+  Result<Weight> expert(const std::string& name, std::int32_t expert, std::int32_t num_experts,
+                        std::int64_t rows, std::int64_t cols, const WeightSlice* slice) {
+    TROUPE_TRY(const gguf::GgufTensorInfo* info, find_tensor(name, {cols, rows, num_experts, 1}));
+    const auto matrix_bytes = static_cast<std::int64_t>(gguf::row_bytes(info->type, cols)) * rows;
+    gguf::GgufTensorInfo one = *info;
+    one.num_dims = 2;
+    one.dims[2] = 1;
+    one.data = info->data + expert * matrix_bytes;
+    one.num_bytes = static_cast<std::uint64_t>(matrix_bytes);
+    if (slice == nullptr) return backend_.load_weight(one);
+    return slice_of(one, name, rows, cols, *slice);
+  }
+
+ private:
+  Result<Weight> slice_of(const gguf::GgufTensorInfo& whole, const std::string& name,
+                          std::int64_t rows, std::int64_t cols, const WeightSlice& slice) {
+    const gguf::GgufTensorInfo* info = &whole;
     TROUPE_TRY_VOID(check_slice(name, info->type, cols, slice));
     // Whole blocks (check_slice): byte offsets are the element counts' row sizes.
     const auto bytes_of = [type = info->type](std::int64_t elements) {
@@ -59,20 +82,31 @@ class WeightLoader {
     return weight;
   }
 
+ public:
   std::vector<std::unique_ptr<std::byte[]>> take_owned() { return std::move(owned_); }
 
  private:
   Result<const gguf::GgufTensorInfo*> find_matrix(const std::string& name, std::int64_t rows,
                                                   std::int64_t cols) {
+    return find_tensor(name, {cols, rows, 1, 1});
+  }
+
+  // `name`, checked to have `dims` (ggml's order) and a type troupe computes with.
+  Result<const gguf::GgufTensorInfo*> find_tensor(const std::string& name,
+                                                  const std::array<std::int64_t, 4>& dims) {
     const gguf::GgufTensorInfo* info = file_.find_tensor(name);
     if (info == nullptr)
       return make_error(ErrorCode::invalid_file, "missing tensor '" + name + "'");
-    if (info->dims[0] != cols || info->dims[1] != rows || info->dims[2] != 1 ||
-        info->dims[3] != 1) {
+    if (info->dims[0] != dims[0] || info->dims[1] != dims[1] || info->dims[2] != dims[2] ||
+        info->dims[3] != dims[3]) {
+      const auto shape = [](auto d0, auto d1, auto d2) {
+        return "[" + std::to_string(d0) + ", " + std::to_string(d1) +
+               (d2 != 1 ? ", " + std::to_string(d2) : std::string()) + "]";
+      };
       return make_error(ErrorCode::invalid_file,
-                        "tensor '" + name + "' has shape [" + std::to_string(info->dims[0]) + ", " +
-                            std::to_string(info->dims[1]) + "], expected [" + std::to_string(cols) +
-                            ", " + std::to_string(rows) + "]");
+                        "tensor '" + name + "' has shape " +
+                            shape(info->dims[0], info->dims[1], info->dims[2]) + ", expected " +
+                            shape(dims[0], dims[1], dims[2]));
     }
     if (!gguf::can_dequantize(info->type)) {
       return make_error(ErrorCode::unsupported,
@@ -96,6 +130,7 @@ class WeightLoader {
     gguf::GgufTensorInfo part = *info;
     part.num_dims = 1;
     part.dims[0] = count;
+    part.dims[1] = part.dims[2] = part.dims[3] = 1;  // a slice of a stacked [size, experts] too
     part.data = info->data + begin * 4;
     part.num_bytes = static_cast<std::uint64_t>(count * 4);
     return backend_.load_weight(part);
@@ -183,6 +218,10 @@ Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend
                             std::int64_t count) {
     return loader.vector_slice(name, size, begin, count);
   };
+  source.expert = [&](const std::string& name, std::int32_t expert, std::int32_t num_experts,
+                      std::int64_t rows, std::int64_t cols, const WeightSlice* slice) {
+    return loader.expert(name, expert, num_experts, rows, cols, slice);
+  };
   TROUPE_TRY(auto model, assemble(config, backend, source, shard, progress));
   model.owned_weights_ = loader.take_owned();
   return model;
@@ -238,7 +277,8 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
   if ((f.fused_qkv || f.fused_gate_up) && !source.matrix_slice) {
     return make_error(ErrorCode::unsupported, "these weights cannot be cut into fused parts");
   }
-  if (f.qkv_bias && shard.is_split() && !source.vector_slice) {
+  if ((f.qkv_bias || f.attention_sinks || f.moe_biases) && shard.is_split() &&
+      !source.vector_slice) {
     return make_error(ErrorCode::unsupported, "these biases cannot be split over ranks");
   }
   // A part of a fused tensor: rows [begin, begin + count) of `name`.
@@ -278,8 +318,20 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
       TROUPE_TRY(l.k_norm, source.vector(b + "attn_k_norm.weight", hd));
     }
     TROUPE_TRY(l.wo, matrix(b + "attn_output.weight", c.dim, q_dim, Axis::cols, q_begin, q_count));
-    TROUPE_TRY(l.ffn_norm, source.vector(b + "ffn_norm.weight", c.dim));
-    if (f.fused_gate_up) {
+    if (f.attn_output_bias) {  // added after the all-reduce: every rank holds it whole
+      TROUPE_TRY(l.bo, source.vector(b + "attn_output.bias", c.dim));
+    }
+    if (f.attention_sinks) {
+      TROUPE_TRY(l.sinks,
+                 bias(b + "attn_sinks.weight", c.num_heads, part.head_begin, part.num_heads));
+    }
+    TROUPE_TRY(l.ffn_norm,
+               source.vector(b + (f.ffn_norm_named_post_attention ? "post_attention_norm.weight"
+                                                                  : "ffn_norm.weight"),
+                             c.dim));
+    if (f.num_experts > 0) {
+      TROUPE_TRY(l.moe, load_experts(c, source, i, part.ffn_begin, part.ffn_dim, shard));
+    } else if (f.fused_gate_up) {
       // ffn_up's rows: the gate [0, ffn_dim), then up [ffn_dim, 2 ffn_dim).
       const std::string name = b + "ffn_up.weight";
       TROUPE_TRY(l.w_gate, rows_of(name, 2 * c.ffn_dim, c.dim, part.ffn_begin, part.ffn_dim));
@@ -291,8 +343,10 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
       TROUPE_TRY(l.w_up, matrix(b + "ffn_up.weight", c.ffn_dim, c.dim, Axis::rows, part.ffn_begin,
                                 part.ffn_dim));
     }
-    TROUPE_TRY(l.w_down, matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, Axis::cols, part.ffn_begin,
-                                part.ffn_dim));
+    if (f.num_experts == 0) {
+      TROUPE_TRY(l.w_down, matrix(b + "ffn_down.weight", c.dim, c.ffn_dim, Axis::cols,
+                                  part.ffn_begin, part.ffn_dim));
+    }
     if (f.post_norms) {
       TROUPE_TRY(l.post_attn_norm, source.vector(b + "post_attention_norm.weight", c.dim));
       TROUPE_TRY(l.post_ffn_norm, source.vector(b + "post_ffw_norm.weight", c.dim));
@@ -303,10 +357,81 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
   return model;
 }
 
+Result<MoeLayer> LlamaModel::load_experts(const LlamaConfig& c, const WeightSource& source,
+                                          std::int32_t layer, std::int64_t ffn_begin,
+                                          std::int64_t ffn_count, const Shard& shard) {
+  const bool split = shard.is_split();
+  const ArchFeatures& f = c.features;
+  const std::string b = "blk." + std::to_string(layer) + ".";
+  const std::int32_t num = f.num_experts;
+  MoeLayer moe;
+  moe.num_used = f.num_experts_used;
+  moe.routing = f.routing;
+  moe.activation = f.expert_activation;
+  // Every rank routes every token: it holds the whole router.
+  TROUPE_TRY(moe.router, source.matrix(b + "ffn_gate_inp.weight", num, c.dim));
+  if (f.moe_biases) {
+    TROUPE_TRY(moe.router_bias, source.vector(b + "ffn_gate_inp.bias", num));
+  }
+  // Split over ranks, each rank holds its slice of every expert (rows of gate and up,
+  // columns of down), as a dense FFN is split: one all-reduce after the layer, and every
+  // rank as busy as the others whatever the routing.
+  const WeightSlice rows{WeightSlice::Axis::rows, ffn_begin, ffn_count};
+  const WeightSlice cols{WeightSlice::Axis::cols, ffn_begin, ffn_count};
+  const bool stacked =
+      source.has(b + "ffn_gate_exps.weight") || !source.has(b + "ffn_gate.0.weight");
+  if (stacked && !source.expert) {
+    return make_error(ErrorCode::unsupported, "these weights hold no stacked experts");
+  }
+  auto bias = [&](const std::string& name, std::int64_t size, std::int64_t begin,
+                  std::int64_t count) -> Result<Weight> {
+    if (!split) return source.vector_slice(name, size * num, begin, size);
+    return source.vector_slice(name, size * num, begin + ffn_begin, count);
+  };
+  moe.experts.resize(static_cast<std::size_t>(num));
+  for (std::int32_t e = 0; e < num; ++e) {
+    ExpertWeights& x = moe.experts[static_cast<std::size_t>(e)];
+    if (stacked) {
+      TROUPE_TRY(x.gate, source.expert(b + "ffn_gate_exps.weight", e, num, c.ffn_dim, c.dim,
+                                       split ? &rows : nullptr));
+      TROUPE_TRY(x.up, source.expert(b + "ffn_up_exps.weight", e, num, c.ffn_dim, c.dim,
+                                     split ? &rows : nullptr));
+      TROUPE_TRY(x.down, source.expert(b + "ffn_down_exps.weight", e, num, c.dim, c.ffn_dim,
+                                       split ? &cols : nullptr));
+    } else {  // one tensor per expert (older Mixtral files)
+      const std::string n = "." + std::to_string(e) + ".weight";
+      auto one = [&](const std::string& name, std::int64_t r, std::int64_t k,
+                     const WeightSlice& part) -> Result<Weight> {
+        if (!split) return source.matrix(name, r, k);
+        return source.matrix_slice(name, r, k, part);
+      };
+      TROUPE_TRY(x.gate, one(b + "ffn_gate" + n, c.ffn_dim, c.dim, rows));
+      TROUPE_TRY(x.up, one(b + "ffn_up" + n, c.ffn_dim, c.dim, rows));
+      TROUPE_TRY(x.down, one(b + "ffn_down" + n, c.dim, c.ffn_dim, cols));
+    }
+    if (f.moe_biases) {  // [ffn, num] and [dim, num]: expert e's values at e * size
+      if (split && !source.vector_slice) {
+        return make_error(ErrorCode::unsupported, "these biases cannot be split over ranks");
+      }
+      TROUPE_TRY(x.gate_bias,
+                 bias(b + "ffn_gate_exps.bias", c.ffn_dim, std::int64_t{e} * c.ffn_dim, ffn_count));
+      TROUPE_TRY(x.up_bias,
+                 bias(b + "ffn_up_exps.bias", c.ffn_dim, std::int64_t{e} * c.ffn_dim, ffn_count));
+      // The down bias is added once, by rank 0: the other ranks' partial sums have none.
+      if (shard.rank == 0) {
+        TROUPE_TRY(x.down_bias,
+                   source.vector_slice(b + "ffn_down_exps.bias", std::int64_t{c.dim} * num,
+                                       std::int64_t{e} * c.dim, c.dim));
+      }
+    }
+  }
+  return moe;
+}
+
 void LlamaModel::release_workspace() {
   if (backend_ == nullptr || ws_.capacity == 0) return;
-  for (Tensor t : {ws_.x, ws_.h, ws_.q, ws_.k, ws_.v, ws_.attn, ws_.gate, ws_.up, ws_.logit_x,
-                   ws_.logits_part, ws_.logits}) {
+  for (Tensor t : {ws_.x, ws_.h, ws_.q, ws_.k, ws_.v, ws_.attn, ws_.gate, ws_.up, ws_.moe_out,
+                   ws_.logit_x, ws_.logits_part, ws_.logits}) {
     if (t.data != nullptr) backend_->release(t);
   }
   ws_ = Workspace{};
@@ -342,6 +467,9 @@ Result<void> LlamaModel::reserve(std::int64_t num_tokens, std::int64_t num_logit
   TROUPE_TRY(ws_.attn, backend_->allocate(tokens, q_dim));
   TROUPE_TRY(ws_.gate, backend_->allocate(tokens, c.ffn_dim));
   TROUPE_TRY(ws_.up, backend_->allocate(tokens, c.ffn_dim));
+  if (c.features.num_experts > 0) {
+    TROUPE_TRY(ws_.moe_out, backend_->allocate(tokens, c.dim));
+  }
   ws_.logit_capacity = logits;
   if (vocab_split_ || shard_.computes_logits()) {
     TROUPE_TRY(ws_.logit_x, backend_->allocate(logits, c.dim));
@@ -384,11 +512,11 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
     for (std::int32_t layer = 0; layer < c.num_layers; ++layer) {
       attention_block(layer, h, q, k, v, attn);
       b.add_rms_norm(x, h, layers_[layer].ffn_norm, c.norm_eps, h);
-      ffn_block(layer, h, gate, up);
+      const Tensor y = ffn_block(layer, h, gate, up);
       if (layer + 1 < c.num_layers) {
-        b.add_rms_norm(x, h, layers_[layer + 1].attn_norm, c.norm_eps, h);
+        b.add_rms_norm(x, y, layers_[layer + 1].attn_norm, c.norm_eps, h);
       } else {
-        b.add(x, h);
+        b.add(x, y);
       }
     }
     if (num_logits > 0) {
@@ -417,12 +545,15 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
   AttentionParams params{c.num_heads, c.num_kv_heads, c.head_dim, c.query_scale()};
   params.softcap = f.attention_softcap;
   params.window = f.window_of(layer);
+  if (f.attention_sinks) params.sinks = static_cast<const float*>(w.sinks.data);
   RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
                   has_rope_freqs_ ? &rope_freqs_ : nullptr};
+  rope.ext_factor = c.rope_ext_factor;
+  rope.yarn_lo = c.rope_yarn_lo;
+  rope.yarn_hi = c.rope_yarn_hi;
+  rope.mscale = c.rope_mscale;
   if (f.local_rope_base > 0.0f && params.window > 0) {  // a local layer's own RoPE
-    rope.freq_base = f.local_rope_base;
-    rope.freq_scale = 1.0f;
-    rope.freq_factors = nullptr;
+    rope = RopeParams{c.rope_layout, c.rope_dims, f.local_rope_base, 1.0f, nullptr};
   }
   // Every linear op runs on all n tokens at once.
   b.matmul(h, w.wq, q);
@@ -444,14 +575,22 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
   b.attention(layer, q, params, attn);  // per sequence, over its own blocks
   b.matmul(attn, w.wo, h);
   if (shard_.is_split()) b.all_reduce(h);  // each rank's heads' share of the projection
+  if (f.attn_output_bias) b.add_bias(h, w.bo);
   if (f.post_norms) b.rms_norm(h, w.post_attn_norm, c.norm_eps, h);
 }
 
-void LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor up) {
+Tensor LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor up) {
   const auto& c = local_;
   const ArchFeatures& f = c.features;
   const LayerWeights& w = layers_[layer];
   Backend& b = *backend_;
+  if (f.num_experts > 0) {
+    const Tensor out = view(ws_.moe_out, h.rows);
+    b.moe_ffn(h, w.moe, out);
+    if (shard_.is_split()) b.all_reduce(out);  // each rank's slice of every expert
+    if (f.post_norms) b.rms_norm(out, w.post_ffn_norm, c.norm_eps, out);
+    return out;
+  }
   b.matmul(h, w.w_gate, gate);
   b.matmul(h, w.w_up, up);
   switch (f.activation) {
@@ -465,6 +604,7 @@ void LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor up)
   b.matmul(gate, w.w_down, h);
   if (shard_.is_split()) b.all_reduce(h);  // each rank's FFN slice's share
   if (f.post_norms) b.rms_norm(h, w.post_ffn_norm, c.norm_eps, h);
+  return h;
 }
 
 Result<void> LlamaModel::forward(const StepInput& step, std::vector<float>& logits) {

@@ -22,9 +22,12 @@ struct LayerWeights {
   Weight attn_norm, wq, wk, wv, wo;
   Weight bq, bk, bv;      // ArchFeatures::qkv_bias
   Weight q_norm, k_norm;  // ArchFeatures::qk_norm: [head_dim]
+  Weight bo;              // ArchFeatures::attn_output_bias: [dim]
+  Weight sinks;           // ArchFeatures::attention_sinks: [this rank's heads]
   Weight post_attn_norm;  // ArchFeatures::post_norms
   Weight ffn_norm, w_gate, w_up, w_down;
   Weight post_ffn_norm;  // ArchFeatures::post_norms
+  MoeLayer moe;          // ArchFeatures::num_experts > 0 (then no w_gate, w_up, w_down)
 };
 
 // Where a model's weights come from: a GGUF file, or a backend's own generator
@@ -47,6 +50,13 @@ struct WeightSource {
   std::function<Result<Weight>(const std::string& name, std::int64_t size, std::int64_t begin,
                                std::int64_t count)>
       vector_slice;
+  // Expert `expert` of a stacked expert tensor, [cols, rows, num_experts] in ggml's order
+  // (the expert last), as its matrix [rows, cols]: whole (`slice` null) or a rank's part.
+  // May be empty where the source has no experts.
+  std::function<Result<Weight>(const std::string& name, std::int32_t expert,
+                               std::int32_t num_experts, std::int64_t rows, std::int64_t cols,
+                               const WeightSlice* slice)>
+      expert;
 };
 
 // Told after each layer's weights are loaded (layers done, layers in all): a large file
@@ -100,14 +110,20 @@ class LlamaModel {
   // The layer's attention block: x's normalized input in h -> its output in h (before the
   // residual add).
   void attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor k, Tensor v, Tensor attn);
-  // The layer's feed-forward block: h -> h, as attention_block.
-  void ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor up);
+  // The layer's feed-forward block: h -> its output (h, or ws_.moe_out for a mixture of
+  // experts), before the residual add.
+  Tensor ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor up);
+  // A layer's routed experts, from `source`: stacked tensors (blk.N.ffn_gate_exps ...),
+  // or older files' one tensor per expert (blk.N.ffn_gate.E ...).
+  static Result<MoeLayer> load_experts(const LlamaConfig& config, const WeightSource& source,
+                                       std::int32_t layer, std::int64_t ffn_begin,
+                                       std::int64_t ffn_count, const Shard& shard);
   void release_workspace();
 
   struct Workspace {
     std::int64_t capacity = 0;        // tokens
     std::int64_t logit_capacity = 0;  // rows
-    Tensor x, h, q, k, v, attn, gate, up, logit_x, logits_part, logits;
+    Tensor x, h, q, k, v, attn, gate, up, moe_out, logit_x, logits_part, logits;
   };
 
   LlamaConfig config_;

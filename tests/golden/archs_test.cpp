@@ -182,8 +182,7 @@ void check_ik_reference(const std::string& name) {
         max_ref = std::max(max_ref, std::fabs(reference[j].number));
         max_diff = std::max(max_diff, std::fabs(r.first_logits[j] - reference[j].number));
       }
-      INFO("first-step logits differ by up to " << max_diff << " (max |logit| " << max_ref
-                                                << ")");
+      INFO("first-step logits differ by up to " << max_diff << " (max |logit| " << max_ref << ")");
       CHECK(max_diff <= tolerance * max_ref);
       alone.push_back(r);
     }
@@ -308,6 +307,14 @@ TEST_CASE("a reference model missing a tensor of its architecture fails to load,
              Catch::Contains("'blk.0.ffn_up.weight'"));
   CHECK_THAT(load_error_without("gemma2", "blk.3.post_ffw_norm.weight"),
              Catch::Contains("'blk.3.post_ffw_norm.weight'"));
+  CHECK_THAT(load_error_without("qwen3", "blk.0.attn_k_norm.weight"),
+             Catch::Contains("'blk.0.attn_k_norm.weight'"));
+  CHECK_THAT(load_error_without("qwen3moe", "blk.1.ffn_down_exps.weight"),
+             Catch::Contains("'blk.1.ffn_down_exps.weight'"));
+  CHECK_THAT(load_error_without("gpt-oss", "blk.2.attn_sinks.weight"),
+             Catch::Contains("'blk.2.attn_sinks.weight'"));
+  CHECK_THAT(load_error_without("gpt-oss", "blk.0.ffn_gate_inp.bias"),
+             Catch::Contains("'blk.0.ffn_gate_inp.bias'"));
 }
 
 TEST_CASE("llama (Llama 3.1 RoPE factors) computes what llama.cpp computes", "[golden][shared]") {
@@ -372,5 +379,44 @@ TEST_CASE("qwen3 and gemma3 split over ranks compute what the whole model comput
     INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
     check_split("qwen3", kv_dtype);
     check_split("gemma3", kv_dtype);
+  }
+}
+
+TEST_CASE("mixtral (llama with 8 experts, 2 per token) computes what llama.cpp computes",
+          "[golden][shared][moe]") {
+  check_f32_cache("mixtral");
+  check_f16_cache("mixtral");
+}
+
+TEST_CASE(
+    "qwen3moe (16 experts, 4 per token, renormalised, Q/K norms) computes what ik_llama.cpp "
+    "computes",
+    "[golden][shared][moe]") {
+  check_ik_reference("qwen3moe");
+}
+
+TEST_CASE("mixtral and qwen3moe split over ranks compute what the whole model computes",
+          "[golden][shared][tp][moe]") {
+  // Each rank holds its slice of every expert: one all-reduce after the layer.
+  for (const auto kv_dtype : {model::KvCacheDtype::f32, model::KvCacheDtype::f16}) {
+    INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
+    check_split("mixtral", kv_dtype);
+    check_split("qwen3moe", kv_dtype);
+  }
+}
+
+TEST_CASE(
+    "gpt-oss (attention sinks, biases, YaRN, even-layer windows, 8 experts with a biased "
+    "router and a clamped SwiGLU) computes what ik_llama.cpp computes",
+    "[golden][shared][moe]") {
+  check_ik_reference("gpt-oss");
+}
+
+TEST_CASE("gpt-oss split over ranks computes what the whole model computes",
+          "[golden][shared][tp][moe]") {
+  // Sinks cut with their heads; the experts' down bias added by rank 0 alone.
+  for (const auto kv_dtype : {model::KvCacheDtype::f32, model::KvCacheDtype::f16}) {
+    INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
+    check_split("gpt-oss", kv_dtype);
   }
 }

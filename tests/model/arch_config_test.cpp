@@ -189,3 +189,78 @@ TEST_CASE("gemma3 has five local layers to one global, each kind with its own Ro
   REQUIRE_FALSE(no_window.has_value());
   CHECK_THAT(no_window.error().message, Catch::Contains("sliding_window"));
 }
+
+TEST_CASE("qwen3moe and Mixtral-style llama read their experts, each of its own FFN size",
+          "[model]") {
+  const auto qwen = config_of("qwen3moe", 2, [](GgufWriter& w) {
+    w.add_uint32("qwen3moe.expert_count", 16);
+    w.add_uint32("qwen3moe.expert_used_count", 4);
+    w.add_uint32("qwen3moe.expert_feed_forward_length", 32);
+  });
+  REQUIRE(qwen.has_value());
+  CHECK(qwen->features.num_experts == 16);
+  CHECK(qwen->features.num_experts_used == 4);
+  CHECK(qwen->ffn_dim == 32);  // the experts', not feed_forward_length (96)
+  CHECK(qwen->features.qk_norm);
+  CHECK(qwen->features.routing == ExpertRouting::softmax_top_k);
+  CHECK_THAT(qwen->features.op_names(), Catch::Contains("mixture of experts"));
+  const auto mixtral = config_of("llama", 2, [](GgufWriter& w) {
+    w.add_uint32("llama.expert_count", 8);
+    w.add_uint32("llama.expert_used_count", 2);
+  });
+  REQUIRE(mixtral.has_value());
+  CHECK(mixtral->features.num_experts == 8);
+  CHECK(mixtral->ffn_dim == 96);
+  const auto dense =
+      config_of("llama", 2, [](GgufWriter& w) { w.add_uint32("llama.expert_count", 0); });
+  REQUIRE(dense.has_value());
+  CHECK(dense->features.num_experts == 0);
+  const auto too_many = config_of("qwen3moe", 2, [](GgufWriter& w) {
+    w.add_uint32("qwen3moe.expert_count", 4);
+    w.add_uint32("qwen3moe.expert_used_count", 5);
+  });
+  REQUIRE_FALSE(too_many.has_value());
+  CHECK_THAT(too_many.error().message, Catch::Contains("expert_used_count"));
+  const auto shared = config_of("qwen3moe", 2, [](GgufWriter& w) {
+    w.add_uint32("qwen3moe.expert_count", 4);
+    w.add_uint32("qwen3moe.expert_used_count", 2);
+    w.add_uint32("qwen3moe.expert_shared_count", 1);
+  });
+  REQUIRE_FALSE(shared.has_value());
+  CHECK_THAT(shared.error().message, Catch::Contains("shared experts"));
+  const auto no_experts = config_of("qwen3moe", 2);
+  REQUIRE_FALSE(no_experts.has_value());
+}
+
+TEST_CASE("gpt-oss reads YaRN as ggml computes its ramp and scale", "[model]") {
+  const auto config = config_of("gpt-oss", 4, [](GgufWriter& w) {
+    w.add_uint32("gpt-oss.attention.key_length", 32);
+    w.add_uint32("gpt-oss.attention.value_length", 32);
+    w.add_uint32("gpt-oss.attention.sliding_window", 32);
+    w.add_float32("gpt-oss.rope.freq_base", 150000.0f);
+    w.add_string("gpt-oss.rope.scaling.type", "yarn");
+    w.add_float32("gpt-oss.rope.scaling.factor", 32.0f);
+    w.add_uint32("gpt-oss.rope.scaling.original_context_length", 4096);
+    w.add_uint32("gpt-oss.expert_count", 8);
+    w.add_uint32("gpt-oss.expert_used_count", 4);
+    w.add_uint32("gpt-oss.expert_feed_forward_length", 64);
+  });
+  REQUIRE(config.has_value());
+  // lo = floor(c(32)) and hi = ceil(c(1)), c(b) = 32 ln(4096 / (2 pi b)) / (2 ln 150000).
+  CHECK(config->rope_yarn_lo == 4.0f);
+  CHECK(config->rope_yarn_hi == 9.0f);
+  CHECK(config->rope_ext_factor == 1.0f);
+  CHECK(config->rope_freq_scale == 1.0f / 32.0f);
+  CHECK(config->rope_mscale == Approx(1.0 + 0.1 * std::log(32.0)).epsilon(1e-6));
+  const ArchFeatures& f = config->features;
+  CHECK(f.attention_sinks);
+  CHECK(f.attn_output_bias);
+  CHECK(f.qkv_bias);
+  CHECK(f.moe_biases);
+  CHECK(f.routing == ExpertRouting::top_k_softmax);
+  CHECK(f.expert_activation == ExpertActivation::swiglu_oai);
+  CHECK(f.ffn_norm_named_post_attention);
+  CHECK(f.window_of(0) == 32);
+  CHECK(f.window_of(1) == 0);
+  CHECK_THAT(f.op_names(), Catch::Contains("attention sinks") && Catch::Contains("YaRN"));
+}
