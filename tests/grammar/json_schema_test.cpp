@@ -151,13 +151,11 @@ bool accepts(const std::shared_ptr<const CompiledGrammar>& g, std::string_view t
   return m.accept_bytes(text) && m.can_end();
 }
 
-// Debian's python3 (PATH's may be another, without Debian's modules: STACK.md).
-constexpr const char* kPython = "/usr/bin/python3";
+using troupe::test::kPython;
 
 // Whether python3 with jsonschema is here (the validator the cross-check uses).
 bool have_jsonschema() {
-  return std::system((std::string(kPython) + " -c 'import jsonschema' >/dev/null 2>&1").c_str()) ==
-         0;
+  return troupe::test::python_has("jsonschema");
 }
 
 // 25 documents drawn from each case's grammar, each checked to be JSON, and each case's

@@ -154,14 +154,16 @@ json::object error_of(const Reply& reply) {
 // Python with jsonschema's verdict on each (schema, output): "ok" or "invalid: why".
 // Skips the running test when python3 or its jsonschema is absent.
 std::vector<std::string> python_verdicts(const json::array& cases) {
-  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
-    test::skip_test("python3 with jsonschema is absent (Debian: python3-jsonschema)");
+  if (!test::python_has("jsonschema")) {
+    test::skip_test(std::string(test::kPython) +
+                    " with jsonschema is absent (Debian: python3-jsonschema)");
   }
   const std::string in = test::temp_path("structured-cases.json");
   const std::string out = test::temp_path("structured-verdicts.txt");
   std::ofstream(in) << json::serialize(cases);
   const std::string script = std::string(TROUPE_SOURCE_DIR) + "/tests/net/validate_json_schema.py";
-  const std::string command = "python3 '" + script + "' '" + in + "' > '" + out + "' 2>&1";
+  const std::string command =
+      std::string(test::kPython) + " '" + script + "' '" + in + "' > '" + out + "' 2>&1";
   const int status = std::system(command.c_str());
   std::vector<std::string> verdicts;
   std::ifstream lines(out);

@@ -15,6 +15,17 @@ namespace troupe::test {
 // The exit code CTest reads as "skipped" (SKIP_RETURN_CODE).
 inline constexpr int kSkipExitCode = 77;
 
+// Debian's python3, with the python3-* packages scripts/setup.sh installs (jinja2,
+// jsonschema, websockets): PATH's may be another (pyenv's, without them), and a test that
+// asked it would skip where it should run.
+inline constexpr const char* kPython = "/usr/bin/python3";
+
+// Whether Debian's python3 can import `module`.
+inline bool python_has(const std::string& module) {
+  const std::string command = std::string(kPython) + " -c 'import " + module + "' >/dev/null 2>&1";
+  return std::system(command.c_str()) == 0;
+}
+
 // Ends the running test as skipped, saying why. Where TROUPE_TESTS_MUST_RUN is set (the
 // GPU machine's scripts/gpu-check.sh), a skip is a failure instead: there, a test that
 // did not run must not read as one that passed.

@@ -148,12 +148,13 @@ std::filesystem::path render_in_python(const std::vector<Case>& cases) {
     list.push_back(object({{"template", c.template_path}, {"variables", c.variables}}));
   }
   std::ofstream(dir / "cases.json") << jinja::to_json(list);
-  if (std::system("python3 -c 'import jinja2' >/dev/null 2>&1") != 0) {
-    troupe::test::skip_test("python3 with jinja2 is absent (Debian: python3-jinja2)");
+  if (!troupe::test::python_has("jinja2")) {
+    troupe::test::skip_test(std::string(troupe::test::kPython) +
+                            " with jinja2 is absent (Debian: python3-jinja2)");
   }
   const std::string script = std::string(TROUPE_SOURCE_DIR) + "/tests/text/render_jinja.py";
-  const std::string command =
-      "python3 '" + script + "' '" + (dir / "cases.json").string() + "' '" + dir.string() + "'";
+  const std::string command = std::string(troupe::test::kPython) + " '" + script + "' '" +
+                              (dir / "cases.json").string() + "' '" + dir.string() + "'";
   REQUIRE(std::system(command.c_str()) == 0);
   return dir;
 }
