@@ -32,6 +32,8 @@ struct Engine::Impl {
   std::shared_ptr<const text::Tokenizer> tokenizer;
   std::int32_t max_model_len = 0;
   std::string device_description;
+  std::int64_t weight_bytes = 0;    // a replica's, as its worker (or group) reported them
+  std::int64_t kv_cache_bytes = 0;  // a replica's KV pool
   std::string token_budget_description;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
@@ -270,6 +272,8 @@ Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t ind
     return tl::unexpected(e);
   }
   impl.device_description = report->device_name;
+  impl.weight_bytes = report->weight_bytes;
+  impl.kv_cache_bytes = static_cast<std::int64_t>(report->num_kv_blocks) * report->bytes_per_block;
   setup.config = scheduler_config(impl.config, impl.max_model_len, report->num_kv_blocks);
   setup.token_budget = token_budget_config(impl.config);
   setup.step_costs = report->step_costs;
@@ -510,6 +514,14 @@ std::int32_t Engine::max_model_len() const {
 
 const std::string& Engine::chat_template() const {
   return impl_->model->chat_template;
+}
+
+std::int64_t Engine::weight_bytes() const {
+  return impl_->weight_bytes;
+}
+
+std::int64_t Engine::kv_cache_bytes() const {
+  return impl_->kv_cache_bytes;
 }
 
 const std::string& Engine::device_description() const {

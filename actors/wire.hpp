@@ -132,7 +132,8 @@ typename Inspector::result_type inspect(Inspector& f, WorkerError& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
   return f(caf::meta::type_name("troupe.LoadReport"), x.num_kv_blocks, x.bytes_per_block,
-           x.device_name, x.vocab_size, x.failed, x.error, x.failed_rank, x.step_costs);
+           x.weight_bytes, x.device_name, x.vocab_size, x.failed, x.error, x.failed_rank,
+           x.step_costs);
 }
 
 template <class Inspector>

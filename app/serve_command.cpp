@@ -12,6 +12,7 @@
 #include "app/commands.hpp"
 #include "app/config_file.hpp"
 #include "engine/router.hpp"
+#include "model/loaded_model.hpp"
 #include "monitoring/log.hpp"
 #include "monitoring/metrics.hpp"
 #include "monitoring/stats_logger.hpp"
@@ -281,13 +282,18 @@ void add_serve_command(CLI::App& app) {
                            opts->router + " router");
     }
     monitoring::log_info(
-        (*engine)->device_description() + "; KV cache: " + std::to_string(stats.num_kv_blocks) +
-            " blocks of " + std::to_string(stats.block_size) + " tokens = " +
+        (*engine)->device_description() + "; weights " +
+            model::format_bytes((*engine)->weight_bytes()) + "; KV cache " +
+            model::format_bytes((*engine)->kv_cache_bytes()) + ": " +
+            std::to_string(stats.num_kv_blocks) + " blocks of " + std::to_string(stats.block_size) +
+            " tokens = " +
             std::to_string(static_cast<long long>(stats.num_kv_blocks) * stats.block_size) +
             " tokens; max model length " + std::to_string((*engine)->max_model_len()),
         {{"kv_blocks", stats.num_kv_blocks},
          {"block_size", stats.block_size},
-         {"max_model_len", (*engine)->max_model_len()}});
+         {"max_model_len", (*engine)->max_model_len()},
+         {"weight_bytes", (*engine)->weight_bytes()},
+         {"kv_cache_bytes", (*engine)->kv_cache_bytes()}});
     monitoring::log_info("token budget: " + (*engine)->token_budget_description());
     net::HttpServer server(**engine, opts->server);
     if (!server.chat_template().warning().empty()) {

@@ -59,7 +59,8 @@ struct WorkerError {
 struct LoadReport {
   std::int32_t num_kv_blocks = 0;
   std::int64_t bytes_per_block = 0;
-  std::string device_name;  // "CPU, 2 threads, SIMD AVX3", "CUDA NVIDIA H200 (...)"
+  std::int64_t weight_bytes = 0;  // the model's weights it holds (a group: all its ranks')
+  std::string device_name;        // "CPU, 2 threads, SIMD AVX3", "CUDA NVIDIA H200 (...)"
   std::int32_t vocab_size = 0;
   bool failed = false;  // the model could not be loaded: why is in `error`
   WorkerError error;

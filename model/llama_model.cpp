@@ -428,6 +428,49 @@ Result<MoeLayer> LlamaModel::load_experts(const LlamaConfig& c, const WeightSour
   return moe;
 }
 
+std::int64_t LlamaModel::weight_bytes() const {
+  std::int64_t total = 0;
+  const auto add = [&](const Weight& w) {
+    if (w.data != nullptr) {
+      total += w.rows * static_cast<std::int64_t>(gguf::row_bytes(w.type, w.cols));
+    }
+  };
+  add(token_embedding_);
+  add(output_norm_);
+  if (output_.data != token_embedding_.data) add(output_);
+  if (has_rope_freqs_) add(rope_freqs_);
+  for (const LayerWeights& l : layers_) {
+    for (const Weight* w : {&l.attn_norm,
+                            &l.wq,
+                            &l.wk,
+                            &l.wv,
+                            &l.wo,
+                            &l.bq,
+                            &l.bk,
+                            &l.bv,
+                            &l.q_norm,
+                            &l.k_norm,
+                            &l.bo,
+                            &l.sinks,
+                            &l.post_attn_norm,
+                            &l.ffn_norm,
+                            &l.w_gate,
+                            &l.w_up,
+                            &l.w_down,
+                            &l.post_ffn_norm,
+                            &l.moe.router,
+                            &l.moe.router_bias}) {
+      add(*w);
+    }
+    for (const ExpertWeights& e : l.moe.experts) {
+      for (const Weight* w : {&e.gate, &e.up, &e.down, &e.gate_bias, &e.up_bias, &e.down_bias}) {
+        add(*w);
+      }
+    }
+  }
+  return total;
+}
+
 void LlamaModel::release_workspace() {
   if (backend_ == nullptr || ws_.capacity == 0) return;
   for (Tensor t : {ws_.x, ws_.h, ws_.q, ws_.k, ws_.v, ws_.attn, ws_.gate, ws_.up, ws_.moe_out,

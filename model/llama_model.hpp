@@ -80,6 +80,8 @@ class LlamaModel {
   const LlamaConfig& local_config() const { return local_; }
   const Shard& shard() const { return shard_; }
   Backend& backend() const { return *backend_; }
+  // Bytes of the weights this rank holds, as stored (a tied output counted once).
+  std::int64_t weight_bytes() const;
 
   // Sizes the activation buffers for steps of up to `max_tokens` tokens and `max_logits`
   // logit rows now, and a split model's collectives, so that a GPU can size its KV pool

@@ -23,6 +23,46 @@ struct Fnv {
 
 }  // namespace
 
+std::string format_bytes(std::int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return text;
+}
+
+Result<void> check_weights_fit(const gguf::GgufFile& file, const LlamaConfig& config,
+                               std::int32_t world_size, std::int64_t memory_bytes) {
+  std::int64_t weights = 0, experts = 0;
+  for (const auto& t : file.tensors()) {
+    weights += static_cast<std::int64_t>(t.num_bytes);
+    if (t.name.find("_exps.") != std::string::npos)
+      experts += static_cast<std::int64_t>(t.num_bytes);
+  }
+  // A rank maps its share of the split matrices (the embedding and norms are whole on
+  // each, a small part of a large model).
+  const std::int64_t share = weights / std::max(world_size, 1);
+  if (memory_bytes <= 0 || share <= memory_bytes) return {};
+  std::string what = "the model's weights take " + format_bytes(share) +
+                     (world_size > 1 ? " per rank" : "") + ", more than this machine's " +
+                     format_bytes(memory_bytes) + " of memory";
+  if (config.features.num_experts > 0) {
+    what += " (its " + std::to_string(config.features.num_experts) + " experts a layer hold " +
+            format_bytes(experts / std::max(world_size, 1)) +
+            " of it: only a few are active per token, but all are read)";
+  }
+  return make_error(ErrorCode::out_of_range,
+                    what +
+                        ": mapped, it would be read from disk again at every step. Use a "
+                        "smaller quantization (Q4_K_M, Q3_K_M, Q2_K) or split it over nodes "
+                        "(--tensor-parallel-size with a cluster)");
+}
+
 std::string file_fingerprint(const gguf::GgufFile& file) {
   Fnv fnv;
   fnv.add_value(static_cast<std::uint64_t>(file.file_size()));

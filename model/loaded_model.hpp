@@ -50,4 +50,14 @@ struct LoadedModel {
 // tensor's bytes), so that a worker can check that its copy is the engine's.
 std::string file_fingerprint(const gguf::GgufFile& file);
 
+// Whether `config`'s weights in `file`, `world_size` ranks' share of them, fit in a host of
+// `memory_bytes` (CPU weights are mapped, so a model larger than memory would be read from
+// disk again at every step): an error that says how much, and of it how much is experts,
+// before any weight is touched.
+Result<void> check_weights_fit(const gguf::GgufFile& file, const LlamaConfig& config,
+                               std::int32_t world_size, std::int64_t memory_bytes);
+
+// "58.4 MiB", "47.3 GiB".
+std::string format_bytes(std::int64_t bytes);
+
 }  // namespace troupe::model

@@ -1,6 +1,10 @@
 #include "worker/backend_factory.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
+#include <string>
 
 #include "cpu/cpu_backend.hpp"
 #include "model/tensor_parallel.hpp"
@@ -106,6 +110,27 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
 #endif
 }
 
+namespace {
+
+// The memory this process may use: the machine's, or its cgroup's limit where lower (a
+// container's). 0 when unknown.
+std::int64_t host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  std::int64_t bytes = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
+  std::ifstream limit("/sys/fs/cgroup/memory.max");
+  std::string text;
+  if (limit >> text && text != "max") {
+    try {
+      const std::int64_t cgroup = std::stoll(text);
+      if (cgroup > 0 && (bytes == 0 || cgroup < bytes)) bytes = cgroup;
+    } catch (const std::exception&) {
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const GroupLink* link,
                                       const model::LoadProgress& progress) {
   // Everything that can refuse the model comes before the weights are loaded.
@@ -121,6 +146,10 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
   const model::Shard shard{spec.rank, spec.world_size};
   TROUPE_TRY(const auto layout, model::shard_layout(m.config, shard));
   TROUPE_TRY_VOID(check_model(spec, model::local_config(m.config, layout)));
+  if (spec.device == engine::WorkerDevice::cpu) {  // mapped weights live in host memory
+    TROUPE_TRY_VOID(
+        model::check_weights_fit(*m.file, m.config, spec.world_size, host_memory_bytes()));
+  }
   if (spec.device == engine::WorkerDevice::cuda && spec.kv_cache_dtype == KvCacheType::f32) {
     return make_error(ErrorCode::unsupported,
                       "--kv-cache-dtype f32 is for the CPU; the CUDA backend keeps its KV cache "

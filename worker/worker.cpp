@@ -112,6 +112,7 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
   }
   w->report_.num_kv_blocks = num_blocks;
   w->report_.bytes_per_block = block_bytes;
+  w->report_.weight_bytes = llama.weight_bytes();
   w->report_.device_name = backend.describe();
   w->report_.vocab_size = w->model_.config.vocab_size;
   return w;

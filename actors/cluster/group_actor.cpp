@@ -40,9 +40,11 @@ engine::StepOutput failed_step_of(Self self, std::size_t rank, engine::StepOutpu
 engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports) {
   engine::LoadReport report = reports.front();
   report.bytes_per_block = 0;
+  report.weight_bytes = 0;
   for (const auto& r : reports) {
     report.num_kv_blocks = std::min(report.num_kv_blocks, r.num_kv_blocks);
     report.bytes_per_block += r.bytes_per_block;
+    report.weight_bytes += r.weight_bytes;
   }
   report.device_name =
       std::to_string(reports.size()) + " tensor-parallel ranks of " + report.device_name;

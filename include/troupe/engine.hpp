@@ -259,6 +259,9 @@ class Engine {
   const std::string& chat_template() const;
   // What the worker runs on: "CPU, 2 threads, SIMD AVX3", "CUDA NVIDIA H200 (...)".
   const std::string& device_description() const;
+  // A replica's weights and KV pool, in bytes, as its worker reported them at load.
+  std::int64_t weight_bytes() const;
+  std::int64_t kv_cache_bytes() const;
   // The token budget as it starts: "2048 tokens per step", or the auto budget with
   // what it measured ("auto, 96 tokens per step beside a decode ...").
   const std::string& token_budget_description() const;

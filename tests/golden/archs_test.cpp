@@ -420,3 +420,21 @@ TEST_CASE("gpt-oss split over ranks computes what the whole model computes",
     check_split("gpt-oss", kv_dtype);
   }
 }
+
+TEST_CASE(
+    "a model whose weights exceed the memory is refused before they are touched, saying "
+    "how much of it is experts",
+    "[golden][shared][moe]") {
+  auto opened = model::LoadedModel::open(test::shared_file("models/archs/qwen3moe.gguf"));
+  REQUIRE(opened.has_value());
+  const auto& file = *opened->file;
+  const auto& config = opened->config;
+  CHECK(model::check_weights_fit(file, config, 1, std::int64_t{1} << 40).has_value());
+  const auto refused = model::check_weights_fit(file, config, 1, 4 << 20);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK_THAT(refused.error().message,
+             Catch::Contains("7.8 MiB") && Catch::Contains("4.0 MiB of memory") &&
+                 Catch::Contains("16 experts a layer hold") && Catch::Contains("Q3_K_M"));
+  // Split over 2 ranks, each maps half: it fits where the whole would not.
+  CHECK(model::check_weights_fit(file, config, 2, 5 << 20).has_value());
+}
