@@ -13,12 +13,20 @@ namespace troupe::app {
 namespace {
 
 const std::map<std::string, gguf::TensorType> kTypes = {
-    {"f32", gguf::TensorType::f32},   {"f16", gguf::TensorType::f16},
-    {"bf16", gguf::TensorType::bf16}, {"q8_0", gguf::TensorType::q8_0},
-    {"q4_0", gguf::TensorType::q4_0}, {"q4_1", gguf::TensorType::q4_1},
-    {"q5_0", gguf::TensorType::q5_0}, {"q5_1", gguf::TensorType::q5_1},
-    {"q4_k", gguf::TensorType::q4_k}, {"q5_k", gguf::TensorType::q5_k},
-    {"q6_k", gguf::TensorType::q6_k}, {"q4_k_m", gguf::TensorType::q4_k}};
+    {"f32", gguf::TensorType::f32},       {"f16", gguf::TensorType::f16},
+    {"bf16", gguf::TensorType::bf16},     {"q8_0", gguf::TensorType::q8_0},
+    {"q4_0", gguf::TensorType::q4_0},     {"q4_1", gguf::TensorType::q4_1},
+    {"q5_0", gguf::TensorType::q5_0},     {"q5_1", gguf::TensorType::q5_1},
+    {"q2_k", gguf::TensorType::q2_k},     {"q3_k", gguf::TensorType::q3_k},
+    {"q4_k", gguf::TensorType::q4_k},     {"q5_k", gguf::TensorType::q5_k},
+    {"q6_k", gguf::TensorType::q6_k},     {"iq4_nl", gguf::TensorType::iq4_nl},
+    {"iq4_xs", gguf::TensorType::iq4_xs}, {"mxfp4", gguf::TensorType::mxfp4}};
+
+// llama.cpp's file types that mix several (model::RandomModelSpec::Mix).
+const std::map<std::string, model::RandomModelSpec::Mix> kMixes = {
+    {"q4_k_m", model::RandomModelSpec::Mix::q4_k_m},
+    {"q3_k_m", model::RandomModelSpec::Mix::q3_k_m},
+    {"q2_k_mix", model::RandomModelSpec::Mix::q2_k}};
 
 }  // namespace
 
@@ -58,8 +66,10 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--preset", opts->preset, "starting shape: tiny (15M) or 110m");
   cmd->add_option(
       "--type", opts->type,
-      "matrix type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, or q4_k_m "
-      "(llama.cpp's mix of Q4_K and Q6_K)");
+      "matrix type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "
+      "iq4_nl, iq4_xs, mxfp4 (every matrix in it), or one of llama.cpp's mixes: q4_k_m (Q4_K "
+      "and Q6_K), q3_k_m (Q3_K with Q4_K, Q5_K and Q6_K), q2_k_mix (its Q2_K file type: Q2_K "
+      "with Q3_K, Q4_K and Q6_K)");
   cmd->add_option("--dim", opts->spec.dim, "embedding size");
   cmd->add_option("--layers", opts->spec.num_layers, "transformer blocks");
   cmd->add_option("--heads", opts->spec.num_heads, "attention heads");
@@ -87,10 +97,13 @@ void add_make_model_command(CLI::App& app) {
     if (cmd->count("--context-length")) spec.context_length = opts->spec.context_length;
     if (cmd->count("--seed")) spec.seed = opts->spec.seed;
     spec.vocab_path = opts->spec.vocab_path;
-    const auto type = kTypes.find(opts->type);
-    if (type == kTypes.end()) throw CLI::ValidationError("--type", "unknown type " + opts->type);
-    spec.type = type->second;
-    spec.q4_k_m = opts->type == "q4_k_m";
+    if (const auto mix = kMixes.find(opts->type); mix != kMixes.end()) {
+      spec.mix = mix->second;
+    } else if (const auto type = kTypes.find(opts->type); type != kTypes.end()) {
+      spec.type = type->second;
+    } else {
+      throw CLI::ValidationError("--type", "unknown type " + opts->type);
+    }
     auto written = model::write_random_model(spec, opts->out);
     if (!written) {
       std::fprintf(stderr, "troupe make-model: %s\n", written.error().message.c_str());

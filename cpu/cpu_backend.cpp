@@ -26,9 +26,9 @@ float* row(Tensor t, std::int64_t r) {
   return t.data + r * t.cols;
 }
 
-// F32, F16 and BF16 have float kernels; the blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and
-// the K-quants int8 ones (int8_matmul.hpp): every type a model may hold (gguf::can_dequantize),
-// its rows whole blocks.
+// F32, F16 and BF16 have float kernels; the blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// IQ4_NL, MXFP4), the K-quants and IQ4_XS int8 ones (int8_matmul.hpp): every type a model may
+// hold (gguf::can_dequantize), its rows whole blocks.
 bool has_float_kernel(TensorType type) {
   return type == TensorType::f32 || type == TensorType::f16 || type == TensorType::bf16;
 }

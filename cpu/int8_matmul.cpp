@@ -115,14 +115,17 @@ float int8_tail_dot(gguf::TensorType type, const std::byte* w_row, const std::in
     for (int i = 0; i < 32; ++i) {
       const int nibble = i < 16 ? quants[i] & 0xF : quants[i - 16] >> 4;
       const int wv = q8 ? static_cast<std::int8_t>(quants[i])
-                        : (nibble | static_cast<int>((high_bits >> i) & 1u) << 4) - layout.offset;
+                     : layout.table
+                         ? layout.table[nibble]
+                         : (nibble | static_cast<int>((high_bits >> i) & 1u) << 4) - layout.offset;
       dot += wv * xq[i];
       sum_q += xq[i];
     }
     std::uint16_t bits;
     std::memcpy(&bits, block, 2);
+    const float d = layout.e8m0 ? gguf::e8m0_half_to_f32(block[0]) : gguf::f16_to_f32(bits);
     const float scale = lane_scales[b * 8];
-    sum += gguf::f16_to_f32(bits) * scale * static_cast<float>(dot);
+    sum += d * scale * static_cast<float>(dot);
     if (layout.min != 0) {
       std::memcpy(&bits, block + layout.min, 2);
       sum += gguf::f16_to_f32(bits) * scale * static_cast<float>(sum_q);
@@ -161,10 +164,15 @@ bool has_int8_kernel(gguf::TensorType type, std::int64_t cols) {
     case TensorType::q4_1:
     case TensorType::q5_0:
     case TensorType::q5_1:
+    case TensorType::iq4_nl:
+    case TensorType::mxfp4:
       return cols % 32 == 0;
+    case TensorType::q2_k:
+    case TensorType::q3_k:
     case TensorType::q4_k:
     case TensorType::q5_k:
     case TensorType::q6_k:
+    case TensorType::iq4_xs:
       return cols % 256 == 0;
     default:
       return false;

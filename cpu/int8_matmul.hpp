@@ -1,9 +1,9 @@
-// Matrix products of quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
-// against int8 activations, the weights never decoded to float: per 32 values, an exact
-// integer dot product (VNNI's vpdpbusd, or AVX2's pmaddubsw + pmaddwd, or plain C++), scaled
-// once into a float accumulator. The path is chosen once from what the processor has; each path
-// computes a row's result by one fixed sequence of operations whatever the tile it sits in,
-// so a row's result never depends on how many other rows share the call.
+// Matrix products of quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against int8 activations, the weights never decoded to float: per
+// 32 values, an exact integer dot product (VNNI's vpdpbusd, or AVX2's pmaddubsw + pmaddwd, or plain
+// C++), scaled once into a float accumulator. The path is chosen once from what the processor has;
+// each path computes a row's result by one fixed sequence of operations whatever the tile it sits
+// in, so a row's result never depends on how many other rows share the call.
 #pragma once
 
 #include <cstddef>
@@ -62,20 +62,24 @@ void int8_matmul_on(Int8Path path, gguf::TensorType type, const Int8Rows& x, std
                     std::int64_t out_stride);
 
 // For the kernels: where the fields of ggml's blocks of 32 values lie. Each starts with its
-// f16 scale d; value i is d * (u_i - offset) + m, u_i the quant byte (Q8_0: signed) or the
-// nibble of byte i % 16 (low for i < 16), with bit i of the fifth-bit word added as 16.
+// scale d (an f16, or MXFP4's E8M0 byte); value i is d * (u_i - offset) + m, u_i the quant
+// byte (Q8_0: signed) or the nibble of byte i % 16 (low for i < 16), with bit i of the
+// fifth-bit word added as 16; or, for a table type, d * table[nibble].
 struct Block32Layout {
   std::size_t bytes;      // per block
   std::size_t min;        // where the f16 m lies (Q4_1, Q5_1); 0: no m
   std::size_t high_bits;  // where the little-endian uint32 of fifth bits lies (Q5_0, Q5_1); 0: none
   std::size_t quants;     // where the 32 quant bytes (Q8_0) or 16 nibble pairs lie
   int offset;             // 8 (Q4_0), 16 (Q5_0), else 0
+  const std::int8_t* table = nullptr;  // the nibbles' levels (IQ4_NL, MXFP4)
+  bool e8m0 = false;                   // d is one E8M0 byte, 2^(e - 128) (MXFP4)
 };
 
 constexpr bool is_block32(gguf::TensorType type) {
   using gguf::TensorType;
   return type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::q4_1 ||
-         type == TensorType::q5_0 || type == TensorType::q5_1;
+         type == TensorType::q5_0 || type == TensorType::q5_1 || type == TensorType::iq4_nl ||
+         type == TensorType::mxfp4;
 }
 
 constexpr Block32Layout block32_layout(gguf::TensorType type) {
@@ -91,6 +95,10 @@ constexpr Block32Layout block32_layout(gguf::TensorType type) {
       return {22, 0, 2, 6, 16};
     case TensorType::q5_1:
       return {24, 2, 4, 8, 0};
+    case TensorType::iq4_nl:
+      return {18, 0, 0, 2, 0, gguf::kIq4NlValues};
+    case TensorType::mxfp4:
+      return {17, 0, 0, 1, 0, gguf::kMxfp4Values, true};
     default:  // not a block of 32 (is_block32)
       return {0, 0, 0, 0, 0};
   }

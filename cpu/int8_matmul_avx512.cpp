@@ -3,6 +3,7 @@
 // processor has them (int8_matmul.cpp checks).
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 
 // GCC 12's AVX-512 headers build some results on `__m256d __Y = __Y;` (an intended
@@ -22,6 +23,7 @@ namespace troupe::cpu::TROUPE_INT8_NAMESPACE {
 struct Ops {
   using Unit = __m512i;
   using Acc = __m512;
+  static constexpr bool kWideUnsignedBytes = true;  // vpdpbusd sums byte products in int32
 
   static Acc zero() { return _mm512_setzero_ps(); }
   static Acc load(const float* p) { return _mm512_loadu_ps(p); }
@@ -36,6 +38,9 @@ struct Ops {
   static Acc halves8(std::uint16_t h0, std::uint16_t h1, std::uint16_t h2, std::uint16_t h3,
                      std::uint16_t h4, std::uint16_t h5, std::uint16_t h6, std::uint16_t h7) {
     return _mm512_zextps256_ps512(Bytes256::halves(h0, h1, h2, h3, h4, h5, h6, h7));
+  }
+  static Acc e8m0_halves8(std::uint64_t exponents) {
+    return _mm512_zextps256_ps512(Bytes256::e8m0_halves(exponents));
   }
   static Acc words_u8(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2, std::uint32_t w3) {
     const __m128i bytes = _mm_set_epi32(static_cast<int>(w3), static_cast<int>(w2),
@@ -73,19 +78,42 @@ struct Ops {
     const __m256i b = Bytes256::load(p);
     return join(Bytes256::low_nibbles(b), Bytes256::high_nibbles(b));
   }
-  static Unit nibbles16x2(const std::uint8_t* p0, const std::uint8_t* p1) {
-    const __m256i b = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    // [lo0, lo1, hi0, hi1] in 128-bit lanes, reordered to [lo0, hi0, lo1, hi1].
-    const __m512i v =
-        join(_mm256_and_si256(b, mask), _mm256_and_si256(_mm256_srli_epi16(b, 4), mask));
-    return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
+  // 32 bytes in both 256-bit halves (a broadcast load: no shuffle).
+  static Unit both_halves(const std::uint8_t* p) {
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  // The words of the upper 256 bits.
+  static constexpr __mmask32 kUpperWords = 0xFFFF0000u;
+  static Unit nibbles16x2(const std::uint8_t* p0, const std::uint8_t* p1) {
+    // [p0, p0, p1, p1] in 128-bit lanes by two broadcast loads and a blend, then the odd
+    // lanes shifted to their high nibbles: no shuffle on the one port that does them.
+    const __m512i b = _mm512_mask_blend_epi64(
+        0xF0, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p1))));
+    const __m512i shifted = _mm512_mask_srli_epi16(b, 0xFF00FF00u, b, 4);
+    return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+  }
+  static Unit crumbs32(const std::uint8_t* p, int shift) {
+    const __m512i b = both_halves(p);
+    const __m512i shifted =
+        _mm512_mask_srli_epi16(_mm512_srli_epi16(b, static_cast<unsigned>(shift)), kUpperWords, b,
+                               static_cast<unsigned>(shift + 2));
+    return _mm512_and_si512(shifted, _mm512_set1_epi8(3));
+  }
+  static Unit lookup16(Unit idx, const std::uint8_t* table) {
+    const __m512i t =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table)));
+    return _mm512_shuffle_epi8(t, idx);
+  }
+  template <int kValue>
   static Unit with_high_bits(Unit u, const std::uint8_t* qh, int bit) {
-    const __m256i h = Bytes256::load(qh);
-    return _mm512_or_si512(u, join(Bytes256::bit_to_16(h, bit), Bytes256::bit_to_16(h, bit + 1)));
+    // Bit `bit` of the first 32 bytes, `bit + 1` of the copy in the upper half, as a mask.
+    const __m512i bits =
+        _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8(static_cast<char>(1 << bit)),
+                                _mm512_set1_epi8(static_cast<char>(2 << bit)));
+    const __mmask64 set = _mm512_test_epi8_mask(both_halves(qh), bits);
+    // The low bits leave this bit clear: adding kValue sets it.
+    return _mm512_mask_add_epi8(u, set, u, _mm512_set1_epi8(kValue));
   }
   static Unit high_bits_2x32(Unit u, std::uint32_t qh0, std::uint32_t qh1) {
     const __mmask64 high = _cvtu64_mask64(qh0 | static_cast<std::uint64_t>(qh1) << 32);

@@ -16,6 +16,7 @@ struct Ops {
   struct Acc {
     float f[16];
   };
+  static constexpr bool kWideUnsignedBytes = true;  // int32 arithmetic
 
   static Acc zero() { return Acc{}; }
   static Acc load(const float* p) {
@@ -55,6 +56,13 @@ struct Ops {
     const std::uint16_t h[8] = {h0, h1, h2, h3, h4, h5, h6, h7};
     Acc a{};
     for (int i = 0; i < 8; ++i) a.f[i] = gguf::f16_to_f32(h[i]);
+    return a;
+  }
+  static Acc e8m0_halves8(std::uint64_t exponents) {
+    Acc a{};
+    for (int i = 0; i < 8; ++i) {
+      a.f[i] = gguf::e8m0_half_to_f32(static_cast<std::uint8_t>(exponents >> (8 * i)));
+    }
     return a;
   }
   static Acc words_u8(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2, std::uint32_t w3) {
@@ -113,10 +121,23 @@ struct Ops {
     }
     return u;
   }
+  static Unit crumbs32(const std::uint8_t* p, int shift) {
+    Unit u;
+    for (int i = 0; i < 32; ++i) {
+      u.b[i] = static_cast<std::uint8_t>((p[i] >> shift) & 3);
+      u.b[32 + i] = static_cast<std::uint8_t>((p[i] >> (shift + 2)) & 3);
+    }
+    return u;
+  }
+  static Unit lookup16(Unit idx, const std::uint8_t* table) {
+    for (std::uint8_t& b : idx.b) b = table[b];
+    return idx;
+  }
+  template <int kValue>
   static Unit with_high_bits(Unit u, const std::uint8_t* qh, int bit) {
     for (int i = 0; i < 32; ++i) {
-      u.b[i] = static_cast<std::uint8_t>(u.b[i] | (((qh[i] >> bit) & 1) << 4));
-      u.b[32 + i] = static_cast<std::uint8_t>(u.b[32 + i] | (((qh[i] >> (bit + 1)) & 1) << 4));
+      u.b[i] = static_cast<std::uint8_t>(u.b[i] | ((qh[i] >> bit) & 1) * kValue);
+      u.b[32 + i] = static_cast<std::uint8_t>(u.b[32 + i] | ((qh[i] >> (bit + 1)) & 1) * kValue);
     }
     return u;
   }

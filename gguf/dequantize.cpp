@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gguf/half.hpp"
+#include "gguf/quantize_ref.hpp"
 
 namespace troupe::gguf {
 
@@ -90,6 +91,85 @@ void dequantize_q6_k(const std::uint8_t* block, float* out) {
     ql += 64;
     qh += 32;
     sc += 8;
+  }
+}
+
+// Q2_K: 16 groups of 16 with a 4-bit scale and minimum each (scales[16], low nibble the
+// scale), 2-bit values in qs[64] (values 32j..32j+31 of each half are bits 2j, 2j+1 of its 32
+// bytes), then d and dmin: value = d * scale * q - dmin * minimum.
+void dequantize_q2_k(const std::uint8_t* block, float* out) {
+  const std::uint8_t* scales = block;
+  const std::uint8_t* qs = block + 16;
+  const float d = f16_to_f32(load_u16(block + 80));
+  const float dmin = f16_to_f32(load_u16(block + 82));
+  for (int half = 0; half < 2; ++half) {
+    const std::uint8_t* q = qs + 32 * half;
+    for (int j = 0; j < 4; ++j) {
+      for (int g = 0; g < 2; ++g) {  // the two groups of 16 in values 32j..32j+31
+        const std::uint8_t sc = scales[8 * half + 2 * j + g];
+        const float dl = d * static_cast<float>(sc & 0xF);
+        const float ml = dmin * static_cast<float>(sc >> 4);
+        for (int l = 0; l < 16; ++l) {
+          *out++ = dl * static_cast<float>((q[16 * g + l] >> (2 * j)) & 3) - ml;
+        }
+      }
+    }
+  }
+}
+
+// Q3_K's sixteen 6-bit scales, packed in 12 bytes (low nibbles of scales 0-7 then 8-15 in
+// bytes 0-7, the top two bits in bytes 8-11), as signed values (stored + 32).
+void q3_k_scales(const std::uint8_t* packed, int* scales) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
+    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    scales[j] = (low | high << 4) - 32;
+  }
+}
+
+// Q3_K: hmask[32] (value i's third bit: bit i / 32 of byte i % 32), 2-bit values in qs[64]
+// laid out as Q2_K's, the 6-bit scales, d: value = d * scale * (q - 4, or q with the bit).
+void dequantize_q3_k(const std::uint8_t* block, float* out) {
+  const std::uint8_t* hmask = block;
+  const std::uint8_t* qs = block + 32;
+  int scales[16];
+  q3_k_scales(block + 96, scales);
+  const float d = f16_to_f32(load_u16(block + 108));
+  for (int half = 0; half < 2; ++half) {
+    const std::uint8_t* q = qs + 32 * half;
+    for (int j = 0; j < 4; ++j) {
+      const int bit = 4 * half + j;
+      for (int g = 0; g < 2; ++g) {
+        const float dl = d * static_cast<float>(scales[8 * half + 2 * j + g]);
+        for (int l = 16 * g; l < 16 * g + 16; ++l) {
+          const int value = ((q[l] >> (2 * j)) & 3) - ((hmask[l] >> bit) & 1 ? 0 : 4);
+          *out++ = dl * static_cast<float>(value);
+        }
+      }
+    }
+  }
+}
+
+// A block of 32 as 16 bytes of nibbles (value i: the low nibble of byte i for i < 16, the high
+// nibble of byte i - 16 after), each selecting a level of `values`, times d.
+void dequantize_nibbles_by_table(const std::uint8_t* qs, float d, const std::int8_t* values,
+                                 float* out) {
+  for (int i = 0; i < 16; ++i) {
+    out[i] = d * static_cast<float>(values[qs[i] & 0xF]);
+    out[16 + i] = d * static_cast<float>(values[qs[i] >> 4]);
+  }
+}
+
+// IQ4_XS: d, scales_h (the top 2 bits of 8 six-bit scales), scales_l[4] (their low nibbles),
+// then 8 blocks of 32 as IQ4_NL's nibbles: value = d * (scale - 32) * kIq4NlValues[nibble].
+void dequantize_iq4_xs(const std::uint8_t* block, float* out) {
+  const float d = f16_to_f32(load_u16(block));
+  const std::uint16_t scales_h = load_u16(block + 2);
+  const std::uint8_t* scales_l = block + 4;
+  for (int b = 0; b < 8; ++b) {
+    const int scale = ((scales_l[b / 2] >> (4 * (b % 2))) & 0xF) | ((scales_h >> (2 * b)) & 3) << 4;
+    dequantize_nibbles_by_table(block + 8 + 16 * b, d * static_cast<float>(scale - 32),
+                                kIq4NlValues, out + 32 * b);
   }
 }
 
@@ -238,6 +318,11 @@ bool can_dequantize(TensorType type) {
     case TensorType::q4_k:
     case TensorType::q5_k:
     case TensorType::q6_k:
+    case TensorType::q2_k:
+    case TensorType::q3_k:
+    case TensorType::iq4_nl:
+    case TensorType::iq4_xs:
+    case TensorType::mxfp4:
       return true;
     default:
       return false;
@@ -321,6 +406,31 @@ Result<void> dequantize_row(TensorType type, const void* data, std::int64_t cols
     case TensorType::q6_k:
       for (std::int64_t b = 0; b < cols / 256; ++b) dequantize_q6_k(bytes + b * 210, out + b * 256);
       return {};
+    case TensorType::q2_k:
+      for (std::int64_t b = 0; b < cols / 256; ++b) dequantize_q2_k(bytes + b * 84, out + b * 256);
+      return {};
+    case TensorType::q3_k:
+      for (std::int64_t b = 0; b < cols / 256; ++b) dequantize_q3_k(bytes + b * 110, out + b * 256);
+      return {};
+    case TensorType::iq4_nl:
+      for (std::int64_t b = 0; b < cols / 32; ++b) {
+        const std::uint8_t* block = bytes + b * 18;
+        dequantize_nibbles_by_table(block + 2, f16_to_f32(load_u16(block)), kIq4NlValues,
+                                    out + b * 32);
+      }
+      return {};
+    case TensorType::iq4_xs:
+      for (std::int64_t b = 0; b < cols / 256; ++b) {
+        dequantize_iq4_xs(bytes + b * 136, out + b * 256);
+      }
+      return {};
+    case TensorType::mxfp4:
+      for (std::int64_t b = 0; b < cols / 32; ++b) {
+        const std::uint8_t* block = bytes + b * 17;
+        dequantize_nibbles_by_table(block + 1, e8m0_half_to_f32(block[0]), kMxfp4Values,
+                                    out + b * 32);
+      }
+      return {};
     default:
       return make_error(ErrorCode::unsupported,
                         "cannot decode tensor type " + std::string(tensor_type_name(type)));
@@ -384,6 +494,22 @@ Result<std::vector<std::byte>> quantize(TensorType type, std::span<const float> 
         quantize_q6_k_super_block(values.data() + 256 * b, o + b * traits->block_bytes);
       }
       return out;
+    case TensorType::q2_k:
+    case TensorType::q3_k:
+    case TensorType::iq4_nl:
+    case TensorType::iq4_xs:
+    case TensorType::mxfp4: {
+      const auto encode = type == TensorType::q2_k     ? quantize_q2_k_block
+                          : type == TensorType::q3_k   ? quantize_q3_k_block
+                          : type == TensorType::iq4_nl ? quantize_iq4_nl_block
+                          : type == TensorType::iq4_xs ? quantize_iq4_xs_block
+                                                       : quantize_mxfp4_block;
+      const std::size_t n = traits->block_elements;
+      for (std::size_t b = 0; b < values.size() / n; ++b) {
+        encode(values.data() + n * b, o + b * traits->block_bytes);
+      }
+      return out;
+    }
     default:
       return make_error(ErrorCode::unsupported,
                         "cannot encode tensor type " + std::string(tensor_type_name(type)));

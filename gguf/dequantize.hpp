@@ -18,13 +18,14 @@ std::size_t row_bytes(TensorType type, std::int64_t cols);
 // Whether dequantize_row decodes this type.
 bool can_dequantize(TensorType type);
 
-// Decodes `cols` elements at `data` into out[0..cols). Types: F32, F16, BF16,
-// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+// Decodes `cols` elements at `data` into out[0..cols), as ggml's dequantize_row_* do. Types:
+// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS
+// and MXFP4.
 Result<void> dequantize_row(TensorType type, const void* data, std::int64_t cols, float* out);
 
-// Encodes floats as `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 as ggml's
-// reference quantizers do; Q4_K, Q5_K and Q6_K by a plain min/max mapping (valid blocks, for
-// random models).
+// Encodes floats as `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL,
+// IQ4_XS and MXFP4 as ggml's reference quantizers do (quantize_row_*_ref, the same bytes);
+// Q4_K, Q5_K and Q6_K by a plain min/max mapping (valid blocks, for random models).
 Result<std::vector<std::byte>> quantize(TensorType type, std::span<const float> values,
                                         std::int64_t cols);
 

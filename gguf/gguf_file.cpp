@@ -392,6 +392,14 @@ Result<GgufFile> GgufFile::parse_storage(std::shared_ptr<GgufStorage> storage) {
     TROUPE_TRY(const auto type_id, cursor.read<std::uint32_t>("type of " + where));
     const auto traits = tensor_type_traits(type_id);
     if (!traits) {
+      // Every type ggml defines has traits (the model loader refuses, naming the tensor and
+      // its type, what troupe cannot compute with); what is left has no known block size.
+      if (const auto removed = removed_tensor_type_name(type_id)) {
+        return make_error(ErrorCode::unsupported,
+                          where + " has tensor type " + std::string(*removed) + " (" +
+                              std::to_string(type_id) +
+                              "), which ggml has removed from GGUF files; convert the model again");
+      }
       return make_error(ErrorCode::unsupported,
                         where + " has unknown tensor type " + std::to_string(type_id));
     }

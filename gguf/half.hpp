@@ -1,4 +1,5 @@
-// Scalar conversions between float32 and the 16-bit float formats (F16, BF16).
+// Scalar conversions between float32 and the 16-bit float formats (F16, BF16), and MXFP4's
+// E8M0 scales.
 // The SIMD kernels in cpu/ have their own; these serve loaders, tests and references.
 #pragma once
 
@@ -55,6 +56,14 @@ inline std::uint16_t f32_to_f16(float f) {
 inline std::uint16_t f32_to_f16_saturated(float f) {
   if (f != f) return f32_to_f16(f);
   return f32_to_f16(std::clamp(f, -65504.0f, 65504.0f));
+}
+
+// Half of an E8M0 scale (MXFP4's shared exponent e: 2^(e - 127)), so 2^(e - 128): MXFP4's
+// values are stored doubled (kMxfp4Values). e 0 and 1 give the subnormals 2^-128 and 2^-127;
+// 255 gives 2^127 (ggml does not treat it as NaN either).
+inline float e8m0_half_to_f32(std::uint8_t e) {
+  const std::uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<std::uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
 }
 
 inline float bf16_to_f32(std::uint16_t h) {

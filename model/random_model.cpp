@@ -158,7 +158,11 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
                           std::to_string(spec.ffn_dim) +
                           "): dim must split into heads of an even size, and heads into KV heads");
   }
-  const gguf::TensorType type = spec.q4_k_m ? gguf::TensorType::q4_k : spec.type;
+  using Mix = RandomModelSpec::Mix;
+  const gguf::TensorType type = spec.mix == Mix::q4_k_m   ? gguf::TensorType::q4_k
+                                : spec.mix == Mix::q3_k_m ? gguf::TensorType::q3_k
+                                : spec.mix == Mix::q2_k   ? gguf::TensorType::q2_k
+                                                          : spec.type;
   const auto traits = gguf::tensor_type_traits(static_cast<std::uint32_t>(type));
   switch (type) {
     case gguf::TensorType::f32:
@@ -169,16 +173,23 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     case gguf::TensorType::q4_1:
     case gguf::TensorType::q5_0:
     case gguf::TensorType::q5_1:
+    case gguf::TensorType::q2_k:
+    case gguf::TensorType::q3_k:
     case gguf::TensorType::q4_k:
     case gguf::TensorType::q5_k:
     case gguf::TensorType::q6_k:
+    case gguf::TensorType::iq4_nl:
+    case gguf::TensorType::iq4_xs:
+    case gguf::TensorType::mxfp4:
       break;
     default:
       return make_error(ErrorCode::invalid_argument,
-                        "random models are F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
-                        "Q5_K, Q6_K or Q4_K_M");
+                        "random models are F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, "
+                        "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, or the mixes Q4_K_M, "
+                        "Q3_K_M and Q2_K");
   }
-  const auto block = static_cast<std::int32_t>(spec.q4_k_m ? 256 : traits->block_elements);
+  const auto block =
+      static_cast<std::int32_t>(spec.mix != Mix::none ? 256 : traits->block_elements);
   if (spec.dim % block != 0 || spec.ffn_dim % block != 0) {
     return make_error(ErrorCode::invalid_argument, "dim and ffn_dim must be multiples of " +
                                                        std::to_string(block) + " for " +
@@ -214,12 +225,29 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     return layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
   };
   auto matrix_type = [&](const std::string& name, std::int32_t layer) {
-    if (!spec.q4_k_m) return spec.type;
-    const bool output =
-        name == "output.weight" || (name == "token_embd.weight" && spec.tied_output);
-    const bool sensitive =
-        (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight")) && more_bits(layer);
-    return output || sensitive ? gguf::TensorType::q6_k : gguf::TensorType::q4_k;
+    using gguf::TensorType;
+    if (spec.mix == Mix::none) return spec.type;
+    if (name == "output.weight" || (name == "token_embd.weight" && spec.tied_output)) {
+      return TensorType::q6_k;
+    }
+    const bool attn_v = name.ends_with("attn_v.weight");
+    const bool attn_output = name.ends_with("attn_output.weight");
+    const bool ffn_down = name.ends_with("ffn_down.weight");
+    switch (spec.mix) {
+      case Mix::q4_k_m:
+        return (attn_v || ffn_down) && more_bits(layer) ? TensorType::q6_k : TensorType::q4_k;
+      case Mix::q3_k_m:
+        if (attn_v) return layer < 2 ? TensorType::q5_k : TensorType::q4_k;
+        if (attn_output) return TensorType::q4_k;
+        if (ffn_down) return layer < spec.num_layers / 16 ? TensorType::q5_k : TensorType::q4_k;
+        return TensorType::q3_k;
+      default:  // Mix::q2_k
+        if (attn_v) {
+          return spec.num_heads / spec.num_kv_heads >= 4 ? TensorType::q4_k : TensorType::q3_k;
+        }
+        if (attn_output || ffn_down) return TensorType::q3_k;
+        return TensorType::q2_k;
+    }
   };
   auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols,
                     std::int32_t layer = -1) -> Result<void> {

@@ -20,9 +20,15 @@ struct RandomModelSpec {
   std::int32_t vocab_size = 32000;  // for the built-in vocabulary; a copied one brings its own
   std::int32_t context_length = 2048;
   gguf::TensorType type = gguf::TensorType::f32;  // of the matrices; norms are always F32
-  // llama.cpp's Q4_K_M mix instead of one type: Q4_K, with Q6_K for the output (or the tied
-  // embedding) and for attn_v and ffn_down in the layers its `use_more_bits` picks.
-  bool q4_k_m = false;
+  // One of llama.cpp's mixes instead of one type (its llama_tensor_get_type for a dense
+  // model), `type` then unused: Q4_K_M is Q4_K with Q6_K for the output (or the tied
+  // embedding) and for attn_v and ffn_down in the layers its `use_more_bits` picks; Q3_K_M is
+  // Q3_K with Q6_K output, Q5_K attn_v in the first two layers and Q4_K after, Q4_K
+  // attn_output, and Q5_K ffn_down in the first sixteenth of the layers, Q4_K after; the Q2_K
+  // file type is Q2_K with Q6_K output, Q3_K attn_output and ffn_down, and attn_v in Q4_K
+  // where 4 or more query heads share a KV head, else Q3_K.
+  enum class Mix { none, q4_k_m, q3_k_m, q2_k };
+  Mix mix = Mix::none;
   bool tied_output = true;
   std::uint64_t seed = 1234;
   float stddev = 0.02f;

@@ -146,7 +146,8 @@ TEST_CASE("matmul matches the reference for every weight type", "[cpu][ops]") {
   // Odd shapes exercise every tile edge; quantized types need columns in blocks of 32.
   for (const TensorType type :
        {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0,
-        TensorType::q4_1, TensorType::q5_0, TensorType::q5_1}) {
+        TensorType::q4_1, TensorType::q5_0, TensorType::q5_1, TensorType::iq4_nl,
+        TensorType::mxfp4}) {
     const bool quantized =
         type != TensorType::f32 && type != TensorType::f16 && type != TensorType::bf16;
     for (const auto& [n, rows, cols] :
@@ -175,8 +176,9 @@ TEST_CASE("matmul matches the reference for every weight type", "[cpu][ops]") {
 
 TEST_CASE("a row's matmul result is bit-identical alone or in a batch of 32", "[cpu][ops]") {
   CpuBackend backend(2);
-  for (const TensorType type : {TensorType::f32, TensorType::f16, TensorType::q8_0,
-                                TensorType::q4_0, TensorType::q5_0, TensorType::q5_1}) {
+  for (const TensorType type :
+       {TensorType::f32, TensorType::f16, TensorType::q8_0, TensorType::q4_0, TensorType::q5_0,
+        TensorType::q5_1, TensorType::iq4_nl, TensorType::mxfp4}) {
     INFO(tensor_type_name(type));
     const std::int64_t rows = 70, cols = 128;
     const auto w = make_weight(type, rows, cols);
@@ -275,8 +277,9 @@ TEST_CASE("embed decodes each token's row for every table type", "[cpu][ops]") {
   const std::int32_t vocab = 50, dim = 64;
   const StepInput step = make_step({3, 2}, {0, 0}, 16, 4, vocab);
   REQUIRE(backend.begin_step(step).has_value());
-  for (const TensorType type : {TensorType::f32, TensorType::f16, TensorType::bf16,
-                                TensorType::q8_0, TensorType::q4_0, TensorType::q5_0}) {
+  for (const TensorType type :
+       {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0,
+        TensorType::q5_0, TensorType::iq4_nl, TensorType::mxfp4}) {
     const auto table = make_weight(type, vocab, dim);
     Held out(backend, step.num_tokens(), dim);
     backend.embed(table.weight, out.tensor);

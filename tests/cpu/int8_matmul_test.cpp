@@ -1,7 +1,7 @@
-// The int8 kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K against int8 activations)
-// on every path
-// this processor can run, against a double-precision product of the scalar decoder's
-// weights and the activations as quantized; and a row's result alone and in a batch.
+// The int8 kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K, IQ4_XS against int8 activations) on every path this processor can run, against a
+// double-precision product of the scalar decoder's weights and the activations as quantized; and a
+// row's result alone and in a batch.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -37,16 +37,30 @@ struct Weights {
   std::size_t row_bytes = 0;
 };
 
-const TensorType kTypes[] = {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1,
-                             TensorType::q5_0, TensorType::q5_1, TensorType::q4_k,
-                             TensorType::q5_k, TensorType::q6_k};
+const TensorType kTypes[] = {
+    TensorType::q8_0,   TensorType::q4_0,  TensorType::q4_1,  TensorType::q5_0, TensorType::q5_1,
+    TensorType::iq4_nl, TensorType::mxfp4, TensorType::q2_k,  TensorType::q3_k, TensorType::q4_k,
+    TensorType::q5_k,   TensorType::q6_k,  TensorType::iq4_xs};
 
-// The f16 fields of a block, [begin, end): d and dmin (Q4_K, Q5_K), d (Q6_K), d and m (Q4_1,
-// Q5_1), d (Q5_0).
+// The scale fields of a block, [begin, end): d and dmin (Q4_K, Q5_K, Q2_K), d (Q6_K, Q3_K,
+// Q5_0, IQ4_NL, IQ4_XS), d and m (Q4_1, Q5_1), the exponent byte (MXFP4).
 std::pair<std::size_t, std::size_t> f16_fields(TensorType type) {
-  if (type == TensorType::q6_k) return {208, 210};
-  if (type == TensorType::q5_0) return {0, 2};
-  return {0, 4};
+  switch (type) {
+    case TensorType::q6_k:
+      return {208, 210};
+    case TensorType::q2_k:
+      return {80, 84};
+    case TensorType::q3_k:
+      return {108, 110};
+    case TensorType::q5_0:
+    case TensorType::iq4_nl:
+    case TensorType::iq4_xs:
+      return {0, 2};
+    case TensorType::mxfp4:
+      return {0, 1};
+    default:
+      return {0, 4};
+  }
 }
 
 // Encoded by troupe's quantizer, then every byte but the f16 fields randomised (all but Q8_0
@@ -243,7 +257,13 @@ TEST_CASE("the CPU backend multiplies quantized weights through the int8 kernels
 TEST_CASE("only K-quant rows of whole super-blocks have an int8 kernel", "[cpu][int8]") {
   CHECK(has_int8_kernel(TensorType::q5_0, 896));
   CHECK(has_int8_kernel(TensorType::q4_1, 32));
+  CHECK(has_int8_kernel(TensorType::iq4_nl, 896));
+  CHECK(has_int8_kernel(TensorType::mxfp4, 2880));  // gpt-oss's expert width
   CHECK_FALSE(has_int8_kernel(TensorType::q5_1, 48));
   CHECK_FALSE(has_int8_kernel(TensorType::q4_k, 896));
+  CHECK_FALSE(has_int8_kernel(TensorType::q2_k, 896));
+  CHECK_FALSE(has_int8_kernel(TensorType::iq4_xs, 896));
+  CHECK(has_int8_kernel(TensorType::q3_k, 512));
   CHECK_FALSE(has_int8_kernel(TensorType::f16, 256));
+  CHECK_FALSE(has_int8_kernel(TensorType::iq2_xxs, 256));
 }

@@ -216,6 +216,14 @@ TEST_CASE("corrupt tensor infos name the tensor", "[gguf]") {
     w.add_tensor("weird", static_cast<TensorType>(77), {4}, std::vector<std::byte>(16));
     CHECK(error_of(w.to_bytes()) == "tensor 'weird' has unknown tensor type 77");
   }
+  SECTION("a type ggml has removed from files") {
+    GgufWriter w;
+    w.add_tensor("blk.0.ffn_up.weight", static_cast<TensorType>(31), {32},
+                 std::vector<std::byte>(18));
+    CHECK(error_of(w.to_bytes()) ==
+          "tensor 'blk.0.ffn_up.weight' has tensor type Q4_0_4_4 (31), which ggml has removed "
+          "from GGUF files; convert the model again");
+  }
   SECTION("a row that is not whole blocks") {
     GgufWriter w;
     w.add_tensor("q", TensorType::q8_0, {33}, std::vector<std::byte>(34));
@@ -242,6 +250,36 @@ TEST_CASE("corrupt tensor infos name the tensor", "[gguf]") {
     w.add_tensor("t", TensorType::f32, {1}, std::vector<std::byte>(4));
     w.add_tensor("t", TensorType::f32, {1}, std::vector<std::byte>(4));
     CHECK(error_of(w.to_bytes()) == "corrupt file: tensor 't' appears twice");
+  }
+}
+
+TEST_CASE("tensors of every type ggml defines parse, with ggml's names and block sizes", "[gguf]") {
+  // Types troupe cannot compute with still parse: the model loader then refuses them by
+  // tensor and type name (tests/cpu/quantized_model_test.cpp).
+  struct Known {
+    std::uint32_t id;
+    std::string_view name;
+    std::int64_t block;
+    std::size_t block_bytes;
+  };
+  for (const Known k :
+       {Known{16, "IQ2_XXS", 256, 66}, Known{17, "IQ2_XS", 256, 74}, Known{18, "IQ3_XXS", 256, 98},
+        Known{19, "IQ1_S", 256, 50}, Known{20, "IQ4_NL", 32, 18}, Known{21, "IQ3_S", 256, 110},
+        Known{22, "IQ2_S", 256, 82}, Known{23, "IQ4_XS", 256, 136}, Known{29, "IQ1_M", 256, 56},
+        Known{34, "TQ1_0", 256, 54}, Known{35, "TQ2_0", 256, 66}, Known{39, "MXFP4", 32, 17},
+        Known{40, "NVFP4", 64, 36}, Known{41, "Q1_0", 128, 18}, Known{42, "Q2_0", 64, 18},
+        Known{10, "Q2_K", 256, 84}, Known{11, "Q3_K", 256, 110}}) {
+    INFO(k.name);
+    GgufWriter w;
+    w.add_tensor("t", static_cast<TensorType>(k.id), {k.block * 2, 3},
+                 std::vector<std::byte>(6 * k.block_bytes));
+    const auto bytes = w.to_bytes();
+    auto file = GgufFile::parse(bytes);
+    REQUIRE(file.has_value());
+    const GgufTensorInfo* t = file->find_tensor("t");
+    REQUIRE(t != nullptr);
+    CHECK(tensor_type_name(t->type) == k.name);
+    CHECK(t->num_bytes == 6 * k.block_bytes);
   }
 }
 
