@@ -193,13 +193,22 @@ void print(const Measured& m, const Options& opts, bool split) {
 
 // Bytes of weights a decode step reads: every matrix once (the embedding table only where it
 // is the LM head too; otherwise only the step's rows of it).
+// A batch-1 decode step's weight reads: every matrix but an untied embedding table (one row is
+// read), and of stacked experts only the used ones' share.
 std::uint64_t weight_bytes_per_step(const std::string& path) {
   const auto file = gguf::GgufFile::open(path);
   if (!file) return 0;
   const bool tied = file->find_tensor("output.weight") == nullptr;
+  std::uint64_t num_experts = 0, num_used = 0;
+  if (const auto arch = file->get_string("general.architecture")) {
+    num_experts = file->get_uint(std::string(*arch) + ".expert_count").value_or(0);
+    num_used = file->get_uint(std::string(*arch) + ".expert_used_count").value_or(0);
+  }
   std::uint64_t total = 0;
   for (const auto& t : file->tensors()) {
-    if (t.name != "token_embd.weight" || tied) total += t.num_bytes;
+    if (t.name == "token_embd.weight" && !tied) continue;
+    const bool experts = t.name.find("_exps.") != std::string::npos && num_experts > 0;
+    total += experts ? t.num_bytes / num_experts * std::min(num_used, num_experts) : t.num_bytes;
   }
   return total;
 }

@@ -1,4 +1,4 @@
-// `troupe make-model`: writes a random-weight Llama model as a GGUF file.
+// `troupe make-model`: writes a random-weight model (Llama, Qwen3, Qwen3-MoE) as a GGUF file.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -61,9 +61,13 @@ void add_make_model_command(CLI::App& app) {
     model::RandomModelSpec spec;
   };
   auto opts = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("make-model", "write a random-weight Llama model (GGUF)");
+  auto* cmd = app.add_subcommand("make-model",
+                                 "write a random-weight model (GGUF): Llama, Qwen3 or Qwen3-MoE");
   cmd->add_option("--out,-o", opts->out, "file to write")->required();
-  cmd->add_option("--preset", opts->preset, "starting shape: tiny (15M) or 110m");
+  cmd->add_option("--preset", opts->preset,
+                  "starting shape: tiny (15M), 110m, or moe (qwen3moe: 32 experts, 4 active)");
+  cmd->add_option("--arch", opts->spec.arch,
+                  "llama (with --experts: Mixtral-style), qwen3 or qwen3moe");
   cmd->add_option(
       "--type", opts->type,
       "matrix type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "
@@ -75,6 +79,10 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--heads", opts->spec.num_heads, "attention heads");
   cmd->add_option("--kv-heads", opts->spec.num_kv_heads, "key/value heads");
   cmd->add_option("--ffn", opts->spec.ffn_dim, "feed-forward size");
+  cmd->add_option("--head-dim", opts->spec.head_dim, "head size (default dim / heads)");
+  cmd->add_option("--experts", opts->spec.num_experts, "routed experts a layer (0: dense)");
+  cmd->add_option("--experts-used", opts->spec.num_experts_used, "experts a token");
+  cmd->add_option("--expert-ffn", opts->spec.expert_ffn_dim, "an expert's feed-forward size");
   cmd->add_option("--vocab-size", opts->spec.vocab_size, "size of the built-in vocabulary");
   cmd->add_option("--vocab", opts->spec.vocab_path, "GGUF file whose tokenizer to copy");
   cmd->add_option("--context-length", opts->spec.context_length, "context length");
@@ -93,6 +101,11 @@ void add_make_model_command(CLI::App& app) {
     else if (cmd->count("--heads"))
       spec.num_kv_heads = spec.num_heads;
     if (cmd->count("--ffn")) spec.ffn_dim = opts->spec.ffn_dim;
+    if (cmd->count("--arch")) spec.arch = opts->spec.arch;
+    if (cmd->count("--head-dim")) spec.head_dim = opts->spec.head_dim;
+    if (cmd->count("--experts")) spec.num_experts = opts->spec.num_experts;
+    if (cmd->count("--experts-used")) spec.num_experts_used = opts->spec.num_experts_used;
+    if (cmd->count("--expert-ffn")) spec.expert_ffn_dim = opts->spec.expert_ffn_dim;
     if (cmd->count("--vocab-size")) spec.vocab_size = opts->spec.vocab_size;
     if (cmd->count("--context-length")) spec.context_length = opts->spec.context_length;
     if (cmd->count("--seed")) spec.seed = opts->spec.seed;

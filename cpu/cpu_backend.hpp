@@ -90,8 +90,15 @@ class CpuBackend final : public model::Backend {
     std::vector<std::int64_t> begin;      // [num + 1] expert e's first slot
     std::vector<std::int64_t> slot;       // [n * k] (row, choice) -> slot
     std::vector<std::int64_t> slot_row;   // [n * k] slot -> row
-    std::vector<float> xs, gate, up, ys;  // [n * k, dim | ffn] the rows gathered by expert
+    std::vector<float> xs, gate, up, ys;  // [n * k, dim | ffn] by expert (xs: float experts)
+    Int8RowBuffer xs_int8, gate_int8;     // xs and the activated gate, for the int8 kernels
+    std::vector<std::int32_t> loaded;     // the experts with rows, the most rows first
   };
+  // moe_ffn's experts over the `total` gathered (row, choice) slots of x.
+  void moe_experts_int8(model::Tensor x, const model::MoeLayer& layer, std::int64_t total,
+                        std::int64_t ffn);
+  void moe_experts_each(model::Tensor x, const model::MoeLayer& layer, std::int64_t total,
+                        std::int64_t ffn);
   MoeScratch moe_;
 };
 

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "cpu/cpu_backend.hpp"
+#include "gguf/dequantize.hpp"
 
 namespace troupe::cpu {
 
@@ -74,6 +75,26 @@ void swiglu_oai(float* gate, const float* up, std::int64_t n) {
   }
 }
 
+// Expert e's rows are slots [begin[e], begin[e + 1]).
+std::int64_t rows_of(const std::vector<std::int64_t>& begin, std::int32_t e) {
+  return begin[static_cast<std::size_t>(e) + 1] - begin[static_cast<std::size_t>(e)];
+}
+
+// Output rows a task computes: about 8 tasks a thread for one matrix, in fours.
+std::int64_t rows_per_task(std::int64_t rows, int num_threads) {
+  const std::int64_t target = std::max<std::int64_t>(1, rows / (8 * num_threads));
+  return std::max<std::int64_t>(4, (target + 3) / 4 * 4);
+}
+
+void silu_gate(float* gate, const float* up, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add_row(float* x, const model::Weight& bias) {
+  const auto* b = static_cast<const float*>(bias.data);
+  for (std::int64_t i = 0; i < bias.rows * bias.cols; ++i) x[i] += b[i];
+}
+
 }  // namespace
 
 void CpuBackend::moe_ffn(Tensor x, const model::MoeLayer& layer, Tensor out) {
@@ -111,34 +132,20 @@ void CpuBackend::moe_ffn(Tensor x, const model::MoeLayer& layer, Tensor out) {
     }
   }
   const std::int64_t total = n * k;
-  moe_.xs.resize(static_cast<std::size_t>(total * dim));
   moe_.gate.resize(static_cast<std::size_t>(total * ffn));
   moe_.up.resize(static_cast<std::size_t>(total * ffn));
   moe_.ys.resize(static_cast<std::size_t>(total * dim));
-  const Tensor xs{moe_.xs.data(), total, dim}, gate{moe_.gate.data(), total, ffn},
-      up{moe_.up.data(), total, ffn}, ys{moe_.ys.data(), total, dim};
-  pool_.parallel_for(
-      total, [&](std::int64_t s) { std::copy_n(row_of(x, moe_.slot_row[s]), dim, row_of(xs, s)); });
-  // Then each expert once, over its rows.
-  for (std::int32_t e = 0; e < num; ++e) {
-    const std::int64_t b0 = moe_.begin[static_cast<std::size_t>(e)];
-    const std::int64_t m = moe_.begin[static_cast<std::size_t>(e) + 1] - b0;
-    if (m == 0) continue;
-    const model::ExpertWeights& w = layer.experts[static_cast<std::size_t>(e)];
-    const Tensor xe{row_of(xs, b0), m, dim}, ge{row_of(gate, b0), m, ffn},
-        ue{row_of(up, b0), m, ffn}, ye{row_of(ys, b0), m, dim};
-    matmul(xe, w.gate, ge);
-    matmul(xe, w.up, ue);
-    if (w.gate_bias.data != nullptr) add_bias(ge, w.gate_bias);
-    if (w.up_bias.data != nullptr) add_bias(ue, w.up_bias);
-    if (layer.activation == ExpertActivation::silu) {
-      swiglu(ge, ue, ge);
-    } else {
-      pool_.parallel_for(m, [&](std::int64_t r) { swiglu_oai(row_of(ge, r), row_of(ue, r), ffn); });
-    }
-    matmul(ge, w.down, ye);
-    if (w.down_bias.data != nullptr) add_bias(ye, w.down_bias);
+  // Then the experts, each once over its rows.
+  const bool int8 = std::all_of(layer.experts.begin(), layer.experts.end(), [&](const auto& w) {
+    return has_int8_kernel(w.gate.type, dim) && has_int8_kernel(w.up.type, dim) &&
+           has_int8_kernel(w.down.type, ffn);
+  });
+  if (int8) {
+    moe_experts_int8(x, layer, total, ffn);
+  } else {
+    moe_experts_each(x, layer, total, ffn);
   }
+  const Tensor ys{moe_.ys.data(), total, dim};
   // Last, each row's weighted sum, in the order its experts were chosen.
   pool_.parallel_for(n, [&](std::int64_t r) {
     float* o = row_of(out, r);
@@ -152,6 +159,113 @@ void CpuBackend::moe_ffn(Tensor x, const model::MoeLayer& layer, Tensor out) {
       }
     }
   });
+}
+
+// Quantized experts: the gathered rows quantized once; every loaded expert's gate and up in
+// one parallel loop, then the activation (quantized as it is made), then every down in
+// another. A task is (expert, a block of output rows), the most-loaded experts' first, so
+// no thread waits on one busy expert and the loop's tail is the lightest work.
+void CpuBackend::moe_experts_int8(Tensor x, const model::MoeLayer& layer, std::int64_t total,
+                                  std::int64_t ffn) {
+  const std::int64_t dim = x.cols;
+  MoeScratch& m = moe_;
+  const auto num = static_cast<std::int32_t>(layer.experts.size());
+  m.loaded.clear();
+  for (std::int32_t e = 0; e < num; ++e) {
+    if (rows_of(m.begin, e) > 0) m.loaded.push_back(e);
+  }
+  std::stable_sort(m.loaded.begin(), m.loaded.end(), [&](std::int32_t a, std::int32_t b) {
+    return rows_of(m.begin, a) > rows_of(m.begin, b);
+  });
+  m.xs_int8.resize(total, dim);
+  pool_.parallel_for(total,
+                     [&](std::int64_t s) { m.xs_int8.quantize_row(s, row_of(x, m.slot_row[s])); });
+  const Int8Rows xq = m.xs_int8.rows();
+  const auto loaded = static_cast<std::int64_t>(m.loaded.size());
+  const std::int64_t up_chunk = rows_per_task(ffn, pool_.num_threads());
+  const std::int64_t up_tasks = (ffn + up_chunk - 1) / up_chunk;
+  pool_.parallel_for(loaded * up_tasks, [&](std::int64_t task) {
+    const std::int32_t e = m.loaded[static_cast<std::size_t>(task / up_tasks)];
+    const std::int64_t r0 = task % up_tasks * up_chunk, rows = std::min(up_chunk, ffn - r0);
+    const std::int64_t b0 = m.begin[static_cast<std::size_t>(e)], count = rows_of(m.begin, e);
+    const model::ExpertWeights& w = layer.experts[static_cast<std::size_t>(e)];
+    const Int8Rows x = xq.from_row(b0);
+    for (const auto& [weight, out] : {std::pair{&w.gate, m.gate.data()}, {&w.up, m.up.data()}}) {
+      const std::size_t row_bytes = gguf::row_bytes(weight->type, dim);
+      int8_matmul(weight->type, x, count,
+                  static_cast<const std::byte*>(weight->data) + r0 * row_bytes, row_bytes, rows,
+                  out + b0 * ffn + r0, ffn);
+    }
+  });
+  m.gate_int8.resize(total, ffn);
+  pool_.parallel_for(total, [&](std::int64_t s) {
+    const auto e = static_cast<std::size_t>(std::upper_bound(m.begin.begin(), m.begin.end(), s) -
+                                            m.begin.begin() - 1);
+    const model::ExpertWeights& w = layer.experts[e];
+    float* g = m.gate.data() + s * ffn;
+    float* u = m.up.data() + s * ffn;
+    if (w.gate_bias.data != nullptr) add_row(g, w.gate_bias);
+    if (w.up_bias.data != nullptr) add_row(u, w.up_bias);
+    if (layer.activation == ExpertActivation::silu) {
+      silu_gate(g, u, ffn);
+    } else {
+      swiglu_oai(g, u, ffn);
+    }
+    m.gate_int8.quantize_row(s, g);
+  });
+  const Int8Rows hq = m.gate_int8.rows();
+  const std::int64_t down_chunk = rows_per_task(dim, pool_.num_threads());
+  const std::int64_t down_tasks = (dim + down_chunk - 1) / down_chunk;
+  pool_.parallel_for(loaded * down_tasks, [&](std::int64_t task) {
+    const std::int32_t e = m.loaded[static_cast<std::size_t>(task / down_tasks)];
+    const std::int64_t r0 = task % down_tasks * down_chunk, rows = std::min(down_chunk, dim - r0);
+    const std::int64_t b0 = m.begin[static_cast<std::size_t>(e)], count = rows_of(m.begin, e);
+    const model::ExpertWeights& w = layer.experts[static_cast<std::size_t>(e)];
+    float* y = m.ys.data() + b0 * dim + r0;
+    const std::size_t row_bytes = gguf::row_bytes(w.down.type, ffn);
+    int8_matmul(w.down.type, hq.from_row(b0), count,
+                static_cast<const std::byte*>(w.down.data) + r0 * row_bytes, row_bytes, rows, y,
+                dim);
+    if (w.down_bias.data != nullptr) {
+      const auto* b = static_cast<const float*>(w.down_bias.data) + r0;
+      for (std::int64_t s = 0; s < count; ++s) {
+        for (std::int64_t i = 0; i < rows; ++i) y[s * dim + i] += b[i];
+      }
+    }
+  });
+}
+
+// Float experts: each expert's matmuls in turn, each spread over the threads.
+void CpuBackend::moe_experts_each(Tensor x, const model::MoeLayer& layer, std::int64_t total,
+                                  std::int64_t ffn) {
+  MoeScratch& m = moe_;
+  const std::int64_t dim = x.cols;
+  m.xs.resize(static_cast<std::size_t>(total * dim));
+  const Tensor xs{m.xs.data(), total, dim}, gate{m.gate.data(), total, ffn},
+      up{m.up.data(), total, ffn}, ys{m.ys.data(), total, dim};
+  pool_.parallel_for(
+      total, [&](std::int64_t s) { std::copy_n(row_of(x, m.slot_row[s]), dim, row_of(xs, s)); });
+  const auto num = static_cast<std::int32_t>(layer.experts.size());
+  for (std::int32_t e = 0; e < num; ++e) {
+    const std::int64_t b0 = m.begin[static_cast<std::size_t>(e)];
+    const std::int64_t count = rows_of(m.begin, e);
+    if (count == 0) continue;
+    const model::ExpertWeights& w = layer.experts[static_cast<std::size_t>(e)];
+    const Tensor xe{row_of(xs, b0), count, dim}, ge{row_of(gate, b0), count, ffn},
+        ue{row_of(up, b0), count, ffn}, ye{row_of(ys, b0), count, dim};
+    matmul(xe, w.gate, ge);
+    matmul(xe, w.up, ue);
+    if (w.gate_bias.data != nullptr) add_bias(ge, w.gate_bias);
+    if (w.up_bias.data != nullptr) add_bias(ue, w.up_bias);
+    if (layer.activation == ExpertActivation::silu) {
+      swiglu(ge, ue, ge);
+    } else {
+      pool_.parallel_for(count,
+                         [&](std::int64_t r) { swiglu_oai(row_of(ge, r), row_of(ue, r), ffn); });
+    }
+    matmul(ge, w.down, ye);
+    if (w.down_bias.data != nullptr) add_bias(ye, w.down_bias);
+  }
 }
 
 }  // namespace troupe::cpu

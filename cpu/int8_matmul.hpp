@@ -24,6 +24,11 @@ struct Int8Rows {
   const float* lane_scales = nullptr;  // [rows, cols / 4]: the scale of values 4l..4l+3
   const float* sums = nullptr;         // [rows, cols / 16]: scale * sum of q[16g..16g+16)
   std::int64_t cols = 0;               // a multiple of 32
+
+  // The rows from `first` on.
+  Int8Rows from_row(std::int64_t first) const {
+    return {q + first * cols, lane_scales + first * (cols / 4), sums + first * (cols / 16), cols};
+  }
 };
 
 // Storage for Int8Rows, reused across calls.

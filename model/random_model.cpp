@@ -1,5 +1,6 @@
 #include "model/random_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -134,6 +135,21 @@ Result<RandomModelSpec> random_model_preset(const std::string& name) {
     spec.name = "troupe-random-tiny";
     return spec;
   }
+  if (name == "moe") {
+    spec.name = "troupe-random-moe";
+    spec.arch = "qwen3moe";
+    spec.dim = 1024;
+    spec.num_layers = 8;
+    spec.num_heads = 16;
+    spec.num_kv_heads = 4;
+    spec.head_dim = 64;
+    spec.ffn_dim = 3072;  // written, as the converter does, but unused
+    spec.num_experts = 32;
+    spec.num_experts_used = 4;
+    spec.expert_ffn_dim = 512;
+    spec.tied_output = false;
+    return spec;
+  }
   if (name == "110m") {
     spec.name = "troupe-random-110m";
     spec.dim = 768;
@@ -144,19 +160,39 @@ Result<RandomModelSpec> random_model_preset(const std::string& name) {
     return spec;
   }
   return make_error(ErrorCode::invalid_argument,
-                    "unknown model preset '" + name + "' (tiny and 110m exist)");
+                    "unknown model preset '" + name + "' (tiny, 110m and moe exist)");
 }
 
 Result<void> write_random_model(const RandomModelSpec& spec, const std::string& path) {
+  const std::string& arch = spec.arch;
+  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe") {
+    return make_error(ErrorCode::invalid_argument,
+                      "random models are llama, qwen3 or qwen3moe, not '" + arch + "'");
+  }
+  const bool qk_norm = arch != "llama";
   if (spec.dim <= 0 || spec.num_layers <= 0 || spec.num_heads <= 0 || spec.num_kv_heads <= 0 ||
-      spec.ffn_dim <= 0 || spec.dim % spec.num_heads != 0 ||
-      spec.num_heads % spec.num_kv_heads != 0 || (spec.dim / spec.num_heads) % 2 != 0) {
+      spec.ffn_dim <= 0 || spec.head_dim < 0 ||
+      (spec.head_dim == 0 && spec.dim % spec.num_heads != 0) ||
+      spec.num_heads % spec.num_kv_heads != 0 ||
+      (spec.head_dim > 0 ? spec.head_dim : spec.dim / spec.num_heads) % 2 != 0) {
     return make_error(ErrorCode::invalid_argument,
                       "impossible model shape (dim " + std::to_string(spec.dim) + ", " +
                           std::to_string(spec.num_heads) + " heads, " +
                           std::to_string(spec.num_kv_heads) + " KV heads, FFN " +
                           std::to_string(spec.ffn_dim) +
-                          "): dim must split into heads of an even size, and heads into KV heads");
+                          "): dim must split into heads of an even size (or a head_dim be "
+                          "given), and heads into KV heads");
+  }
+  const bool moe = spec.num_experts > 0;
+  if ((arch == "qwen3moe" && !moe) || (arch == "qwen3" && moe) ||
+      (moe && (spec.num_experts_used <= 0 || spec.num_experts_used > spec.num_experts ||
+               spec.expert_ffn_dim <= 0))) {
+    return make_error(ErrorCode::invalid_argument,
+                      "experts: qwen3moe needs them, qwen3 has none, and a model with experts "
+                      "needs 1..num_experts of them used and an expert FFN size (got " +
+                          std::to_string(spec.num_experts) + " experts, " +
+                          std::to_string(spec.num_experts_used) + " used, FFN " +
+                          std::to_string(spec.expert_ffn_dim) + ")");
   }
   using Mix = RandomModelSpec::Mix;
   const gguf::TensorType type = spec.mix == Mix::q4_k_m   ? gguf::TensorType::q4_k
@@ -190,24 +226,43 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
   }
   const auto block =
       static_cast<std::int32_t>(spec.mix != Mix::none ? 256 : traits->block_elements);
-  if (spec.dim % block != 0 || spec.ffn_dim % block != 0) {
-    return make_error(ErrorCode::invalid_argument, "dim and ffn_dim must be multiples of " +
-                                                       std::to_string(block) + " for " +
-                                                       std::string(gguf::tensor_type_name(type)));
+  const std::int64_t head_dim = spec.head_dim > 0 ? spec.head_dim : spec.dim / spec.num_heads;
+  const std::int64_t q_dim = head_dim * spec.num_heads;
+  const std::int64_t kv_dim = head_dim * spec.num_kv_heads;
+  if (spec.dim % block != 0 || spec.ffn_dim % block != 0 || q_dim % block != 0 ||
+      (moe && spec.expert_ffn_dim % block != 0)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "dim, the FFN sizes and heads x head_dim must be multiples of " +
+                          std::to_string(block) + " for " +
+                          std::string(gguf::tensor_type_name(type)));
   }
+  const auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
   gguf::GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", arch);
   w.add_string("general.name", spec.name);
   w.add_string("general.description", "random weights (normal, seeded); for tests and benchmarks");
-  w.add_uint32("llama.context_length", static_cast<std::uint32_t>(spec.context_length));
-  w.add_uint32("llama.embedding_length", static_cast<std::uint32_t>(spec.dim));
-  w.add_uint32("llama.block_count", static_cast<std::uint32_t>(spec.num_layers));
-  w.add_uint32("llama.feed_forward_length", static_cast<std::uint32_t>(spec.ffn_dim));
-  w.add_uint32("llama.attention.head_count", static_cast<std::uint32_t>(spec.num_heads));
-  w.add_uint32("llama.attention.head_count_kv", static_cast<std::uint32_t>(spec.num_kv_heads));
-  w.add_uint32("llama.rope.dimension_count", static_cast<std::uint32_t>(spec.dim / spec.num_heads));
-  w.add_float32("llama.rope.freq_base", 10000.0f);
-  w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_uint32(arch + ".context_length", u32(spec.context_length));
+  w.add_uint32(arch + ".embedding_length", u32(spec.dim));
+  w.add_uint32(arch + ".block_count", u32(spec.num_layers));
+  // Mixtral-style llama files give the experts' FFN size here; qwen3moe a dense one, unused.
+  w.add_uint32(arch + ".feed_forward_length",
+               u32(arch == "llama" && moe ? spec.expert_ffn_dim : spec.ffn_dim));
+  w.add_uint32(arch + ".attention.head_count", u32(spec.num_heads));
+  w.add_uint32(arch + ".attention.head_count_kv", u32(spec.num_kv_heads));
+  if (spec.head_dim > 0) {
+    w.add_uint32(arch + ".attention.key_length", u32(head_dim));
+    w.add_uint32(arch + ".attention.value_length", u32(head_dim));
+  }
+  if (moe) {
+    w.add_uint32(arch + ".expert_count", u32(spec.num_experts));
+    w.add_uint32(arch + ".expert_used_count", u32(spec.num_experts_used));
+    if (arch == "qwen3moe") {
+      w.add_uint32(arch + ".expert_feed_forward_length", u32(spec.expert_ffn_dim));
+    }
+  }
+  w.add_uint32(arch + ".rope.dimension_count", u32(head_dim));
+  w.add_float32(arch + ".rope.freq_base", qk_norm ? 1e6f : 10000.0f);
+  w.add_float32(arch + ".attention.layer_norm_rms_epsilon", qk_norm ? 1e-6f : 1e-5f);
 
   std::int32_t vocab_size = spec.vocab_size;
   if (spec.vocab_path.empty()) {
@@ -232,7 +287,7 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     }
     const bool attn_v = name.ends_with("attn_v.weight");
     const bool attn_output = name.ends_with("attn_output.weight");
-    const bool ffn_down = name.ends_with("ffn_down.weight");
+    const bool ffn_down = name.find("ffn_down") != std::string::npos;  // experts too
     switch (spec.mix) {
       case Mix::q4_k_m:
         return (attn_v || ffn_down) && more_bits(layer) ? TensorType::q6_k : TensorType::q4_k;
@@ -249,13 +304,21 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
         return TensorType::q2_k;
     }
   };
+  // A matrix [rows, cols], or `experts` of them stacked (GGUF shape {cols, rows, experts}).
   auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols,
-                    std::int32_t layer = -1) -> Result<void> {
-    const auto values = normal_values(static_cast<std::size_t>(rows * cols), spec.stddev,
+                    std::int32_t layer = -1, std::int64_t experts = 0) -> Result<void> {
+    const std::int64_t count = std::max<std::int64_t>(experts, 1);
+    const auto values = normal_values(static_cast<std::size_t>(count * rows * cols), spec.stddev,
                                       spec.seed ^ hash_name(name));
-    const gguf::TensorType tensor_type = matrix_type(name, layer);
+    // The router stays F32, as llama.cpp's quantizer leaves ffn_gate_inp.
+    const gguf::TensorType tensor_type =
+        name.ends_with("ffn_gate_inp.weight") ? gguf::TensorType::f32 : matrix_type(name, layer);
     TROUPE_TRY(auto data, gguf::quantize(tensor_type, values, cols));
-    w.add_tensor(name, tensor_type, {cols, rows}, std::move(data));
+    if (experts > 0) {
+      w.add_tensor(name, tensor_type, {cols, rows, experts}, std::move(data));
+    } else {
+      w.add_tensor(name, tensor_type, {cols, rows}, std::move(data));
+    }
     return {};
   };
   auto ones = [&](const std::string& name, std::int64_t n) {
@@ -263,22 +326,32 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     auto data = gguf::quantize(gguf::TensorType::f32, values, n);
     w.add_tensor(name, gguf::TensorType::f32, {n}, std::move(*data));
   };
-  const std::int64_t head_dim = spec.dim / spec.num_heads;
-  const std::int64_t kv_dim = head_dim * spec.num_kv_heads;
   TROUPE_TRY_VOID(matrix("token_embd.weight", vocab_size, spec.dim));
   ones("output_norm.weight", spec.dim);
   if (!spec.tied_output) TROUPE_TRY_VOID(matrix("output.weight", vocab_size, spec.dim));
   for (std::int32_t i = 0; i < spec.num_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     ones(b + "attn_norm.weight", spec.dim);
-    TROUPE_TRY_VOID(matrix(b + "attn_q.weight", spec.dim, spec.dim, i));
+    TROUPE_TRY_VOID(matrix(b + "attn_q.weight", q_dim, spec.dim, i));
     TROUPE_TRY_VOID(matrix(b + "attn_k.weight", kv_dim, spec.dim, i));
     TROUPE_TRY_VOID(matrix(b + "attn_v.weight", kv_dim, spec.dim, i));
-    TROUPE_TRY_VOID(matrix(b + "attn_output.weight", spec.dim, spec.dim, i));
+    TROUPE_TRY_VOID(matrix(b + "attn_output.weight", spec.dim, q_dim, i));
+    if (qk_norm) {
+      ones(b + "attn_q_norm.weight", head_dim);
+      ones(b + "attn_k_norm.weight", head_dim);
+    }
     ones(b + "ffn_norm.weight", spec.dim);
-    TROUPE_TRY_VOID(matrix(b + "ffn_gate.weight", spec.ffn_dim, spec.dim, i));
-    TROUPE_TRY_VOID(matrix(b + "ffn_up.weight", spec.ffn_dim, spec.dim, i));
-    TROUPE_TRY_VOID(matrix(b + "ffn_down.weight", spec.dim, spec.ffn_dim, i));
+    if (moe) {
+      const std::int64_t e = spec.num_experts, f = spec.expert_ffn_dim;
+      TROUPE_TRY_VOID(matrix(b + "ffn_gate_inp.weight", e, spec.dim, i));
+      TROUPE_TRY_VOID(matrix(b + "ffn_gate_exps.weight", f, spec.dim, i, e));
+      TROUPE_TRY_VOID(matrix(b + "ffn_up_exps.weight", f, spec.dim, i, e));
+      TROUPE_TRY_VOID(matrix(b + "ffn_down_exps.weight", spec.dim, f, i, e));
+    } else {
+      TROUPE_TRY_VOID(matrix(b + "ffn_gate.weight", spec.ffn_dim, spec.dim, i));
+      TROUPE_TRY_VOID(matrix(b + "ffn_up.weight", spec.ffn_dim, spec.dim, i));
+      TROUPE_TRY_VOID(matrix(b + "ffn_down.weight", spec.dim, spec.ffn_dim, i));
+    }
   }
   return w.write(path);
 }

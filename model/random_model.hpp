@@ -1,5 +1,6 @@
-// Random-weight Llama models of any shape, written as real GGUF files (like
-// vLLM's dummy load format): the built-in default model and the benchmark model.
+// Random-weight models of any shape, written as real GGUF files (like vLLM's dummy load
+// format): the built-in default model and the benchmark models. Llama (dense, or
+// Mixtral-style with experts), Qwen3 and Qwen3-MoE.
 #pragma once
 
 #include <cstdint>
@@ -12,21 +13,30 @@ namespace troupe::model {
 
 struct RandomModelSpec {
   std::string name = "troupe-random";
+  // "llama" (with num_experts > 0: Mixtral-style), "qwen3" or "qwen3moe" (per-head Q/K
+  // norms, NEOX RoPE, base 1e6).
+  std::string arch = "llama";
   std::int32_t dim = 288;
   std::int32_t num_layers = 6;
   std::int32_t num_heads = 6;
   std::int32_t num_kv_heads = 6;
   std::int32_t ffn_dim = 768;
+  std::int32_t head_dim = 0;  // 0: dim / num_heads
+  // A routed FFN: num_experts experts of expert_ffn_dim, num_experts_used a token (qwen3moe
+  // needs them; llama with them is Mixtral-style). Stacked in 3-D tensors, as files ship.
+  std::int32_t num_experts = 0;
+  std::int32_t num_experts_used = 0;
+  std::int32_t expert_ffn_dim = 0;
   std::int32_t vocab_size = 32000;  // for the built-in vocabulary; a copied one brings its own
   std::int32_t context_length = 2048;
   gguf::TensorType type = gguf::TensorType::f32;  // of the matrices; norms are always F32
   // One of llama.cpp's mixes instead of one type (its llama_tensor_get_type for a dense
-  // model), `type` then unused: Q4_K_M is Q4_K with Q6_K for the output (or the tied
-  // embedding) and for attn_v and ffn_down in the layers its `use_more_bits` picks; Q3_K_M is
-  // Q3_K with Q6_K output, Q5_K attn_v in the first two layers and Q4_K after, Q4_K
-  // attn_output, and Q5_K ffn_down in the first sixteenth of the layers, Q4_K after; the Q2_K
-  // file type is Q2_K with Q6_K output, Q3_K attn_output and ffn_down, and attn_v in Q4_K
-  // where 4 or more query heads share a KV head, else Q3_K.
+  // model, the stacked experts taken as the dense matrices they replace), `type` then unused:
+  // Q4_K_M is Q4_K with Q6_K for the output (or the tied embedding) and for attn_v and ffn_down in
+  // the layers its `use_more_bits` picks; Q3_K_M is Q3_K with Q6_K output, Q5_K attn_v in the first
+  // two layers and Q4_K after, Q4_K attn_output, and Q5_K ffn_down in the first sixteenth of the
+  // layers, Q4_K after; the Q2_K file type is Q2_K with Q6_K output, Q3_K attn_output and ffn_down,
+  // and attn_v in Q4_K where 4 or more query heads share a KV head, else Q3_K.
   enum class Mix { none, q4_k_m, q3_k_m, q2_k };
   Mix mix = Mix::none;
   bool tied_output = true;
@@ -37,8 +47,11 @@ struct RandomModelSpec {
   std::string vocab_path;
 };
 
-// Named shapes: "tiny" (the stories15M shape, ~15M parameters with a 32000 vocabulary)
-// and "110m" (dim 768, 12 layers, 12 heads, 4 KV heads, FFN 2048: ~110M with 32000).
+// Named shapes: "tiny" (the stories15M shape, ~15M parameters with a 32000 vocabulary),
+// "110m" (dim 768, 12 layers, 12 heads, 4 KV heads, FFN 2048: ~110M with 32000) and
+// "moe" (Qwen3-30B-A3B's proportions scaled down: qwen3moe, dim 1024, 8 layers, 16 heads,
+// 4 KV heads, head_dim 64, 32 experts of FFN 512 with 4 active: ~0.49B parameters with a
+// 32000 vocabulary, ~0.1B of them read a token).
 Result<RandomModelSpec> random_model_preset(const std::string& name);
 
 Result<void> write_random_model(const RandomModelSpec& spec, const std::string& path);

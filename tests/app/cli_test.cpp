@@ -82,6 +82,34 @@ TEST_CASE("troupe generate runs the built-in model when given none", "[cli]") {
   CHECK(run.out.find("generation: 8 tokens") != std::string::npos);
 }
 
+TEST_CASE("make-model writes mixtures of experts (qwen3moe, Mixtral-style llama) that serve",
+          "[cli]") {
+  for (const std::string arch : {"qwen3moe", "llama"}) {
+    INFO(arch);
+    const std::string path = test::temp_path("moe-" + arch + ".gguf");
+    const Run made = run_troupe("make-model --out " + path + " --arch " + arch +
+                                " --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 32"
+                                " --experts 8 --experts-used 2 --expert-ffn 256 --type q4_k_m"
+                                " --vocab-size 512");
+    REQUIRE(made.exit_code == 0);
+    const Run run = run_troupe("generate -m " + path + " -p 'Hello world' -n 6 --ignore-eos");
+    CHECK(run.exit_code == 0);
+    CHECK(run.out.find("generation: 6 tokens") != std::string::npos);
+    std::filesystem::remove(path);
+  }
+  const std::string bad = test::temp_path("moe-bad.gguf");
+  const Run used = run_troupe("make-model --out " + bad +
+                              " --arch qwen3moe --dim 64 --layers 1 --heads 2 --ffn 64"
+                              " --experts 4 --experts-used 5 --expert-ffn 64");
+  CHECK(used.exit_code == 1);
+  CHECK(used.out.find("4 experts, 5 used") != std::string::npos);
+  const Run none = run_troupe("make-model --out " + bad +
+                              " --arch qwen3moe --dim 64 --layers 1 --heads 2 --ffn 64");
+  CHECK(none.exit_code == 1);
+  CHECK(none.out.find("qwen3moe needs them") != std::string::npos);
+  CHECK(run_troupe("make-model --out " + bad + " --arch gpt2").exit_code == 1);
+}
+
 TEST_CASE("bad input to troupe is a clear error and exit code 1, never a crash", "[cli]") {
   SECTION("a missing model file") {
     const Run run = run_troupe("generate -m /nonexistent.gguf -p hi");
