@@ -67,7 +67,7 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--preset", opts->preset,
                   "starting shape: tiny (15M), 110m, or moe (qwen3moe: 32 experts, 4 active)");
   cmd->add_option("--arch", opts->spec.arch,
-                  "llama (with --experts: Mixtral-style), qwen3 or qwen3moe");
+                  "llama (with --experts: Mixtral-style), qwen3, qwen3moe or olmoe");
   cmd->add_option(
       "--type", opts->type,
       "matrix type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "

@@ -26,11 +26,12 @@ float* row_of(Tensor t, std::int64_t r) {
 }
 
 // The k experts of one row from its router logits [num], largest first (ties: the lower
-// id, as a stable sort does), with their weights.
+// id, as a stable sort does), with their weights as `routing` says.
 void route(const float* logits, std::int32_t num, std::int32_t k, ExpertRouting routing,
            std::int32_t* experts, float* weights, std::vector<float>& scratch) {
   scratch.assign(logits, logits + num);
-  if (routing == ExpertRouting::softmax_top_k) {
+  const bool softmax_first = routing != ExpertRouting::top_k_softmax;
+  if (softmax_first) {
     // p = softmax(l), as ggml's soft_max (the sum in double, one scale after).
     const float max = *std::max_element(scratch.begin(), scratch.end());
     double sum = 0.0;
@@ -41,14 +42,17 @@ void route(const float* logits, std::int32_t num, std::int32_t k, ExpertRouting 
     const auto inverse = static_cast<float>(1.0 / sum);
     for (float& v : scratch) v *= inverse;
   }
-  std::vector<std::int32_t> order(static_cast<std::size_t>(num));
+  thread_local std::vector<std::int32_t> order;
+  order.resize(static_cast<std::size_t>(num));
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + k, order.end(),
                     [&](std::int32_t a, std::int32_t b) {
                       return scratch[a] > scratch[b] || (scratch[a] == scratch[b] && a < b);
                     });
   for (std::int32_t j = 0; j < k; ++j) experts[j] = order[j];
-  if (routing == ExpertRouting::softmax_top_k) {
+  if (routing == ExpertRouting::softmax_top_k_unnormalised) {
+    for (std::int32_t j = 0; j < k; ++j) weights[j] = scratch[experts[j]];
+  } else if (routing == ExpertRouting::softmax_top_k) {
     // The chosen probabilities, renormalised to sum 1.
     float total = 0.0f;
     for (std::int32_t j = 0; j < k; ++j) total += scratch[experts[j]];

@@ -74,6 +74,7 @@ struct ArchFeatures;
 enum class ExpertRouting {
   softmax_top_k,  // p = softmax(l); the k largest p, renormalised to sum 1 (mixtral, qwen3moe)
   top_k_softmax,  // the k largest l; their weights softmax(those l) (gpt-oss)
+  softmax_top_k_unnormalised,  // p = softmax(l); the k largest p as they are (olmoe)
 };
 
 // What each expert computes between its gate/up and down projections.

@@ -30,7 +30,7 @@ Result<float> read_positive(const gguf::GgufFile& file, const std::string& key) 
 bool is_supported(const std::string& arch) {
   return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "phi3" ||
          arch == "gemma2" || arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe" ||
-         arch == "gpt-oss";
+         arch == "gpt-oss" || arch == "olmoe";
 }
 
 // The experts of a mixture-of-experts file: {arch}.expert_count of them, expert_used_count
@@ -168,6 +168,16 @@ Result<void> read_features(const gguf::GgufFile& file, LlamaConfig& c) {
     if (c.architecture == "qwen3moe" && f.num_experts == 0) {
       return make_error(ErrorCode::invalid_file, "qwen3moe without qwen3moe.expert_count");
     }
+  } else if (c.architecture == "olmoe") {
+    // As llama.cpp reads it: Q/K norms over the whole projections, NEOX RoPE, and a softmax
+    // router whose k largest probabilities weigh the experts unrenormalised.
+    if (f.num_experts == 0) {
+      return make_error(ErrorCode::invalid_file, "olmoe without olmoe.expert_count");
+    }
+    f.qk_norm_whole = true;
+    f.routing = ExpertRouting::softmax_top_k_unnormalised;
+    c.rope_layout = RopeLayout::neox;
+    TROUPE_TRY_VOID(check_value_length(file, c));
   } else if (c.architecture == "gemma3") {
     TROUPE_TRY_VOID(read_gemma3(file, c));
   } else if (c.architecture == "gpt-oss") {
@@ -244,6 +254,7 @@ std::string ArchFeatures::op_names() const {
   name(attention_softcap > 0.0f, "attention softcap");
   name(final_softcap > 0.0f, "final logit softcap");
   name(window_layers != WindowLayers::none && sliding_window > 0, "sliding window");
+  name(qk_norm_whole, "Q/K norms across heads");
   name(num_experts > 0, "mixture of experts");
   name(attn_output_bias, "attention output bias");
   name(attention_sinks, "attention sinks");

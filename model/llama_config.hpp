@@ -43,6 +43,9 @@ struct ArchFeatures {
   // blk.N.attn_q_norm / attn_k_norm [head_dim]: each query and key head RMS-normalised (the
   // model's eps, one weight for all heads) before RoPE (qwen3, gemma3).
   bool qk_norm = false;
+  // blk.N.attn_q_norm [heads * head_dim] / attn_k_norm [kv_heads * head_dim]: the whole query
+  // and key projections RMS-normalised, across every head, before RoPE (olmoe).
+  bool qk_norm_whole = false;
   // The RoPE base of the windowed (local) layers, which then have no position scaling
   // either; 0: the model's RoPE on every layer (gemma3: 10000 on local layers, the file's
   // base and linear scaling on global ones).

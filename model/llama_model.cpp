@@ -277,6 +277,13 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
   if ((f.fused_qkv || f.fused_gate_up) && !source.matrix_slice) {
     return make_error(ErrorCode::unsupported, "these weights cannot be cut into fused parts");
   }
+  if (f.qk_norm_whole && shard.is_split()) {
+    // Each rank holds some heads; their norm would need every rank's sum of squares.
+    return make_error(ErrorCode::unsupported,
+                      c.architecture +
+                          " split over ranks: its Q/K norms span every head (one "
+                          "rank per replica for now)");
+  }
   if ((f.qkv_bias || f.attention_sinks || f.moe_biases) && shard.is_split() &&
       !source.vector_slice) {
     return make_error(ErrorCode::unsupported, "these biases cannot be split over ranks");
@@ -316,6 +323,9 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
     if (f.qk_norm) {  // one weight for every head: each rank holds it whole
       TROUPE_TRY(l.q_norm, source.vector(b + "attn_q_norm.weight", hd));
       TROUPE_TRY(l.k_norm, source.vector(b + "attn_k_norm.weight", hd));
+    } else if (f.qk_norm_whole) {
+      TROUPE_TRY(l.q_norm, source.vector(b + "attn_q_norm.weight", q_dim));
+      TROUPE_TRY(l.k_norm, source.vector(b + "attn_k_norm.weight", kv_dim));
     }
     TROUPE_TRY(l.wo, matrix(b + "attn_output.weight", c.dim, q_dim, Axis::cols, q_begin, q_count));
     if (f.attn_output_bias) {  // added after the all-reduce: every rank holds it whole
@@ -613,6 +623,9 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
     };
     b.rms_norm(heads(q), w.q_norm, c.norm_eps, heads(q));
     b.rms_norm(heads(k), w.k_norm, c.norm_eps, heads(k));
+  } else if (f.qk_norm_whole) {  // a token's whole projection is one row
+    b.rms_norm(q, w.q_norm, c.norm_eps, q);
+    b.rms_norm(k, w.k_norm, c.norm_eps, k);
   }
   b.rope_store_kv(layer, q, k, v, c.head_dim, rope);
   b.attention(layer, q, params, attn);  // per sequence, over its own blocks

@@ -165,11 +165,11 @@ Result<RandomModelSpec> random_model_preset(const std::string& name) {
 
 Result<void> write_random_model(const RandomModelSpec& spec, const std::string& path) {
   const std::string& arch = spec.arch;
-  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe") {
+  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "olmoe") {
     return make_error(ErrorCode::invalid_argument,
-                      "random models are llama, qwen3 or qwen3moe, not '" + arch + "'");
+                      "random models are llama, qwen3, qwen3moe or olmoe, not '" + arch + "'");
   }
-  const bool qk_norm = arch != "llama";
+  const bool qwen = arch == "qwen3" || arch == "qwen3moe";
   if (spec.dim <= 0 || spec.num_layers <= 0 || spec.num_heads <= 0 || spec.num_kv_heads <= 0 ||
       spec.ffn_dim <= 0 || spec.head_dim < 0 ||
       (spec.head_dim == 0 && spec.dim % spec.num_heads != 0) ||
@@ -184,15 +184,16 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
                           "given), and heads into KV heads");
   }
   const bool moe = spec.num_experts > 0;
-  if ((arch == "qwen3moe" && !moe) || (arch == "qwen3" && moe) ||
+  if (((arch == "qwen3moe" || arch == "olmoe") && !moe) || (arch == "qwen3" && moe) ||
       (moe && (spec.num_experts_used <= 0 || spec.num_experts_used > spec.num_experts ||
                spec.expert_ffn_dim <= 0))) {
-    return make_error(ErrorCode::invalid_argument,
-                      "experts: qwen3moe needs them, qwen3 has none, and a model with experts "
-                      "needs 1..num_experts of them used and an expert FFN size (got " +
-                          std::to_string(spec.num_experts) + " experts, " +
-                          std::to_string(spec.num_experts_used) + " used, FFN " +
-                          std::to_string(spec.expert_ffn_dim) + ")");
+    return make_error(
+        ErrorCode::invalid_argument,
+        "experts: qwen3moe and olmoe need them, qwen3 has none, and a model with experts "
+        "needs 1..num_experts of them used and an expert FFN size (got " +
+            std::to_string(spec.num_experts) + " experts, " +
+            std::to_string(spec.num_experts_used) + " used, FFN " +
+            std::to_string(spec.expert_ffn_dim) + ")");
   }
   using Mix = RandomModelSpec::Mix;
   const gguf::TensorType type = spec.mix == Mix::q4_k_m   ? gguf::TensorType::q4_k
@@ -244,9 +245,10 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
   w.add_uint32(arch + ".context_length", u32(spec.context_length));
   w.add_uint32(arch + ".embedding_length", u32(spec.dim));
   w.add_uint32(arch + ".block_count", u32(spec.num_layers));
-  // Mixtral-style llama files give the experts' FFN size here; qwen3moe a dense one, unused.
+  // Mixtral-style llama and olmoe files give the experts' FFN size here; qwen3moe a dense
+  // one, unused.
   w.add_uint32(arch + ".feed_forward_length",
-               u32(arch == "llama" && moe ? spec.expert_ffn_dim : spec.ffn_dim));
+               u32(arch != "qwen3moe" && moe ? spec.expert_ffn_dim : spec.ffn_dim));
   w.add_uint32(arch + ".attention.head_count", u32(spec.num_heads));
   w.add_uint32(arch + ".attention.head_count_kv", u32(spec.num_kv_heads));
   if (spec.head_dim > 0) {
@@ -261,8 +263,8 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     }
   }
   w.add_uint32(arch + ".rope.dimension_count", u32(head_dim));
-  w.add_float32(arch + ".rope.freq_base", qk_norm ? 1e6f : 10000.0f);
-  w.add_float32(arch + ".attention.layer_norm_rms_epsilon", qk_norm ? 1e-6f : 1e-5f);
+  w.add_float32(arch + ".rope.freq_base", qwen ? 1e6f : 10000.0f);
+  w.add_float32(arch + ".attention.layer_norm_rms_epsilon", qwen ? 1e-6f : 1e-5f);
 
   std::int32_t vocab_size = spec.vocab_size;
   if (spec.vocab_path.empty()) {
@@ -336,9 +338,12 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
     TROUPE_TRY_VOID(matrix(b + "attn_k.weight", kv_dim, spec.dim, i));
     TROUPE_TRY_VOID(matrix(b + "attn_v.weight", kv_dim, spec.dim, i));
     TROUPE_TRY_VOID(matrix(b + "attn_output.weight", spec.dim, q_dim, i));
-    if (qk_norm) {
+    if (qwen) {
       ones(b + "attn_q_norm.weight", head_dim);
       ones(b + "attn_k_norm.weight", head_dim);
+    } else if (arch == "olmoe") {  // across the heads
+      ones(b + "attn_q_norm.weight", q_dim);
+      ones(b + "attn_k_norm.weight", kv_dim);
     }
     ones(b + "ffn_norm.weight", spec.dim);
     if (moe) {

@@ -1,6 +1,6 @@
 // Random-weight models of any shape, written as real GGUF files (like vLLM's dummy load
 // format): the built-in default model and the benchmark models. Llama (dense, or
-// Mixtral-style with experts), Qwen3 and Qwen3-MoE.
+// Mixtral-style with experts), Qwen3, Qwen3-MoE and OLMoE.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@ namespace troupe::model {
 struct RandomModelSpec {
   std::string name = "troupe-random";
   // "llama" (with num_experts > 0: Mixtral-style), "qwen3" or "qwen3moe" (per-head Q/K
-  // norms, NEOX RoPE, base 1e6).
+  // norms, NEOX RoPE, base 1e6), or "olmoe" (Q/K norms across heads, NEOX RoPE, experts).
   std::string arch = "llama";
   std::int32_t dim = 288;
   std::int32_t num_layers = 6;

@@ -82,9 +82,9 @@ TEST_CASE("troupe generate runs the built-in model when given none", "[cli]") {
   CHECK(run.out.find("generation: 8 tokens") != std::string::npos);
 }
 
-TEST_CASE("make-model writes mixtures of experts (qwen3moe, Mixtral-style llama) that serve",
+TEST_CASE("make-model writes mixtures of experts (qwen3moe, Mixtral-style llama, olmoe) that serve",
           "[cli]") {
-  for (const std::string arch : {"qwen3moe", "llama"}) {
+  for (const std::string arch : {"qwen3moe", "llama", "olmoe"}) {
     INFO(arch);
     const std::string path = test::temp_path("moe-" + arch + ".gguf");
     const Run made = run_troupe("make-model --out " + path + " --arch " + arch +
@@ -106,7 +106,7 @@ TEST_CASE("make-model writes mixtures of experts (qwen3moe, Mixtral-style llama)
   const Run none = run_troupe("make-model --out " + bad +
                               " --arch qwen3moe --dim 64 --layers 1 --heads 2 --ffn 64");
   CHECK(none.exit_code == 1);
-  CHECK(none.out.find("qwen3moe needs them") != std::string::npos);
+  CHECK(none.out.find("qwen3moe and olmoe need them") != std::string::npos);
   CHECK(run_troupe("make-model --out " + bad + " --arch gpt2").exit_code == 1);
 }
 

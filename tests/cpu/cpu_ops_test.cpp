@@ -1,6 +1,7 @@
 // Every CPU backend op against a plain reference written here in double
 // precision, on fresh random inputs, with outputs poisoned (NaN) beforehand so
 // that an element the op forgot to write fails.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -338,4 +339,120 @@ TEST_CASE("gather_logit_rows picks the asked rows", "[cpu][ops]") {
   for (int r : {2, 4})
     for (int i = 0; i < 6; ++i) want.push_back(xs[r * 6 + i]);
   check_close(out.values(), want, 0.0);
+}
+
+TEST_CASE("moe_ffn routes each row as its family does and sums its experts", "[cpu][ops][moe]") {
+  // Six experts, two a row, over 1, 3 and 40 rows (40 rows load some experts far more than
+  // others); float experts (one expert at a time) and Q8_0 ones (the grouped int8 path).
+  constexpr std::int64_t kDim = 64, kFfn = 96;
+  constexpr std::int32_t kExperts = 6, kUsed = 2;
+  CpuBackend backend(3);
+  for (const TensorType type : {TensorType::f32, TensorType::q8_0}) {
+    for (const ExpertRouting routing : {ExpertRouting::softmax_top_k, ExpertRouting::top_k_softmax,
+                                        ExpertRouting::softmax_top_k_unnormalised}) {
+      for (const ExpertActivation activation :
+           {ExpertActivation::silu, ExpertActivation::swiglu_oai}) {
+        const bool biased = activation == ExpertActivation::swiglu_oai;  // as gpt-oss
+        INFO("type " << tensor_type_name(type) << ", routing " << static_cast<int>(routing)
+                     << ", activation " << static_cast<int>(activation));
+        HostWeight router = make_weight(TensorType::f32, kExperts, kDim);
+        std::vector<HostWeight> gate, up, down, gate_b, up_b, down_b;
+        MoeLayer layer;
+        layer.router = router.weight;
+        layer.num_used = kUsed;
+        layer.routing = routing;
+        layer.activation = activation;
+        const auto router_bias = random_floats(kExperts, 0.5f);
+        if (biased) layer.router_bias = Weight{router_bias.data(), TensorType::f32, 1, kExperts};
+        std::vector<std::vector<float>> biases;
+        for (std::int32_t e = 0; e < kExperts; ++e) {
+          gate.push_back(make_weight(type, kFfn, kDim));
+          up.push_back(make_weight(type, kFfn, kDim));
+          down.push_back(make_weight(type, kDim, kFfn));
+          biases.push_back(random_floats(kFfn, 0.5f));
+          biases.push_back(random_floats(kFfn, 0.5f));
+          biases.push_back(random_floats(kDim, 0.5f));
+        }
+        for (std::int32_t e = 0; e < kExperts; ++e) {
+          ExpertWeights w{gate[e].weight, up[e].weight, down[e].weight, {}, {}, {}};
+          if (biased) {
+            w.gate_bias = Weight{biases[3 * e].data(), TensorType::f32, 1, kFfn};
+            w.up_bias = Weight{biases[3 * e + 1].data(), TensorType::f32, 1, kFfn};
+            w.down_bias = Weight{biases[3 * e + 2].data(), TensorType::f32, 1, kDim};
+          }
+          layer.experts.push_back(w);
+        }
+        for (const std::int64_t n : {1, 3, 40}) {
+          const auto xs = random_floats(static_cast<std::size_t>(n * kDim));
+          Held x(backend, n, kDim, xs), out(backend, n, kDim);
+          backend.moe_ffn(x.tensor, layer, out.tensor);
+          std::vector<double> want(static_cast<std::size_t>(n * kDim), 0.0);
+          for (std::int64_t r = 0; r < n; ++r) {
+            const float* xr = xs.data() + r * kDim;
+            const auto dot = [&](const std::vector<float>& m, std::int64_t row, const float* v,
+                                 std::int64_t cols) {
+              double sum = 0.0;
+              for (std::int64_t i = 0; i < cols; ++i) sum += double{m[row * cols + i]} * v[i];
+              return sum;
+            };
+            std::vector<double> logits(kExperts);
+            for (std::int32_t e = 0; e < kExperts; ++e) {
+              logits[e] = dot(router.dequantized, e, xr, kDim) + (biased ? router_bias[e] : 0.0);
+            }
+            std::vector<double> p = logits;
+            if (routing != ExpertRouting::top_k_softmax) {
+              const double max = *std::max_element(p.begin(), p.end());
+              double total = 0.0;
+              for (double& v : p) total += v = std::exp(v - max);
+              for (double& v : p) v /= total;
+            }
+            std::vector<std::int32_t> order(kExperts);
+            std::iota(order.begin(), order.end(), 0);
+            std::stable_sort(order.begin(), order.end(),
+                             [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });
+            std::vector<double> weight(kUsed);
+            double total = 0.0;
+            for (std::int32_t j = 0; j < kUsed; ++j) {
+              weight[j] = routing == ExpertRouting::top_k_softmax
+                              ? std::exp(p[order[j]] - p[order[0]])
+                              : p[order[j]];
+              total += weight[j];
+            }
+            if (routing != ExpertRouting::softmax_top_k_unnormalised) {
+              for (double& w : weight) w /= total;
+            }
+            for (std::int32_t j = 0; j < kUsed; ++j) {
+              const std::int32_t e = order[j];
+              std::vector<float> act(kFfn);
+              for (std::int64_t i = 0; i < kFfn; ++i) {
+                double g = dot(gate[e].dequantized, i, xr, kDim);
+                double u = dot(up[e].dequantized, i, xr, kDim);
+                if (biased) {
+                  g += biases[3 * e][i];
+                  u += biases[3 * e + 1][i];
+                }
+                if (activation == ExpertActivation::silu) {
+                  act[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+                } else {
+                  g = std::min(g, 7.0);
+                  u = std::clamp(u, -7.0, 7.0);
+                  act[i] = static_cast<float>(g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0));
+                }
+              }
+              for (std::int64_t i = 0; i < kDim; ++i) {
+                const double y = dot(down[e].dequantized, i, act.data(), kFfn) +
+                                 (biased ? biases[3 * e + 2][i] : 0.0);
+                want[r * kDim + i] += weight[j] * y;
+              }
+            }
+          }
+          // F32: float rounding only. Q8_0: the activations quantized to 8 bits a block.
+          double scale = 0.0;
+          for (const double v : want) scale = std::max(scale, std::fabs(v));
+          check_close(out.values(), want, type == TensorType::f32 ? 1e-4 : 3e-2,
+                      std::vector<double>(want.size(), std::max(scale, 1.0)));
+        }
+      }
+    }
+  }
 }

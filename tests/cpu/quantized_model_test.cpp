@@ -209,3 +209,60 @@ TEST_CASE("a quantized mixture of experts gives each prompt the same logits alon
   }
   std::filesystem::remove(path);
 }
+
+TEST_CASE("olmoe with one head and every expert used computes what qwen3moe computes",
+          "[cpu][moe]") {
+  // With one head, olmoe's norm across heads is qwen3moe's per-head norm; with every expert
+  // used, its unrenormalised weights are qwen3moe's renormalised ones up to rounding. The same
+  // weights under both names must then give the same logits: olmoe's keys, tensor shapes,
+  // RoPE and routing are read as llama.cpp reads them.
+  model::RandomModelSpec spec;
+  spec.arch = "olmoe";
+  spec.dim = 64;
+  spec.num_layers = 2;
+  spec.num_heads = 1;
+  spec.num_kv_heads = 1;
+  spec.ffn_dim = 64;
+  spec.num_experts = 4;
+  spec.num_experts_used = 4;
+  spec.expert_ffn_dim = 64;
+  spec.vocab_size = 512;
+  spec.stddev = 0.1f;
+  spec.tied_output = false;
+  const std::string olmoe = test::temp_path("olmoe-1head.gguf");
+  REQUIRE(model::write_random_model(spec, olmoe).has_value());
+  // The same file as qwen3moe: its keys renamed, the experts' FFN size under its own key, and
+  // olmoe's eps and RoPE base kept.
+  auto file = gguf::GgufFile::open(olmoe);
+  REQUIRE(file.has_value());
+  gguf::GgufWriter writer;
+  for (const auto& [key, value] : file->metadata()) {
+    if (key == "general.architecture") {
+      writer.add_string(key, "qwen3moe");
+    } else if (key.rfind("olmoe.", 0) == 0) {
+      writer.add_value("qwen3moe." + key.substr(6), value);
+    } else {
+      writer.add_value(key, value);
+    }
+  }
+  writer.add_uint32("qwen3moe.expert_feed_forward_length", 64);
+  for (const auto& t : file->tensors()) {
+    writer.add_tensor(t.name, t.type, std::vector<std::int64_t>(t.dims, t.dims + t.num_dims),
+                      std::vector<std::byte>(t.data, t.data + t.num_bytes));
+  }
+  const std::string qwen = olmoe + ".qwen3moe.gguf";
+  REQUIRE(writer.write(qwen).has_value());
+  const auto got = prompt_logits(olmoe);
+  const auto want = prompt_logits(qwen);
+  REQUIRE(got.size() == want.size());
+  double max_diff = 0.0, max_want = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double{got[i]} - want[i]));
+    max_want = std::max(max_want, std::fabs(double{want[i]}));
+  }
+  INFO("largest difference " << max_diff << " of " << max_want);
+  CHECK(max_want > 0.1);
+  CHECK(max_diff <= 1e-5 * max_want);
+  std::filesystem::remove(olmoe);
+  std::filesystem::remove(qwen);
+}

@@ -230,6 +230,21 @@ TEST_CASE("qwen3moe and Mixtral-style llama read their experts, each of its own 
   CHECK_THAT(shared.error().message, Catch::Contains("shared experts"));
   const auto no_experts = config_of("qwen3moe", 2);
   REQUIRE_FALSE(no_experts.has_value());
+  // OLMoE: the experts' FFN is feed_forward_length, Q/K norms span the heads, and the
+  // chosen probabilities weigh the experts as they are.
+  const auto olmoe = config_of("olmoe", 2, [](GgufWriter& w) {
+    w.add_uint32("olmoe.expert_count", 64);
+    w.add_uint32("olmoe.expert_used_count", 8);
+  });
+  REQUIRE(olmoe.has_value());
+  CHECK(olmoe->features.num_experts == 64);
+  CHECK(olmoe->ffn_dim == 96);
+  CHECK(olmoe->features.qk_norm_whole);
+  CHECK_FALSE(olmoe->features.qk_norm);
+  CHECK(olmoe->rope_layout == RopeLayout::neox);
+  CHECK(olmoe->features.routing == ExpertRouting::softmax_top_k_unnormalised);
+  CHECK_THAT(olmoe->features.op_names(), Catch::Contains("Q/K norms across heads"));
+  REQUIRE_FALSE(config_of("olmoe", 2).has_value());
 }
 
 TEST_CASE("gpt-oss reads YaRN as ggml computes its ramp and scale", "[model]") {
