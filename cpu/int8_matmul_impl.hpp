@@ -371,6 +371,27 @@ void matmul(const Int8Rows& x, std::int64_t num_x, const std::uint8_t* w, std::s
                          out_stride);
     }
   }
+  // Two or three rows left (a small batch, or an expert's few rows): each weight chunk is
+  // decoded once for all of them, not once a row.
+  if (const std::int64_t rest = num_x - t; rest == 2 || rest == 3) {
+    const auto rows = [&]<int N>() {
+      std::int64_t r = 0;
+      for (; r + NR <= num_w; r += NR) {
+        tile<kType, N, NR>(x, t, w + r * w_row_bytes, w_row_bytes, out + t * out_stride + r,
+                           out_stride);
+      }
+      for (; r < num_w; ++r) {
+        tile<kType, N, 1>(x, t, w + r * w_row_bytes, w_row_bytes, out + t * out_stride + r,
+                          out_stride);
+      }
+    };
+    if (rest == 2) {
+      rows.template operator()<2>();
+    } else {
+      rows.template operator()<3>();
+    }
+    return;
+  }
   for (; t < num_x; ++t) {
     std::int64_t r = 0;
     for (; r + 4 <= num_w; r += 4) {

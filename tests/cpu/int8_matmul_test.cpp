@@ -222,6 +222,15 @@ TEST_CASE("an int8 matmul row is bit-identical alone and in a batch on every pat
                          rows - 5, alone.data() + 5, rows);
           REQUIRE(std::memcmp(alone.data(), together.data() + t * rows, rows * sizeof(float)) == 0);
         }
+        // Batches that leave two or three rows past the tiles of four (an expert's few rows).
+        for (const std::int64_t n : {2, 3, 6, 7}) {
+          INFO(n << " rows");
+          std::vector<float> few(static_cast<std::size_t>(n * rows));
+          int8_matmul_on(path, type, all.rows().from_row(batch - n), n, w.bytes.data(), w.row_bytes,
+                         rows, few.data(), rows);
+          REQUIRE(std::memcmp(few.data(), together.data() + (batch - n) * rows,
+                              few.size() * sizeof(float)) == 0);
+        }
       }
     }
   }
