@@ -32,8 +32,8 @@ for type in $types; do
       echo "## $type, round $round: llama-bench -m $model -t $threads -fa 1 -rtr 1 -fmoe 1 -p 512 -n 128 -r 3"
       "$ik/llama-bench" -m "$model" -t "$threads" -fa 1 -rtr 1 -fmoe 1 -p 512 -n 128 -r 3 \
         2>/dev/null | grep -E '^\| (model|qwen3moe|---)' || true
-      echo "## $type, round $round: llama-batched-bench -m $model -t $threads -fa on -rtr -fmoe -c 8192 -npp 128 -ntg 128 -npl 8,32"
-      "$ik/llama-batched-bench" -m "$model" -t "$threads" -fa on -rtr -fmoe -c 8192 \
+      echo "## $type, round $round: llama-batched-bench -m $model -t $threads -fa on -rtr -c 8192 -npp 128 -ntg 128 -npl 8,32"
+      "$ik/llama-batched-bench" -m "$model" -t "$threads" -fa on -rtr -c 8192 \
         -npp 128 -ntg 128 -npl 8,32 2>&1 | grep -E '^\|' || true
     fi
   done
