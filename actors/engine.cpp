@@ -520,6 +520,10 @@ std::int64_t Engine::weight_bytes() const {
   return impl_->weight_bytes;
 }
 
+BatchingPolicy Engine::scheduling_policy() const {
+  return impl_->config.policy;
+}
+
 std::int64_t Engine::kv_cache_bytes() const {
   return impl_->kv_cache_bytes;
 }

@@ -42,7 +42,7 @@ std::string output_grammar(const std::string& schema_file, const std::string& gr
 void add_bench_throughput_command(CLI::App& bench) {
   struct Options {
     bench::ThroughputOptions run;
-    std::string batching = "continuous", policy = "fcfs", output_json;
+    std::string batching = "continuous", output_json;
     std::string json_schema_file, grammar_file;
     bool no_prefix_caching = false;
     double kv_cache_gb = 1.0;
@@ -69,7 +69,7 @@ void add_bench_throughput_command(CLI::App& bench) {
                   "hold every output to this GBNF grammar (a file)")
       ->excludes(schema);
   cmd->add_option("--batching", opts->batching, "continuous or static");
-  cmd->add_option("--scheduling-policy", opts->policy, "fcfs or priority");
+  add_scheduling_policy_option(cmd, r.engine);
   add_engine_size_options(cmd, r.engine, opts->kv_cache_gb);
   add_token_budget_options(cmd, opts->budget);
   cmd->add_flag("--no-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
@@ -86,8 +86,6 @@ void add_bench_throughput_command(CLI::App& bench) {
     }
     run.engine.mode =
         opts->batching == "static" ? BatchingMode::static_batch : BatchingMode::continuous;
-    run.engine.policy =
-        opts->policy == "priority" ? BatchingPolicy::priority : BatchingPolicy::fcfs;
     run.engine.enable_prefix_caching = !opts->no_prefix_caching;
     settle_token_budget(opts->budget, run.engine);
     run.engine.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));

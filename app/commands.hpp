@@ -50,6 +50,8 @@ CLI::Option* one_of(CLI::Option* option, const std::vector<std::string>& words,
 // --max-model-len, --max-num-seqs, --block-size and --kv-cache-gb (GiB per replica, into
 // `kv_cache_gb`), each refused as the flag's error out of its range.
 void add_engine_size_options(CLI::App* cmd, EngineConfig& engine, double& kv_cache_gb);
+// --scheduling-policy fcfs|priority (EngineConfig::policy).
+void add_scheduling_policy_option(CLI::App* cmd, EngineConfig& engine);
 // --kv-cache-gb alone: a finite number of GiB in (0, kMostKvCacheGb] (from 0 where
 // `zero_allowed`: a node's 0 is the head's size).
 CLI::Option* add_kv_cache_gb_option(CLI::App* cmd, double& kv_cache_gb, const std::string& help,

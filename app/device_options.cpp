@@ -32,6 +32,20 @@ void add_engine_size_options(CLI::App* cmd, EngineConfig& engine, double& kv_cac
   add_kv_cache_gb_option(cmd, kv_cache_gb, "KV cache memory in GiB (per replica)");
 }
 
+void add_scheduling_policy_option(CLI::App* cmd, EngineConfig& engine) {
+  cmd->add_option_function<std::string>(
+         "--scheduling-policy",
+         [&engine](const std::string& policy) {
+           engine.policy = policy == "priority" ? BatchingPolicy::priority : BatchingPolicy::fcfs;
+         },
+         "the order waiting requests run in: fcfs (first come, first served), or priority (a "
+         "request's `priority`, lower first; a more urgent arrival preempts the least urgent "
+         "running request when the batch is full)")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->type_name("fcfs|priority")
+      ->default_str("fcfs");
+}
+
 void add_device_options(CLI::App* cmd, EngineConfig& engine) {
   static const std::map<std::string, Device> kDevices = {{"cpu", Device::cpu},
                                                          {"cuda", Device::cuda}};

@@ -105,6 +105,7 @@ void add_serve_command(CLI::App& app) {
                          "how the model writes tool calls (default: from its chat template)"),
          {"hermes", "llama3_json", "mistral"});
   add_engine_size_options(cmd, opts->engine, opts->kv_cache_gb);
+  add_scheduling_policy_option(cmd, opts->engine);
   add_token_budget_options(cmd, opts->budget);
   cmd->add_flag("--no-enable-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
   cmd->add_flag("--enable-prefix-caching", opts->prefix_caching,

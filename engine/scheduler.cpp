@@ -193,15 +193,32 @@ void Scheduler::preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget)
   enqueue_waiting(victim.id, true);
 }
 
+bool Scheduler::make_room_for(const Sequence& seq, BatchPlan& plan, std::int32_t& budget) {
+  if (config_.policy != SchedulingPolicy::priority) return false;
+  Sequence* victim = pick_victim();
+  if (victim == nullptr || !less_urgent(*victim, seq, config_.policy)) return false;
+  preempt(*victim, plan, budget);
+  return true;
+}
+
 void Scheduler::schedule_waiting(BatchPlan& plan, std::int32_t& budget) {
-  while (!waiting_.empty() && static_cast<std::int32_t>(running_.size()) < config_.max_num_seqs &&
-         budget > 0) {
+  // Each pass admits the most urgent waiting sequence, preempts a less urgent running one
+  // for it (priority policy; running_ shrinks), or stops: the loop ends.
+  while (!waiting_.empty() && budget > 0) {
     const SeqId id = waiting_.front();
     Sequence& seq = sequences_.at(id);
+    if (static_cast<std::int32_t>(running_.size()) >= config_.max_num_seqs) {
+      if (make_room_for(seq, plan, budget)) continue;
+      break;
+    }
     const std::vector<BlockId> prefix = kv_.find_cached_prefix(seq);
     const auto computed = static_cast<std::int32_t>(prefix.size()) * config_.block_size;
     const std::int32_t num_new = std::min(seq.num_tokens() - computed, budget);
-    if (!kv_.allocate_slots(seq, num_new, prefix)) break;  // no preemption for newcomers
+    if (!kv_.allocate_slots(seq, num_new, prefix)) {
+      // Under fcfs a newcomer never preempts; under priority, a less urgent one gives way.
+      if (make_room_for(seq, plan, budget)) continue;
+      break;
+    }
     waiting_.pop_front();
     seq.status = SequenceStatus::running;
     running_.push_back(id);

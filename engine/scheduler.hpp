@@ -2,7 +2,9 @@
 // chunked prefill (Orca, Sarathi-Serve): within a token budget, running decodes
 // first (one token each), then unfinished prefills, then waiting sequences in
 // policy order, their prompts cut to fit. When blocks run out, the
-// lowest-priority, latest-arrived running sequence is preempted by recompute.
+// lowest-priority, latest-arrived running sequence is preempted by recompute; under the
+// priority policy, so is one less urgent than a waiting sequence that finds no seat or
+// no blocks.
 // A `static` mode runs the traditional batch instead, for comparison.
 #pragma once
 
@@ -123,6 +125,9 @@ class Scheduler {
   bool reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& plan, std::int32_t& budget);
   void preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget);
   Sequence* pick_victim();
+  // Policy priority: when `seq` (waiting) is more urgent than the least urgent running
+  // sequence, that one is preempted to make room (a seat or blocks); false when none is.
+  bool make_room_for(const Sequence& seq, BatchPlan& plan, std::int32_t& budget);
   void enqueue_waiting(SeqId id, bool at_front);
   void finish(Sequence& seq);
   bool admits_new_sequences() const;

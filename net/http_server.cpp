@@ -137,6 +137,7 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
   if (const auto format = tool_call_format_named(config.tool_call_parser)) {
     context.tool_call_format = *format;
   }
+  context.priority_scheduling = engine.scheduling_policy() == BatchingPolicy::priority;
 }
 
 RouteContext HttpServer::Impl::route_context() {

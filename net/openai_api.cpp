@@ -338,7 +338,8 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "store",
                                               "metadata",
                                               "service_tier",
-                                              "guided_decoding_backend"};
+                                              "guided_decoding_backend",
+                                              "priority"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "best_of", "suffix"};
 constexpr std::string_view kChatFields[] = {
     "messages",    "max_completion_tokens", "top_logprobs",         "tools",
@@ -466,6 +467,16 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
   TROUPE_API_TRY(const auto n, integer_in(o, "n", 1, 16));
   TROUPE_API_TRY(const auto stream, boolean(o, "stream"));
   TROUPE_API_TRY(const auto ignore_eos, boolean(o, "ignore_eos"));
+  // vLLM's: lower is more urgent; meaningful only under --scheduling-policy priority.
+  TROUPE_API_TRY(const auto priority,
+                 integer_in(o, "priority", std::numeric_limits<std::int32_t>::min(), kInt32Max));
+  if (priority && *priority != 0 && !context.priority_scheduling) {
+    return tl::unexpected(
+        bad_request("'priority' other than 0 needs a server started with --scheduling-policy "
+                    "priority (this one serves first come, first served)",
+                    "priority"));
+  }
+  if (priority) r.generate.priority = static_cast<std::int32_t>(*priority);
   std::optional<Wide> logprobs;
   if (r.chat) {  // chat: "logprobs": true and "top_logprobs": n
     TROUPE_API_TRY(const auto want, boolean(o, "logprobs"));

@@ -77,6 +77,9 @@ struct ApiContext {
   // The most bytes of text one token can stand for: a prompt longer than max_model_len
   // times this cannot fit the context, and is refused before it is tokenized.
   std::size_t max_token_bytes = 4;
+  // Whether the engine orders requests by their `priority` (--scheduling-policy priority);
+  // without, a priority other than 0 is refused, as vLLM does.
+  bool priority_scheduling = false;
   // How the model writes tool calls (from its chat template, or --tool-call-parser).
   ToolCallFormat tool_call_format = ToolCallFormat::hermes;
   // The model's tokens as a grammar::TokenMasker: the server makes an output constraint's

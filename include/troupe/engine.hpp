@@ -262,6 +262,8 @@ class Engine {
   // A replica's weights and KV pool, in bytes, as its worker reported them at load.
   std::int64_t weight_bytes() const;
   std::int64_t kv_cache_bytes() const;
+  // How waiting requests are ordered: fcfs, or by GenerateRequest::priority.
+  BatchingPolicy scheduling_policy() const;
   // The token budget as it starts: "2048 tokens per step", or the auto budget with
   // what it measured ("auto, 96 tokens per step beside a decode ...").
   const std::string& token_budget_description() const;

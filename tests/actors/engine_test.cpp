@@ -112,6 +112,45 @@ TEST_CASE("cancelling a request frees its KV blocks at once", "[actors]") {
   CHECK(kv_drains(**engine));
 }
 
+TEST_CASE(
+    "under priority scheduling an urgent request preempts a running one, which resumes "
+    "and ends with the tokens it would have had alone",
+    "[actors]") {
+  auto config = small_config();
+  config.max_num_seqs = 1;  // one seat: the urgent request must take it
+  config.policy = BatchingPolicy::priority;
+  EngineHooks hooks;
+  hooks.before_step = [] { std::this_thread::sleep_for(1ms); };
+  auto engine = Engine::create(config, hooks);
+  REQUIRE(engine.has_value());
+  CHECK((*engine)->scheduling_policy() == BatchingPolicy::priority);
+  Collector alone;
+  const auto solo = (*engine)->submit(greedy({1, 2, 3}, 120), alone.callback());
+  REQUIRE(solo.has_value());
+  REQUIRE(alone.wait(1));
+  Collector c;
+  auto background = greedy({1, 2, 3}, 120);
+  background.priority = 5;
+  const auto slow = (*engine)->submit(background, c.callback());
+  REQUIRE(slow.has_value());
+  for (int i = 0; i < 2000 && c.num_tokens(*slow) < 5; ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(c.num_tokens(*slow) >= 5);
+  auto urgent = greedy({7, 8, 9}, 4);
+  urgent.priority = -1;
+  const auto fast = (*engine)->submit(urgent, c.callback());
+  REQUIRE(fast.has_value());
+  REQUIRE(c.wait(1));
+  // The urgent one ended first: the background request is still open, preempted.
+  CHECK(c.get(*fast).end.has_value());
+  CHECK_FALSE(c.get(*slow).end.has_value());
+  REQUIRE(c.wait(2));
+  const auto background_result = c.get(*slow);
+  CHECK(background_result.end->finish_reason == FinishReason::length);
+  CHECK(background_result.tokens == alone.get(*solo).tokens);  // recomputed, not changed
+  CHECK((*engine)->stats().num_preemptions >= 1);
+  CHECK(kv_drains(**engine));
+}
+
 TEST_CASE("a failing step ends its requests with an error and the engine keeps serving",
           "[actors]") {
   auto config = small_config();

@@ -162,6 +162,11 @@ TEST_CASE("bad input to troupe is a clear error and exit code 1, never a crash",
     CHECK(target.out.find("applies only with --max-num-batched-tokens auto") != std::string::npos);
     CHECK(run_troupe("generate -p hi --target-itl-ms -5").exit_code != 0);
   }
+  SECTION("a scheduling policy that does not exist") {
+    const Run run = run_troupe("serve --scheduling-policy fastest --port 0");
+    CHECK(run.exit_code != 0);
+    CHECK(run.out.find("--scheduling-policy") != std::string::npos);
+  }
   SECTION("an unknown subcommand") {
     CHECK(run_troupe("fly").exit_code != 0);
   }

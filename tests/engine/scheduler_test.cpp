@@ -137,6 +137,64 @@ TEST_CASE("priority policy admits the most urgent first and preempts the least",
   CHECK(chunks_of(plan) == Chunks{{3, 2}});
 }
 
+TEST_CASE("a more urgent arrival takes the seat of the least urgent running sequence",
+          "[engine][scheduler]") {
+  for (const auto policy : {SchedulingPolicy::priority, SchedulingPolicy::fcfs}) {
+    INFO((policy == SchedulingPolicy::priority ? "priority" : "fcfs"));
+    auto config = small_config();
+    config.policy = policy;
+    config.max_num_seqs = 2;
+    Scheduler s(config);
+    REQUIRE(s.add({1, range(0, 2), 20, /*priority=*/5}).has_value());
+    REQUIRE(s.add({2, range(0, 2), 20, /*priority=*/3}).has_value());
+    BatchPlan plan;
+    step(s, plan);
+    CHECK(chunks_of(plan) ==
+          (policy == SchedulingPolicy::fcfs ? Chunks{{1, 2}, {2, 2}} : Chunks{{2, 2}, {1, 2}}));
+    // Both seats taken; a request more urgent than both arrives.
+    REQUIRE(s.add({3, range(0, 2), 20, /*priority=*/0}).has_value());
+    step(s, plan);
+    if (policy == SchedulingPolicy::fcfs) {
+      CHECK(chunks_of(plan) == Chunks{{1, 1}, {2, 1}});  // it waits its turn
+      CHECK(s.num_preemptions() == 0);
+      continue;
+    }
+    // 1 (priority 5) gives way; 2 (3) keeps decoding; 3 starts its prompt.
+    CHECK(chunks_of(plan) == Chunks{{2, 1}, {3, 2}});
+    CHECK(plan.preempted == std::vector<SeqId>{1});
+    CHECK(s.num_preemptions() == 1);
+    CHECK(s.find(1)->num_tokens() == 3);  // keeps what it generated, recomputed later
+    // An arrival as urgent as the least urgent running one (priority 3, later) waits.
+    REQUIRE(s.add({4, range(0, 2), 20, /*priority=*/3}).has_value());
+    step(s, plan);
+    CHECK(chunks_of(plan) == Chunks{{2, 1}, {3, 1}});
+    CHECK(s.num_preemptions() == 1);
+  }
+}
+
+TEST_CASE("a more urgent arrival that finds no free blocks preempts the least urgent",
+          "[engine][scheduler]") {
+  auto config = small_config();
+  config.policy = SchedulingPolicy::priority;
+  config.num_blocks = 4;  // 16 tokens in all
+  config.max_num_batched_tokens = 16;
+  Scheduler s(config);
+  REQUIRE(s.add({1, range(0, 12), 20, /*priority=*/5}).has_value());  // 3 of the 4 blocks
+  BatchPlan plan;
+  step(s, plan);
+  REQUIRE(chunks_of(plan) == Chunks{{1, 12}});
+  REQUIRE(s.add({2, range(100, 8), 4, /*priority=*/0}).has_value());  // needs 2 blocks
+  step(s, plan);
+  CHECK(plan.preempted == std::vector<SeqId>{1});
+  CHECK(chunks_of(plan) == Chunks{{2, 8}});
+  // Once 2 is done, 1 comes back and recomputes what it had.
+  for (int i = 0; i < 4 && s.find(2) != nullptr; ++i) step(s, plan);
+  CHECK(s.find(2) == nullptr);
+  step(s, plan);
+  REQUIRE_FALSE(plan.chunks.empty());
+  CHECK(plan.chunks.front().id == 1);
+}
+
 TEST_CASE("static batching admits a batch only when the last one is done", "[engine][scheduler]") {
   auto config = small_config();
   config.mode = BatchingMode::static_batch;

@@ -122,3 +122,34 @@ TEST_CASE("a socket message's id is at most 256 bytes", "[net][limits]") {
   CHECK(refused.error().error.param == "id");
   CHECK(refused.error().error.message == "'id' may be at most 256 bytes, not 257");
 }
+
+TEST_CASE("a request's priority is vLLM's: an int32, and not 0 only under priority scheduling",
+          "[net][limits]") {
+  Parser p;
+  SECTION("first come, first served: 0 (or none, or null) passes, anything else is refused") {
+    for (const std::string& fields :
+         {std::string{}, std::string(R"(,"priority":0)"), std::string(R"(,"priority":null)")}) {
+      INFO(fields);
+      const auto parsed = p.completion(fields);
+      REQUIRE(parsed.has_value());
+      CHECK(parsed->generate.priority == 0);
+    }
+    const auto error = refusal(p.chat(R"(,"priority":-3)"));
+    CHECK(error.param == "priority");
+    CHECK_THAT(error.message, Catch::Contains("--scheduling-policy priority"));
+  }
+  SECTION("priority scheduling: the value reaches the engine, in both endpoints") {
+    p.context.priority_scheduling = true;
+    const auto chat = p.chat(R"(,"priority":-3)");
+    REQUIRE(chat.has_value());
+    CHECK(chat->generate.priority == -3);
+    const auto completion = p.completion(R"(,"priority":2147483647)");
+    REQUIRE(completion.has_value());
+    CHECK(completion->generate.priority == 2147483647);
+    for (const std::string fields : {R"(,"priority":2147483648)", R"(,"priority":1.5)",
+                                     R"(,"priority":"high")", R"(,"priority":true)"}) {
+      INFO(fields);
+      CHECK(refusal(p.completion(fields)).param == "priority");
+    }
+  }
+}
