@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <new>
 
 #include "app/commands.hpp"
 #include "model/random_model.hpp"
@@ -117,7 +118,13 @@ void add_make_model_command(CLI::App& app) {
     } else {
       throw CLI::ValidationError("--type", "unknown type " + opts->type);
     }
-    auto written = model::write_random_model(spec, opts->out);
+    Result<void> written;
+    try {
+      written = model::write_random_model(spec, opts->out);
+    } catch (const std::bad_alloc&) {
+      written = make_error(ErrorCode::invalid_argument,
+                           "not enough memory to write a model of this shape");
+    }
     if (!written) {
       std::fprintf(stderr, "troupe make-model: %s\n", written.error().message.c_str());
       throw CLI::RuntimeError(1);

@@ -95,6 +95,7 @@ void silu_gate(float* gate, const float* up, std::int64_t n) {
 }
 
 void add_row(float* x, const model::Weight& bias) {
+  TROUPE_ASSERT(bias.type == gguf::TensorType::f32, "an expert's bias is F32");
   const auto* b = static_cast<const float*>(bias.data);
   for (std::int64_t i = 0; i < bias.rows * bias.cols; ++i) x[i] += b[i];
 }
@@ -193,10 +194,10 @@ void CpuBackend::moe_experts_int8(Tensor x, const model::MoeLayer& layer, std::i
     const std::int64_t r0 = task % up_tasks * up_chunk, rows = std::min(up_chunk, ffn - r0);
     const std::int64_t b0 = m.begin[static_cast<std::size_t>(e)], count = rows_of(m.begin, e);
     const model::ExpertWeights& w = layer.experts[static_cast<std::size_t>(e)];
-    const Int8Rows x = xq.from_row(b0);
+    const Int8Rows rows_in = xq.from_row(b0);
     for (const auto& [weight, out] : {std::pair{&w.gate, m.gate.data()}, {&w.up, m.up.data()}}) {
       const std::size_t row_bytes = gguf::row_bytes(weight->type, dim);
-      int8_matmul(weight->type, x, count,
+      int8_matmul(weight->type, rows_in, count,
                   static_cast<const std::byte*>(weight->data) + r0 * row_bytes, row_bytes, rows,
                   out + b0 * ffn + r0, ffn);
     }

@@ -184,6 +184,23 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
                           "given), and heads into KV heads");
   }
   const bool moe = spec.num_experts > 0;
+  if (spec.num_experts < 0 || spec.num_experts_used < 0 || spec.expert_ffn_dim < 0 ||
+      spec.vocab_size <= 0 || spec.context_length <= 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "experts, their FFN size, the vocabulary and the context length cannot be "
+                      "negative");
+  }
+  if (spec.vocab_size > (1 << 22)) {  // the largest real vocabularies hold about 256K
+    return make_error(ErrorCode::invalid_argument, "a built-in vocabulary of " +
+                                                       std::to_string(spec.vocab_size) +
+                                                       " tokens is too large (at most 4194304)");
+  }
+  if (arch == "olmoe" && (spec.num_kv_heads != spec.num_heads ||
+                          (spec.head_dim > 0 && spec.head_dim * spec.num_heads != spec.dim))) {
+    // llama.cpp loads olmoe's Q/K norms as [dim]: no grouped KV heads, heads * head_dim = dim.
+    return make_error(ErrorCode::invalid_argument,
+                      "olmoe has as many KV heads as heads, and heads x head_dim = dim");
+  }
   if (((arch == "qwen3moe" || arch == "olmoe") && !moe) || (arch == "qwen3" && moe) ||
       (moe && (spec.num_experts_used <= 0 || spec.num_experts_used > spec.num_experts ||
                spec.expert_ffn_dim <= 0))) {
@@ -310,6 +327,13 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
   auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols,
                     std::int32_t layer = -1, std::int64_t experts = 0) -> Result<void> {
     const std::int64_t count = std::max<std::int64_t>(experts, 1);
+    // Shapes come from flags: a tensor past 2^32 values (16 GiB as floats) is refused
+    // rather than multiplied past 64 bits or allocated.
+    constexpr std::int64_t kMostValues = std::int64_t{1} << 32;
+    if (rows > kMostValues / cols || count > kMostValues / (rows * cols)) {
+      return make_error(ErrorCode::invalid_argument,
+                        name + " would hold more than 2^32 values: too large for a random model");
+    }
     const auto values = normal_values(static_cast<std::size_t>(count * rows * cols), spec.stddev,
                                       spec.seed ^ hash_name(name));
     // The router stays F32, as llama.cpp's quantizer leaves ffn_gate_inp.

@@ -112,20 +112,42 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
 
 namespace {
 
+// A cgroup limit file's value in bytes; 0 for none ("max", or v1's huge "no limit").
+std::int64_t cgroup_limit(const std::string& path) {
+  std::ifstream file(path);
+  std::string text;
+  if (!(file >> text) || text == "max") return 0;
+  try {
+    const long long value = std::stoll(text);
+    return value > 0 && value < (std::int64_t{1} << 60) ? value : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 // The memory this process may use: the machine's, or its cgroup's limit where lower (a
-// container's). 0 when unknown.
+// container's): cgroup v2 at this process's own cgroup and its ancestors (from
+// /proc/self/cgroup), or v1's memory controller. 0 when unknown.
 std::int64_t host_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   std::int64_t bytes = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
-  std::ifstream limit("/sys/fs/cgroup/memory.max");
-  std::string text;
-  if (limit >> text && text != "max") {
-    try {
-      const std::int64_t cgroup = std::stoll(text);
-      if (cgroup > 0 && (bytes == 0 || cgroup < bytes)) bytes = cgroup;
-    } catch (const std::exception&) {
+  const auto lower = [&](std::int64_t limit) {
+    if (limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;
+  };
+  std::ifstream self("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(self, line)) {
+    if (line.rfind("0::", 0) == 0) {  // v2: "0::/path"
+      std::string dir = line.substr(3);
+      while (true) {
+        lower(cgroup_limit("/sys/fs/cgroup" + dir + "/memory.max"));
+        if (dir.empty() || dir == "/") break;
+        dir = dir.substr(0, dir.rfind('/'));
+      }
     }
   }
+  lower(cgroup_limit("/sys/fs/cgroup/memory.max"));                    // a namespaced v2 cgroup
+  lower(cgroup_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes"));  // v1
   return bytes;
 }
 

@@ -87,8 +87,11 @@ TEST_CASE("make-model writes mixtures of experts (qwen3moe, Mixtral-style llama,
   for (const std::string arch : {"qwen3moe", "llama", "olmoe"}) {
     INFO(arch);
     const std::string path = test::temp_path("moe-" + arch + ".gguf");
+    // olmoe has no grouped KV heads (llama.cpp loads its Q/K norms as [dim]).
+    const std::string kv_heads = arch == "olmoe" ? "8" : "2";
     const Run made = run_troupe("make-model --out " + path + " --arch " + arch +
-                                " --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 32"
+                                " --dim 256 --layers 2 --heads 8 --kv-heads " + kv_heads +
+                                " --head-dim 32"
                                 " --experts 8 --experts-used 2 --expert-ffn 256 --type q4_k_m"
                                 " --vocab-size 512");
     REQUIRE(made.exit_code == 0);
@@ -108,6 +111,14 @@ TEST_CASE("make-model writes mixtures of experts (qwen3moe, Mixtral-style llama,
   CHECK(none.exit_code == 1);
   CHECK(none.out.find("qwen3moe and olmoe need them") != std::string::npos);
   CHECK(run_troupe("make-model --out " + bad + " --arch gpt2").exit_code == 1);
+  const Run huge = run_troupe("make-model --out " + bad +
+                              " --dim 64 --layers 1 --heads 2 --ffn 64 --vocab-size 2000000000");
+  CHECK(huge.exit_code == 1);
+  CHECK(huge.out.find("too large") != std::string::npos);
+  const Run wide =
+      run_troupe("make-model --out " + bad + " --dim 1048576 --layers 1 --heads 2 --ffn 1048576");
+  CHECK(wide.exit_code == 1);
+  CHECK(wide.out.find("2^32 values") != std::string::npos);
 }
 
 TEST_CASE("bad input to troupe is a clear error and exit code 1, never a crash", "[cli]") {

@@ -196,7 +196,7 @@ TEST_CASE("a NaN or infinite activation gives NaN products on every path", "[cpu
 }
 
 TEST_CASE("an int8 matmul row is bit-identical alone and in a batch on every path", "[cpu][int8]") {
-  const std::int64_t rows = 70, batch = 32;
+  const std::int64_t rows = 69, batch = 32;  // odd: every tile's one-row tail runs
   for (const TensorType type : kTypes) {
     for (const std::int64_t cols : widths(type, {512}, {896})) {
       const auto w = make_weights(type, rows, cols, random_bits(type));
