@@ -447,7 +447,15 @@ std::int64_t LlamaModel::weight_bytes() const {
   };
   add(token_embedding_);
   add(output_norm_);
-  if (output_.data != token_embedding_.data) add(output_);
+  // A tied output is the embedding, or (a rank's vocabulary slice) a part of it.
+  const auto embedding = reinterpret_cast<std::uintptr_t>(token_embedding_.data);
+  const auto output = reinterpret_cast<std::uintptr_t>(output_.data);
+  const std::int64_t embedding_bytes =
+      token_embedding_.rows *
+      static_cast<std::int64_t>(gguf::row_bytes(token_embedding_.type, token_embedding_.cols));
+  const bool tied = embedding != 0 && output >= embedding &&
+                    output < embedding + static_cast<std::uintptr_t>(embedding_bytes);
+  if (!tied) add(output_);
   if (has_rope_freqs_) add(rope_freqs_);
   for (const LayerWeights& l : layers_) {
     for (const Weight* w : {&l.attn_norm,
