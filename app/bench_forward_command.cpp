@@ -191,10 +191,8 @@ void print(const Measured& m, const Options& opts, bool split) {
   std::fflush(stdout);
 }
 
-// Bytes of weights a decode step reads: every matrix once (the embedding table only where it
-// is the LM head too; otherwise only the step's rows of it).
 // A batch-1 decode step's weight reads: every matrix but an untied embedding table (one row is
-// read), and of stacked experts only the used ones' share.
+// read), and of the experts (stacked, or one tensor each) only the used ones' share.
 std::uint64_t weight_bytes_per_step(const std::string& path) {
   const auto file = gguf::GgufFile::open(path);
   if (!file) return 0;
@@ -207,7 +205,7 @@ std::uint64_t weight_bytes_per_step(const std::string& path) {
   std::uint64_t total = 0;
   for (const auto& t : file->tensors()) {
     if (t.name == "token_embd.weight" && !tied) continue;
-    const bool experts = t.name.find("_exps.") != std::string::npos && num_experts > 0;
+    const bool experts = model::is_expert_tensor(t.name) && num_experts > 0;
     total += experts ? t.num_bytes / num_experts * std::min(num_used, num_experts) : t.num_bytes;
   }
   return total;

@@ -1,6 +1,7 @@
 #include "model/loaded_model.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 
@@ -23,6 +24,18 @@ struct Fnv {
 
 }  // namespace
 
+bool is_expert_tensor(std::string_view name) {
+  if (name.find("_exps.") != std::string_view::npos) return true;
+  for (const std::string_view ffn : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
+    const auto at = name.find(ffn);
+    if (at != std::string_view::npos && at + ffn.size() < name.size() &&
+        std::isdigit(static_cast<unsigned char>(name[at + ffn.size()]))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string format_bytes(std::int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);
@@ -41,8 +54,7 @@ Result<void> check_weights_fit(const gguf::GgufFile& file, const LlamaConfig& co
   std::int64_t weights = 0, experts = 0;
   for (const auto& t : file.tensors()) {
     weights += static_cast<std::int64_t>(t.num_bytes);
-    if (t.name.find("_exps.") != std::string::npos)
-      experts += static_cast<std::int64_t>(t.num_bytes);
+    if (is_expert_tensor(t.name)) experts += static_cast<std::int64_t>(t.num_bytes);
   }
   // A rank maps its share of the split matrices (the embedding and norms are whole on
   // each, a small part of a large model).

@@ -57,6 +57,10 @@ std::string file_fingerprint(const gguf::GgufFile& file);
 Result<void> check_weights_fit(const gguf::GgufFile& file, const LlamaConfig& config,
                                std::int32_t world_size, std::int64_t memory_bytes);
 
+// Whether a tensor holds routed experts: stacked (blk.N.ffn_gate_exps.weight) or one per
+// expert, as older Mixtral files have them (blk.N.ffn_gate.E.weight).
+bool is_expert_tensor(std::string_view name);
+
 // "58.4 MiB", "47.3 GiB".
 std::string format_bytes(std::int64_t bytes);
 

@@ -7,6 +7,7 @@
 #include "gguf/dequantize.hpp"
 #include "gguf/gguf_file.hpp"
 #include "gguf/gguf_writer.hpp"
+#include "model/loaded_model.hpp"
 #include "model/llama_config.hpp"
 
 using namespace troupe;
@@ -278,4 +279,18 @@ TEST_CASE("gpt-oss reads YaRN as ggml computes its ramp and scale", "[model]") {
   CHECK(f.window_of(0) == 32);
   CHECK(f.window_of(1) == 0);
   CHECK_THAT(f.op_names(), Catch::Contains("attention sinks") && Catch::Contains("YaRN"));
+}
+
+TEST_CASE("expert tensors are known stacked and one per expert, and nothing else is", "[model]") {
+  for (const char* name :
+       {"blk.0.ffn_gate_exps.weight", "blk.12.ffn_down_exps.weight", "blk.3.ffn_up_exps.bias",
+        "blk.0.ffn_gate.0.weight", "blk.31.ffn_down.7.weight", "blk.1.ffn_up.15.weight"}) {
+    INFO(name);
+    CHECK(model::is_expert_tensor(name));
+  }
+  for (const char* name : {"blk.0.ffn_gate.weight", "blk.0.ffn_down.weight", "token_embd.weight",
+                           "blk.0.ffn_gate_inp.weight", "blk.0.attn_q.weight", "blk.0.ffn_up."}) {
+    INFO(name);
+    CHECK_FALSE(model::is_expert_tensor(name));
+  }
 }
