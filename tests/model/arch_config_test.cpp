@@ -7,8 +7,8 @@
 #include "gguf/dequantize.hpp"
 #include "gguf/gguf_file.hpp"
 #include "gguf/gguf_writer.hpp"
-#include "model/loaded_model.hpp"
 #include "model/llama_config.hpp"
+#include "model/loaded_model.hpp"
 
 using namespace troupe;
 using namespace troupe::gguf;
