@@ -3,7 +3,8 @@
 //
 // Invariants (abort when broken):
 //   - a refused message is a 4xx error whose frame is JSON, and it names the
-//     message's id whenever the message was an object with a string id;
+//     message's id whenever the message was an object with a string id short enough to
+//     be echoed (net::kMostSocketIdBytes; a longer one is refused naming "id", unechoed);
 //   - an accepted message has a non-empty id and a known type; a generate's request
 //     holds what the parsers promise the engine (see api_fixture.hpp), is a chat
 //     exactly when the object has "messages", and its frames are JSON.
@@ -28,9 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                      "error frames are JSON");
     if (object != nullptr) {
       const auto* id = object->if_contains("id");
-      if (id != nullptr && id->is_string()) {
+      if (id != nullptr && id->is_string() && id->get_string().size() <= net::kMostSocketIdBytes) {
         TROUPE_FUZZ_CHECK(message.error().id == std::string_view(id->get_string()),
                           "an error names the message's id");
+      } else if (id != nullptr && id->is_string()) {
+        TROUPE_FUZZ_CHECK(message.error().id.empty(), "an id too long to echo is not echoed");
       }
     }
     return 0;

@@ -945,10 +945,6 @@ std::vector<CompletionOutput> best_choices(const CompletionRequest& request,
   return chosen;
 }
 
-namespace {
-constexpr std::size_t kMostSocketIdBytes = 256;
-}  // namespace
-
 tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
                                                                        const ApiContext& context) {
   auto fail = [](std::string id, ApiError error) {

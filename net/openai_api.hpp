@@ -167,8 +167,10 @@ struct WebSocketMessage {
   std::string id;             // the client's own id for the request
   CompletionRequest request;  // a generate's: a chat when it has "messages"
 };
+// The longest id a socket message may carry (every frame of its request echoes it).
+inline constexpr std::size_t kMostSocketIdBytes = 256;
 struct WebSocketError {
-  std::string id;  // the message's id when it had one
+  std::string id;  // the message's id when it had one of at most kMostSocketIdBytes
   ApiError error;
 };
 
