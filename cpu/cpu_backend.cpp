@@ -10,6 +10,7 @@
 
 #include "cpu/attention.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/row_ops.hpp"
 #include "gguf/dequantize.hpp"
 #include "gguf/half.hpp"
 #include "model/llama_config.hpp"
@@ -31,12 +32,6 @@ float* row(Tensor t, std::int64_t r) {
 // hold (gguf::can_dequantize), its rows whole blocks.
 bool has_float_kernel(TensorType type) {
   return type == TensorType::f32 || type == TensorType::f16 || type == TensorType::bf16;
-}
-
-// Rows per task: enough tasks to balance the threads, tiles kept whole.
-std::int64_t rows_per_task(std::int64_t rows, int num_threads) {
-  const std::int64_t target = std::max<std::int64_t>(1, rows / (8 * num_threads));
-  return std::max<std::int64_t>(4, (target + 3) / 4 * 4);
 }
 
 }  // namespace
@@ -306,10 +301,7 @@ void CpuBackend::attention(std::int32_t layer, Tensor q, const model::AttentionP
 
 void CpuBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
   pool_.parallel_for(gate.rows, [&](std::int64_t r) {
-    const float* g = row(gate, r);
-    const float* u = row(up, r);
-    float* o = row(out, r);
-    for (std::int64_t i = 0; i < gate.cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    swiglu_row(row(gate, r), row(up, r), row(out, r), gate.cols);
   });
 }
 
@@ -322,10 +314,7 @@ void CpuBackend::add_bias(Tensor x, const Weight& bias) {
   TROUPE_ASSERT(bias.type == TensorType::f32 && bias.rows * bias.cols == x.cols,
                 "add_bias: the bias does not fit the rows");
   const auto* b = static_cast<const float*>(bias.data);
-  for (std::int64_t r = 0; r < x.rows; ++r) {
-    float* o = row(x, r);
-    for (std::int64_t i = 0; i < x.cols; ++i) o[i] += b[i];
-  }
+  for (std::int64_t r = 0; r < x.rows; ++r) add_bias_row(row(x, r), b, x.cols);
 }
 
 void CpuBackend::gelu_tanh_gate(Tensor gate, Tensor up, Tensor out) {

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "cpu/cpu_backend.hpp"
+#include "cpu/row_ops.hpp"
 #include "gguf/dequantize.hpp"
 
 namespace troupe::cpu {
@@ -84,20 +85,10 @@ std::int64_t rows_of(const std::vector<std::int64_t>& begin, std::int32_t e) {
   return begin[static_cast<std::size_t>(e) + 1] - begin[static_cast<std::size_t>(e)];
 }
 
-// Output rows a task computes: about 8 tasks a thread for one matrix, in fours.
-std::int64_t rows_per_task(std::int64_t rows, int num_threads) {
-  const std::int64_t target = std::max<std::int64_t>(1, rows / (8 * num_threads));
-  return std::max<std::int64_t>(4, (target + 3) / 4 * 4);
-}
-
-void silu_gate(float* gate, const float* up, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-}
-
+// x += an expert's bias (F32, as the loader keeps biases).
 void add_row(float* x, const model::Weight& bias) {
   TROUPE_ASSERT(bias.type == gguf::TensorType::f32, "an expert's bias is F32");
-  const auto* b = static_cast<const float*>(bias.data);
-  for (std::int64_t i = 0; i < bias.rows * bias.cols; ++i) x[i] += b[i];
+  add_bias_row(x, static_cast<const float*>(bias.data), bias.rows * bias.cols);
 }
 
 }  // namespace
@@ -212,7 +203,7 @@ void CpuBackend::moe_experts_int8(Tensor x, const model::MoeLayer& layer, std::i
     if (w.gate_bias.data != nullptr) add_row(g, w.gate_bias);
     if (w.up_bias.data != nullptr) add_row(u, w.up_bias);
     if (layer.activation == ExpertActivation::silu) {
-      silu_gate(g, u, ffn);
+      swiglu_row(g, u, g, ffn);
     } else {
       swiglu_oai(g, u, ffn);
     }
@@ -234,7 +225,7 @@ void CpuBackend::moe_experts_int8(Tensor x, const model::MoeLayer& layer, std::i
     if (w.down_bias.data != nullptr) {
       const auto* b = static_cast<const float*>(w.down_bias.data) + r0;
       for (std::int64_t s = 0; s < count; ++s) {
-        for (std::int64_t i = 0; i < rows; ++i) y[s * dim + i] += b[i];
+        add_bias_row(y + s * dim, b, rows);
       }
     }
   });

@@ -55,6 +55,19 @@ std::vector<int> head(const std::vector<int>& ids, std::size_t n) {
   return {ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(std::min(n, ids.size()))};
 }
 
+// A prompt's first-step logits against its reference's, within `tolerance` of the largest.
+void check_first_logits(const std::vector<float>& got, const Json& prompt, double tolerance) {
+  const auto& reference = prompt["logits_first"].array;
+  REQUIRE(got.size() == reference.size());
+  double max_ref = 0.0, max_diff = 0.0;
+  for (std::size_t j = 0; j < reference.size(); ++j) {
+    max_ref = std::max(max_ref, std::fabs(reference[j].number));
+    max_diff = std::max(max_diff, std::fabs(got[j] - reference[j].number));
+  }
+  INFO("first-step logits differ by up to " << max_diff << " (max |logit| " << max_ref << ")");
+  CHECK(max_diff <= tolerance * max_ref);
+}
+
 std::vector<worker::GenerationRequest> requests_of(const Json& golden) {
   std::vector<worker::GenerationRequest> all;
   for (const auto& p : golden["prompts"].array) all.push_back(arch_request(p));
@@ -90,15 +103,7 @@ void check_f32_cache(const std::string& name) {
       CHECK((id == static_cast<int>(top[0]["id"].number) ||
              id == static_cast<int>(top[1]["id"].number)));
     }
-    const auto& reference = p["logits_first"].array;
-    REQUIRE(r.first_logits.size() == reference.size());
-    double max_ref = 0.0, max_diff = 0.0;
-    for (std::size_t j = 0; j < reference.size(); ++j) {
-      max_ref = std::max(max_ref, std::fabs(reference[j].number));
-      max_diff = std::max(max_diff, std::fabs(r.first_logits[j] - reference[j].number));
-    }
-    INFO("first-step logits differ by up to " << max_diff << " (max |logit| " << max_ref << ")");
-    CHECK(max_diff <= tolerance * max_ref);
+    check_first_logits(r.first_logits, p, tolerance);
     alone.push_back(r);
   }
   // Batch invariance: every prompt in one engine step sequence, then in chunks.
@@ -175,15 +180,7 @@ void check_ik_reference(const std::string& name) {
         CHECK((got[k] == static_cast<int>(top[0]["id"].number) ||
                got[k] == static_cast<int>(top[1]["id"].number)));
       }
-      const auto& reference = p["logits_first"].array;
-      REQUIRE(r.first_logits.size() == reference.size());
-      double max_ref = 0.0, max_diff = 0.0;
-      for (std::size_t j = 0; j < reference.size(); ++j) {
-        max_ref = std::max(max_ref, std::fabs(reference[j].number));
-        max_diff = std::max(max_diff, std::fabs(r.first_logits[j] - reference[j].number));
-      }
-      INFO("first-step logits differ by up to " << max_diff << " (max |logit| " << max_ref << ")");
-      CHECK(max_diff <= tolerance * max_ref);
+      check_first_logits(r.first_logits, p, tolerance);
       alone.push_back(r);
     }
     for (const std::int32_t chunk : {0, 5}) {
