@@ -48,7 +48,17 @@ std::string CpuBackend::describe() const {
 }
 
 Result<Weight> CpuBackend::load_weight(const gguf::GgufTensorInfo& info) {
-  return Weight{info.data, info.type, info.dims[1] * info.dims[2] * info.dims[3], info.dims[0]};
+  const Weight weight{info.data, info.type, info.dims[1] * info.dims[2] * info.dims[3],
+                      info.dims[0]};
+  // A matrix the repacked kernel takes is repacked on its first product (an embedding table
+  // that is only looked up never is). A weight loaded where another was replaces it.
+  static const bool repacking = repacked_kernel_available();
+  if (repacking && weight.rows > 1 && can_repack(weight.type, weight.cols)) {
+    repacked_.insert_or_assign(weight.data, Packing{});
+  } else {
+    repacked_.erase(weight.data);
+  }
+  return weight;
 }
 
 Result<Tensor> CpuBackend::allocate(std::int64_t rows, std::int64_t cols) {
@@ -188,6 +198,31 @@ void CpuBackend::rms_norm(Tensor x, const Weight& weight, float eps, Tensor out)
   });
 }
 
+const RepackedWeight* CpuBackend::repacked(const Weight& weight) {
+  auto it = repacked_.find(weight.data);
+  if (it == repacked_.end()) return nullptr;  // not a matrix this backend loaded to repack
+  Packing& packing = it->second;
+  if (!packing.tried) {
+    packing.tried = true;
+    try {
+      auto packed = std::make_unique<RepackedWeight>(
+          allocate_repacked(weight.type, weight.rows, weight.cols));
+      const std::size_t w_row_bytes = gguf::row_bytes(weight.type, weight.cols);
+      pool_.parallel_for(packed->groups, [&](std::int64_t g) {
+        repack_group(*packed, static_cast<const std::byte*>(weight.data), w_row_bytes, g);
+      });
+      packing.packed = std::move(packed);
+    } catch (const std::bad_alloc&) {
+      // No memory for the copy: this weight keeps the file's layout, and its kernel, for good.
+    }
+  }
+  const RepackedWeight* packed = packing.packed.get();
+  TROUPE_ASSERT(packed == nullptr || (packed->type == weight.type && packed->rows == weight.rows &&
+                                      packed->cols == weight.cols),
+                "a loaded weight's shape changed");
+  return packed;
+}
+
 void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
   TROUPE_ASSERT(x.cols == weight.cols && out.cols == weight.rows && out.rows == x.rows,
                 "matmul shapes disagree");
@@ -196,15 +231,16 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
   const std::int64_t chunk = rows_per_task(weight.rows, pool_.num_threads());
   const std::int64_t num_tasks = (weight.rows + chunk - 1) / chunk;
   if (has_int8_kernel(weight.type, weight.cols)) {
-    // Activations quantized once per row; the weights stay as stored.
+    // Activations quantized once per row; the weights repacked on their first product where
+    // the type has a repacked layout, else as stored.
+    const RepackedWeight* packed = repacked(weight);
     int8_rows_.resize(x.rows, x.cols);
     pool_.parallel_for(x.rows, [&](std::int64_t t) { int8_rows_.quantize_row(t, row(x, t)); });
     const Int8Rows rows = int8_rows_.rows();
     pool_.parallel_for(num_tasks, [&](std::int64_t task) {
       const std::int64_t r0 = task * chunk;
-      const std::int64_t n = std::min(chunk, weight.rows - r0);
-      int8_matmul(weight.type, rows, x.rows, w + r0 * w_row_bytes, w_row_bytes, n, out.data + r0,
-                  out.cols);
+      int8_product(weight.type, packed, w, w_row_bytes, rows, x.rows, r0,
+                   std::min(chunk, weight.rows - r0), out.data + r0, out.cols);
     });
     return;
   }

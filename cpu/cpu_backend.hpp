@@ -6,9 +6,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "cpu/int8_matmul.hpp"
+#include "cpu/int8_repack.hpp"
 #include "cpu/thread_pool.hpp"
 #include "model/backend.hpp"
 
@@ -70,7 +72,20 @@ class CpuBackend final : public model::Backend {
   std::byte* kv_block(std::vector<std::byte>& cache, std::int32_t layer, std::int32_t block,
                       std::int32_t kv_head);
 
+  // A weight this backend loaded, its rows repacked for the repacked int8 kernel
+  // (int8_repack.hpp): made on its first product and kept while the backend lives, as the
+  // model's bytes are. Null where its type or width has no repacked layout, this processor no
+  // repacked kernel, or the weight was not loaded here (a caller's own). Every product of a
+  // weight runs the same kernel, so a row's result never depends on the batch.
+  const RepackedWeight* repacked(const model::Weight& weight);
+
   ThreadPool pool_;
+  struct Packing {
+    bool tried = false;                      // repacked (or failed to) on a first product
+    std::unique_ptr<RepackedWeight> packed;  // null: the file's layout
+  };
+  // The loaded matrices that have a repacked layout, by their data.
+  std::unordered_map<const void*, Packing> repacked_;
   model::KvCacheShape kv_shape_;
   // [num_layers, num_blocks, num_kv_heads, head_dim, block_size] (keys) and
   // [num_layers, num_blocks, num_kv_heads, block_size, head_dim] (values), F32 or F16
@@ -84,15 +99,16 @@ class CpuBackend final : public model::Backend {
   std::vector<float> gathered_;  // [size, rows, part cols] on rank 0
   // moe_ffn's buffers, reused: n rows, k experts each, num experts.
   struct MoeScratch {
-    std::vector<float> logits;            // [n, num] the router's
-    std::vector<std::int32_t> experts;    // [n, k] each row's, in the order chosen
-    std::vector<float> weights;           // [n, k] theirs
-    std::vector<std::int64_t> begin;      // [num + 1] expert e's first slot
-    std::vector<std::int64_t> slot;       // [n * k] (row, choice) -> slot
-    std::vector<std::int64_t> slot_row;   // [n * k] slot -> row
-    std::vector<float> xs, gate, up, ys;  // [n * k, dim | ffn] by expert (xs: float experts)
-    Int8RowBuffer xs_int8, gate_int8;     // xs and the activated gate, for the int8 kernels
-    std::vector<std::int32_t> loaded;     // the experts with rows, the most rows first
+    std::vector<float> logits;                  // [n, num] the router's
+    std::vector<std::int32_t> experts;          // [n, k] each row's, in the order chosen
+    std::vector<float> weights;                 // [n, k] theirs
+    std::vector<std::int64_t> begin;            // [num + 1] expert e's first slot
+    std::vector<std::int64_t> slot;             // [n * k] (row, choice) -> slot
+    std::vector<std::int64_t> slot_row;         // [n * k] slot -> row
+    std::vector<float> xs, gate, up, ys;        // [n * k, dim | ffn] by expert (xs: float experts)
+    Int8RowBuffer xs_int8, gate_int8;           // xs and the activated gate, for the int8 kernels
+    std::vector<std::int32_t> loaded;           // the experts with rows, the most rows first
+    std::vector<const RepackedWeight*> packed;  // [num, 3] gate, up, down repacked, or null
   };
   // moe_ffn's experts over the `total` gathered (row, choice) slots of x.
   void moe_experts_int8(model::Tensor x, const model::MoeLayer& layer, std::int64_t total,

@@ -178,6 +178,14 @@ void CpuBackend::moe_experts_int8(Tensor x, const model::MoeLayer& layer, std::i
                      [&](std::int64_t s) { m.xs_int8.quantize_row(s, row_of(x, m.slot_row[s])); });
   const Int8Rows xq = m.xs_int8.rows();
   const auto loaded = static_cast<std::int64_t>(m.loaded.size());
+  // Each loaded expert's weights repacked (on their first product; not from the threads).
+  m.packed.assign(static_cast<std::size_t>(3 * num), nullptr);
+  for (const std::int32_t e : m.loaded) {
+    const model::ExpertWeights& w = layer.experts[static_cast<std::size_t>(e)];
+    m.packed[3 * e] = repacked(w.gate);
+    m.packed[3 * e + 1] = repacked(w.up);
+    m.packed[3 * e + 2] = repacked(w.down);
+  }
   const std::int64_t up_chunk = rows_per_task(ffn, pool_.num_threads());
   const std::int64_t up_tasks = (ffn + up_chunk - 1) / up_chunk;
   pool_.parallel_for(loaded * up_tasks, [&](std::int64_t task) {
@@ -186,11 +194,11 @@ void CpuBackend::moe_experts_int8(Tensor x, const model::MoeLayer& layer, std::i
     const std::int64_t b0 = m.begin[static_cast<std::size_t>(e)], count = rows_of(m.begin, e);
     const model::ExpertWeights& w = layer.experts[static_cast<std::size_t>(e)];
     const Int8Rows rows_in = xq.from_row(b0);
-    for (const auto& [weight, out] : {std::pair{&w.gate, m.gate.data()}, {&w.up, m.up.data()}}) {
-      const std::size_t row_bytes = gguf::row_bytes(weight->type, dim);
-      int8_matmul(weight->type, rows_in, count,
-                  static_cast<const std::byte*>(weight->data) + r0 * row_bytes, row_bytes, rows,
-                  out + b0 * ffn + r0, ffn);
+    for (int which = 0; which < 2; ++which) {
+      const model::Weight& weight = which == 0 ? w.gate : w.up;
+      float* out = (which == 0 ? m.gate.data() : m.up.data()) + b0 * ffn + r0;
+      int8_product(weight.type, m.packed[3 * e + which], static_cast<const std::byte*>(weight.data),
+                   gguf::row_bytes(weight.type, dim), rows_in, count, r0, rows, out, ffn);
     }
   });
   m.gate_int8.resize(total, ffn);
@@ -218,10 +226,8 @@ void CpuBackend::moe_experts_int8(Tensor x, const model::MoeLayer& layer, std::i
     const std::int64_t b0 = m.begin[static_cast<std::size_t>(e)], count = rows_of(m.begin, e);
     const model::ExpertWeights& w = layer.experts[static_cast<std::size_t>(e)];
     float* y = m.ys.data() + b0 * dim + r0;
-    const std::size_t row_bytes = gguf::row_bytes(w.down.type, ffn);
-    int8_matmul(w.down.type, hq.from_row(b0), count,
-                static_cast<const std::byte*>(w.down.data) + r0 * row_bytes, row_bytes, rows, y,
-                dim);
+    int8_product(w.down.type, m.packed[3 * e + 2], static_cast<const std::byte*>(w.down.data),
+                 gguf::row_bytes(w.down.type, ffn), hq.from_row(b0), count, r0, rows, y, dim);
     if (w.down_bias.data != nullptr) {
       const auto* b = static_cast<const float*>(w.down_bias.data) + r0;
       for (std::int64_t s = 0; s < count; ++s) {

@@ -58,12 +58,14 @@ void Int8RowBuffer::resize(std::int64_t rows, std::int64_t cols) {
   q_.resize(static_cast<std::size_t>(rows * cols));
   lane_scales_.resize(static_cast<std::size_t>(rows * cols / 4));
   sums_.resize(static_cast<std::size_t>(rows * cols / 16));
+  int_sums_.resize(static_cast<std::size_t>(rows * cols / 16));
 }
 
 void Int8RowBuffer::quantize_row(std::int64_t r, const float* x) {
   std::int8_t* q = q_.data() + r * cols_;
   float* lanes = lane_scales_.data() + r * (cols_ / 4);
   float* sums = sums_.data() + r * (cols_ / 16);
+  std::int32_t* int_sums = int_sums_.data() + r * (cols_ / 16);
   for (std::int64_t b = 0; b < cols_ / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.0f;
@@ -78,6 +80,7 @@ void Int8RowBuffer::quantize_row(std::int64_t r, const float* x) {
       std::fill_n(q + b * 32, 32, std::int8_t{0});
       std::fill_n(lanes + b * 8, 8, std::numeric_limits<float>::quiet_NaN());
       sums[2 * b] = sums[2 * b + 1] = std::numeric_limits<float>::quiet_NaN();
+      int_sums[2 * b] = int_sums[2 * b + 1] = 0;
       continue;
     }
     const float scale = amax / 127.0f;
@@ -94,6 +97,7 @@ void Int8RowBuffer::quantize_row(std::int64_t r, const float* x) {
     for (int g = 0; g < 2; ++g) {
       std::int32_t sum = 0;
       for (int i = 16 * g; i < 16 * g + 16; ++i) sum += qb[i];
+      int_sums[2 * b + g] = sum;
       sums[2 * b + g] = scale * static_cast<float>(sum);
     }
   }

@@ -20,14 +20,16 @@ namespace troupe::cpu {
 // Q8_0). The kernels read the scales spread over lanes of 4 values, and the scaled sums of
 // every 16 values, which the weights' offsets and minimums multiply.
 struct Int8Rows {
-  const std::int8_t* q = nullptr;      // [rows, cols]
-  const float* lane_scales = nullptr;  // [rows, cols / 4]: the scale of values 4l..4l+3
-  const float* sums = nullptr;         // [rows, cols / 16]: scale * sum of q[16g..16g+16)
-  std::int64_t cols = 0;               // a multiple of 32
+  const std::int8_t* q = nullptr;          // [rows, cols]
+  const float* lane_scales = nullptr;      // [rows, cols / 4]: the scale of values 4l..4l+3
+  const float* sums = nullptr;             // [rows, cols / 16]: scale * sum of q[16g..16g+16)
+  std::int64_t cols = 0;                   // a multiple of 32
+  const std::int32_t* int_sums = nullptr;  // [rows, cols / 16]: sum of q[16g..16g+16), exact
 
   // The rows from `first` on.
   Int8Rows from_row(std::int64_t first) const {
-    return {q + first * cols, lane_scales + first * (cols / 4), sums + first * (cols / 16), cols};
+    return {q + first * cols, lane_scales + first * (cols / 4), sums + first * (cols / 16), cols,
+            int_sums + first * (cols / 16)};
   }
 };
 
@@ -37,13 +39,16 @@ class Int8RowBuffer {
   void resize(std::int64_t rows, std::int64_t cols);
   // Quantizes row `r` (cols floats) in place; rows may be filled from several threads.
   void quantize_row(std::int64_t r, const float* x);
-  Int8Rows rows() const { return {q_.data(), lane_scales_.data(), sums_.data(), cols_}; }
+  Int8Rows rows() const {
+    return {q_.data(), lane_scales_.data(), sums_.data(), cols_, int_sums_.data()};
+  }
 
  private:
   std::int64_t cols_ = 0;
   std::vector<std::int8_t> q_;
   std::vector<float> lane_scales_;
   std::vector<float> sums_;
+  std::vector<std::int32_t> int_sums_;
 };
 
 // The instruction sets the int8 kernels are written for, from the most portable.

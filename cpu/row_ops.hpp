@@ -8,10 +8,11 @@
 
 namespace troupe::cpu {
 
-// Output rows per task of a matmul over `rows`: about 8 tasks a thread, in whole tiles of 4.
+// Output rows per task of a matmul over `rows`: about 8 tasks a thread, in whole groups of 16
+// (the repacked kernel's, int8_repack.hpp; a multiple of the other kernels' tiles of 4).
 inline std::int64_t rows_per_task(std::int64_t rows, int num_threads) {
   const std::int64_t target = std::max<std::int64_t>(1, rows / (8 * num_threads));
-  return std::max<std::int64_t>(4, (target + 3) / 4 * 4);
+  return (target + 15) / 16 * 16;
 }
 
 // out = silu(gate) * up over n values (out may be gate).

@@ -1,0 +1,283 @@
+#include "cpu/int8_repack.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "gguf/half.hpp"
+#include "troupe/result.hpp"
+
+namespace troupe::cpu {
+
+using gguf::TensorType;
+
+#if defined(__x86_64__) && defined(TROUPE_INT8_X86)
+namespace int8_avx512 {
+void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
+                     std::int64_t g_begin, std::int64_t g_end, float* out, std::int64_t out_stride);
+}
+#endif
+
+// A group's unit (a block of 32 or a super-block of 256, for 16 rows), by type:
+//   Q8_0: d[16] f16 | quants: for lanes j < 8, for rows r < 16, bytes q[4j..4j+4) + 128
+//   Q4_0: d[16] f16 | for j < 4, for r: the file's bytes qs[4j..4j+4) (low nibbles: values
+//         4j.., high: 16 + 4j..)
+//   Q4_K: d[16], dmin[16] f16 | scales[8][16], mins[8][16] (6-bit, a byte each, [sub-block][row])
+//         | for pairs k < 4, for j < 8, for r: qs[32k + 4j..+4) (low nibbles: sub-block 2k,
+//         high: 2k + 1)
+//   Q6_K: d[16] f16 | scales[16][16] int8 | for sub-blocks i < 16 of 16 values: A, B, C of 64
+//         bytes, byte 4r + b of each: A = u(16i+b) & 15 | (u(16i+4+b) & 15) << 4,
+//         B = the same for 16i+8+b and 16i+12+b, C = the four values' top two bits, in order
+bool can_repack(TensorType type, std::int64_t cols) {
+  const RepackLayout layout = repack_layout(type);
+  return layout.unit_values != 0 && cols > 0 && cols % layout.unit_values == 0;
+}
+
+bool repacked_kernel_available() {
+#if defined(__x86_64__) && defined(TROUPE_INT8_X86)
+  for (const Int8Path path : supported_int8_paths()) {
+    if (path == Int8Path::avx512_vnni) return true;
+  }
+#endif
+  return false;
+}
+
+void RepackedWeight::Free::operator()(std::byte* p) const {
+  std::free(p);
+}
+
+RepackedWeight allocate_repacked(TensorType type, std::int64_t rows, std::int64_t cols) {
+  TROUPE_ASSERT(can_repack(type, cols), "repacking a type or width without a repacked layout");
+  const RepackLayout layout = repack_layout(type);
+  RepackedWeight w;
+  w.type = type;
+  w.rows = rows;
+  w.cols = cols;
+  w.groups = (rows + kRepackRows - 1) / kRepackRows;
+  w.group_bytes = static_cast<std::size_t>(cols / layout.unit_values) * layout.unit_bytes;
+  const std::size_t bytes = (w.bytes() + 63) / 64 * 64;
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(64, bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  w.data.reset(p);
+  return w;
+}
+
+namespace {
+
+// Q4_K's 6-bit scale and minimum of sub-block j (ggml's get_scale_min_k4).
+void k4_scale_min(const std::uint8_t* q, int j, std::uint8_t& scale, std::uint8_t& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    min = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Q6_K's 256 values as unsigned 6-bit u (the value is d * scale * (u - 32)).
+void q6_values(const std::uint8_t* block, std::uint8_t* u) {
+  const std::uint8_t* ql = block;
+  const std::uint8_t* qh = block + 128;
+  for (int n = 0; n < 2; ++n) {
+    for (int l = 0; l < 32; ++l) {
+      std::uint8_t* y = u + 128 * n;
+      y[l] = static_cast<std::uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+      y[l + 32] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+      y[l + 64] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      y[l + 96] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+    ql += 64;
+    qh += 32;
+  }
+}
+
+void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, int r) {
+  switch (type) {
+    case TensorType::q8_0:
+      std::memcpy(dst + 2 * r, src, 2);
+      for (int j = 0; j < 8; ++j) {
+        for (int i = 0; i < 4; ++i) dst[32 + 64 * j + 4 * r + i] = src[2 + 4 * j + i] ^ 0x80;
+      }
+      return;
+    case TensorType::q4_0:
+      std::memcpy(dst + 2 * r, src, 2);
+      for (int j = 0; j < 4; ++j) std::memcpy(dst + 32 + 64 * j + 4 * r, src + 2 + 4 * j, 4);
+      return;
+    case TensorType::q4_k:
+      std::memcpy(dst + 2 * r, src, 2);
+      std::memcpy(dst + 32 + 2 * r, src + 2, 2);
+      for (int j = 0; j < 8; ++j)
+        k4_scale_min(src + 4, j, dst[64 + 16 * j + r], dst[192 + 16 * j + r]);
+      for (int k = 0; k < 4; ++k) {
+        for (int j = 0; j < 8; ++j) {
+          std::memcpy(dst + 320 + 64 * (8 * k + j) + 4 * r, src + 16 + 32 * k + 4 * j, 4);
+        }
+      }
+      return;
+    default: {  // q6_k
+      std::memcpy(dst + 2 * r, src + 208, 2);
+      for (int i = 0; i < 16; ++i) dst[32 + 16 * i + r] = src[192 + i];
+      std::uint8_t u[256];
+      q6_values(src, u);
+      for (int i = 0; i < 16; ++i) {
+        std::uint8_t* sub = dst + 288 + 192 * i;
+        const std::uint8_t* v = u + 16 * i;
+        for (int b = 0; b < 4; ++b) {
+          sub[4 * r + b] = static_cast<std::uint8_t>((v[b] & 15) | (v[4 + b] & 15) << 4);
+          sub[64 + 4 * r + b] = static_cast<std::uint8_t>((v[8 + b] & 15) | (v[12 + b] & 15) << 4);
+          sub[128 + 4 * r + b] = static_cast<std::uint8_t>(
+              v[b] >> 4 | (v[4 + b] >> 4) << 2 | (v[8 + b] >> 4) << 4 | (v[12 + b] >> 4) << 6);
+        }
+      }
+      return;
+    }
+  }
+}
+
+// Row r's unsigned u of value v in a unit, and what the kernel subtracts from it (offset).
+int unit_u(TensorType type, const std::uint8_t* unit, int r, int v) {
+  switch (type) {
+    case TensorType::q8_0:
+      return unit[32 + 64 * (v / 4) + 4 * r + v % 4];
+    case TensorType::q4_0: {
+      const std::uint8_t byte = unit[32 + 64 * (v % 16 / 4) + 4 * r + v % 4];
+      return v < 16 ? byte & 15 : byte >> 4;
+    }
+    case TensorType::q4_k: {
+      const int sub = v / 32, k = sub / 2, j = v % 32 / 4;
+      const std::uint8_t byte = unit[320 + 64 * (8 * k + j) + 4 * r + v % 4];
+      return sub % 2 == 0 ? byte & 15 : byte >> 4;
+    }
+    default: {  // q6_k
+      const int i = v / 16, within = v % 16, quarter = within / 4, b = within % 4;
+      const std::uint8_t* sub = unit + 288 + 192 * i;
+      const std::uint8_t nibbles = sub[(quarter < 2 ? 0 : 64) + 4 * r + b];
+      const int low = quarter % 2 == 0 ? nibbles & 15 : nibbles >> 4;
+      const int high = (sub[128 + 4 * r + b] >> (2 * quarter)) & 3;
+      return low | high << 4;
+    }
+  }
+}
+
+int type_offset(TensorType type) {
+  switch (type) {
+    case TensorType::q8_0:
+      return 128;
+    case TensorType::q4_0:
+      return 8;
+    case TensorType::q6_k:
+      return 32;
+    default:
+      return 0;
+  }
+}
+
+float f16_at(const std::uint8_t* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return gguf::f16_to_f32(bits);
+}
+
+}  // namespace
+
+void repack_group(RepackedWeight& into, const std::byte* w, std::size_t w_row_bytes,
+                  std::int64_t g) {
+  const RepackLayout layout = repack_layout(into.type);
+  const std::int64_t units = into.cols / layout.unit_values;
+  const std::size_t src_unit_bytes = w_row_bytes / static_cast<std::size_t>(units);
+  auto* dst = reinterpret_cast<std::uint8_t*>(into.data.get()) + g * into.group_bytes;
+  std::memset(dst, 0, into.group_bytes);
+  for (int r = 0; r < kRepackRows; ++r) {
+    const std::int64_t row = g * kRepackRows + r;
+    if (row >= into.rows) break;  // zero: scales 0, so the row's products are 0
+    const auto* src = reinterpret_cast<const std::uint8_t*>(w) + row * w_row_bytes;
+    for (std::int64_t u = 0; u < units; ++u) {
+      repack_unit(into.type, src + u * src_unit_bytes, dst + u * layout.unit_bytes, r);
+    }
+  }
+}
+
+void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
+                               std::int64_t g_begin, std::int64_t g_end, float* out,
+                               std::int64_t out_stride) {
+  const RepackLayout layout = repack_layout(w.type);
+  const std::int64_t units = w.cols / layout.unit_values;
+  const int offset = type_offset(w.type);
+  // Blocks: what one int32 sum covers (Q6_K: 16 values, else 32).
+  const int block = w.type == TensorType::q6_k ? 16 : 32;
+  for (std::int64_t g = g_begin; g < g_end; ++g) {
+    const auto* group = reinterpret_cast<const std::uint8_t*>(w.group(g));
+    for (int r = 0; r < kRepackRows; ++r) {
+      const std::int64_t row = g * kRepackRows + r;
+      if (row >= w.rows) break;
+      for (std::int64_t t = 0; t < num_x; ++t) {
+        float acc = 0.0f;
+        for (std::int64_t u = 0; u < units; ++u) {
+          const std::uint8_t* unit = group + u * layout.unit_bytes;
+          for (int b0 = 0; b0 < layout.unit_values; b0 += block) {
+            const std::int64_t col = u * layout.unit_values + b0;  // the block's first value
+            std::int32_t dot = 0;
+            for (int v = b0; v < b0 + block; ++v) {
+              dot += unit_u(w.type, unit, r, v) * x.q[t * x.cols + u * layout.unit_values + v];
+            }
+            std::int32_t sum_q = 0;
+            for (int h = 0; h < block / 16; ++h)
+              sum_q += x.int_sums[t * (x.cols / 16) + col / 16 + h];
+            dot -= offset * sum_q;
+            const float s = x.lane_scales[t * (x.cols / 4) + col / 32 * 8];
+            float a = 0.0f;
+            switch (w.type) {
+              case TensorType::q8_0:
+              case TensorType::q4_0:
+                a = f16_at(unit + 2 * r);
+                break;
+              case TensorType::q4_k:
+                a = f16_at(unit + 2 * r) * static_cast<float>(unit[64 + 16 * (b0 / 32) + r]);
+                break;
+              default:  // q6_k
+                a = f16_at(unit + 2 * r) *
+                    static_cast<float>(static_cast<std::int8_t>(unit[32 + 16 * (b0 / 16) + r]));
+                break;
+            }
+            acc = std::fma(static_cast<float>(dot), a * s, acc);
+            if (w.type == TensorType::q4_k) {
+              const float c =
+                  -f16_at(unit + 32 + 2 * r) * static_cast<float>(unit[192 + 16 * (b0 / 32) + r]);
+              acc = std::fma(c, s * static_cast<float>(sum_q), acc);
+            }
+          }
+        }
+        out[t * out_stride + row] = acc;
+      }
+    }
+  }
+}
+
+void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
+                     std::int64_t g_begin, std::int64_t g_end, float* out,
+                     std::int64_t out_stride) {
+#if defined(__x86_64__) && defined(TROUPE_INT8_X86)
+  static const bool available = repacked_kernel_available();
+  if (available) return int8_avx512::repacked_matmul(w, x, num_x, g_begin, g_end, out, out_stride);
+#endif
+  repacked_matmul_reference(w, x, num_x, g_begin, g_end, out, out_stride);
+}
+
+void int8_product(TensorType type, const RepackedWeight* packed, const std::byte* w,
+                  std::size_t w_row_bytes, const Int8Rows& x, std::int64_t num_x, std::int64_t r0,
+                  std::int64_t rows, float* out, std::int64_t out_stride) {
+  if (packed == nullptr) {
+    int8_matmul(type, x, num_x, w + r0 * w_row_bytes, w_row_bytes, rows, out, out_stride);
+    return;
+  }
+  TROUPE_ASSERT(
+      r0 % kRepackRows == 0 && ((r0 + rows) % kRepackRows == 0 || r0 + rows == packed->rows),
+      "a repacked product over rows that are not whole groups");
+  repacked_matmul(*packed, x, num_x, r0 / kRepackRows, (r0 + rows + kRepackRows - 1) / kRepackRows,
+                  out - r0, out_stride);
+}
+
+}  // namespace troupe::cpu

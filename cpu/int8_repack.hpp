@@ -1,0 +1,101 @@
+// Quantized weights repacked for prefill: rows interleaved in groups of 16, so that one
+// 512-bit register holds four values of each of 16 rows, and one vpdpbusd multiplies them by
+// four activations broadcast to every lane. A block's 32 (or 16) byte products then sum in
+// int32 for 16 rows at once, and the float work (convert, scale, accumulate) is done once per
+// block for 16 rows, not once per four values of one row as in int8_matmul's layout. A tile is
+// 16 weight rows by up to 8 activation rows: each weight register is loaded once and used by
+// every activation row of the tile.
+//
+// The math per (activation row t, weight row r), the same for every tile and batch size, so a
+// row's result never depends on what shares its call:
+//   acc = 0; for each block b in order:
+//     acc = fma(float(I_b), a_rb * s_tb, acc)      I_b: the exact integer dot of the block
+//     acc = fma(c_rb, s_tb * sum q_tb, acc)         (only types with minimums: Q4_K)
+// where weights are a * (u - offset) (+ c for minimums) and the offset's share is folded into
+// I_b in int32 (-offset * sum q). repacked_matmul_reference computes exactly this in scalar
+// code; the vector kernel must equal it bit for bit (tested).
+//
+// Types: Q8_0 (u = q + 128, offset 128), Q4_0 (offset 8), Q4_K (blocks of 32, a = d * scale,
+// c = -dmin * min), Q6_K (blocks of 16, a = d * scale, offset 32), each row's bits as many as in
+// the file (4-bit stays 4-bit, Q6_K 6-bit), only the order changed. The other types keep
+// int8_matmul's layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "cpu/int8_matmul.hpp"
+#include "gguf/tensor_type.hpp"
+
+namespace troupe::cpu {
+
+inline constexpr std::int64_t kRepackRows = 16;
+
+// Whether `type` has a repacked layout for rows of `cols` values.
+bool can_repack(gguf::TensorType type, std::int64_t cols);
+// Whether this processor runs the repacked kernel (AVX-512 VNNI): elsewhere weights keep
+// int8_matmul's layout, whose kernels exist for every path.
+bool repacked_kernel_available();
+
+struct RepackedWeight {
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  gguf::TensorType type = gguf::TensorType::f32;
+  std::int64_t rows = 0, cols = 0;
+  std::int64_t groups = 0;      // ceil(rows / 16); the last group's missing rows are zero
+  std::size_t group_bytes = 0;  // bytes of one group of 16 rows
+  std::unique_ptr<std::byte, Free> data;
+
+  const std::byte* group(std::int64_t g) const { return data.get() + g * group_bytes; }
+  std::size_t bytes() const { return static_cast<std::size_t>(groups) * group_bytes; }
+};
+
+// An empty RepackedWeight (groups 0) to fill group by group: the groups may be repacked from
+// several threads at once.
+RepackedWeight allocate_repacked(gguf::TensorType type, std::int64_t rows, std::int64_t cols);
+// Repacks group `g` of `w` (rows of w_row_bytes, in the file's layout) into `into`.
+void repack_group(RepackedWeight& into, const std::byte* w, std::size_t w_row_bytes,
+                  std::int64_t g);
+
+// out[t * out_stride + r] = dot(x[t], w[r]) for t < num_x and r in the groups [g_begin, g_end)
+// (out points at row 0's column): by the vector kernel.
+void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
+                     std::int64_t g_begin, std::int64_t g_end, float* out, std::int64_t out_stride);
+// The same in scalar code, operation for operation (tests).
+void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
+                               std::int64_t g_begin, std::int64_t g_end, float* out,
+                               std::int64_t out_stride);
+
+// Rows [r0, r0 + rows) of a weight's product with `x` (num_x rows) into out[t * out_stride + i]
+// (out: row r0's column), through `packed` where the weight has been repacked (r0 then a
+// multiple of 16, and r0 + rows one too or the weight's last row), else through int8_matmul
+// on the file's layout (w: the file's rows).
+void int8_product(gguf::TensorType type, const RepackedWeight* packed, const std::byte* w,
+                  std::size_t w_row_bytes, const Int8Rows& x, std::int64_t num_x, std::int64_t r0,
+                  std::int64_t rows, float* out, std::int64_t out_stride);
+
+// For the kernels: where a group's fields lie, per block unit (Q8_0, Q4_0: a block of 32;
+// Q4_K, Q6_K: a super-block of 256).
+struct RepackLayout {
+  std::int64_t unit_values;  // values per unit
+  std::size_t unit_bytes;    // bytes per unit of 16 rows
+};
+constexpr RepackLayout repack_layout(gguf::TensorType type) {
+  using gguf::TensorType;
+  switch (type) {
+    case TensorType::q8_0:
+      return {32, 544};
+    case TensorType::q4_0:
+      return {32, 288};
+    case TensorType::q4_k:
+      return {256, 2368};
+    case TensorType::q6_k:
+      return {256, 3360};
+    default:
+      return {0, 0};
+  }
+}
+
+}  // namespace troupe::cpu

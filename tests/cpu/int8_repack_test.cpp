@@ -1,0 +1,245 @@
+// The repacked int8 kernel (Q8_0, Q4_0, Q4_K, Q6_K in groups of 16 interleaved rows): bit for
+// bit what the scalar reference computes, within rounding of a double-precision product of
+// the scalar decoder's weights and the activations as quantized, and a row's result the same
+// alone, in any batch and in any split of the weight rows.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "cpu/cpu_backend.hpp"
+#include "cpu/int8_matmul.hpp"
+#include "cpu/int8_repack.hpp"
+#include "gguf/dequantize.hpp"
+
+using namespace troupe;
+using namespace troupe::cpu;
+using gguf::TensorType;
+
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 generator(20261203);
+  return generator;
+}
+
+std::vector<float> random_floats(std::size_t n, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng());
+  return v;
+}
+
+const TensorType kTypes[] = {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k,
+                             TensorType::q6_k};
+
+struct Weights {
+  std::vector<std::byte> bytes;
+  std::vector<float> decoded;
+  std::size_t row_bytes = 0;
+};
+
+// Encoded by troupe's quantizer; for the K-quants every byte but d (and dmin) is then
+// randomised, so that every 6-bit scale, minimum and high bit occurs.
+Weights make_weights(TensorType type, std::int64_t rows, std::int64_t cols) {
+  Weights w;
+  w.bytes = *gguf::quantize(type, random_floats(static_cast<std::size_t>(rows * cols), 0.5f), cols);
+  w.row_bytes = gguf::row_bytes(type, cols);
+  if (type == TensorType::q4_k || type == TensorType::q6_k) {
+    const std::size_t block = type == TensorType::q4_k ? 144 : 210;
+    // The scales d (and dmin) stay the encoder's: finite and small.
+    const std::size_t keep_begin = type == TensorType::q4_k ? 0 : 208;
+    const std::size_t keep_end = keep_begin + (type == TensorType::q4_k ? 4 : 2);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (std::size_t b = 0; b < w.bytes.size(); b += block) {
+      for (std::size_t i = 0; i < block; ++i) {
+        if (i < keep_begin || i >= keep_end) w.bytes[b + i] = static_cast<std::byte>(byte(rng()));
+      }
+    }
+  }
+  w.decoded.resize(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    REQUIRE(gguf::dequantize_row(type, w.bytes.data() + r * w.row_bytes, cols,
+                                 w.decoded.data() + r * cols)
+                .has_value());
+  }
+  return w;
+}
+
+RepackedWeight repack(const Weights& w, TensorType type, std::int64_t rows, std::int64_t cols) {
+  RepackedWeight packed = allocate_repacked(type, rows, cols);
+  for (std::int64_t g = 0; g < packed.groups; ++g)
+    repack_group(packed, w.bytes.data(), w.row_bytes, g);
+  return packed;
+}
+
+Int8RowBuffer quantized(const std::vector<float>& xs, std::int64_t n, std::int64_t cols) {
+  Int8RowBuffer buffer;
+  buffer.resize(n, cols);
+  for (std::int64_t t = 0; t < n; ++t) buffer.quantize_row(t, xs.data() + t * cols);
+  return buffer;
+}
+
+std::vector<std::int64_t> widths(TensorType type) {
+  if (type == TensorType::q8_0 || type == TensorType::q4_0) return {32, 96, 256, 800};
+  return {256, 768};
+}
+
+}  // namespace
+
+TEST_CASE("only Q8_0 Q4_0 Q4_K and Q6_K rows of whole units have a repacked layout",
+          "[cpu][int8]") {
+  CHECK(can_repack(TensorType::q8_0, 32));
+  CHECK(can_repack(TensorType::q4_0, 96));
+  CHECK_FALSE(can_repack(TensorType::q8_0, 48));
+  CHECK(can_repack(TensorType::q4_k, 512));
+  CHECK_FALSE(can_repack(TensorType::q4_k, 288));
+  CHECK(can_repack(TensorType::q6_k, 256));
+  CHECK_FALSE(can_repack(TensorType::q5_k, 256));
+  CHECK_FALSE(can_repack(TensorType::f16, 256));
+  // The layout keeps the file's bits: a group of 16 rows is 16 rows' bytes (Q4_K: with its
+  // 6-bit scales a byte each).
+  CHECK(repack_layout(TensorType::q8_0).unit_bytes == 16 * 34);
+  CHECK(repack_layout(TensorType::q4_0).unit_bytes == 16 * 18);
+  CHECK(repack_layout(TensorType::q6_k).unit_bytes == 16 * 210);
+  CHECK(repack_layout(TensorType::q4_k).unit_bytes == 16 * 144 + 64);
+}
+
+TEST_CASE("the repacked kernel equals its scalar reference bit for bit and the decoder's product",
+          "[cpu][int8]") {
+  INFO("vector kernel here: " << (repacked_kernel_available() ? "AVX-512 VNNI"
+                                                              : "none (reference only)"));
+  for (const TensorType type : kTypes) {
+    for (const std::int64_t cols : widths(type)) {
+      // 37 rows: two whole groups and one of five; 1, 3, 8 and 11 activation rows: every
+      // tile height and a remainder.
+      for (const std::int64_t n : {1, 3, 8, 11}) {
+        const std::int64_t rows = 37;
+        INFO(gguf::tensor_type_name(type) << ", " << n << " x " << rows << " x " << cols);
+        const auto w = make_weights(type, rows, cols);
+        const RepackedWeight packed = repack(w, type, rows, cols);
+        const auto xs = random_floats(static_cast<std::size_t>(n * cols), 1.0f);
+        const Int8RowBuffer buffer = quantized(xs, n, cols);
+        const Int8Rows x = buffer.rows();
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        // A wider stride than the rows: nothing is written past a group's last real row.
+        const std::int64_t stride = rows + 3;
+        std::vector<float> got(static_cast<std::size_t>(n * stride), nan);
+        std::vector<float> want(got.size(), nan);
+        repacked_matmul(packed, x, n, 0, packed.groups, got.data(), stride);
+        repacked_matmul_reference(packed, x, n, 0, packed.groups, want.data(), stride);
+        for (std::int64_t t = 0; t < n; ++t) {
+          for (std::int64_t r = 0; r < stride; ++r) {
+            const float g = got[t * stride + r];
+            INFO("row " << t << ", weight row " << r << ": got " << g << ", reference "
+                        << want[t * stride + r]);
+            if (r >= rows) {
+              REQUIRE(std::isnan(g));
+              continue;
+            }
+            REQUIRE(std::memcmp(&g, &want[t * stride + r], sizeof g) == 0);
+            double exact = 0.0, magnitude = 0.0;
+            for (std::int64_t k = 0; k < cols; ++k) {
+              const double xq =
+                  static_cast<double>(x.q[t * cols + k]) * x.lane_scales[(t * cols + k) / 4];
+              const double p = xq * w.decoded[r * cols + k];
+              exact += p;
+              magnitude += std::fabs(p);
+            }
+            REQUIRE(std::fabs(g - exact) <= 2e-6 * magnitude + 1e-6);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a repacked matmul row is bit-identical alone and in a batch and in any split of groups",
+          "[cpu][int8]") {
+  const std::int64_t rows = 69, batch = 21;
+  for (const TensorType type : kTypes) {
+    const std::int64_t cols = 512;
+    INFO(gguf::tensor_type_name(type));
+    const auto w = make_weights(type, rows, cols);
+    const RepackedWeight packed = repack(w, type, rows, cols);
+    const auto xs = random_floats(static_cast<std::size_t>(batch * cols), 1.0f);
+    const Int8RowBuffer all = quantized(xs, batch, cols);
+    std::vector<float> together(static_cast<std::size_t>(batch * rows));
+    repacked_matmul(packed, all.rows(), batch, 0, packed.groups, together.data(), rows);
+    for (const std::int64_t t : {0, 7, 8, 20}) {
+      const Int8RowBuffer one = quantized(
+          std::vector<float>(xs.begin() + t * cols, xs.begin() + (t + 1) * cols), 1, cols);
+      std::vector<float> alone(static_cast<std::size_t>(rows));
+      // The groups in two calls, as the thread pool's tasks split them.
+      repacked_matmul(packed, one.rows(), 1, 0, 2, alone.data(), rows);
+      repacked_matmul(packed, one.rows(), 1, 2, packed.groups, alone.data(), rows);
+      REQUIRE(std::memcmp(alone.data(), together.data() + t * rows, rows * sizeof(float)) == 0);
+    }
+    for (const std::int64_t n : {2, 5, 9}) {
+      INFO(n << " rows from row " << batch - n);
+      std::vector<float> few(static_cast<std::size_t>(n * rows));
+      repacked_matmul(packed, all.rows().from_row(batch - n), n, 0, packed.groups, few.data(),
+                      rows);
+      REQUIRE(std::memcmp(few.data(), together.data() + (batch - n) * rows,
+                          few.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("a NaN activation gives NaN products through the repacked kernel", "[cpu][int8]") {
+  for (const TensorType type : kTypes) {
+    INFO(gguf::tensor_type_name(type));
+    const std::int64_t rows = 16, cols = 256;
+    const auto w = make_weights(type, rows, cols);
+    const RepackedWeight packed = repack(w, type, rows, cols);
+    auto xs = random_floats(static_cast<std::size_t>(2 * cols), 1.0f);
+    xs[cols + 77] = std::numeric_limits<float>::quiet_NaN();
+    const Int8RowBuffer buffer = quantized(xs, 2, cols);
+    std::vector<float> out(static_cast<std::size_t>(2 * rows));
+    repacked_matmul(packed, buffer.rows(), 2, 0, 1, out.data(), rows);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      REQUIRE(std::isfinite(out[r]));
+      REQUIRE(std::isnan(out[rows + r]));
+    }
+  }
+}
+
+TEST_CASE("the CPU backend multiplies the quantized matrices it loaded through their repacked rows",
+          "[cpu][int8]") {
+  CpuBackend backend(2);
+  const std::int64_t rows = 40, cols = 256;
+  for (const TensorType type : kTypes) {
+    INFO(gguf::tensor_type_name(type));
+    const auto w = make_weights(type, rows, cols);
+    gguf::GgufTensorInfo info;
+    info.name = "blk.0.ffn_up.weight";
+    info.type = type;
+    info.num_dims = 2;
+    info.dims[0] = cols;
+    info.dims[1] = rows;
+    info.num_bytes = w.bytes.size();
+    info.data = w.bytes.data();
+    const model::Weight weight = *backend.load_weight(info);
+    for (const std::int64_t n : {1, 6}) {
+      const auto xs = random_floats(static_cast<std::size_t>(n * cols), 1.0f);
+      auto x = *backend.allocate(n, cols);
+      auto out = *backend.allocate(n, rows);
+      std::copy(xs.begin(), xs.end(), x.data);
+      backend.matmul(x, weight, out);
+      const Int8RowBuffer buffer = quantized(xs, n, cols);
+      std::vector<float> want(static_cast<std::size_t>(n * rows));
+      if (repacked_kernel_available()) {
+        const RepackedWeight packed = repack(w, type, rows, cols);
+        repacked_matmul_reference(packed, buffer.rows(), n, 0, packed.groups, want.data(), rows);
+      } else {  // this processor keeps the file's layout
+        int8_matmul(type, buffer.rows(), n, w.bytes.data(), w.row_bytes, rows, want.data(), rows);
+      }
+      const bool same = std::memcmp(out.data, want.data(), want.size() * sizeof(float)) == 0;
+      backend.release(x);
+      backend.release(out);
+      REQUIRE(same);
+    }
+  }
+}
