@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/kernels.hpp"
 #include "gguf/half.hpp"
 
 #include "troupe/result.hpp"
@@ -62,45 +63,8 @@ void Int8RowBuffer::resize(std::int64_t rows, std::int64_t cols) {
 }
 
 void Int8RowBuffer::quantize_row(std::int64_t r, const float* x) {
-  std::int8_t* q = q_.data() + r * cols_;
-  float* lanes = lane_scales_.data() + r * (cols_ / 4);
-  float* sums = sums_.data() + r * (cols_ / 16);
-  std::int32_t* int_sums = int_sums_.data() + r * (cols_ / 16);
-  for (std::int64_t b = 0; b < cols_ / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0.0f;
-    bool finite = true;
-    for (int i = 0; i < 32; ++i) {
-      amax = std::max(amax, std::fabs(xb[i]));
-      finite = finite && std::isfinite(xb[i]);
-    }
-    if (!finite) {
-      // An activation that is NaN or infinite makes its products NaN, as the float path's
-      // would, instead of a finite number that hides where it came from.
-      std::fill_n(q + b * 32, 32, std::int8_t{0});
-      std::fill_n(lanes + b * 8, 8, std::numeric_limits<float>::quiet_NaN());
-      sums[2 * b] = sums[2 * b + 1] = std::numeric_limits<float>::quiet_NaN();
-      int_sums[2 * b] = int_sums[2 * b + 1] = 0;
-      continue;
-    }
-    const float scale = amax / 127.0f;
-    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-    std::int8_t* qb = q + b * 32;
-    // Round to nearest even, as std::nearbyint (what quantize_row_q8 does) but inline and
-    // vectorized: adding and subtracting 1.5 * 2^23 leaves the rounded value for |v| < 2^22.
-    constexpr float kRound = 12582912.0f;
-    for (int i = 0; i < 32; ++i) {
-      const float v = xb[i] * inverse;
-      qb[i] = static_cast<std::int8_t>(static_cast<int>((v + kRound) - kRound));
-    }
-    std::fill_n(lanes + b * 8, 8, scale);
-    for (int g = 0; g < 2; ++g) {
-      std::int32_t sum = 0;
-      for (int i = 16 * g; i < 16 * g + 16; ++i) sum += qb[i];
-      int_sums[2 * b + g] = sum;
-      sums[2 * b + g] = scale * static_cast<float>(sum);
-    }
-  }
+  quantize_row_int8(x, cols_, q_.data() + r * cols_, lane_scales_.data() + r * (cols_ / 4),
+                    sums_.data() + r * (cols_ / 16), int_sums_.data() + r * (cols_ / 16));
 }
 
 float int8_tail_dot(gguf::TensorType type, const std::byte* w_row, const std::int8_t* q,

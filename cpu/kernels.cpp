@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "gguf/half.hpp"
 
@@ -129,6 +130,50 @@ void MatmulTileFloat(TensorType type, const float* x, std::int64_t x_stride, std
   }
 }
 
+// Int8RowBuffer::quantize_row's blocks of 32 (int8_matmul.hpp), vectorised: amax, the scale
+// amax / 127, each value times 1 / scale rounded to nearest even, the sums of 16.
+void QuantizeRowInt8(const float* x, std::int64_t cols, std::int8_t* q, float* lane_scales,
+                     float* sums, std::int32_t* int_sums) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<std::int8_t, DF> d8;
+  const auto n = static_cast<std::int64_t>(hn::Lanes(d));
+  for (std::int64_t b = 0; b < cols / 32; ++b) {
+    const float* xb = x + b * 32;
+    auto amax = hn::Zero(d);
+    auto finite = hn::IsFinite(hn::LoadU(d, xb));
+    for (std::int64_t i = 0; i < 32; i += n) {
+      const auto v = hn::LoadU(d, xb + i);
+      amax = hn::Max(amax, hn::Abs(v));
+      finite = hn::And(finite, hn::IsFinite(v));
+    }
+    if (!hn::AllTrue(d, finite)) {
+      // An activation that is NaN or infinite makes its products NaN, as the float path's
+      // would, instead of a finite number that hides where it came from.
+      std::fill_n(q + b * 32, 32, std::int8_t{0});
+      std::fill_n(lane_scales + b * 8, 8, std::numeric_limits<float>::quiet_NaN());
+      sums[2 * b] = sums[2 * b + 1] = std::numeric_limits<float>::quiet_NaN();
+      int_sums[2 * b] = int_sums[2 * b + 1] = 0;
+      continue;
+    }
+    const float scale = hn::GetLane(hn::MaxOfLanes(d, amax)) / 127.0f;
+    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const auto inv = hn::Set(d, inverse);
+    for (int g = 0; g < 2; ++g) {
+      auto sum = hn::Zero(di);
+      for (std::int64_t i = 16 * g; i < 16 * g + 16; i += n) {
+        const auto r = hn::ConvertTo(di, hn::Round(hn::Mul(hn::LoadU(d, xb + i), inv)));
+        sum = hn::Add(sum, r);
+        hn::StoreU(hn::DemoteTo(d8, r), d8, q + b * 32 + i);
+      }
+      const std::int32_t total = hn::GetLane(hn::SumOfLanes(di, sum));
+      int_sums[2 * b + g] = total;
+      sums[2 * b + g] = scale * static_cast<float>(total);
+    }
+    std::fill_n(lane_scales + b * 8, 8, scale);
+  }
+}
+
 const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
@@ -141,6 +186,12 @@ namespace troupe::cpu {
 
 HWY_EXPORT(MatmulTileFloat);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(QuantizeRowInt8);
+
+void quantize_row_int8(const float* x, std::int64_t cols, std::int8_t* q, float* lane_scales,
+                       float* sums, std::int32_t* int_sums) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRowInt8)(x, cols, q, lane_scales, sums, int_sums);
+}
 
 void matmul_tile_float(gguf::TensorType type, const float* x, std::int64_t x_stride,
                        std::int64_t num_x, const std::byte* w, std::size_t w_row_bytes,

@@ -25,6 +25,11 @@ void matmul_tile_float(gguf::TensorType type, const float* x, std::int64_t x_str
 // Int8RowBuffer does for the int8 kernels (tests build their references with it).
 void quantize_row_q8(const float* x, std::int64_t n, std::int8_t* q, float* d);
 
+// Int8RowBuffer::quantize_row (int8_matmul.hpp): cols floats (cols % 32 == 0) to int8 with
+// one scale per 32 (spread over its 8 lanes of 4), the scaled and the exact sums of each 16.
+void quantize_row_int8(const float* x, std::int64_t cols, std::int8_t* q, float* lane_scales,
+                       float* sums, std::int32_t* int_sums);
+
 // The SIMD target the dispatcher picked, for logs and benchmarks.
 const char* simd_target_name();
 

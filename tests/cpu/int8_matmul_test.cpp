@@ -172,6 +172,40 @@ TEST_CASE("the int8 activations hold each block's scale and scaled sums", "[cpu]
   }
 }
 
+TEST_CASE("the vectorised int8 quantizer gives the scalar definition's bits", "[cpu][int8]") {
+  // Blocks of every kind: random, all zero, one with values that fall on halves after
+  // scaling (ties round to even), and a wide one.
+  const std::int64_t cols = 256;
+  auto xs = random_floats(cols, 1.0f);
+  std::fill_n(xs.begin() + 32, 32, 0.0f);
+  for (int i = 0; i < 32; ++i)
+    xs[64 + i] = static_cast<float>(i - 16) * 0.5f + (i == 0 ? -119.5f : 0.0f);
+  for (int i = 0; i < 32; ++i) xs[96 + i] *= 1e6f;
+  Int8RowBuffer buffer;
+  buffer.resize(1, cols);
+  buffer.quantize_row(0, xs.data());
+  const Int8Rows x = buffer.rows();
+  for (std::int64_t b = 0; b < cols / 32; ++b) {
+    INFO("block " << b);
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xs[b * 32 + i]));
+    const float scale = amax / 127.0f;
+    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    REQUIRE(std::memcmp(&x.lane_scales[b * 8], &scale, sizeof scale) == 0);
+    for (int g = 0; g < 2; ++g) {
+      std::int32_t sum = 0;
+      for (int i = 16 * g; i < 16 * g + 16; ++i) {
+        const auto want = static_cast<std::int8_t>(std::nearbyint(xs[b * 32 + i] * inverse));
+        REQUIRE(x.q[b * 32 + i] == want);
+        sum += want;
+      }
+      REQUIRE(x.int_sums[2 * b + g] == sum);
+      const float scaled = scale * static_cast<float>(sum);
+      REQUIRE(std::memcmp(&x.sums[2 * b + g], &scaled, sizeof scaled) == 0);
+    }
+  }
+}
+
 TEST_CASE("a NaN or infinite activation gives NaN products on every path", "[cpu][int8]") {
   const std::int64_t rows = 3, cols = 288;  // a whole chunk and a tail block
   for (const TensorType type : kTypes) {
