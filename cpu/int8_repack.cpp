@@ -22,11 +22,16 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
 
 // A group's unit (a block of 32 or a super-block of 256, for 16 rows), by type:
 //   Q8_0: d[16] f16 | quants: for lanes j < 8, for rows r < 16, bytes q[4j..4j+4) + 128
-//   Q4_0: d[16] f16 | for j < 4, for r: the file's bytes qs[4j..4j+4) (low nibbles: values
-//         4j.., high: 16 + 4j..)
-//   Q4_K: d[16], dmin[16] f16 | scales[8][16], mins[8][16] (6-bit, a byte each, [sub-block][row])
-//         | for pairs k < 4, for j < 8, for r: qs[32k + 4j..+4) (low nibbles: sub-block 2k,
-//         high: 2k + 1)
+//   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: d[16] f16 | (Q4_1, Q5_1) m[16] f16 | nibbles: for j < 4,
+//         for r, the file's bytes qs[4j..4j+4) (low nibbles: values 4j.., high: 16 + 4j..)
+//         | (Q5_0, Q5_1) fifth bits: byte 4r + i holds bit 2j = value 4j + i's, bit 2j + 1 =
+//         value 16 + 4j + i's
+//   Q4_K, Q5_K: d[16], dmin[16] f16 | scales[8][16], mins[8][16] (6-bit, a byte each,
+//         [sub-block][row]) | for pairs k < 4, for j < 8, for r: qs[32k + 4j..+4) (low
+//         nibbles: sub-block 2k, high: 2k + 1) | (Q5_K) for j < 8, for r: qh[4j..4j+4) (bit
+//         s: sub-block s's fifth bit)
+//   IQ4_XS: d[16] f16 | scales[8][16] (int8, the stored 6 bits - 32) | for blocks b < 8, for
+//         j < 4, for r: qs[16b + 4j..+4) (low nibbles: values 32b + 4j.., high: 32b + 16 + 4j..)
 //   Q6_K: d[16] f16 | scales[16][16] int8 | for sub-blocks i < 16 of 16 values: A, B, C of 64
 //         bytes, byte 4r + b of each: A = u(16i+b) & 15 | (u(16i+4+b) & 15) << 4,
 //         B = the same for 16i+8+b and 16i+12+b, C = the four values' top two bits, in order
@@ -94,7 +99,32 @@ void q6_values(const std::uint8_t* block, std::uint8_t* u) {
   }
 }
 
+// Where a blocks-of-32 unit's nibbles lie (past d and m).
+constexpr std::size_t nibbles_at(TensorType type) {
+  return block32_layout(type).min != 0 ? 64 : 32;
+}
+
 void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, int r) {
+  if (is_repacked_nibbles32(type)) {
+    const Block32Layout file = block32_layout(type);
+    std::memcpy(dst + 2 * r, src, 2);
+    if (file.min != 0) std::memcpy(dst + 32 + 2 * r, src + file.min, 2);
+    std::uint8_t* nibbles = dst + nibbles_at(type);
+    for (int j = 0; j < 4; ++j) std::memcpy(nibbles + 64 * j + 4 * r, src + file.quants + 4 * j, 4);
+    if (file.high_bits != 0) {
+      std::uint32_t qh;
+      std::memcpy(&qh, src + file.high_bits, 4);
+      for (int i = 0; i < 4; ++i) {
+        std::uint8_t bits = 0;
+        for (int j = 0; j < 4; ++j) {
+          bits |= static_cast<std::uint8_t>(((qh >> (4 * j + i)) & 1) << (2 * j));
+          bits |= static_cast<std::uint8_t>(((qh >> (16 + 4 * j + i)) & 1) << (2 * j + 1));
+        }
+        nibbles[256 + 4 * r + i] = bits;
+      }
+    }
+    return;
+  }
   switch (type) {
     case TensorType::q8_0:
       std::memcpy(dst + 2 * r, src, 2);
@@ -102,21 +132,38 @@ void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, in
         for (int i = 0; i < 4; ++i) dst[32 + 64 * j + 4 * r + i] = src[2 + 4 * j + i] ^ 0x80;
       }
       return;
-    case TensorType::q4_0:
-      std::memcpy(dst + 2 * r, src, 2);
-      for (int j = 0; j < 4; ++j) std::memcpy(dst + 32 + 64 * j + 4 * r, src + 2 + 4 * j, 4);
-      return;
     case TensorType::q4_k:
+    case TensorType::q5_k: {
+      const std::uint8_t* qs = src + (type == TensorType::q4_k ? 16 : 48);
       std::memcpy(dst + 2 * r, src, 2);
       std::memcpy(dst + 32 + 2 * r, src + 2, 2);
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j) {
         k4_scale_min(src + 4, j, dst[64 + 16 * j + r], dst[192 + 16 * j + r]);
+      }
       for (int k = 0; k < 4; ++k) {
         for (int j = 0; j < 8; ++j) {
-          std::memcpy(dst + 320 + 64 * (8 * k + j) + 4 * r, src + 16 + 32 * k + 4 * j, 4);
+          std::memcpy(dst + 320 + 64 * (8 * k + j) + 4 * r, qs + 32 * k + 4 * j, 4);
+        }
+      }
+      if (type == TensorType::q5_k) {
+        for (int j = 0; j < 8; ++j) std::memcpy(dst + 2368 + 64 * j + 4 * r, src + 16 + 4 * j, 4);
+      }
+      return;
+    }
+    case TensorType::iq4_xs: {
+      std::memcpy(dst + 2 * r, src, 2);
+      std::uint16_t high;
+      std::memcpy(&high, src + 2, 2);
+      for (int b = 0; b < 8; ++b) {
+        const int stored =
+            ((src[4 + b / 2] >> (4 * (b % 2))) & 0xF) | (((high >> (2 * b)) & 3) << 4);
+        dst[32 + 16 * b + r] = static_cast<std::uint8_t>(static_cast<std::int8_t>(stored - 32));
+        for (int j = 0; j < 4; ++j) {
+          std::memcpy(dst + 160 + 256 * b + 64 * j + 4 * r, src + 8 + 16 * b + 4 * j, 4);
         }
       }
       return;
+    }
     default: {  // q6_k
       std::memcpy(dst + 2 * r, src + 208, 2);
       for (int i = 0; i < 16; ++i) dst[32 + 16 * i + r] = src[192 + i];
@@ -137,19 +184,37 @@ void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, in
   }
 }
 
-// Row r's unsigned u of value v in a unit, and what the kernel subtracts from it (offset).
+// A table type's level for a nibble, as the unsigned byte the kernel multiplies (+ 128).
+int table_u(int nibble) {
+  return gguf::kIq4NlValues[nibble] + 128;
+}
+
+// Row r's unsigned u of value v in a unit (the kernel subtracts repack_offset from each).
 int unit_u(TensorType type, const std::uint8_t* unit, int r, int v) {
+  if (is_repacked_nibbles32(type)) {
+    const std::uint8_t* nibbles = unit + nibbles_at(type);
+    const int j = v % 16 / 4, i = v % 4;
+    const std::uint8_t byte = nibbles[64 * j + 4 * r + i];
+    const int nibble = v < 16 ? byte & 15 : byte >> 4;
+    if (type == TensorType::iq4_nl) return table_u(nibble);
+    if (block32_layout(type).high_bits == 0) return nibble;
+    return nibble | ((nibbles[256 + 4 * r + i] >> (2 * j + (v < 16 ? 0 : 1))) & 1) << 4;
+  }
   switch (type) {
     case TensorType::q8_0:
       return unit[32 + 64 * (v / 4) + 4 * r + v % 4];
-    case TensorType::q4_0: {
-      const std::uint8_t byte = unit[32 + 64 * (v % 16 / 4) + 4 * r + v % 4];
-      return v < 16 ? byte & 15 : byte >> 4;
-    }
-    case TensorType::q4_k: {
+    case TensorType::q4_k:
+    case TensorType::q5_k: {
       const int sub = v / 32, k = sub / 2, j = v % 32 / 4;
       const std::uint8_t byte = unit[320 + 64 * (8 * k + j) + 4 * r + v % 4];
-      return sub % 2 == 0 ? byte & 15 : byte >> 4;
+      const int nibble = sub % 2 == 0 ? byte & 15 : byte >> 4;
+      if (type == TensorType::q4_k) return nibble;
+      return nibble | ((unit[2368 + 64 * j + 4 * r + v % 4] >> sub) & 1) << 4;
+    }
+    case TensorType::iq4_xs: {
+      const int b = v / 32, w = v % 32, j = w % 16 / 4;
+      const std::uint8_t byte = unit[160 + 256 * b + 64 * j + 4 * r + w % 4];
+      return table_u(w < 16 ? byte & 15 : byte >> 4);
     }
     default: {  // q6_k
       const int i = v / 16, within = v % 16, quarter = within / 4, b = within % 4;
@@ -159,19 +224,6 @@ int unit_u(TensorType type, const std::uint8_t* unit, int r, int v) {
       const int high = (sub[128 + 4 * r + b] >> (2 * quarter)) & 3;
       return low | high << 4;
     }
-  }
-}
-
-int type_offset(TensorType type) {
-  switch (type) {
-    case TensorType::q8_0:
-      return 128;
-    case TensorType::q4_0:
-      return 8;
-    case TensorType::q6_k:
-      return 32;
-    default:
-      return 0;
   }
 }
 
@@ -205,7 +257,7 @@ void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::
                                std::int64_t out_stride) {
   const RepackLayout layout = repack_layout(w.type);
   const std::int64_t units = w.cols / layout.unit_values;
-  const int offset = type_offset(w.type);
+  const int offset = repack_offset(w.type);
   // Blocks: what one int32 sum covers (Q6_K: 16 values, else 32).
   const int block = w.type == TensorType::q6_k ? 16 : 32;
   for (std::int64_t g = g_begin; g < g_end; ++g) {
@@ -228,26 +280,27 @@ void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::
               sum_q += x.int_sums[t * (x.cols / 16) + col / 16 + h];
             dot -= offset * sum_q;
             const float s = x.lane_scales[t * (x.cols / 4) + col / 32 * 8];
-            float a = 0.0f;
-            switch (w.type) {
-              case TensorType::q8_0:
-              case TensorType::q4_0:
-                a = f16_at(unit + 2 * r);
-                break;
-              case TensorType::q4_k:
-                a = f16_at(unit + 2 * r) * static_cast<float>(unit[64 + 16 * (b0 / 32) + r]);
-                break;
-              default:  // q6_k
-                a = f16_at(unit + 2 * r) *
-                    static_cast<float>(static_cast<std::int8_t>(unit[32 + 16 * (b0 / 16) + r]));
-                break;
+            float a = 0.0f, c = 0.0f;
+            bool has_min = false;
+            if (w.type == TensorType::q8_0 || is_repacked_nibbles32(w.type)) {
+              a = f16_at(unit + 2 * r);
+              if (block32_layout(w.type).min != 0) {
+                has_min = true;
+                c = f16_at(unit + 32 + 2 * r);
+              }
+            } else if (w.type == TensorType::q4_k || w.type == TensorType::q5_k) {
+              a = f16_at(unit + 2 * r) * static_cast<float>(unit[64 + 16 * (b0 / 32) + r]);
+              has_min = true;
+              c = -f16_at(unit + 32 + 2 * r) * static_cast<float>(unit[192 + 16 * (b0 / 32) + r]);
+            } else if (w.type == TensorType::iq4_xs) {
+              a = f16_at(unit + 2 * r) *
+                  static_cast<float>(static_cast<std::int8_t>(unit[32 + 16 * (b0 / 32) + r]));
+            } else {  // q6_k
+              a = f16_at(unit + 2 * r) *
+                  static_cast<float>(static_cast<std::int8_t>(unit[32 + 16 * (b0 / 16) + r]));
             }
             acc = std::fma(static_cast<float>(dot), a * s, acc);
-            if (w.type == TensorType::q4_k) {
-              const float c =
-                  -f16_at(unit + 32 + 2 * r) * static_cast<float>(unit[192 + 16 * (b0 / 32) + r]);
-              acc = std::fma(c, s * static_cast<float>(sum_q), acc);
-            }
+            if (has_min) acc = std::fma(c, s * static_cast<float>(sum_q), acc);
           }
         }
         out[t * out_stride + row] = acc;

@@ -10,15 +10,17 @@
 // row's result never depends on what shares its call:
 //   acc = 0; for each block b in order:
 //     acc = fma(float(I_b), a_rb * s_tb, acc)      I_b: the exact integer dot of the block
-//     acc = fma(c_rb, s_tb * sum q_tb, acc)         (only types with minimums: Q4_K)
+//     acc = fma(c_rb, s_tb * sum q_tb, acc)         (types with minimums: Q4_1, Q5_1, Q4_K, Q5_K)
 // where weights are a * (u - offset) (+ c for minimums) and the offset's share is folded into
 // I_b in int32 (-offset * sum q). repacked_matmul_reference computes exactly this in scalar
 // code; the vector kernel must equal it bit for bit (tested).
 //
-// Types: Q8_0 (u = q + 128, offset 128), Q4_0 (offset 8), Q4_K (blocks of 32, a = d * scale,
-// c = -dmin * min), Q6_K (blocks of 16, a = d * scale, offset 32), each row's bits as many as in
-// the file (4-bit stays 4-bit, Q6_K 6-bit), only the order changed. The other types keep
-// int8_matmul's layout.
+// Types: Q8_0 (u = q + 128, offset 128); Q4_0, Q5_0 (offsets 8, 16), Q4_1, Q5_1 (c = m),
+// IQ4_NL (u = level + 128, offset 128); Q4_K, Q5_K (blocks of 32, a = d * scale,
+// c = -dmin * min), IQ4_XS (a = d * (scale - 32), offset 128), Q6_K (blocks of 16,
+// a = d * scale, offset 32). Each row keeps as many bits as in the file (4-bit stays 4-bit,
+// Q6_K 6-bit; the K-quants' packed 6-bit scales take a byte each), only their order changes.
+// Q2_K, Q3_K and MXFP4 keep int8_matmul's layout.
 #pragma once
 
 #include <cstddef>
@@ -86,16 +88,54 @@ constexpr RepackLayout repack_layout(gguf::TensorType type) {
   using gguf::TensorType;
   switch (type) {
     case TensorType::q8_0:
-      return {32, 544};
+      return {32, 16 * 34};
     case TensorType::q4_0:
-      return {32, 288};
+    case TensorType::iq4_nl:
+      return {32, 16 * 18};
+    case TensorType::q4_1:
+      return {32, 16 * 20};
+    case TensorType::q5_0:
+      return {32, 16 * 22};
+    case TensorType::q5_1:
+      return {32, 16 * 24};
     case TensorType::q4_k:
-      return {256, 2368};
+      return {256, 16 * 144 + 64};
+    case TensorType::q5_k:
+      return {256, 16 * 176 + 64};
+    case TensorType::iq4_xs:
+      return {256, 16 * 136 + 32};
     case TensorType::q6_k:
-      return {256, 3360};
+      return {256, 16 * 210};
     default:
       return {0, 0};
   }
+}
+
+// What the kernel subtracts from each u (folded into the integer sums); 0 where the type has
+// minimums instead (Q4_1, Q5_1, Q4_K, Q5_K).
+constexpr int repack_offset(gguf::TensorType type) {
+  using gguf::TensorType;
+  switch (type) {
+    case TensorType::q8_0:
+    case TensorType::iq4_nl:
+    case TensorType::iq4_xs:
+      return 128;
+    case TensorType::q4_0:
+      return 8;
+    case TensorType::q5_0:
+      return 16;
+    case TensorType::q6_k:
+      return 32;
+    default:
+      return 0;
+  }
+}
+
+// The blocks of 32 with 4-bit quants (and a fifth bit, a minimum or a table): one layout.
+constexpr bool is_repacked_nibbles32(gguf::TensorType type) {
+  using gguf::TensorType;
+  return type == TensorType::q4_0 || type == TensorType::q4_1 || type == TensorType::q5_0 ||
+         type == TensorType::q5_1 || type == TensorType::iq4_nl;
 }
 
 }  // namespace troupe::cpu

@@ -47,6 +47,19 @@ inline __m512 bytes16_i(const std::uint8_t* p) {
       _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
+// Bit `bit` of every byte moved to bit 4 (the other bits are the caller's to mask off).
+inline __m512i bit_to_4(__m512i h, int bit) {
+  return bit < 4 ? _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - bit))
+                 : _mm512_srl_epi16(h, _mm_cvtsi32_si128(bit - 4));
+}
+
+// IQ4's 16 levels + 128, in every 128-bit lane (for vpshufb).
+inline __m512i iq4_table() {
+  alignas(16) std::uint8_t bytes[16];
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<std::uint8_t>(gguf::kIq4NlValues[i] + 128);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes)));
+}
+
 // What the tile reads of the activations besides their bytes, per row: the integer offset
 // correction per block (-offset * sum q) and, for Q4_K's minimums, s * sum q per block of 32.
 struct Prepared {
@@ -68,6 +81,8 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
+  const __m512i table = iq4_table();
   constexpr RepackLayout layout = repack_layout(kType);
   for (std::int64_t u = 0; u < units; ++u) {
     const std::uint8_t* unit = group + u * layout.unit_bytes;
@@ -76,33 +91,61 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
     for (std::size_t line = 0; line < layout.unit_bytes; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(unit + kPrefetchBytes + line), _MM_HINT_T0);
     }
-    if constexpr (kType == TensorType::q8_0 || kType == TensorType::q4_0) {
+    if constexpr (kType == TensorType::q8_0) {
       const __m512 d = halves16(unit);
       __m512i ai[NT];
       for (int t = 0; t < NT; ++t) ai[t] = _mm512_set1_epi32(prep.corr[(t0 + t) * prep.blocks + u]);
-      if constexpr (kType == TensorType::q8_0) {
-        for (int j = 0; j < 8; ++j) {
-          const __m512i wv = load(unit + 32 + 64 * j);
-          for (int t = 0; t < NT; ++t) {
-            ai[t] = _mm512_dpbusd_epi32(ai[t], wv, four(xq[t] + 32 * u + 4 * j));
-          }
-        }
-      } else {
-        for (int j = 0; j < 4; ++j) {
-          const __m512i raw = load(unit + 32 + 64 * j);
-          const __m512i lo = _mm512_and_si512(raw, low4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-          for (int t = 0; t < NT; ++t) {
-            ai[t] = _mm512_dpbusd_epi32(ai[t], lo, four(xq[t] + 32 * u + 4 * j));
-            ai[t] = _mm512_dpbusd_epi32(ai[t], hi, four(xq[t] + 32 * u + 16 + 4 * j));
-          }
+      for (int j = 0; j < 8; ++j) {
+        const __m512i wv = load(unit + 32 + 64 * j);
+        for (int t = 0; t < NT; ++t) {
+          ai[t] = _mm512_dpbusd_epi32(ai[t], wv, four(xq[t] + 32 * u + 4 * j));
         }
       }
       for (int t = 0; t < NT; ++t) {
         const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xs[t][8 * u]));
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), scale, acc[t]);
       }
-    } else if constexpr (kType == TensorType::q4_k) {
+    } else if constexpr (is_repacked_nibbles32(kType)) {
+      constexpr Block32Layout kFile = block32_layout(kType);
+      constexpr bool kMin = kFile.min != 0, kHigh = kFile.high_bits != 0;
+      const __m512 d = halves16(unit);
+      const std::uint8_t* nibbles = unit + (kMin ? 64 : 32);
+      __m512i high = _mm512_setzero_si512();
+      if constexpr (kHigh) high = load(nibbles + 256);
+      __m512i ai[NT];
+      for (int t = 0; t < NT; ++t) {
+        ai[t] = kMin ? _mm512_setzero_si512()
+                     : _mm512_set1_epi32(prep.corr[(t0 + t) * prep.blocks + u]);
+      }
+      for (int j = 0; j < 4; ++j) {
+        const __m512i raw = load(nibbles + 64 * j);
+        __m512i lo = _mm512_and_si512(raw, low4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        if constexpr (kFile.table != nullptr) {
+          lo = _mm512_shuffle_epi8(table, lo);
+          hi = _mm512_shuffle_epi8(table, hi);
+        }
+        if constexpr (kHigh) {
+          lo = _mm512_or_si512(lo, _mm512_and_si512(bit_to_4(high, 2 * j), bit4));
+          hi = _mm512_or_si512(hi, _mm512_and_si512(bit_to_4(high, 2 * j + 1), bit4));
+        }
+        for (int t = 0; t < NT; ++t) {
+          ai[t] = _mm512_dpbusd_epi32(ai[t], lo, four(xq[t] + 32 * u + 4 * j));
+          ai[t] = _mm512_dpbusd_epi32(ai[t], hi, four(xq[t] + 32 * u + 16 + 4 * j));
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xs[t][8 * u]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), scale, acc[t]);
+      }
+      if constexpr (kMin) {
+        const __m512 m = halves16(unit + 32);
+        for (int t = 0; t < NT; ++t) {
+          acc[t] =
+              _mm512_fmadd_ps(m, _mm512_set1_ps(prep.sums[(t0 + t) * (cols / 32) + u]), acc[t]);
+        }
+      }
+    } else if constexpr (kType == TensorType::q4_k || kType == TensorType::q5_k) {
       const __m512 d = halves16(unit);
       const __m512 neg_dmin = _mm512_xor_ps(halves16(unit + 32), _mm512_set1_ps(-0.0f));
       for (int j = 0; j < 8; ++j) {
@@ -113,8 +156,11 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
         const std::uint8_t* qs = unit + 320 + 64 * 8 * (j / 2);
         for (int l = 0; l < 8; ++l) {
           const __m512i raw = load(qs + 64 * l);
-          const __m512i w = j % 2 == 0 ? _mm512_and_si512(raw, low4)
-                                       : _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+          __m512i w = j % 2 == 0 ? _mm512_and_si512(raw, low4)
+                                 : _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+          if constexpr (kType == TensorType::q5_k) {
+            w = _mm512_or_si512(w, _mm512_and_si512(bit_to_4(load(unit + 2368 + 64 * l), j), bit4));
+          }
           for (int t = 0; t < NT; ++t) {
             ai[t] = _mm512_dpbusd_epi32(ai[t], w, four(xq[t] + 256 * u + 32 * j + 4 * l));
           }
@@ -125,6 +171,30 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
           acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), scale, acc[t]);
           acc[t] =
               _mm512_fmadd_ps(c, _mm512_set1_ps(prep.sums[(t0 + t) * (cols / 32) + block]), acc[t]);
+        }
+      }
+    } else if constexpr (kType == TensorType::iq4_xs) {
+      const __m512 d = halves16(unit);
+      for (int b = 0; b < 8; ++b) {
+        const __m512 dsc = _mm512_mul_ps(d, bytes16_i(unit + 32 + 16 * b));
+        const std::int64_t block = 8 * u + b;
+        __m512i ai[NT];
+        for (int t = 0; t < NT; ++t) {
+          ai[t] = _mm512_set1_epi32(prep.corr[(t0 + t) * prep.blocks + block]);
+        }
+        for (int j = 0; j < 4; ++j) {
+          const __m512i raw = load(unit + 160 + 256 * b + 64 * j);
+          const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, low4));
+          const __m512i hi =
+              _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
+          for (int t = 0; t < NT; ++t) {
+            ai[t] = _mm512_dpbusd_epi32(ai[t], lo, four(xq[t] + 32 * block + 4 * j));
+            ai[t] = _mm512_dpbusd_epi32(ai[t], hi, four(xq[t] + 32 * block + 16 + 4 * j));
+          }
+        }
+        for (int t = 0; t < NT; ++t) {
+          const __m512 scale = _mm512_mul_ps(dsc, _mm512_set1_ps(xs[t][8 * block]));
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), scale, acc[t]);
         }
       }
     } else {  // q6_k
@@ -209,52 +279,57 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
   thread_local std::vector<float> sums;
   const std::int64_t groups16 = x.cols / 16;
   Prepared prep;
-  switch (w.type) {
-    case TensorType::q8_0:
-    case TensorType::q4_0: {
-      const std::int32_t offset = w.type == TensorType::q8_0 ? 128 : 8;
-      prep.blocks = x.cols / 32;
-      corr.resize(static_cast<std::size_t>(num_x * prep.blocks));
-      for (std::int64_t t = 0; t < num_x; ++t) {
-        const std::int32_t* is = x.int_sums + t * groups16;
-        for (std::int64_t b = 0; b < prep.blocks; ++b) {
-          corr[t * prep.blocks + b] = -offset * (is[2 * b] + is[2 * b + 1]);
-        }
+  const int offset = repack_offset(w.type);
+  if (w.type == TensorType::q6_k) {
+    prep.blocks = groups16;
+    corr.resize(static_cast<std::size_t>(num_x * prep.blocks));
+    for (std::int64_t t = 0; t < num_x; ++t) {
+      for (std::int64_t b = 0; b < prep.blocks; ++b) {
+        corr[t * prep.blocks + b] = -offset * x.int_sums[t * groups16 + b];
       }
-      prep.corr = corr.data();
-      break;
     }
-    case TensorType::q6_k:
-      prep.blocks = groups16;
-      corr.resize(static_cast<std::size_t>(num_x * prep.blocks));
-      for (std::int64_t t = 0; t < num_x; ++t) {
-        for (std::int64_t b = 0; b < prep.blocks; ++b) {
-          corr[t * prep.blocks + b] = -32 * x.int_sums[t * groups16 + b];
-        }
+    prep.corr = corr.data();
+  } else if (offset != 0) {
+    prep.blocks = x.cols / 32;
+    corr.resize(static_cast<std::size_t>(num_x * prep.blocks));
+    for (std::int64_t t = 0; t < num_x; ++t) {
+      const std::int32_t* is = x.int_sums + t * groups16;
+      for (std::int64_t b = 0; b < prep.blocks; ++b) {
+        corr[t * prep.blocks + b] = -offset * (is[2 * b] + is[2 * b + 1]);
       }
-      prep.corr = corr.data();
-      break;
-    default: {  // q4_k
-      const std::int64_t blocks = x.cols / 32;
-      sums.resize(static_cast<std::size_t>(num_x * blocks));
-      for (std::int64_t t = 0; t < num_x; ++t) {
-        const std::int32_t* is = x.int_sums + t * groups16;
-        for (std::int64_t b = 0; b < blocks; ++b) {
-          const float s = x.lane_scales[t * (x.cols / 4) + 8 * b];
-          sums[t * blocks + b] = s * static_cast<float>(is[2 * b] + is[2 * b + 1]);
-        }
-      }
-      prep.sums = sums.data();
-      break;
     }
+    prep.corr = corr.data();
+  } else {  // minimums: Q4_1, Q5_1, Q4_K, Q5_K
+    const std::int64_t blocks = x.cols / 32;
+    sums.resize(static_cast<std::size_t>(num_x * blocks));
+    for (std::int64_t t = 0; t < num_x; ++t) {
+      const std::int32_t* is = x.int_sums + t * groups16;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const float s = x.lane_scales[t * (x.cols / 4) + 8 * b];
+        sums[t * blocks + b] = s * static_cast<float>(is[2 * b] + is[2 * b + 1]);
+      }
+    }
+    prep.sums = sums.data();
   }
   switch (w.type) {
     case TensorType::q8_0:
       return run<TensorType::q8_0>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
     case TensorType::q4_0:
       return run<TensorType::q4_0>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::q4_1:
+      return run<TensorType::q4_1>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::q5_0:
+      return run<TensorType::q5_0>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::q5_1:
+      return run<TensorType::q5_1>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::iq4_nl:
+      return run<TensorType::iq4_nl>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
     case TensorType::q4_k:
       return run<TensorType::q4_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::q5_k:
+      return run<TensorType::q5_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::iq4_xs:
+      return run<TensorType::iq4_xs>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
     default:
       return run<TensorType::q6_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
   }

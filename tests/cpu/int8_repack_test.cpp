@@ -32,8 +32,9 @@ std::vector<float> random_floats(std::size_t n, float scale) {
   return v;
 }
 
-const TensorType kTypes[] = {TensorType::q8_0, TensorType::q4_0, TensorType::q4_k,
-                             TensorType::q6_k};
+const TensorType kTypes[] = {
+    TensorType::q8_0,   TensorType::q4_0, TensorType::q4_1, TensorType::q5_0,   TensorType::q5_1,
+    TensorType::iq4_nl, TensorType::q4_k, TensorType::q5_k, TensorType::iq4_xs, TensorType::q6_k};
 
 struct Weights {
   std::vector<std::byte> bytes;
@@ -41,20 +42,32 @@ struct Weights {
   std::size_t row_bytes = 0;
 };
 
-// Encoded by troupe's quantizer; for the K-quants every byte but d (and dmin) is then
-// randomised, so that every 6-bit scale, minimum and high bit occurs.
+// The scale fields of a block, [begin, end), kept as the encoder wrote them (finite, small).
+std::pair<std::size_t, std::size_t> kept_fields(TensorType type) {
+  switch (type) {
+    case TensorType::q6_k:
+      return {208, 210};
+    case TensorType::q5_0:
+    case TensorType::iq4_nl:
+    case TensorType::iq4_xs:
+      return {0, 2};
+    default:  // d and m (Q4_1, Q5_1), d and dmin (Q4_K, Q5_K)
+      return {0, 4};
+  }
+}
+
+// Encoded by troupe's quantizer; then every byte but the scales randomised (all but Q8_0 and
+// Q4_0), so that every scale, minimum, high bit and table entry occurs.
 Weights make_weights(TensorType type, std::int64_t rows, std::int64_t cols) {
   Weights w;
   w.bytes = *gguf::quantize(type, random_floats(static_cast<std::size_t>(rows * cols), 0.5f), cols);
   w.row_bytes = gguf::row_bytes(type, cols);
-  if (type == TensorType::q4_k || type == TensorType::q6_k) {
-    const std::size_t block = type == TensorType::q4_k ? 144 : 210;
-    // The scales d (and dmin) stay the encoder's: finite and small.
-    const std::size_t keep_begin = type == TensorType::q4_k ? 0 : 208;
-    const std::size_t keep_end = keep_begin + (type == TensorType::q4_k ? 4 : 2);
+  if (type != TensorType::q8_0 && type != TensorType::q4_0) {
+    const auto traits = *gguf::tensor_type_traits(static_cast<std::uint32_t>(type));
+    const auto [keep_begin, keep_end] = kept_fields(type);
     std::uniform_int_distribution<int> byte(0, 255);
-    for (std::size_t b = 0; b < w.bytes.size(); b += block) {
-      for (std::size_t i = 0; i < block; ++i) {
+    for (std::size_t b = 0; b < w.bytes.size(); b += traits.block_bytes) {
+      for (std::size_t i = 0; i < traits.block_bytes; ++i) {
         if (i < keep_begin || i >= keep_end) w.bytes[b + i] = static_cast<std::byte>(byte(rng()));
       }
     }
@@ -83,7 +96,7 @@ Int8RowBuffer quantized(const std::vector<float>& xs, std::int64_t n, std::int64
 }
 
 std::vector<std::int64_t> widths(TensorType type) {
-  if (type == TensorType::q8_0 || type == TensorType::q4_0) return {32, 96, 256, 800};
+  if (repack_layout(type).unit_values == 32) return {32, 96, 256, 800};
   return {256, 768};
 }
 
@@ -97,14 +110,20 @@ TEST_CASE("only Q8_0 Q4_0 Q4_K and Q6_K rows of whole units have a repacked layo
   CHECK(can_repack(TensorType::q4_k, 512));
   CHECK_FALSE(can_repack(TensorType::q4_k, 288));
   CHECK(can_repack(TensorType::q6_k, 256));
-  CHECK_FALSE(can_repack(TensorType::q5_k, 256));
+  CHECK(can_repack(TensorType::q5_k, 256));
+  CHECK(can_repack(TensorType::iq4_xs, 256));
+  CHECK(can_repack(TensorType::q5_1, 32));
+  CHECK_FALSE(can_repack(TensorType::q3_k, 256));
+  CHECK_FALSE(can_repack(TensorType::mxfp4, 256));
   CHECK_FALSE(can_repack(TensorType::f16, 256));
   // The layout keeps the file's bits: a group of 16 rows is 16 rows' bytes (Q4_K: with its
   // 6-bit scales a byte each).
   CHECK(repack_layout(TensorType::q8_0).unit_bytes == 16 * 34);
   CHECK(repack_layout(TensorType::q4_0).unit_bytes == 16 * 18);
   CHECK(repack_layout(TensorType::q6_k).unit_bytes == 16 * 210);
+  CHECK(repack_layout(TensorType::q5_0).unit_bytes == 16 * 22);
   CHECK(repack_layout(TensorType::q4_k).unit_bytes == 16 * 144 + 64);
+  CHECK(repack_layout(TensorType::q5_k).unit_bytes == 16 * 176 + 64);
 }
 
 TEST_CASE("the repacked kernel equals its scalar reference bit for bit and the decoder's product",
