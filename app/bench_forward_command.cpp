@@ -19,6 +19,7 @@
 #include <random>
 #include <thread>
 
+#include "app/bench_profile.hpp"
 #include "app/commands.hpp"
 #include "app/loaded_model.hpp"
 #include "gguf/gguf_file.hpp"
@@ -53,6 +54,7 @@ struct Options {
   std::vector<std::int32_t> contexts = {0};  // tokens already in the cache
   std::int32_t tensor_parallel_size = 1;
   bool memory_bandwidth = false;  // also measure the machine's read bandwidth
+  bool profile = false;           // also time each op of a prefill and of decode steps
   std::int32_t rank = 0;          // a rank's process, spawned by rank 0
   std::string rendezvous;         // its rendezvous directory
 };
@@ -321,6 +323,10 @@ void add_bench_forward_command(CLI::App& bench) {
   cmd->add_flag("--memory-bandwidth", opts->memory_bandwidth,
                 "also measure the machine's memory read bandwidth with as many threads, and the "
                 "share of it batch-1 decode reaches");
+  cmd->add_flag("--profile", opts->profile,
+                "then time each op of one prefill and of 16 decode steps at each --batch (CPU): "
+                "its share, and the int8 matmuls' rate against the processor's int8 peak and "
+                "the weights' read rate against --memory-bandwidth's measure");
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {
     for (const std::int32_t context : opts->contexts) {
@@ -386,6 +392,12 @@ void add_bench_forward_command(CLI::App& bench) {
                     100.0 * decode_bytes_per_second / 1e9 / bandwidth);
       }
       std::printf("\n");
+    }
+    if (opts->profile) {
+      const int threads = whole.engine.num_threads > 0
+                              ? whole.engine.num_threads
+                              : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+      print_profile(*loaded, opts->prompt_len, opts->batches, opts->block_size, threads, bandwidth);
     }
     loaded = Result<model::LoadedModel>(model::LoadedModel{});  // its memory, before the ranks
     std::vector<Measured> split;

@@ -145,6 +145,7 @@ bool CpuBackend::run_collective(const std::function<Result<void>()>& collective)
 }
 
 void CpuBackend::all_reduce(Tensor x) {
+  const OpTimer timer = time_op([] { return "all_reduce"; });
   run_collective([&] {
     return group_->all_reduce_sum({x.data, static_cast<std::size_t>(x.rows * x.cols)});
   });
@@ -158,6 +159,7 @@ Result<void> CpuBackend::prepare_collectives(std::int64_t max_all_reduce,
 }
 
 void CpuBackend::gather_columns(Tensor part, Tensor whole) {
+  const OpTimer timer = time_op([] { return "gather_columns"; });
   const auto size = static_cast<std::size_t>(group_ ? group_->size() : 1);
   const auto n = static_cast<std::size_t>(part.rows * part.cols);
   const bool root = group_ && group_->rank() == 0;
@@ -177,6 +179,7 @@ void CpuBackend::gather_columns(Tensor part, Tensor whole) {
 }
 
 void CpuBackend::embed(const Weight& table, Tensor out) {
+  const OpTimer timer = time_op([] { return "embed"; });
   const std::size_t bytes = gguf::row_bytes(table.type, table.cols);
   const auto* base = static_cast<const std::byte*>(table.data);
   pool_.parallel_for(out.rows, [&](std::int64_t t) {
@@ -187,6 +190,7 @@ void CpuBackend::embed(const Weight& table, Tensor out) {
 }
 
 void CpuBackend::rms_norm(Tensor x, const Weight& weight, float eps, Tensor out) {
+  const OpTimer timer = time_op([] { return "rms_norm"; });
   const auto* w = static_cast<const float*>(weight.data);
   pool_.parallel_for(x.rows, [&](std::int64_t r) {
     const float* in = row(x, r);
@@ -227,6 +231,14 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
   TROUPE_ASSERT(x.cols == weight.cols && out.cols == weight.rows && out.rows == x.rows,
                 "matmul shapes disagree");
   const std::size_t w_row_bytes = gguf::row_bytes(weight.type, weight.cols);
+  const OpTimer timer = time_op(
+      [&] {
+        return "matmul " + std::string(gguf::tensor_type_name(weight.type)) +
+               (repacked_.count(weight.data) != 0 ? " (repacked)" : "");
+      },
+      static_cast<double>(x.rows) * static_cast<double>(weight.rows) *
+          static_cast<double>(weight.cols),
+      static_cast<double>(w_row_bytes) * static_cast<double>(weight.rows));
   const auto* w = static_cast<const std::byte*>(weight.data);
   const std::int64_t chunk = rows_per_task(weight.rows, pool_.num_threads());
   const std::int64_t num_tasks = (weight.rows + chunk - 1) / chunk;
@@ -254,6 +266,7 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
 }
 
 void CpuBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& params) {
+  const OpTimer timer = time_op([] { return "rope"; });
   const std::int32_t num_heads = static_cast<std::int32_t>(x.cols / head_dim);
   const std::int32_t half = params.rot_dims / 2;
   const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(params.rot_dims));
@@ -292,6 +305,7 @@ void CpuBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& 
 }
 
 void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
+  const OpTimer timer = time_op([] { return "store_kv"; });
   const auto& s = kv_shape_;
   const bool half = s.dtype == model::KvCacheDtype::f16;
   pool_.parallel_for(k.rows, [&](std::int64_t t) {
@@ -324,6 +338,7 @@ void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
 
 void CpuBackend::attention(std::int32_t layer, Tensor q, const model::AttentionParams& params,
                            Tensor out) {
+  const OpTimer timer = time_op([] { return "attention"; });
   const auto& s = kv_shape_;
   KvLayerView kv;
   kv.keys = kv_block(k_cache_, layer, 0, 0);
@@ -336,17 +351,20 @@ void CpuBackend::attention(std::int32_t layer, Tensor q, const model::AttentionP
 }
 
 void CpuBackend::swiglu(Tensor gate, Tensor up, Tensor out) {
+  const OpTimer timer = time_op([] { return "swiglu"; });
   pool_.parallel_for(gate.rows, [&](std::int64_t r) {
     swiglu_row(row(gate, r), row(up, r), row(out, r), gate.cols);
   });
 }
 
 void CpuBackend::add(Tensor x, Tensor y) {
+  const OpTimer timer = time_op([] { return "add"; });
   const std::int64_t n = x.rows * x.cols;
   for (std::int64_t i = 0; i < n; ++i) x.data[i] += y.data[i];
 }
 
 void CpuBackend::add_bias(Tensor x, const Weight& bias) {
+  const OpTimer timer = time_op([] { return "add_bias"; });
   TROUPE_ASSERT(bias.type == TensorType::f32 && bias.rows * bias.cols == x.cols,
                 "add_bias: the bias does not fit the rows");
   const auto* b = static_cast<const float*>(bias.data);
@@ -354,6 +372,7 @@ void CpuBackend::add_bias(Tensor x, const Weight& bias) {
 }
 
 void CpuBackend::gelu_tanh_gate(Tensor gate, Tensor up, Tensor out) {
+  const OpTimer timer = time_op([] { return "gelu_tanh_gate"; });
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   pool_.parallel_for(gate.rows, [&](std::int64_t r) {
     const float* g = row(gate, r);
@@ -367,16 +386,19 @@ void CpuBackend::gelu_tanh_gate(Tensor gate, Tensor up, Tensor out) {
 }
 
 void CpuBackend::scale(Tensor x, float factor) {
+  const OpTimer timer = time_op([] { return "scale"; });
   const std::int64_t n = x.rows * x.cols;
   for (std::int64_t i = 0; i < n; ++i) x.data[i] *= factor;
 }
 
 void CpuBackend::softcap(Tensor x, float cap) {
+  const OpTimer timer = time_op([] { return "softcap"; });
   const std::int64_t n = x.rows * x.cols;
   for (std::int64_t i = 0; i < n; ++i) x.data[i] = cap * std::tanh(x.data[i] / cap);
 }
 
 void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {
+  const OpTimer timer = time_op([] { return "gather_logit_rows"; });
   for (std::int64_t i = 0; i < out.rows; ++i) {
     std::memcpy(row(out, i), row(x, step_->logit_rows[i]), x.cols * sizeof(float));
   }

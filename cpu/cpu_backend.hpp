@@ -11,6 +11,7 @@
 
 #include "cpu/int8_matmul.hpp"
 #include "cpu/int8_repack.hpp"
+#include "cpu/op_profile.hpp"
 #include "cpu/thread_pool.hpp"
 #include "model/backend.hpp"
 
@@ -63,6 +64,9 @@ class CpuBackend final : public model::Backend {
                                    std::int64_t max_gather_part) override;
   double all_reduce_seconds() const override { return all_reduce_seconds_; }
 
+  // Times every op into `profile` from now on (null: stops); the caller keeps it alive.
+  void set_profile(OpProfile* profile) { profile_ = profile; }
+
  private:
   // Runs one of the step's collectives (skipped once one failed), timing it; false when
   // it failed (the step then fails at end_step).
@@ -79,6 +83,14 @@ class CpuBackend final : public model::Backend {
   // weight runs the same kernel, so a row's result never depends on the batch.
   const RepackedWeight* repacked(const model::Weight& weight);
 
+  // An op's timer: nothing unless profiling (the name is made only then).
+  template <typename Name>
+  OpTimer time_op(Name&& name, double macs = 0.0, double weight_bytes = 0.0) const {
+    if (profile_ == nullptr) return OpTimer();
+    return OpTimer(profile_, std::string(name()), macs, weight_bytes);
+  }
+
+  OpProfile* profile_ = nullptr;
   ThreadPool pool_;
   struct Packing {
     bool tried = false;                      // repacked (or failed to) on a first product

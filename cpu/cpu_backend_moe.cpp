@@ -94,6 +94,7 @@ void add_row(float* x, const model::Weight& bias) {
 }  // namespace
 
 void CpuBackend::moe_ffn(Tensor x, const model::MoeLayer& layer, Tensor out) {
+  const OpTimer timer = time_op([] { return "moe_ffn"; });
   const std::int64_t n = x.rows, dim = x.cols;
   const auto num = static_cast<std::int32_t>(layer.experts.size());
   const std::int32_t k = layer.num_used;

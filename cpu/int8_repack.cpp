@@ -17,8 +17,17 @@ using gguf::TensorType;
 namespace int8_avx512 {
 void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
                      std::int64_t g_begin, std::int64_t g_end, float* out, std::int64_t out_stride);
-}
+double peak_macs_per_second(double seconds);
+}  // namespace int8_avx512
 #endif
+
+double int8_peak_macs_per_second(double seconds) {
+#if defined(__x86_64__) && defined(TROUPE_INT8_X86)
+  if (repacked_kernel_available()) return int8_avx512::peak_macs_per_second(seconds);
+#endif
+  (void)seconds;
+  return 0.0;
+}
 
 // A group's unit (a block of 32 or a super-block of 256, for 16 rows), by type:
 //   Q8_0: d[16] f16 | quants: for lanes j < 8, for rows r < 16, bytes q[4j..4j+4) + 128

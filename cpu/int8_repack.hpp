@@ -70,6 +70,11 @@ void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::
                                std::int64_t g_begin, std::int64_t g_end, float* out,
                                std::int64_t out_stride);
 
+// The repacked kernel's instruction at its peak on this thread, multiply-adds per second
+// (vpdpbusd on registers, no memory; 0 where the kernel does not run): the bound a
+// profile's int8 matmuls are measured against.
+double int8_peak_macs_per_second(double seconds);
+
 // Rows [r0, r0 + rows) of a weight's product with `x` (num_x rows) into out[t * out_stride + i]
 // (out: row r0's column), through `packed` where the weight has been repacked (r0 then a
 // multiple of 16, and r0 + rows one too or the weight's last row), else through int8_matmul

@@ -3,6 +3,7 @@
 // where the processor has them (int8_repack.cpp checks).
 #include <immintrin.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -333,6 +334,31 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
     default:
       return run<TensorType::q6_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
   }
+}
+
+double peak_macs_per_second(double seconds) {
+  // Twelve independent accumulators: enough to cover vpdpbusd's latency on every port.
+  constexpr int kChains = 12;
+  constexpr std::int64_t kRounds = 1 << 16;
+  __m512i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  double elapsed = 0.0, macs = 0.0;
+  do {
+    for (std::int64_t r = 0; r < kRounds; ++r) {
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+      __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
+    }
+    macs += static_cast<double>(kRounds) * kChains * 64;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < seconds);
+  __m512i sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm512_add_epi32(sum, acc[i]);
+  volatile int sink = _mm512_reduce_add_epi32(sum);
+  (void)sink;
+  return macs / elapsed;
 }
 
 }  // namespace troupe::cpu::int8_avx512
