@@ -10,6 +10,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kernels.cpp"
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
@@ -174,6 +175,29 @@ void QuantizeRowInt8(const float* x, std::int64_t cols, std::int8_t* q, float* l
   }
 }
 
+// out = silu(gate) * up = gate / (1 + exp(-gate)) * up, vectorised (Highway's exp).
+void SwigluRow(const float* gate, const float* up, float* out, std::int64_t n) {
+  const DF d;
+  const auto lanes = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  std::int64_t i = 0;
+  const auto at = [&](std::int64_t k) {
+    const auto g = hn::LoadU(d, gate + k);
+    const auto silu = hn::Div(g, hn::Add(one, hn::CallExp(d, hn::Neg(g))));
+    return hn::Mul(silu, hn::LoadU(d, up + k));
+  };
+  for (; i + lanes <= n; i += lanes) hn::StoreU(at(i), d, out + i);
+  if (i < n) {  // the tail, through a padded copy (the same operations)
+    alignas(64) float g[16] = {}, u[16] = {}, o[16];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    const auto gv = hn::LoadU(d, g);
+    hn::StoreU(hn::Mul(hn::Div(gv, hn::Add(one, hn::CallExp(d, hn::Neg(gv)))), hn::LoadU(d, u)), d,
+               o);
+    std::copy(o, o + (n - i), out + i);
+  }
+}
+
 const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
@@ -187,6 +211,11 @@ namespace troupe::cpu {
 HWY_EXPORT(MatmulTileFloat);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(QuantizeRowInt8);
+HWY_EXPORT(SwigluRow);
+
+void swiglu_row_simd(const float* gate, const float* up, float* out, std::int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SwigluRow)(gate, up, out, n);
+}
 
 void quantize_row_int8(const float* x, std::int64_t cols, std::int8_t* q, float* lane_scales,
                        float* sums, std::int32_t* int_sums) {

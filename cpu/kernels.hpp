@@ -30,6 +30,9 @@ void quantize_row_q8(const float* x, std::int64_t n, std::int8_t* q, float* d);
 void quantize_row_int8(const float* x, std::int64_t cols, std::int8_t* q, float* lane_scales,
                        float* sums, std::int32_t* int_sums);
 
+// out = silu(gate) * up over n values (out may be gate), vectorised.
+void swiglu_row_simd(const float* gate, const float* up, float* out, std::int64_t n);
+
 // The SIMD target the dispatcher picked, for logs and benchmarks.
 const char* simd_target_name();
 

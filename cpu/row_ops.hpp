@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cpu/kernels.hpp"
+
 namespace troupe::cpu {
 
 // Output rows per task of a matmul over `rows`: about 8 tasks a thread, in whole groups of 16
@@ -15,9 +17,9 @@ inline std::int64_t rows_per_task(std::int64_t rows, int num_threads) {
   return (target + 15) / 16 * 16;
 }
 
-// out = silu(gate) * up over n values (out may be gate).
+// out = silu(gate) * up over n values (out may be gate), vectorised (kernels.hpp).
 inline void swiglu_row(const float* gate, const float* up, float* out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  swiglu_row_simd(gate, up, out, n);
 }
 
 // x += bias over n values.
