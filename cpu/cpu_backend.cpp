@@ -52,8 +52,8 @@ Result<Weight> CpuBackend::load_weight(const gguf::GgufTensorInfo& info) {
                       info.dims[0]};
   // A matrix the repacked kernel takes is repacked on its first product (an embedding table
   // that is only looked up never is). A weight loaded where another was replaces it.
-  static const bool repacking = repacked_kernel_available();
-  if (repacking && weight.rows > 1 && can_repack(weight.type, weight.cols)) {
+  if (weight.rows > 1 && can_repack(weight.type, weight.cols) &&
+      repacked_kernel_available(weight.type)) {
     repacked_.insert_or_assign(weight.data, Packing{});
   } else {
     repacked_.erase(weight.data);

@@ -1,5 +1,6 @@
 #include "cpu/int8_repack.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,16 +15,55 @@ namespace troupe::cpu {
 using gguf::TensorType;
 
 #if defined(__x86_64__) && defined(TROUPE_INT8_X86)
+#define TROUPE_DECLARE_REPACK_PATH(ns)                                                 \
+  namespace ns {                                                                       \
+  void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x, \
+                       std::int64_t g_begin, std::int64_t g_end, float* out,           \
+                       std::int64_t out_stride);                                       \
+  }
+TROUPE_DECLARE_REPACK_PATH(int8_avx2)
+TROUPE_DECLARE_REPACK_PATH(int8_avx_vnni)
+TROUPE_DECLARE_REPACK_PATH(int8_avx512)
+#undef TROUPE_DECLARE_REPACK_PATH
 namespace int8_avx512 {
-void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
-                     std::int64_t g_begin, std::int64_t g_end, float* out, std::int64_t out_stride);
 double peak_macs_per_second(double seconds);
 }  // namespace int8_avx512
 #endif
 
+namespace {
+
+bool has_path(Int8Path path) {
+  for (const Int8Path p : supported_int8_paths()) {
+    if (p == path) return true;
+  }
+  return false;
+}
+
+// Whether pmaddubsw's 16-bit pair sums stay exact: every u <= 63.
+bool small_bytes(TensorType type) {
+  return type != TensorType::q8_0 && type != TensorType::iq4_nl && type != TensorType::iq4_xs;
+}
+
+}  // namespace
+
+std::vector<Int8Path> repacked_paths(TensorType type) {
+  std::vector<Int8Path> paths;
+  if (repack_layout(type).unit_values == 0) return paths;
+#if defined(__x86_64__) && defined(TROUPE_INT8_X86)
+  if (has_path(Int8Path::avx2) && small_bytes(type)) paths.push_back(Int8Path::avx2);
+  if (has_path(Int8Path::avx_vnni)) paths.push_back(Int8Path::avx_vnni);
+  if (has_path(Int8Path::avx512_vnni)) paths.push_back(Int8Path::avx512_vnni);
+#endif
+  return paths;
+}
+
+bool repacked_kernel_available(TensorType type) {
+  return !repacked_paths(type).empty();
+}
+
 double int8_peak_macs_per_second(double seconds) {
 #if defined(__x86_64__) && defined(TROUPE_INT8_X86)
-  if (repacked_kernel_available()) return int8_avx512::peak_macs_per_second(seconds);
+  if (has_path(Int8Path::avx512_vnni)) return int8_avx512::peak_macs_per_second(seconds);
 #endif
   (void)seconds;
   return 0.0;
@@ -47,15 +87,6 @@ double int8_peak_macs_per_second(double seconds) {
 bool can_repack(TensorType type, std::int64_t cols) {
   const RepackLayout layout = repack_layout(type);
   return layout.unit_values != 0 && cols > 0 && cols % layout.unit_values == 0;
-}
-
-bool repacked_kernel_available() {
-#if defined(__x86_64__) && defined(TROUPE_INT8_X86)
-  for (const Int8Path path : supported_int8_paths()) {
-    if (path == Int8Path::avx512_vnni) return true;
-  }
-#endif
-  return false;
 }
 
 void RepackedWeight::Free::operator()(std::byte* p) const {
@@ -318,14 +349,39 @@ void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::
   }
 }
 
+void repacked_matmul_on(Int8Path path, const RepackedWeight& w, const Int8Rows& x,
+                        std::int64_t num_x, std::int64_t g_begin, std::int64_t g_end, float* out,
+                        std::int64_t out_stride) {
+  switch (path) {
+#if defined(__x86_64__) && defined(TROUPE_INT8_X86)
+    case Int8Path::avx512_vnni:
+      return int8_avx512::repacked_matmul(w, x, num_x, g_begin, g_end, out, out_stride);
+    case Int8Path::avx_vnni:
+      return int8_avx_vnni::repacked_matmul(w, x, num_x, g_begin, g_end, out, out_stride);
+    case Int8Path::avx2:
+      TROUPE_ASSERT(small_bytes(w.type), "the AVX2 repacked kernel on bytes over 63");
+      return int8_avx2::repacked_matmul(w, x, num_x, g_begin, g_end, out, out_stride);
+#endif
+    default:
+      return repacked_matmul_reference(w, x, num_x, g_begin, g_end, out, out_stride);
+  }
+}
+
 void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
                      std::int64_t g_begin, std::int64_t g_end, float* out,
                      std::int64_t out_stride) {
-#if defined(__x86_64__) && defined(TROUPE_INT8_X86)
-  static const bool available = repacked_kernel_available();
-  if (available) return int8_avx512::repacked_matmul(w, x, num_x, g_begin, g_end, out, out_stride);
-#endif
-  repacked_matmul_reference(w, x, num_x, g_begin, g_end, out, out_stride);
+  // The fastest path of each type, found once.
+  static const auto best = [] {
+    std::array<Int8Path, 64> by_type{};
+    for (std::size_t t = 0; t < by_type.size(); ++t) {
+      const auto paths = repacked_paths(static_cast<TensorType>(t));
+      by_type[t] = paths.empty() ? Int8Path::portable : paths.back();
+    }
+    return by_type;
+  }();
+  const auto index = static_cast<std::size_t>(w.type);
+  repacked_matmul_on(index < best.size() ? best[index] : Int8Path::portable, w, x, num_x, g_begin,
+                     g_end, out, out_stride);
 }
 
 void int8_product(TensorType type, const RepackedWeight* packed, const std::byte* w,

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "cpu/int8_matmul.hpp"
 #include "gguf/tensor_type.hpp"
@@ -36,9 +37,12 @@ inline constexpr std::int64_t kRepackRows = 16;
 
 // Whether `type` has a repacked layout for rows of `cols` values.
 bool can_repack(gguf::TensorType type, std::int64_t cols);
-// Whether this processor runs the repacked kernel (AVX-512 VNNI): elsewhere weights keep
-// int8_matmul's layout, whose kernels exist for every path.
-bool repacked_kernel_available();
+// The instruction sets this processor runs the repacked kernel of `type` on, the fastest
+// last: AVX-512 VNNI, AVX-VNNI, or AVX2 for the types whose unsigned bytes stay <= 63 (not
+// Q8_0, IQ4_NL, IQ4_XS: pmaddubsw's pair sums would saturate). Empty: the type keeps
+// int8_matmul's layout here, whose kernels exist for every path.
+std::vector<Int8Path> repacked_paths(gguf::TensorType type);
+bool repacked_kernel_available(gguf::TensorType type);
 
 struct RepackedWeight {
   struct Free {
@@ -62,16 +66,20 @@ void repack_group(RepackedWeight& into, const std::byte* w, std::size_t w_row_by
                   std::int64_t g);
 
 // out[t * out_stride + r] = dot(x[t], w[r]) for t < num_x and r in the groups [g_begin, g_end)
-// (out points at row 0's column): by the vector kernel.
+// (out points at row 0's column): by the vector kernel of the fastest path for w's type.
 void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
                      std::int64_t g_begin, std::int64_t g_end, float* out, std::int64_t out_stride);
+// The same on a given path of repacked_paths(w.type) (tests run every one).
+void repacked_matmul_on(Int8Path path, const RepackedWeight& w, const Int8Rows& x,
+                        std::int64_t num_x, std::int64_t g_begin, std::int64_t g_end, float* out,
+                        std::int64_t out_stride);
 // The same in scalar code, operation for operation (tests).
 void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::int64_t num_x,
                                std::int64_t g_begin, std::int64_t g_end, float* out,
                                std::int64_t out_stride);
 
 // The repacked kernel's instruction at its peak on this thread, multiply-adds per second
-// (vpdpbusd on registers, no memory; 0 where the kernel does not run): the bound a
+// (512-bit vpdpbusd on registers, no memory; 0 without AVX-512 VNNI): the bound a
 // profile's int8 matmuls are measured against.
 double int8_peak_macs_per_second(double seconds);
 

@@ -71,10 +71,10 @@ TEST_CASE("bench forward --profile shows each op's share of a prefill and a deco
   CHECK(run.out.find("attention") != std::string::npos);
   CHECK(run.out.find("rms_norm") != std::string::npos);
   // Q8_0 matrices go through the repacked kernel where this processor runs it.
-  CHECK(run.out.find(troupe::cpu::repacked_kernel_available()
+  CHECK(run.out.find(troupe::cpu::repacked_kernel_available(troupe::gguf::TensorType::q8_0)
                          ? "matmul Q8_0 (repacked)"
                          : "matmul Q8_0") != std::string::npos);
-  if (troupe::cpu::repacked_kernel_available()) {
+  if (troupe::cpu::int8_peak_macs_per_second(0.01) > 0.0) {
     CHECK(run.out.find("of the processor's int8 peak") != std::string::npos);
   }
   // Each table's shares add up to its step (rounding: 0.1% a line).

@@ -95,6 +95,14 @@ Int8RowBuffer quantized(const std::vector<float>& xs, std::int64_t n, std::int64
   return buffer;
 }
 
+// The paths to test the type's kernel on: those this processor runs it on, or the scalar
+// reference's stand-in (Int8Path::portable) where none.
+std::vector<Int8Path> paths_or_reference(TensorType type) {
+  std::vector<Int8Path> paths = repacked_paths(type);
+  if (paths.empty()) paths.push_back(Int8Path::portable);
+  return paths;
+}
+
 std::vector<std::int64_t> widths(TensorType type) {
   if (repack_layout(type).unit_values == 32) return {32, 96, 256, 800};
   return {256, 768};
@@ -128,8 +136,6 @@ TEST_CASE("only Q8_0 Q4_0 Q4_K and Q6_K rows of whole units have a repacked layo
 
 TEST_CASE("the repacked kernel equals its scalar reference bit for bit and the decoder's product",
           "[cpu][int8]") {
-  INFO("vector kernel here: " << (repacked_kernel_available() ? "AVX-512 VNNI"
-                                                              : "none (reference only)"));
   for (const TensorType type : kTypes) {
     for (const std::int64_t cols : widths(type)) {
       // 37 rows: two whole groups and one of five; 1, 3, 8 and 11 activation rows: every
@@ -145,29 +151,33 @@ TEST_CASE("the repacked kernel equals its scalar reference bit for bit and the d
         const float nan = std::numeric_limits<float>::quiet_NaN();
         // A wider stride than the rows: nothing is written past a group's last real row.
         const std::int64_t stride = rows + 3;
-        std::vector<float> got(static_cast<std::size_t>(n * stride), nan);
-        std::vector<float> want(got.size(), nan);
-        repacked_matmul(packed, x, n, 0, packed.groups, got.data(), stride);
+        std::vector<float> want(static_cast<std::size_t>(n * stride), nan);
         repacked_matmul_reference(packed, x, n, 0, packed.groups, want.data(), stride);
-        for (std::int64_t t = 0; t < n; ++t) {
-          for (std::int64_t r = 0; r < stride; ++r) {
-            const float g = got[t * stride + r];
-            INFO("row " << t << ", weight row " << r << ": got " << g << ", reference "
-                        << want[t * stride + r]);
-            if (r >= rows) {
-              REQUIRE(std::isnan(g));
-              continue;
+        // Every path this processor runs the type on (none: the reference alone).
+        for (const Int8Path path : paths_or_reference(type)) {
+          INFO("on " << int8_path_name(path));
+          std::vector<float> got(want.size(), nan);
+          repacked_matmul_on(path, packed, x, n, 0, packed.groups, got.data(), stride);
+          for (std::int64_t t = 0; t < n; ++t) {
+            for (std::int64_t r = 0; r < stride; ++r) {
+              const float g = got[t * stride + r];
+              INFO("row " << t << ", weight row " << r << ": got " << g << ", reference "
+                          << want[t * stride + r]);
+              if (r >= rows) {
+                REQUIRE(std::isnan(g));
+                continue;
+              }
+              REQUIRE(std::memcmp(&g, &want[t * stride + r], sizeof g) == 0);
+              double exact = 0.0, magnitude = 0.0;
+              for (std::int64_t k = 0; k < cols; ++k) {
+                const double xq =
+                    static_cast<double>(x.q[t * cols + k]) * x.lane_scales[(t * cols + k) / 4];
+                const double p = xq * w.decoded[r * cols + k];
+                exact += p;
+                magnitude += std::fabs(p);
+              }
+              REQUIRE(std::fabs(g - exact) <= 2e-6 * magnitude + 1e-6);
             }
-            REQUIRE(std::memcmp(&g, &want[t * stride + r], sizeof g) == 0);
-            double exact = 0.0, magnitude = 0.0;
-            for (std::int64_t k = 0; k < cols; ++k) {
-              const double xq =
-                  static_cast<double>(x.q[t * cols + k]) * x.lane_scales[(t * cols + k) / 4];
-              const double p = xq * w.decoded[r * cols + k];
-              exact += p;
-              magnitude += std::fabs(p);
-            }
-            REQUIRE(std::fabs(g - exact) <= 2e-6 * magnitude + 1e-6);
           }
         }
       }
@@ -185,24 +195,30 @@ TEST_CASE("a repacked matmul row is bit-identical alone and in a batch and in an
     const RepackedWeight packed = repack(w, type, rows, cols);
     const auto xs = random_floats(static_cast<std::size_t>(batch * cols), 1.0f);
     const Int8RowBuffer all = quantized(xs, batch, cols);
-    std::vector<float> together(static_cast<std::size_t>(batch * rows));
-    repacked_matmul(packed, all.rows(), batch, 0, packed.groups, together.data(), rows);
-    for (const std::int64_t t : {0, 7, 8, 20}) {
-      const Int8RowBuffer one = quantized(
-          std::vector<float>(xs.begin() + t * cols, xs.begin() + (t + 1) * cols), 1, cols);
-      std::vector<float> alone(static_cast<std::size_t>(rows));
-      // The groups in two calls, as the thread pool's tasks split them.
-      repacked_matmul(packed, one.rows(), 1, 0, 2, alone.data(), rows);
-      repacked_matmul(packed, one.rows(), 1, 2, packed.groups, alone.data(), rows);
-      REQUIRE(std::memcmp(alone.data(), together.data() + t * rows, rows * sizeof(float)) == 0);
-    }
-    for (const std::int64_t n : {2, 5, 9}) {
-      INFO(n << " rows from row " << batch - n);
-      std::vector<float> few(static_cast<std::size_t>(n * rows));
-      repacked_matmul(packed, all.rows().from_row(batch - n), n, 0, packed.groups, few.data(),
-                      rows);
-      REQUIRE(std::memcmp(few.data(), together.data() + (batch - n) * rows,
-                          few.size() * sizeof(float)) == 0);
+    for (const Int8Path path : paths_or_reference(type)) {
+      INFO("on " << int8_path_name(path));
+      const auto product = [&](const Int8Rows& x, std::int64_t n, std::int64_t g0, std::int64_t g1,
+                               float* out) {
+        repacked_matmul_on(path, packed, x, n, g0, g1, out, rows);
+      };
+      std::vector<float> together(static_cast<std::size_t>(batch * rows));
+      product(all.rows(), batch, 0, packed.groups, together.data());
+      for (const std::int64_t t : {0, 7, 8, 20}) {
+        const Int8RowBuffer one = quantized(
+            std::vector<float>(xs.begin() + t * cols, xs.begin() + (t + 1) * cols), 1, cols);
+        std::vector<float> alone(static_cast<std::size_t>(rows));
+        // The groups in two calls, as the thread pool's tasks split them.
+        product(one.rows(), 1, 0, 2, alone.data());
+        product(one.rows(), 1, 2, packed.groups, alone.data());
+        REQUIRE(std::memcmp(alone.data(), together.data() + t * rows, rows * sizeof(float)) == 0);
+      }
+      for (const std::int64_t n : {2, 5, 9}) {
+        INFO(n << " rows from row " << batch - n);
+        std::vector<float> few(static_cast<std::size_t>(n * rows));
+        product(all.rows().from_row(batch - n), n, 0, packed.groups, few.data());
+        REQUIRE(std::memcmp(few.data(), together.data() + (batch - n) * rows,
+                            few.size() * sizeof(float)) == 0);
+      }
     }
   }
 }
@@ -216,11 +232,14 @@ TEST_CASE("a NaN activation gives NaN products through the repacked kernel", "[c
     auto xs = random_floats(static_cast<std::size_t>(2 * cols), 1.0f);
     xs[cols + 77] = std::numeric_limits<float>::quiet_NaN();
     const Int8RowBuffer buffer = quantized(xs, 2, cols);
-    std::vector<float> out(static_cast<std::size_t>(2 * rows));
-    repacked_matmul(packed, buffer.rows(), 2, 0, 1, out.data(), rows);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      REQUIRE(std::isfinite(out[r]));
-      REQUIRE(std::isnan(out[rows + r]));
+    for (const Int8Path path : paths_or_reference(type)) {
+      INFO("on " << int8_path_name(path));
+      std::vector<float> out(static_cast<std::size_t>(2 * rows));
+      repacked_matmul_on(path, packed, buffer.rows(), 2, 0, 1, out.data(), rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        REQUIRE(std::isfinite(out[r]));
+        REQUIRE(std::isnan(out[rows + r]));
+      }
     }
   }
 }
@@ -249,7 +268,7 @@ TEST_CASE("the CPU backend multiplies the quantized matrices it loaded through t
       backend.matmul(x, weight, out);
       const Int8RowBuffer buffer = quantized(xs, n, cols);
       std::vector<float> want(static_cast<std::size_t>(n * rows));
-      if (repacked_kernel_available()) {
+      if (repacked_kernel_available(type)) {
         const RepackedWeight packed = repack(w, type, rows, cols);
         repacked_matmul_reference(packed, buffer.rows(), n, 0, packed.groups, want.data(), rows);
       } else {  // this processor keeps the file's layout
