@@ -138,6 +138,7 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
     context.tool_call_format = *format;
   }
   context.priority_scheduling = engine.scheduling_policy() == BatchingPolicy::priority;
+  context.max_logprobs = config.max_logprobs;
 }
 
 RouteContext HttpServer::Impl::route_context() {

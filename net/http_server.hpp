@@ -39,6 +39,9 @@ struct ServerConfig {
   // How the model writes tool calls: hermes, llama3_json or mistral; empty: from the chat
   // template (net/tool_calls.hpp).
   std::string tool_call_parser;
+  // The most top alternatives a token's logprobs may ask for (vLLM's --max-logprobs); the
+  // sampler's own bound is 20.
+  int max_logprobs = 20;
   std::size_t max_body_bytes = std::size_t{4} << 20;     // 413 past it
   std::size_t max_header_bytes = std::size_t{16} << 10;  // 431 past it (trailers too)
   std::chrono::seconds read_timeout{30};                 // for a whole request (headers and body)

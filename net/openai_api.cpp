@@ -372,8 +372,6 @@ tl::expected<void, ApiError> check_fields(const json::object& o, bool chat, bool
   return {};
 }
 
-// As vLLM's --max-logprobs: the most top entries a token's logprobs may ask for.
-constexpr Wide kMostLogprobs = 20;
 // A batch of prompts, and the sequences one request may run (prompts x best_of).
 constexpr std::size_t kMostPrompts = 64;
 constexpr std::int32_t kMostSequences = 64;
@@ -480,7 +478,7 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
   std::optional<Wide> logprobs;
   if (r.chat) {  // chat: "logprobs": true and "top_logprobs": n
     TROUPE_API_TRY(const auto want, boolean(o, "logprobs"));
-    TROUPE_API_TRY(const auto top, integer_in(o, "top_logprobs", 0, kMostLogprobs));
+    TROUPE_API_TRY(const auto top, integer_in(o, "top_logprobs", 0, Wide{context.max_logprobs}));
     // As OpenAI and vLLM: alternatives asked for without the logprobs they come with are
     // the client's error, not silently nothing.
     if (top && *top > 0 && !want.value_or(false)) {
@@ -488,9 +486,10 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
     }
     if (want.value_or(false)) logprobs = top.value_or(0);
   } else {
-    TROUPE_API_TRY(logprobs, integer_in(o, "logprobs", 0, kMostLogprobs));
+    TROUPE_API_TRY(logprobs, integer_in(o, "logprobs", 0, Wide{context.max_logprobs}));
   }
-  TROUPE_API_TRY(const auto prompt_logprobs, integer_in(o, "prompt_logprobs", 0, kMostLogprobs));
+  TROUPE_API_TRY(const auto prompt_logprobs,
+                 integer_in(o, "prompt_logprobs", 0, Wide{context.max_logprobs}));
   if (n) r.n = static_cast<std::int32_t>(*n);
   // The longest prompt of a batch is the one that must fit.
   std::size_t longest = r.generate.prompt.size();

@@ -80,6 +80,9 @@ struct ApiContext {
   // Whether the engine orders requests by their `priority` (--scheduling-policy priority);
   // without, a priority other than 0 is refused, as vLLM does.
   bool priority_scheduling = false;
+  // The most top alternatives a token's logprobs may ask for (vLLM's --max-logprobs; the
+  // sampler's bound, 20, at most).
+  std::int32_t max_logprobs = 20;
   // How the model writes tool calls (from its chat template, or --tool-call-parser).
   ToolCallFormat tool_call_format = ToolCallFormat::hermes;
   // The model's tokens as a grammar::TokenMasker: the server makes an output constraint's
