@@ -529,6 +529,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
       if (ec) break;
       g->output.remove(event_bytes(event));
+      if (completion.score_only) drop_scoring_token(event);
       CompletionOutput& output = outputs[index_of(event.request_id)];
       output.text += event.text;
       if (!event.prompt_logprobs.empty()) output.prompt_logprobs = std::move(event.prompt_logprobs);
@@ -613,6 +614,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     if (ec) break;
     const int index = index_of(event.request_id);
     const std::size_t bytes = event_bytes(event);
+    if (completion.score_only) drop_scoring_token(event);
     if (event.token != kNoToken) entry.first_token();
     data.clear();
     if (!echoed[static_cast<std::size_t>(index)]) {

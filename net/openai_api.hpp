@@ -45,6 +45,9 @@ struct CompletionRequest {
   // prompt * n + i is the i-th of prompt `prompt`.
   std::vector<std::vector<TokenId>> prompts;
   bool echo = false;  // each choice opens with its prompt (and its logprobs when asked)
+  // echo with max_tokens 0 (vLLM's prompt scoring): the engine runs one token (it needs
+  // one), and the server drops it: each choice is its prompt and the prompt's logprobs.
+  bool score_only = false;
   // echo: each prompt's text as the client gave it (a token prompt's, detokenized).
   std::vector<std::string> prompt_texts;
   // Candidates run per prompt; the n with the highest cumulative log-probability are

@@ -73,6 +73,19 @@ struct OutputBound {
 };
 
 // The memory a queued engine event holds.
+// A prompt-scoring request's (echo, max_tokens 0) event without the one token the engine
+// had to generate: no text, no token, no logprobs of it, and it ended at its length.
+inline void drop_scoring_token(TokenEvent& e) {
+  e.token = kNoToken;
+  e.text.clear();
+  e.logprob = 0.0f;
+  e.top_logprobs.clear();
+  if (e.finished) {
+    e.num_generated_tokens = 0;
+    if (e.finish_reason == FinishReason::stop) e.finish_reason = FinishReason::length;
+  }
+}
+
 inline std::int64_t event_bytes(const TokenEvent& e) {
   return static_cast<std::int64_t>(sizeof(TokenEvent) + e.text.size() + e.error.size() +
                                    e.top_logprobs.size() * sizeof(TokenLogprobEntry));
