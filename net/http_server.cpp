@@ -4,10 +4,13 @@
 
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <utility>
 
 #include "monitoring/log.hpp"
 #include "net/cors.hpp"
@@ -161,6 +164,22 @@ RouteContext HttpServer::Impl::route_context() {
   return r;
 }
 
+namespace {
+
+// An error response's reason, for the access log: its OpenAI error object's message.
+std::string error_message(std::string_view body) {
+  boost::system::error_code ec;
+  const boost::json::value parsed = boost::json::parse(body, ec);
+  if (ec || !parsed.is_object()) return {};
+  const auto* error = parsed.as_object().if_contains("error");
+  if (error == nullptr || !error->is_object()) return {};
+  const auto* message = error->as_object().if_contains("message");
+  return message != nullptr && message->is_string() ? std::string(message->get_string())
+                                                    : std::string();
+}
+
+}  // namespace
+
 void HttpServer::Impl::count(const Request& request, int status, AccessEntry& entry) {
   entry.status = status;
   if (config.metrics) config.metrics->count_http(route_label(request_path(request)), status);
@@ -188,6 +207,8 @@ void HttpServer::Impl::log_access(std::string_view method, std::string_view full
   const auto count_or_none = [](std::string_view key, std::int64_t n) {
     return n < 0 ? LogField(key, nullptr) : LogField(key, n);
   };
+  // A refusal says why (its error's message, bounded as the client's text is).
+  const std::string_view error = std::string_view(e.error).substr(0, kMostClientBytes);
   const LogField fields[] = {
       {"method", method},
       {"path", path},
@@ -201,8 +222,12 @@ void HttpServer::Impl::log_access(std::string_view method, std::string_view full
                               : LogField("finish_reason", e.finish_reason),
       {"client_gone", e.client_gone},
       {"client", client},
+      {"error", error},
   };
-  monitoring::log(monitoring::LogLevel::info, "request", fields);
+  // The reason only on a refusal's line: a served request's line is as it was.
+  const std::size_t num_fields = std::size(fields) - (e.status >= 400 && !error.empty() ? 0 : 1);
+  monitoring::log(monitoring::LogLevel::info, "request",
+                  std::span<const monitoring::LogField>(fields, num_fields));
 }
 
 void HttpServer::Impl::warn(const std::string& message) {
@@ -323,6 +348,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
         req.target(parser.get().target());
       }
       entry.status = error->status;
+      entry.error = error->message;
       log_access(req, entry, client);
       auto response = error_response(req, *error);
       co_await send(stream, std::move(response), config.write_timeout);
@@ -338,6 +364,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       }
       if (refused) {
         count(request, refused->status, entry);
+        entry.error = refused->message;
         log_access(request, entry, client);
         auto response = error_response(request, *refused);
         co_await send(stream, std::move(response), config.write_timeout);
@@ -348,7 +375,14 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       co_await websocket_session(std::move(stream), std::move(request), client);
       co_return;
     }
-    const bool alive = co_await handle(stream, request, entry);
+    bool alive = true;
+    if (auto id = client_request_id(request); !id) {
+      const ApiError bad_id = id.error();
+      alive = co_await refuse(stream, request, bad_id, entry);
+    } else {
+      entry.request_id = std::move(*id);
+      alive = co_await handle(stream, request, entry);
+    }
     log_access(request, entry, client);
     if (!alive) break;
   }
@@ -382,7 +416,9 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
     response = route(request, route_context());
   }
   count(request, static_cast<int>(response.result_int()), entry);
+  if (response.result_int() >= 400) entry.error = error_message(response.body());
   add_cors_headers(request, response, config.cors);
+  add_request_id_header(response, entry);
   const bool alive = co_await send(stream, std::move(response), config.write_timeout);
   co_return alive;
 }
@@ -390,10 +426,12 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
 asio::awaitable<bool> HttpServer::Impl::refuse(beast::tcp_stream& stream, const Request& request,
                                                const ApiError& error, AccessEntry& entry) {
   count(request, error.status, entry);
+  entry.error = error.message;
   // The engine or the server turned a request away for want of room: the operator hears.
   if (error.status == 429 || error.status == 503) warn("refused a request: " + error.message);
   auto response = error_response(request, error);
   add_cors_headers(request, response, config.cors);
+  add_request_id_header(response, entry);
   const bool alive = co_await send(stream, std::move(response), config.write_timeout);
   co_return alive;
 }
@@ -441,7 +479,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   const std::string id =
       (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion.fetch_add(1));
   const std::int64_t created = unix_time();
-  entry.request_id = id;
+  if (entry.request_id.empty()) entry.request_id = id;  // else the client's X-Request-Id
   entry.prompt_tokens = 0;
   for (int p = 0; p < completion.num_prompts(); ++p) {
     entry.prompt_tokens += static_cast<std::int64_t>(completion.prompt(p).size());
@@ -562,6 +600,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
                                           best_choices(completion, std::move(outputs))));
     count(request, 200, entry);
     add_cors_headers(request, response, config.cors);
+    add_request_id_header(response, entry);
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
   }
@@ -576,6 +615,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   head.chunked(chunked);
   head.keep_alive(chunked && request.keep_alive());
   add_cors_headers(request, head, config.cors);
+  add_request_id_header(head, entry);
   http::response_serializer<http::empty_body> serializer{head};
   count(request, 200, entry);
   stream.expires_after(config.write_timeout);

@@ -189,3 +189,58 @@ TEST_CASE("every command's --help shows each flag's type and default once, the d
     }
   }
 }
+
+TEST_CASE(
+    "X-Request-Id is the request's id in the log and comes back, and a refusal's line "
+    "says why",
+    "[app][serve][vllm][log]") {
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  test::ChildProcess server({TROUPE_BINARY, "serve", model, "--port", "0", "--log-format", "json",
+                             "--disable-log-stats", "--threads", "1", "--kv-cache-gb", "0.02"});
+  const auto port = server.wait_for(R"(serving '(?:[^']*)' at http://127\.0\.0\.1:(\d+))", 60s);
+  REQUIRE(port);
+  const std::string url = "http://127.0.0.1:" + *port;
+  const std::string json = " -H 'Content-Type: application/json'";
+  const std::string completion = R"( -d '{"prompt": "Once", "max_tokens": 2}')";
+
+  // Echoed on a generation, streamed or not, and on any other route's answer.
+  CHECK_THAT(curl(url + "/v1/completions -H 'X-Request-Id: trace-7f3a'" + json + completion),
+             Catch::Contains("HTTP/1.1 200") && Catch::Contains("X-Request-Id: trace-7f3a"));
+  CHECK_THAT(curl(url + "/v1/completions -H 'X-Request-Id: trace-stream'" + json +
+                  R"( -d '{"prompt": "Once", "max_tokens": 2, "stream": true}')"),
+             Catch::Contains("X-Request-Id: trace-stream"));
+  CHECK_THAT(curl(url + "/v1/models -H 'X-Request-Id: trace-models'"),
+             Catch::Contains("X-Request-Id: trace-models"));
+  // Without one, a generation's own id comes back.
+  CHECK_THAT(curl(url + "/v1/completions" + json + completion),
+             Catch::Contains("X-Request-Id: cmpl-"));
+  // Refusals keep the id, and their lines say why.
+  CHECK_THAT(curl(url + "/v1/completions -H 'X-Request-Id: trace-bad'" + json +
+                  R"( -d '{"prompt": "Once", "max_tokens": 2, "frobnicate": 1}')"),
+             Catch::Contains("HTTP/1.1 400") && Catch::Contains("X-Request-Id: trace-bad"));
+  CHECK_THAT(curl(url + "/v1/nowhere"), Catch::Contains("HTTP/1.1 404"));
+  // An id that cannot go into a header or a log line is the client's error.
+  CHECK_THAT(curl(url + "/v1/models -H 'X-Request-Id: " + std::string(300, 'x') + "'"),
+             Catch::Contains("HTTP/1.1 400") && Catch::Contains("X-Request-Id"));
+
+  CHECK(
+      server.wait_for(R"("path":"/v1/completions","status":200,"request_id":"trace-7f3a",)", 10s));
+  CHECK(server.wait_for(R"("path":"/v1/completions","status":200,"request_id":"trace-stream",)",
+                        10s));
+  CHECK(server.wait_for(R"("status":400,"request_id":"trace-bad",[^\n]*"error":"Unrecognized )"
+                        R"(request argument supplied: frobnicate)",
+                        10s));
+  CHECK(server.wait_for(R"("path":"/v1/nowhere","status":404,[^\n]*"error":"no route /v1/nowhere")",
+                        10s));
+  server.kill(SIGTERM);
+  REQUIRE(server.wait_exit(30s) == 0);
+  // A served request's line has no error field.
+  for (std::istringstream lines(server.output()); !lines.eof();) {
+    std::string line;
+    std::getline(lines, line);
+    if (line.find("\"status\":200") != std::string::npos) {
+      INFO(line);
+      CHECK(line.find("\"error\"") == std::string::npos);
+    }
+  }
+}
