@@ -277,6 +277,11 @@ void add_serve_command(CLI::App& app) {
     if (auto fits = net::HttpServer::prepare_descriptor_limit(opts->server); !fits) {
       fail(fits.error().message);
     }
+    // The port is bound now, and held while the model loads: a port in use is found at
+    // once, not minutes later (the server takes the socket over when it starts).
+    auto listener = net::bind_listener(opts->server.host, opts->server.port);
+    if (!listener) fail(listener.error().message);
+    opts->server.listen_fd = *listener;
     if (!opts->chat_template.empty()) {
       // A path to an existing file is read; anything else is the template's text (as vLLM).
       std::error_code ec;

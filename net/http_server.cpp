@@ -746,23 +746,57 @@ HttpServer::~HttpServer() {
   stop();
 }
 
+namespace {
+
+// host:port bound and listening on `acceptor`.
+Result<void> bind_acceptor(tcp::acceptor& acceptor, const std::string& host, std::uint16_t port) {
+  error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec)
+    return make_error(ErrorCode::invalid_argument, "bad host '" + host + "': " + ec.message());
+  const tcp::endpoint endpoint(address, port);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return make_error(ErrorCode::io, "cannot listen on " + host + ":" + std::to_string(port) +
+                                         ": " + ec.message());
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<int> bind_listener(const std::string& host, std::uint16_t port) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io);
+  TROUPE_TRY_VOID(bind_acceptor(acceptor, host, port));
+  error_code ec;
+  const int fd = acceptor.release(ec);
+  if (ec) return make_error(ErrorCode::io, "cannot hand the listening socket on: " + ec.message());
+  return fd;
+}
+
 Result<void> HttpServer::start() {
   auto& impl = *impl_;
   TROUPE_TRY_VOID(prepare_descriptor_limit(impl.config));
-  error_code ec;
-  const auto address = asio::ip::make_address(impl.config.host, ec);
-  if (ec)
-    return make_error(ErrorCode::invalid_argument,
-                      "bad host '" + impl.config.host + "': " + ec.message());
   impl.acceptor = std::make_unique<tcp::acceptor>(impl.io);
-  const tcp::endpoint endpoint(address, impl.config.port);
-  impl.acceptor->open(endpoint.protocol(), ec);
-  if (!ec) impl.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) impl.acceptor->bind(endpoint, ec);
-  if (!ec) impl.acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return make_error(ErrorCode::io, "cannot listen on " + impl.config.host + ":" +
-                                         std::to_string(impl.config.port) + ": " + ec.message());
+  if (impl.config.listen_fd >= 0) {
+    // Bound before the model loaded (bind_listener): the server takes it over.
+    const int fd = std::exchange(impl.config.listen_fd, -1);  // the acceptor's from here
+    error_code ec;
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    const bool v6 = ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0 &&
+                    local.ss_family == AF_INET6;
+    impl.acceptor->assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      return make_error(ErrorCode::io, "cannot take the listening socket: " + ec.message());
+    }
+  } else {
+    TROUPE_TRY_VOID(bind_acceptor(*impl.acceptor, impl.config.host, impl.config.port));
   }
   asio::co_spawn(impl.io, impl.listen(), [&impl](std::exception_ptr e) {
     if (e) impl.warn("the accept loop ended on an exception: no new connections");

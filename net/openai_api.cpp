@@ -768,13 +768,11 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
   return r;
 }
 
-tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
-                                                       const ApiContext& context,
-                                                       bool socket = false) {
-  if (auto known = check_fields(o, true, socket); !known) return tl::unexpected(known.error());
-  CompletionRequest r;
-  r.chat = true;
-  if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
+// A chat body's messages (tools, documents, template kwargs) through the chat template,
+// tokenized as a chat request's prompt is; `add_special` as /tokenize's add_special_tokens.
+tl::expected<std::vector<TokenId>, ApiError> chat_prompt_tokens(const json::object& o,
+                                                                const ApiContext& context,
+                                                                bool add_special = true) {
   TROUPE_API_TRY(const text::ChatInput input, parse_chat_input(o));
   // The built-in renderers write the messages alone: documents would be dropped unseen.
   if (!input.documents.is_none() && !(context.chat_template && context.chat_template->is_jinja())) {
@@ -783,7 +781,6 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
         "chats with its built-in fallback (give one with --chat-template)",
         "documents"));
   }
-  TROUPE_API_TRY(const auto truncation, prompt_truncation(o, context));
   static const text::ChatTemplate kChatml = text::ChatTemplate::create("", "", {});
   const auto rendered = (context.chat_template ? *context.chat_template : kChatml).render(input);
   // The template refused the conversation (its raise_exception) or failed on it.
@@ -792,8 +789,18 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   if (auto fits = check_prompt_bytes(prompt.size(), context, "messages"); !fits) {
     return tl::unexpected(fits.error());
   }
-  r.generate.prompt =
-      context.tokenizer->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+  return context.tokenizer->encode(prompt, add_special, /*parse_special=*/true);
+}
+
+tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
+                                                       const ApiContext& context,
+                                                       bool socket = false) {
+  if (auto known = check_fields(o, true, socket); !known) return tl::unexpected(known.error());
+  CompletionRequest r;
+  r.chat = true;
+  if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
+  TROUPE_API_TRY(const auto truncation, prompt_truncation(o, context));
+  TROUPE_API_TRY(r.generate.prompt, chat_prompt_tokens(o, context));
   truncate_prompt(r.generate.prompt, truncation);
   // Chat's default: whatever room the context leaves.
   r.generate.params.max_tokens = std::max<std::int32_t>(
@@ -1134,17 +1141,26 @@ tl::expected<std::string, ApiError> model_response(const ApiContext& context,
 tl::expected<std::string, ApiError> tokenize_response(std::string_view body,
                                                       const ApiContext& context) {
   TROUPE_API_TRY(const json::object o, parse_object(body));
-  const auto* prompt = o.if_contains("prompt");
-  if (prompt == nullptr || !prompt->is_string()) {
-    return tl::unexpected(bad_request("'prompt' must be a string", "prompt"));
-  }
   TROUPE_API_TRY(const auto add_special, boolean(o, "add_special_tokens"));
-  // vLLM's /tokenize refuses a prompt longer than the context as well.
-  if (auto fits = check_prompt_bytes(prompt->get_string().size(), context); !fits) {
-    return tl::unexpected(fits.error());
+  std::vector<TokenId> ids;
+  if (const auto* messages = o.if_contains("messages"); messages != nullptr) {
+    // vLLM's chat form: the tokens a chat request with these messages would be given.
+    if (o.contains("prompt")) {
+      return tl::unexpected(bad_request("give 'prompt' or 'messages', not both", "messages"));
+    }
+    TROUPE_API_TRY(ids, chat_prompt_tokens(o, context, add_special.value_or(true)));
+  } else {
+    const auto* prompt = o.if_contains("prompt");
+    if (prompt == nullptr || !prompt->is_string()) {
+      return tl::unexpected(
+          bad_request("'prompt' must be a string (or give 'messages')", "prompt"));
+    }
+    // vLLM's /tokenize refuses a prompt longer than the context as well.
+    if (auto fits = check_prompt_bytes(prompt->get_string().size(), context); !fits) {
+      return tl::unexpected(fits.error());
+    }
+    ids = context.tokenizer->encode(std::string(prompt->get_string()), add_special.value_or(true));
   }
-  const auto ids =
-      context.tokenizer->encode(std::string(prompt->get_string()), add_special.value_or(true));
   json::array tokens;
   for (TokenId id : ids) tokens.emplace_back(id);
   return json::serialize(json::object{{"tokens", std::move(tokens)},

@@ -1,6 +1,11 @@
 // `troupe serve` started as a vLLM user starts `vllm serve`: the positional model, named
 // by its path; vLLM's flags accepted, each that has no effect here named at start-up; the
 // last of a repeated flag winning; and a --help a person can read.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <regex>
@@ -243,4 +248,26 @@ TEST_CASE(
       CHECK(line.find("\"error\"") == std::string::npos);
     }
   }
+}
+
+TEST_CASE("a port in use is found before the model loads", "[app][serve][vllm]") {
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  // The test holds a listening socket on a free loopback port.
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(held >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(held, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(held, 1) == 0);
+  socklen_t length = sizeof address;
+  REQUIRE(::getsockname(held, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  int code = -1;
+  const std::string out = troupe_run("serve " + model + " --port " + port, &code);
+  ::close(held);
+  INFO(out);
+  CHECK(code == 1);
+  CHECK_THAT(out, Catch::Contains("cannot listen on 127.0.0.1:" + port));
+  CHECK_THAT(out, !Catch::Contains("loading"));
 }

@@ -287,3 +287,28 @@ TEST_CASE("skip_special_tokens false shows control tokens, include_stop_str_in_o
         whole.substr(0, at + stop.size()));
   CHECK(s.kv_drains());
 }
+
+TEST_CASE("/tokenize takes messages and answers a chat request's prompt tokens", "[net][vllm]") {
+  Served s;
+  const auto& tokenizer = s.engine->tokenizer();
+  const std::string messages =
+      R"("messages":[{"role":"developer","content":"Be nice"},{"role":"user","content":"Hi"}])";
+  const auto [status, body] = s.post("/tokenize", "{" + messages + "}");
+  INFO(body);
+  REQUIRE(status == 200);
+  const auto expected =
+      tokenizer.encode("<system>Be nice</system><user>Hi</user><assistant>", true, true);
+  const auto reply = test::JsonParser(body).parse();
+  CHECK(reply["tokens"].ints() == std::vector<int>(expected.begin(), expected.end()));
+  CHECK(reply["count"].number == static_cast<double>(expected.size()));
+  // Without the generation prompt, as a chat request would be.
+  const auto [status2, body2] =
+      s.post("/tokenize", "{" + messages + R"(,"add_generation_prompt":false})");
+  REQUIRE(status2 == 200);
+  const auto without = tokenizer.encode("<system>Be nice</system><user>Hi</user>", true, true);
+  CHECK(test::JsonParser(body2).parse()["tokens"].ints() ==
+        std::vector<int>(without.begin(), without.end()));
+  // One or the other.
+  CHECK(s.post("/tokenize", R"({"prompt":"Hi",)" + messages + "}").first == 400);
+  CHECK(s.post("/tokenize", R"({"messages":[]})").first == 400);
+}
