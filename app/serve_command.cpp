@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "app/commands.hpp"
 #include "app/config_file.hpp"
 #include "engine/router.hpp"
+#include "gguf/gguf_file.hpp"
 #include "model/loaded_model.hpp"
 #include "monitoring/log.hpp"
 #include "monitoring/metrics.hpp"
@@ -98,6 +100,51 @@ void group_serve_flags(CLI::App* cmd) {
       option->group(group);
     }
   }
+}
+
+std::string gib(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+// 1.2B, 15.0M, 260.1K: a parameter count as model cards write it.
+std::string parameters(std::int64_t n) {
+  char text[32];
+  const double v = static_cast<double>(n);
+  if (v >= 1e9) {
+    std::snprintf(text, sizeof text, "%.1fB", v / 1e9);
+  } else if (v >= 1e6) {
+    std::snprintf(text, sizeof text, "%.1fM", v / 1e6);
+  } else {
+    std::snprintf(text, sizeof text, "%.1fK", v / 1e3);
+  }
+  return text;
+}
+
+// What vLLM's start-up log says of a model: its architecture, size and weight type (the
+// type holding most of the weights' bytes), read from the GGUF file's header; empty when
+// the file cannot be read here.
+std::string model_summary(const std::string& path) {
+  auto file = gguf::GgufFile::open(path);
+  if (!file) return {};
+  const auto arch = file->get_string("general.architecture");
+  std::int64_t num_parameters = 0;
+  std::map<std::string_view, std::uint64_t> bytes_by_type;
+  for (const auto& tensor : file->tensors()) {
+    num_parameters += tensor.num_elements();
+    bytes_by_type[gguf::tensor_type_name(tensor.type)] += tensor.num_bytes;
+  }
+  std::string_view type = "?";
+  std::uint64_t most = 0;
+  for (const auto& [name, bytes] : bytes_by_type) {
+    if (bytes > most) {
+      most = bytes;
+      type = name;
+    }
+  }
+  return std::string(arch ? *arch : std::string_view("?")) + ", " + parameters(num_parameters) +
+         " parameters, weights mostly " + std::string(type);
 }
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -374,6 +421,20 @@ void add_serve_command(CLI::App& app) {
          {"max_model_len", (*engine)->max_model_len()},
          {"weight_bytes", (*engine)->weight_bytes()},
          {"kv_cache_bytes", (*engine)->kv_cache_bytes()}});
+    {
+      // vLLM's lines: the model, its memory, and how many whole contexts the KV cache holds.
+      const std::string summary = model_summary(config.model_path);
+      const double kv_tokens = static_cast<double>(stats.num_kv_blocks) * stats.block_size;
+      const std::int32_t context = (*engine)->max_model_len();
+      char concurrency[64];
+      std::snprintf(concurrency, sizeof concurrency, "%.2fx",
+                    context > 0 ? kv_tokens / context : 0.0);
+      monitoring::log_info((summary.empty() ? std::string() : "model: " + summary + "; ") +
+                               "weights " + gib((*engine)->weight_bytes()) + ", KV cache " +
+                               gib((*engine)->kv_cache_bytes()) + "; maximum concurrency for " +
+                               std::to_string(context) + " tokens per request: " + concurrency,
+                           {{"max_concurrency", context > 0 ? kv_tokens / context : 0.0}});
+    }
     monitoring::log_info("token budget: " + (*engine)->token_budget_description());
     net::HttpServer server(**engine, opts->server);
     if (!server.chat_template().warning().empty()) {

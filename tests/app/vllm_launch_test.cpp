@@ -108,6 +108,11 @@ TEST_CASE("troupe serve takes vLLM's launch line and serves the model by its pat
     CHECK(log.find(flag) == log.rfind(flag));
   }
   CHECK_THAT(log, !Catch::Contains("--max-logprobs") && !Catch::Contains("--tool-call-parser"));
+  // vLLM's start-up lines: the model, its memory in GiB, and how many whole contexts fit.
+  CHECK(std::regex_search(
+      log, std::regex(R"(model: llama, [0-9.]+K parameters, weights mostly F32; weights [0-9.]+ )"
+                      R"(GiB, KV cache [0-9.]+ GiB; maximum concurrency for 128 tokens per )"
+                      R"(request: [0-9.]+x)")));
 }
 
 TEST_CASE("the last of a repeated flag wins, as argparse takes it", "[app][cli][vllm]") {
