@@ -434,6 +434,8 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
   setup->on_event = std::move(on_event);
   setup->tokenizer = impl.tokenizer;
   setup->stop = std::move(request.stop);
+  setup->skip_special_tokens = request.skip_special_tokens;
+  setup->include_stop_str_in_output = request.include_stop_str_in_output;
   setup->num_prompt_tokens = n;
   setup->timeout = request.timeout;
   setup->scheduler = impl.scheduler;

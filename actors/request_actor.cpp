@@ -22,12 +22,23 @@ void deliver(RequestState& state, const TokenEvent& event) {
   }
 }
 
+// The text the stop strings let out of `text`; the stop string itself too when the request
+// asked for it (include_stop_str_in_output).
+std::string shown(RequestState& state, std::string_view text) {
+  const bool was_stopped = state.stop->stopped();
+  std::string out = state.stop->push(text);
+  if (!was_stopped && state.stop->stopped() && state.include_stop_str_in_output) {
+    out += state.stop->matched();
+  }
+  return out;
+}
+
 // The last event: whatever text was held, the reason and the counts.
 void finish(Self self, TokenEvent event, FinishReason reason, const std::string& error = {},
             ErrorCode error_code = ErrorCode::internal) {
   auto& state = self->state;
   if (!state.stop->stopped()) {
-    event.text += state.stop->push(state.detokenizer->flush());
+    event.text += shown(state, state.detokenizer->flush());
     if (!state.stop->stopped()) event.text += state.stop->flush();
   }
   event.finished = true;
@@ -91,7 +102,12 @@ void on_token(Self self, TokenUpdate& update) {
     for (const auto& top : update.token.top_logprobs) {
       event.top_logprobs.push_back({top.id, top.logprob});
     }
-    event.text = state.stop->push(state.detokenizer->push(update.token.id));
+    // A control token shows unless skip_special_tokens; the EOS or stop token that ends
+    // the sequence only with include_stop_str_in_output.
+    const bool ends_here = update.finish_reason == FinishReason::stop;
+    const bool render =
+        !state.skip_special_tokens && (!ends_here || state.include_stop_str_in_output);
+    event.text = shown(state, state.detokenizer->push(update.token.id, render));
     if (state.stop->stopped()) {
       // A stop string: the sequence ends here, whatever the scheduler planned.
       self->send(state.scheduler, abort_atom::value, state.id, FinishReason::stop);
@@ -116,6 +132,8 @@ request_actor::behavior_type request(request_actor::stateful_pointer<RequestStat
   state.tokenizer = setup->tokenizer;
   state.detokenizer = std::make_unique<text::IncrementalDetokenizer>(*state.tokenizer);
   state.stop = std::make_unique<text::StopStringFilter>(setup->stop);
+  state.skip_special_tokens = setup->skip_special_tokens;
+  state.include_stop_str_in_output = setup->include_stop_str_in_output;
   state.scheduler = setup->scheduler;
   state.num_prompt_tokens = setup->num_prompt_tokens;
   state.metrics = setup->metrics;

@@ -18,6 +18,8 @@ struct RequestState {
   std::shared_ptr<const text::Tokenizer> tokenizer;
   std::unique_ptr<text::IncrementalDetokenizer> detokenizer;
   std::unique_ptr<text::StopStringFilter> stop;
+  bool skip_special_tokens = true;          // GenerateRequest's
+  bool include_stop_str_in_output = false;  // GenerateRequest's
   scheduler_actor scheduler;
   request_actor keep_alive;  // itself, until it ends: nobody else must hold it
   std::int32_t num_prompt_tokens = 0;
@@ -34,6 +36,8 @@ struct RequestSetup {
   TokenCallback on_event;
   std::shared_ptr<const text::Tokenizer> tokenizer;
   std::vector<std::string> stop;
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
   std::int32_t num_prompt_tokens = 0;
   std::chrono::milliseconds timeout{0};
   scheduler_actor scheduler;

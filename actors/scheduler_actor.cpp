@@ -223,11 +223,13 @@ void place_worker(Self self) {
                         place_worker(self);
                         return;
                       }
+                      state.core->calibrate(report.step_costs);
+                      set_ready(self, true);
+                      // Said once it is so: a client that reads the line finds the replica
+                      // up (before, a request sent at the line could get 503).
                       monitoring::logf(monitoring::LogLevel::info,
                                        "replica %d is up again on node %s", state.setup.index,
                                        state.setup.node.c_str());
-                      state.core->calibrate(report.step_costs);
-                      set_ready(self, true);
                       maybe_step(self);
                     },
                     [self, loading](const caf::error& err) {

@@ -309,7 +309,7 @@ void add_bench_forward_command(CLI::App& bench) {
   cmd->add_option("--block-size", opts->block_size, "KV block size")->check(CLI::Range(1, 1024));
   cmd->add_option("--context,-d", opts->contexts,
                   "tokens already in the KV cache when the steps run, one run per value "
-                  "(multiples of the block size; default 0); each sequence of the largest "
+                  "(multiples of the block size); each sequence of the largest "
                   "--batch gets a history of its own, so keep --batch small at long contexts")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace CLI {
 class App;
+class FormatterBase;
 class Option;
 class Validator;
 }  // namespace CLI
@@ -82,6 +84,16 @@ struct LogFlags {
 };
 void add_log_options(CLI::App* cmd, LogFlags& flags);
 void apply_log_options(const LogFlags& flags);
+
+// The help's formatter (app/help_format.cpp): each flag's type and range once, its
+// default once at the end of its description.
+std::shared_ptr<CLI::FormatterBase> make_help_formatter();
+
+// vLLM's serve flags that have no effect here (app/vllm_flags.cpp): accepted, each in
+// the help's last group, so that a vLLM launch line starts; log_vllm_flag_notices writes
+// one line for each one given, saying why it has no effect (never silently).
+void add_vllm_flags(CLI::App* cmd);
+void log_vllm_flag_notices(const CLI::App* cmd);
 
 void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);

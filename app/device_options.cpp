@@ -41,7 +41,7 @@ void add_scheduling_policy_option(CLI::App* cmd, EngineConfig& engine) {
          "the order waiting requests run in: fcfs (first come, first served), or priority (a "
          "request's `priority`, lower first; a more urgent arrival preempts the least urgent "
          "running request when the batch is full)")
-      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->check(CLI::IsMember({"fcfs", "priority"}).description(""))
       ->type_name("fcfs|priority")
       ->default_str("fcfs");
 }
@@ -56,8 +56,9 @@ void add_device_options(CLI::App* cmd, EngineConfig& engine) {
   cmd->add_option("--gpu-memory-utilization", engine.gpu_memory_utilization,
                   "cuda: share of the GPU memory left after the weights for the KV cache")
       ->check(number_in(0.01, 1.0));
-  cmd->add_flag("--enforce-eager{false}", engine.cuda_graphs,
-                "cuda: run every step eagerly (no CUDA graphs)");
+  cmd->add_flag_callback(
+      "--enforce-eager", [&engine] { engine.cuda_graphs = false; },
+      "cuda: run every step eagerly (no CUDA graphs)");
   static const std::map<std::string, KvCacheType> kKvTypes = {
       {"auto", KvCacheType::automatic}, {"f32", KvCacheType::f32}, {"f16", KvCacheType::f16}};
   cmd->add_option("--kv-cache-dtype", engine.kv_cache_dtype,
@@ -81,8 +82,9 @@ void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine) {
            return true;
          },
          "seconds a tensor-parallel rendezvous or all-reduce may take before its group counts "
-         "as lost (default 30)")
+         "as lost")
       ->type_name("SECONDS")
+      ->default_str("30")
       ->check(number_in(0.0, 1e6, /*above_lo=*/true));
 }
 
@@ -103,12 +105,13 @@ void add_token_budget_options(CLI::App* cmd, TokenBudgetFlags& flags) {
             }
             return "expected a positive number of tokens or auto, not '" + value + "'";
           },
-          "N|auto"));
+          ""));
   cmd->add_option("--target-itl-ms", flags.target_itl_ms,
                   "with --max-num-batched-tokens auto: the inter-token latency a step carrying "
                   "a prefill chunk should stay within (default: twice the running decodes' own "
                   "step, at most 150)")
-      ->check(number_in(1.0, 600000.0));
+      ->check(number_in(1.0, 600000.0))
+      ->default_str("");
 }
 
 void settle_token_budget(const TokenBudgetFlags& flags, EngineConfig& engine) {

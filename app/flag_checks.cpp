@@ -22,6 +22,7 @@ std::string shown(const std::string& value) {
 
 std::string number_text(double v) {
   std::ostringstream out;
+  out.precision(15);  // 1000000, not 1e+06
   out << v;
   return out.str();
 }

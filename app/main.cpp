@@ -11,8 +11,11 @@ int main(int argc, char** argv) {
   CLI::App app{"troupe: an LLM serving runtime on the actor model"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "troupe " TROUPE_VERSION);
-  // Every flag's help says its default (set before the subcommands: they copy it).
-  app.option_defaults()->always_capture_default();
+  // Every flag's help says its default, once; a flag given twice takes its last value, as
+  // vLLM's argparse does (set before the subcommands: they copy both).
+  app.option_defaults()->always_capture_default()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
+  app.formatter(troupe::app::make_help_formatter());
   troupe::app::add_serve_command(app);
   troupe::app::add_node_command(app);
   troupe::app::add_generate_command(app);

@@ -3,15 +3,18 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "app/commands.hpp"
 #include "app/config_file.hpp"
 #include "engine/router.hpp"
+#include "gguf/gguf_file.hpp"
 #include "model/loaded_model.hpp"
 #include "monitoring/log.hpp"
 #include "monitoring/metrics.hpp"
@@ -60,6 +63,90 @@ constexpr std::size_t kMostChatTemplateBytes = std::size_t{1} << 20;
 // Descriptors kept for HTTP beyond --max-connections, free of the cluster port's.
 constexpr int kHttpDescriptorMargin = 16;
 
+// The help's sections, by topic as vLLM's: every flag of `troupe serve` is in one (the
+// vLLM flags without effect have theirs, app/vllm_flags.cpp).
+void group_serve_flags(CLI::App* cmd) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
+      {"Model",
+       {"--model", "--served-model-name", "--chat-template", "--tool-call-parser",
+        "--max-model-len", "--max-logprobs", "--seed"}},
+      {"Server",
+       {"--host", "--port", "--api-key", "--max-concurrent-requests", "--max-requests-per-socket",
+        "--max-connections", "--max-buffered-output-bytes", "--disable-web-page", "--web-dir"}},
+      {"CORS",
+       {"--allowed-origins", "--allowed-methods", "--allowed-headers", "--allow-credentials"}},
+      {"Scheduler",
+       {"--max-num-seqs", "--scheduling-policy", "--max-num-batched-tokens", "--target-itl-ms"}},
+      {"KV cache",
+       {"--block-size", "--kv-cache-gb", "--kv-cache-dtype", "--enable-prefix-caching",
+        "--no-enable-prefix-caching"}},
+      {"Device and parallelism",
+       {"--device", "--gpu-memory-utilization", "--enforce-eager", "--threads",
+        "--data-parallel-size", "--router", "--tensor-parallel-size", "--pipeline-parallel-size",
+        "--collective-timeout"}},
+      {"Cluster",
+       {"--cluster-port", "--cluster-host", "--cluster-token", "--cluster-wait",
+        "--cluster-tls-cert", "--cluster-tls-key", "--cluster-tls-ca",
+        "--cluster-handshake-timeout", "--head-replica", "--step-timeout"}},
+      {"Logging",
+       {"--log-level", "--log-format", "--disable-access-log", "--disable-log-stats",
+        "--log-stats-interval"}},
+  };
+  for (const auto& [group, names] : groups) {
+    for (const auto& name : names) {
+      CLI::Option* option = cmd->get_option_no_throw(name);
+      // A name here that is no flag is this table's slip: found by any run of serve.
+      if (option == nullptr) throw std::logic_error("serve help group: no flag " + name);
+      option->group(group);
+    }
+  }
+}
+
+std::string gib(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+// 1.2B, 15.0M, 260.1K: a parameter count as model cards write it.
+std::string parameters(std::int64_t n) {
+  char text[32];
+  const double v = static_cast<double>(n);
+  if (v >= 1e9) {
+    std::snprintf(text, sizeof text, "%.1fB", v / 1e9);
+  } else if (v >= 1e6) {
+    std::snprintf(text, sizeof text, "%.1fM", v / 1e6);
+  } else {
+    std::snprintf(text, sizeof text, "%.1fK", v / 1e3);
+  }
+  return text;
+}
+
+// What vLLM's start-up log says of a model: its architecture, size and weight type (the
+// type holding most of the weights' bytes), read from the GGUF file's header; empty when
+// the file cannot be read here.
+std::string model_summary(const std::string& path) {
+  auto file = gguf::GgufFile::open(path);
+  if (!file) return {};
+  const auto arch = file->get_string("general.architecture");
+  std::int64_t num_parameters = 0;
+  std::map<std::string_view, std::uint64_t> bytes_by_type;
+  for (const auto& tensor : file->tensors()) {
+    num_parameters += tensor.num_elements();
+    bytes_by_type[gguf::tensor_type_name(tensor.type)] += tensor.num_bytes;
+  }
+  std::string_view type = "?";
+  std::uint64_t most = 0;
+  for (const auto& [name, bytes] : bytes_by_type) {
+    if (bytes > most) {
+      most = bytes;
+      type = name;
+    }
+  }
+  return std::string(arch ? *arch : std::string_view("?")) + ", " + parameters(num_parameters) +
+         " parameters, weights mostly " + std::string(type);
+}
+
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) {
   g_stop = 1;
@@ -71,7 +158,8 @@ void add_serve_command(CLI::App& app) {
     EngineConfig engine;
     net::ServerConfig server;
     bool no_prefix_caching = false;
-    bool prefix_caching = true;  // vLLM's flag, accepted; on by default
+    bool prefix_caching = true;      // vLLM's flag, accepted; on by default
+    int pipeline_parallel_size = 1;  // vLLM's; only 1
     double kv_cache_gb = 1.0;
     std::uint64_t seed = 0;
     std::string router = "prefix";
@@ -90,14 +178,23 @@ void add_serve_command(CLI::App& app) {
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
-  cmd->add_option("--model,-m", opts->engine.model_path,
-                  "GGUF model (default: the built-in random model)");
+  // vLLM's positional model (`vllm serve MODEL`), or --model as before; the API names it
+  // by its path as given unless --served-model-name says otherwise, as vLLM does.
+  cmd->add_option("model,--model,-m", opts->engine.model_path,
+                  "GGUF model file; the API's name for it unless --served-model-name (default: "
+                  "the built-in random model, named troupe)")
+      ->type_name("PATH");
   cmd->add_option("--host", opts->server.host, "address to bind");
   cmd->add_option("--port", opts->server.port, "port (0: any free one)")
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--served-model-name", opts->server.served_model_name,
-                  "the model's name in the API")
-      ->check(name_text(kMostModelNameBytes));
+                  "the model's name in the API (default: the model's path as given)")
+      ->check(name_text(kMostModelNameBytes))
+      ->default_str("");
+  cmd->add_option("--max-logprobs", opts->server.max_logprobs,
+                  "the most alternatives a token's logprobs may ask for (top_logprobs, "
+                  "logprobs, prompt_logprobs)")
+      ->check(CLI::Range(0, 20));
   cmd->add_option("--api-key", opts->server.api_key, "require this key on /v1 routes");
   cmd->add_option("--chat-template", opts->chat_template,
                   "Jinja chat template, a file or the text itself (default: the model's own)");
@@ -122,6 +219,17 @@ void add_serve_command(CLI::App& app) {
          {"prefix", "least-loaded", "round-robin"});
   add_device_options(cmd, opts->engine);
   add_tensor_parallel_options(cmd, opts->engine);
+  cmd->add_option("--pipeline-parallel-size,--pp", opts->pipeline_parallel_size,
+                  "vLLM's pipeline stages: only 1 here (split a model with "
+                  "--tensor-parallel-size, replicate it with --data-parallel-size)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (value == "1") return {};
+            return "pipeline parallelism is not implemented here: split the model with "
+                   "--tensor-parallel-size, or replicate it with --data-parallel-size";
+          },
+          ""))
+      ->type_name("1");
   cmd->add_option("--cluster-port", opts->cluster.port,
                   "be a cluster's head: nodes join here, and each replica's worker runs on one "
                   "(0: any free port)")
@@ -130,7 +238,7 @@ void add_serve_command(CLI::App& app) {
                   "address of the cluster port (loopback unless told otherwise)");
   cmd->add_option("--cluster-token", opts->cluster.token,
                   "the token nodes must present (default: one is generated and printed); "
-                  "required off loopback; also $TROUPE_CLUSTER_TOKEN")
+                  "required off loopback")
       ->envname("TROUPE_CLUSTER_TOKEN");
   cmd->add_option("--cluster-wait", opts->cluster_wait_s,
                   "seconds to wait for enough nodes to place every replica")
@@ -146,13 +254,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--step-timeout", opts->step_timeout_s,
                   "seconds a node's worker may take for one step before it counts as lost")
       ->check(CLI::Range(1, kMostSeconds));
-  cmd->add_option("--seed", opts->seed, "seed for requests that bring none");
+  cmd->add_option("--seed", opts->seed, "seed for requests that bring none (default: none)")
+      ->default_str("");
   cmd->add_option("--max-concurrent-requests", opts->server.max_concurrent_requests,
                   "generation requests in flight before 429")
       ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-requests-per-socket", opts->server.max_requests_per_socket,
                   "generate messages one WebSocket may have running before 429")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-connections", opts->server.max_connections,
                   "open connections before 503 (the descriptor limit must hold them)")
       ->check(CLI::Range(1, 1 << 24));
@@ -184,6 +293,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-buffered-output-bytes", opts->server.max_buffered_output_bytes,
                   "output a connection may leave unread before it is closed (1008 on a socket)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 34));
+  add_vllm_flags(cmd);
+  group_serve_flags(cmd);
   // No flag holds more than a path or a name; a config file could give megabytes. The
   // chat template's text is bounded by the config file's size (and its file, when read).
   bound_flag_values(cmd, kMostFlagBytes, {"--chat-template"});
@@ -194,6 +305,16 @@ void add_serve_command(CLI::App& app) {
       throw CLI::RuntimeError(1);
     };
     apply_log_options(opts->log);
+    log_vllm_flag_notices(cmd);
+    // vLLM's default name: the model as given (a client sends back the path it served).
+    if (cmd->count("--served-model-name") == 0 && !opts->engine.model_path.empty()) {
+      std::string name = opts->engine.model_path;
+      if (const std::string why = name_text(kMostModelNameBytes)(name); !why.empty()) {
+        fail("the model's path cannot be its name in the API (" + why +
+             "): give one with --served-model-name");
+      }
+      opts->server.served_model_name = std::move(name);
+    }
     opts->server.access_log = !opts->disable_access_log;
     opts->server.web_page = !opts->disable_web_page;
     opts->server.cors.allowed_origins = cors_list(opts->allowed_origins);
@@ -203,6 +324,11 @@ void add_serve_command(CLI::App& app) {
     if (auto fits = net::HttpServer::prepare_descriptor_limit(opts->server); !fits) {
       fail(fits.error().message);
     }
+    // The port is bound now, and held while the model loads: a port in use is found at
+    // once, not minutes later (the server takes the socket over when it starts).
+    auto listener = net::bind_listener(opts->server.host, opts->server.port);
+    if (!listener) fail(listener.error().message);
+    opts->server.listen_fd = *listener;
     if (!opts->chat_template.empty()) {
       // A path to an existing file is read; anything else is the template's text (as vLLM).
       std::error_code ec;
@@ -295,6 +421,20 @@ void add_serve_command(CLI::App& app) {
          {"max_model_len", (*engine)->max_model_len()},
          {"weight_bytes", (*engine)->weight_bytes()},
          {"kv_cache_bytes", (*engine)->kv_cache_bytes()}});
+    {
+      // vLLM's lines: the model, its memory, and how many whole contexts the KV cache holds.
+      const std::string summary = model_summary(config.model_path);
+      const double kv_tokens = static_cast<double>(stats.num_kv_blocks) * stats.block_size;
+      const std::int32_t context = (*engine)->max_model_len();
+      char concurrency[64];
+      std::snprintf(concurrency, sizeof concurrency, "%.2fx",
+                    context > 0 ? kv_tokens / context : 0.0);
+      monitoring::log_info((summary.empty() ? std::string() : "model: " + summary + "; ") +
+                               "weights " + gib((*engine)->weight_bytes()) + ", KV cache " +
+                               gib((*engine)->kv_cache_bytes()) + "; maximum concurrency for " +
+                               std::to_string(context) + " tokens per request: " + concurrency,
+                           {{"max_concurrency", context > 0 ? kv_tokens / context : 0.0}});
+    }
     monitoring::log_info("token budget: " + (*engine)->token_budget_description());
     net::HttpServer server(**engine, opts->server);
     if (!server.chat_template().warning().empty()) {

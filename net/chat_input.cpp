@@ -1,6 +1,7 @@
 #include "net/chat_input.hpp"
 
 #include <boost/json.hpp>
+#include <optional>
 
 namespace troupe::net {
 
@@ -17,13 +18,30 @@ tl::expected<jinja::Value, ApiError> content_of(const json::object& message) {
     return tl::unexpected(
         bad_request("a message's content must be a string or text parts", "messages"));
   }
-  std::string text;  // [{"type": "text", "text": ...}]
+  // [{"type": "text", "text": ...}, ...]: the texts, one a line, as vLLM joins them for a
+  // template that reads content as a string.
+  std::string text;
+  bool first = true;
   for (const auto& part : c->as_array()) {
-    const auto* t = part.is_object() ? part.as_object().if_contains("text") : nullptr;
-    if (t == nullptr || !t->is_string()) {
-      return tl::unexpected(bad_request("only text content parts are supported", "messages"));
+    if (!part.is_object()) {
+      return tl::unexpected(bad_request("each content part must be an object", "messages"));
     }
+    const auto& po = part.as_object();
+    const auto* type = po.if_contains("type");
+    if (type != nullptr && type->is_string() && type->get_string() != "text" &&
+        type->get_string() != "input_text") {
+      return tl::unexpected(bad_request("content parts of type '" +
+                                            std::string(type->get_string()) +
+                                            "' are not supported: this server reads text only",
+                                        "messages"));
+    }
+    const auto* t = po.if_contains("text");
+    if (t == nullptr || !t->is_string()) {
+      return tl::unexpected(bad_request("a text content part needs its 'text'", "messages"));
+    }
+    if (!first) text += '\n';
     text += std::string(t->get_string());
+    first = false;
   }
   return jinja::Value(std::move(text));
 }
@@ -58,15 +76,18 @@ tl::expected<jinja::Value, ApiError> message_of(const json::value& m) {
   const auto& mo = m.as_object();
   const auto* role = mo.if_contains("role");
   if (role == nullptr || !role->is_string() ||
-      (role->get_string() != "system" && role->get_string() != "user" &&
-       role->get_string() != "assistant" && role->get_string() != "tool")) {
-    return tl::unexpected(
-        bad_request("a message's role must be system, user, assistant or tool", "messages"));
+      (role->get_string() != "system" && role->get_string() != "developer" &&
+       role->get_string() != "user" && role->get_string() != "assistant" &&
+       role->get_string() != "tool")) {
+    return tl::unexpected(bad_request(
+        "a message's role must be system, developer, user, assistant or tool", "messages"));
   }
   auto content = content_of(mo);
   if (!content) return tl::unexpected(content.error());
   jinja::Dict message;
-  message.set("role", std::string(role->get_string()));
+  // OpenAI's newer name for the system prompt: templates know "system".
+  const std::string_view role_name = role->get_string();
+  message.set("role", std::string(role_name == "developer" ? "system" : role_name));
   message.set("content", std::move(*content));
   if (const auto* calls = mo.if_contains("tool_calls"); calls != nullptr && !calls->is_null()) {
     auto converted = tool_calls_of(*calls);
@@ -145,13 +166,54 @@ tl::expected<text::ChatInput, ApiError> parse_chat_input(const json::object& bod
     }
     input.kwargs = template_value(*kwargs).as_dict();
   }
-  if (const auto* prompt = body.if_contains("add_generation_prompt");
-      prompt != nullptr && !prompt->is_null()) {  // vLLM's extension; true by default
-    if (!prompt->is_bool()) {
-      return tl::unexpected(
-          bad_request("'add_generation_prompt' must be a boolean", "add_generation_prompt"));
+  auto flag = [&body](const char* name) -> tl::expected<std::optional<bool>, ApiError> {
+    const auto* v = body.if_contains(name);
+    if (v == nullptr || v->is_null()) return std::nullopt;
+    if (!v->is_bool()) {
+      return tl::unexpected(bad_request("'" + std::string(name) + "' must be a boolean", name));
     }
-    input.add_generation_prompt = prompt->get_bool();
+    return v->get_bool();
+  };
+  // vLLM's extensions: add_generation_prompt (true by default), continue_final_message.
+  auto add_prompt = flag("add_generation_prompt");
+  if (!add_prompt) return tl::unexpected(add_prompt.error());
+  auto continue_final = flag("continue_final_message");
+  if (!continue_final) return tl::unexpected(continue_final.error());
+  input.continue_final_message = continue_final->value_or(false);
+  // Continuing the final message opens no new turn: leaving add_generation_prompt out
+  // means false then, as vLLM's clients send it; true beside it is a contradiction.
+  input.add_generation_prompt = add_prompt->value_or(!input.continue_final_message);
+  if (input.continue_final_message && input.add_generation_prompt) {
+    return tl::unexpected(
+        bad_request("'continue_final_message' and 'add_generation_prompt' cannot both be true",
+                    "continue_final_message"));
+  }
+  if (const auto* documents = body.if_contains("documents");
+      documents != nullptr && !documents->is_null()) {
+    if (!documents->is_array()) {
+      return tl::unexpected(bad_request("'documents' must be an array of objects", "documents"));
+    }
+    for (const auto& document : documents->as_array()) {
+      if (!document.is_object()) {
+        return tl::unexpected(bad_request("'documents' must be an array of objects", "documents"));
+      }
+    }
+    input.documents = template_value(*documents);
+  }
+  // OpenAI's reasoning_effort reaches the template as a variable (gpt-oss's and others'
+  // templates read it); chat_template_kwargs' own, when both are given, wins.
+  if (const auto* effort = body.if_contains("reasoning_effort");
+      effort != nullptr && !effort->is_null()) {
+    const bool known = effort->is_string() &&
+                       (effort->get_string() == "minimal" || effort->get_string() == "low" ||
+                        effort->get_string() == "medium" || effort->get_string() == "high");
+    if (!known) {
+      return tl::unexpected(bad_request("'reasoning_effort' must be minimal, low, medium or high",
+                                        "reasoning_effort"));
+    }
+    if (input.kwargs.find("reasoning_effort") == nullptr) {
+      input.kwargs.set("reasoning_effort", std::string(effort->get_string()));
+    }
   }
   return input;
 }

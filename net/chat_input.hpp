@@ -14,7 +14,11 @@ namespace troupe::net {
 // Messages keep role, content (a string, text parts joined, or none), tool_calls (a
 // function's "arguments" given as a JSON string become the object it holds, as vLLM
 // passes them), tool_call_id and name, checked; any other key goes through as it
-// came. Roles: system, user, assistant, tool.
+// came. Roles: system, developer (OpenAI's newer name, given to the template as system),
+// user, assistant, tool; content parts of type text are joined one a line (vLLM's way),
+// any other type is refused naming it. Also read: documents, continue_final_message (with
+// add_generation_prompt false, its default then) and reasoning_effort (a template
+// variable, unless chat_template_kwargs has its own).
 tl::expected<text::ChatInput, ApiError> parse_chat_input(const boost::json::object& body);
 
 // A JSON value as a template value (objects keep their key order).

@@ -78,6 +78,7 @@ asio::awaitable<bool> HttpServer::Impl::engine_events(beast::tcp_stream& stream,
   head.chunked(chunked);
   head.keep_alive(false);  // the stream ends with the connection
   add_cors_headers(request, head, config.cors);
+  add_request_id_header(head, entry);
   http::response_serializer<http::empty_body> serializer{head};
   count(request, 200, entry);
 

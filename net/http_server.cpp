@@ -4,10 +4,13 @@
 
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <utility>
 
 #include "monitoring/log.hpp"
 #include "net/cors.hpp"
@@ -138,6 +141,7 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
     context.tool_call_format = *format;
   }
   context.priority_scheduling = engine.scheduling_policy() == BatchingPolicy::priority;
+  context.max_logprobs = config.max_logprobs;
 }
 
 RouteContext HttpServer::Impl::route_context() {
@@ -159,6 +163,22 @@ RouteContext HttpServer::Impl::route_context() {
   }
   return r;
 }
+
+namespace {
+
+// An error response's reason, for the access log: its OpenAI error object's message.
+std::string error_message(std::string_view body) {
+  boost::system::error_code ec;
+  const boost::json::value parsed = boost::json::parse(body, ec);
+  if (ec || !parsed.is_object()) return {};
+  const auto* error = parsed.as_object().if_contains("error");
+  if (error == nullptr || !error->is_object()) return {};
+  const auto* message = error->as_object().if_contains("message");
+  return message != nullptr && message->is_string() ? std::string(message->get_string())
+                                                    : std::string();
+}
+
+}  // namespace
 
 void HttpServer::Impl::count(const Request& request, int status, AccessEntry& entry) {
   entry.status = status;
@@ -187,6 +207,8 @@ void HttpServer::Impl::log_access(std::string_view method, std::string_view full
   const auto count_or_none = [](std::string_view key, std::int64_t n) {
     return n < 0 ? LogField(key, nullptr) : LogField(key, n);
   };
+  // A refusal says why (its error's message, bounded as the client's text is).
+  const std::string_view error = std::string_view(e.error).substr(0, kMostClientBytes);
   const LogField fields[] = {
       {"method", method},
       {"path", path},
@@ -200,8 +222,12 @@ void HttpServer::Impl::log_access(std::string_view method, std::string_view full
                               : LogField("finish_reason", e.finish_reason),
       {"client_gone", e.client_gone},
       {"client", client},
+      {"error", error},
   };
-  monitoring::log(monitoring::LogLevel::info, "request", fields);
+  // The reason only on a refusal's line: a served request's line is as it was.
+  const std::size_t num_fields = std::size(fields) - (e.status >= 400 && !error.empty() ? 0 : 1);
+  monitoring::log(monitoring::LogLevel::info, "request",
+                  std::span<const monitoring::LogField>(fields, num_fields));
 }
 
 void HttpServer::Impl::warn(const std::string& message) {
@@ -322,6 +348,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
         req.target(parser.get().target());
       }
       entry.status = error->status;
+      entry.error = error->message;
       log_access(req, entry, client);
       auto response = error_response(req, *error);
       co_await send(stream, std::move(response), config.write_timeout);
@@ -337,6 +364,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       }
       if (refused) {
         count(request, refused->status, entry);
+        entry.error = refused->message;
         log_access(request, entry, client);
         auto response = error_response(request, *refused);
         co_await send(stream, std::move(response), config.write_timeout);
@@ -347,7 +375,14 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       co_await websocket_session(std::move(stream), std::move(request), client);
       co_return;
     }
-    const bool alive = co_await handle(stream, request, entry);
+    bool alive = true;
+    if (auto id = client_request_id(request); !id) {
+      const ApiError bad_id = id.error();
+      alive = co_await refuse(stream, request, bad_id, entry);
+    } else {
+      entry.request_id = std::move(*id);
+      alive = co_await handle(stream, request, entry);
+    }
     log_access(request, entry, client);
     if (!alive) break;
   }
@@ -381,7 +416,9 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
     response = route(request, route_context());
   }
   count(request, static_cast<int>(response.result_int()), entry);
+  if (response.result_int() >= 400) entry.error = error_message(response.body());
   add_cors_headers(request, response, config.cors);
+  add_request_id_header(response, entry);
   const bool alive = co_await send(stream, std::move(response), config.write_timeout);
   co_return alive;
 }
@@ -389,10 +426,12 @@ asio::awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& stream, Reques
 asio::awaitable<bool> HttpServer::Impl::refuse(beast::tcp_stream& stream, const Request& request,
                                                const ApiError& error, AccessEntry& entry) {
   count(request, error.status, entry);
+  entry.error = error.message;
   // The engine or the server turned a request away for want of room: the operator hears.
   if (error.status == 429 || error.status == 503) warn("refused a request: " + error.message);
   auto response = error_response(request, error);
   add_cors_headers(request, response, config.cors);
+  add_request_id_header(response, entry);
   const bool alive = co_await send(stream, std::move(response), config.write_timeout);
   co_return alive;
 }
@@ -440,7 +479,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   const std::string id =
       (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion.fetch_add(1));
   const std::int64_t created = unix_time();
-  entry.request_id = id;
+  if (entry.request_id.empty()) entry.request_id = id;  // else the client's X-Request-Id
   entry.prompt_tokens = 0;
   for (int p = 0; p < completion.num_prompts(); ++p) {
     entry.prompt_tokens += static_cast<std::int64_t>(completion.prompt(p).size());
@@ -528,6 +567,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
       if (ec) break;
       g->output.remove(event_bytes(event));
+      if (completion.score_only) drop_scoring_token(event);
       CompletionOutput& output = outputs[index_of(event.request_id)];
       output.text += event.text;
       if (!event.prompt_logprobs.empty()) output.prompt_logprobs = std::move(event.prompt_logprobs);
@@ -560,6 +600,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
                                           best_choices(completion, std::move(outputs))));
     count(request, 200, entry);
     add_cors_headers(request, response, config.cors);
+    add_request_id_header(response, entry);
     const bool alive = co_await send(stream, std::move(response), config.write_timeout);
     co_return alive;
   }
@@ -574,6 +615,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   head.chunked(chunked);
   head.keep_alive(chunked && request.keep_alive());
   add_cors_headers(request, head, config.cors);
+  add_request_id_header(head, entry);
   http::response_serializer<http::empty_body> serializer{head};
   count(request, 200, entry);
   stream.expires_after(config.write_timeout);
@@ -612,6 +654,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     if (ec) break;
     const int index = index_of(event.request_id);
     const std::size_t bytes = event_bytes(event);
+    if (completion.score_only) drop_scoring_token(event);
     if (event.token != kNoToken) entry.first_token();
     data.clear();
     if (!echoed[static_cast<std::size_t>(index)]) {
@@ -703,23 +746,57 @@ HttpServer::~HttpServer() {
   stop();
 }
 
+namespace {
+
+// host:port bound and listening on `acceptor`.
+Result<void> bind_acceptor(tcp::acceptor& acceptor, const std::string& host, std::uint16_t port) {
+  error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec)
+    return make_error(ErrorCode::invalid_argument, "bad host '" + host + "': " + ec.message());
+  const tcp::endpoint endpoint(address, port);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return make_error(ErrorCode::io, "cannot listen on " + host + ":" + std::to_string(port) +
+                                         ": " + ec.message());
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<int> bind_listener(const std::string& host, std::uint16_t port) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io);
+  TROUPE_TRY_VOID(bind_acceptor(acceptor, host, port));
+  error_code ec;
+  const int fd = acceptor.release(ec);
+  if (ec) return make_error(ErrorCode::io, "cannot hand the listening socket on: " + ec.message());
+  return fd;
+}
+
 Result<void> HttpServer::start() {
   auto& impl = *impl_;
   TROUPE_TRY_VOID(prepare_descriptor_limit(impl.config));
-  error_code ec;
-  const auto address = asio::ip::make_address(impl.config.host, ec);
-  if (ec)
-    return make_error(ErrorCode::invalid_argument,
-                      "bad host '" + impl.config.host + "': " + ec.message());
   impl.acceptor = std::make_unique<tcp::acceptor>(impl.io);
-  const tcp::endpoint endpoint(address, impl.config.port);
-  impl.acceptor->open(endpoint.protocol(), ec);
-  if (!ec) impl.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) impl.acceptor->bind(endpoint, ec);
-  if (!ec) impl.acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return make_error(ErrorCode::io, "cannot listen on " + impl.config.host + ":" +
-                                         std::to_string(impl.config.port) + ": " + ec.message());
+  if (impl.config.listen_fd >= 0) {
+    // Bound before the model loaded (bind_listener): the server takes it over.
+    const int fd = std::exchange(impl.config.listen_fd, -1);  // the acceptor's from here
+    error_code ec;
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    const bool v6 = ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0 &&
+                    local.ss_family == AF_INET6;
+    impl.acceptor->assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      return make_error(ErrorCode::io, "cannot take the listening socket: " + ec.message());
+    }
+  } else {
+    TROUPE_TRY_VOID(bind_acceptor(*impl.acceptor, impl.config.host, impl.config.port));
   }
   asio::co_spawn(impl.io, impl.listen(), [&impl](std::exception_ptr e) {
     if (e) impl.warn("the accept loop ended on an exception: no new connections");

@@ -30,6 +30,9 @@ struct CorsConfig {
 struct ServerConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8000;  // 0: any free port (see HttpServer::port)
+  // A socket already bound and listening (bind_listener), which the server takes over
+  // instead of binding host:port itself at start(); -1: none.
+  int listen_fd = -1;
   std::string served_model_name = "troupe";
   std::string api_key;  // non-empty: /v1 routes need "Authorization: Bearer <key>"
   // Jinja chat template text overriding the model's own (empty: the model's), and what
@@ -39,6 +42,9 @@ struct ServerConfig {
   // How the model writes tool calls: hermes, llama3_json or mistral; empty: from the chat
   // template (net/tool_calls.hpp).
   std::string tool_call_parser;
+  // The most top alternatives a token's logprobs may ask for (vLLM's --max-logprobs); the
+  // sampler's own bound is 20.
+  int max_logprobs = 20;
   std::size_t max_body_bytes = std::size_t{4} << 20;     // 413 past it
   std::size_t max_header_bytes = std::size_t{16} << 10;  // 431 past it (trailers too)
   std::chrono::seconds read_timeout{30};                 // for a whole request (headers and body)
@@ -72,6 +78,12 @@ struct ServerConfig {
   // null. The engine must publish into the same hub (EngineConfig::step_events).
   std::shared_ptr<monitoring::StepEvents> step_events;
 };
+
+// Binds and listens on host:port (0: any free port) as HttpServer::start does, before any
+// server exists: `troupe serve` holds its port from before the model loads, so that a
+// port in use is found at once, not after the load. The socket's descriptor, for
+// ServerConfig::listen_fd (its owner closes it when no server takes it).
+Result<int> bind_listener(const std::string& host, std::uint16_t port);
 
 class HttpServer {
  public:

@@ -339,11 +339,23 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "metadata",
                                               "service_tier",
                                               "guided_decoding_backend",
-                                              "priority"};
+                                              "priority",
+                                              "skip_special_tokens",
+                                              "spaces_between_special_tokens",
+                                              "include_stop_str_in_output",
+                                              "truncate_prompt_tokens"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "best_of", "suffix"};
-constexpr std::string_view kChatFields[] = {
-    "messages",    "max_completion_tokens", "top_logprobs",         "tools",
-    "tool_choice", "parallel_tool_calls",   "chat_template_kwargs", "add_generation_prompt"};
+constexpr std::string_view kChatFields[] = {"messages",
+                                            "max_completion_tokens",
+                                            "top_logprobs",
+                                            "tools",
+                                            "tool_choice",
+                                            "parallel_tool_calls",
+                                            "chat_template_kwargs",
+                                            "add_generation_prompt",
+                                            "continue_final_message",
+                                            "documents",
+                                            "reasoning_effort"};
 constexpr std::string_view kSocketFields[] = {"type", "id"};
 
 // Nothing is silently ignored: a field not read (and not a documented no-op) is a 400.
@@ -372,8 +384,6 @@ tl::expected<void, ApiError> check_fields(const json::object& o, bool chat, bool
   return {};
 }
 
-// As vLLM's --max-logprobs: the most top entries a token's logprobs may ask for.
-constexpr Wide kMostLogprobs = 20;
 // A batch of prompts, and the sequences one request may run (prompts x best_of).
 constexpr std::size_t kMostPrompts = 64;
 constexpr std::int32_t kMostSequences = 64;
@@ -480,7 +490,7 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
   std::optional<Wide> logprobs;
   if (r.chat) {  // chat: "logprobs": true and "top_logprobs": n
     TROUPE_API_TRY(const auto want, boolean(o, "logprobs"));
-    TROUPE_API_TRY(const auto top, integer_in(o, "top_logprobs", 0, kMostLogprobs));
+    TROUPE_API_TRY(const auto top, integer_in(o, "top_logprobs", 0, Wide{context.max_logprobs}));
     // As OpenAI and vLLM: alternatives asked for without the logprobs they come with are
     // the client's error, not silently nothing.
     if (top && *top > 0 && !want.value_or(false)) {
@@ -488,9 +498,10 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
     }
     if (want.value_or(false)) logprobs = top.value_or(0);
   } else {
-    TROUPE_API_TRY(logprobs, integer_in(o, "logprobs", 0, kMostLogprobs));
+    TROUPE_API_TRY(logprobs, integer_in(o, "logprobs", 0, Wide{context.max_logprobs}));
   }
-  TROUPE_API_TRY(const auto prompt_logprobs, integer_in(o, "prompt_logprobs", 0, kMostLogprobs));
+  TROUPE_API_TRY(const auto prompt_logprobs,
+                 integer_in(o, "prompt_logprobs", 0, Wide{context.max_logprobs}));
   if (n) r.n = static_cast<std::int32_t>(*n);
   // The longest prompt of a batch is the one that must fit.
   std::size_t longest = r.generate.prompt.size();
@@ -499,11 +510,25 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
   const std::int32_t limit = context.max_model_len;
   Wide wanted = p.max_tokens;
   if (max_tokens) {
-    if (*max_tokens < 1) {
-      return tl::unexpected(bad_request(
-          "'max_tokens' must be at least 1, not " + wide_string(*max_tokens), "max_tokens"));
+    if (*max_tokens == 0 && !r.chat && r.echo) {
+      // vLLM's prompt scoring: the prompt and its logprobs, nothing generated. The engine
+      // runs one token, which the server drops (CompletionRequest::score_only).
+      r.score_only = true;
+      wanted = 1;
+    } else if (*max_tokens < 1) {
+      return tl::unexpected(bad_request("'max_tokens' must be at least 1" +
+                                            std::string(r.chat ? ""
+                                                               : " (0 with echo: the prompt "
+                                                                 "scored, nothing generated)") +
+                                            ", not " + wide_string(*max_tokens),
+                                        "max_tokens"));
+    } else {
+      wanted = *max_tokens;
     }
-    wanted = *max_tokens;
+  }
+  if (r.score_only && min_tokens && *min_tokens > 0) {
+    return tl::unexpected(
+        bad_request("'min_tokens' needs tokens to generate, and 'max_tokens' is 0", "min_tokens"));
   }
   // What the client sent is quoted as sent, however large.
   if (num_prompt + wanted > limit) {
@@ -529,6 +554,15 @@ tl::expected<void, ApiError> parse_common(const json::object& o, const ApiContex
     r.want_logprobs = true;
   }
   if (ignore_eos) p.ignore_eos = *ignore_eos;
+  // vLLM's detokenization fields. spaces_between_special_tokens is read and checked but
+  // changes nothing: GGUF vocabularies spell their control tokens whole, and troupe never
+  // puts spaces between them (as vLLM's fast tokenizers do not).
+  TROUPE_API_TRY(const auto skip_special, boolean(o, "skip_special_tokens"));
+  TROUPE_API_TRY(const auto include_stop, boolean(o, "include_stop_str_in_output"));
+  TROUPE_API_TRY(const auto spaces_between, boolean(o, "spaces_between_special_tokens"));
+  (void)spaces_between;
+  if (skip_special) r.generate.skip_special_tokens = *skip_special;
+  if (include_stop) r.generate.include_stop_str_in_output = *include_stop;
   if (prompt_logprobs) {
     p.prompt_logprobs = static_cast<std::int32_t>(*prompt_logprobs);
     r.want_prompt_logprobs = true;
@@ -596,6 +630,29 @@ tl::expected<void, ApiError> check_prompt_bytes(std::size_t num_bytes, const Api
       param));
 }
 
+// vLLM's truncate_prompt_tokens: a prompt keeps its last k tokens (-1: as many as the
+// context holds). None when not given.
+tl::expected<std::optional<std::size_t>, ApiError> prompt_truncation(const json::object& o,
+                                                                     const ApiContext& context) {
+  TROUPE_API_TRY(const auto k, integer(o, "truncate_prompt_tokens"));
+  if (!k) return std::optional<std::size_t>{};
+  if (*k == -1) return std::optional<std::size_t>{static_cast<std::size_t>(context.max_model_len)};
+  if (*k < 1 || *k > context.max_model_len) {
+    return tl::unexpected(bad_request(
+        "'truncate_prompt_tokens' must be in [1, " + std::to_string(context.max_model_len) +
+            "] (the model's context), or -1 for the whole context, not " + wide_string(*k),
+        "truncate_prompt_tokens"));
+  }
+  return std::optional<std::size_t>{static_cast<std::size_t>(*k)};
+}
+
+// Keeps the last `keep` tokens of `ids`; whether any were cut.
+bool truncate_prompt(std::vector<TokenId>& ids, std::optional<std::size_t> keep) {
+  if (!keep || ids.size() <= *keep) return false;
+  ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(*keep));
+  return true;
+}
+
 tl::expected<CompletionRequest, ApiError> completion_request(const json::object& o,
                                                              const ApiContext& context,
                                                              bool socket = false) {
@@ -636,6 +693,7 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
   }
   TROUPE_API_TRY(const auto echo, boolean(o, "echo"));
   r.echo = echo.value_or(false);
+  TROUPE_API_TRY(const auto truncation, prompt_truncation(o, context));
   if (r.echo && fill_in) {
     return tl::unexpected(bad_request("'echo' and 'suffix' cannot be used together", "echo"));
   }
@@ -667,6 +725,8 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
       framed.push_back(vocab.fim_mid);
       ids = std::move(framed);
     }
+    // Echo shows the prompt the model was given: what truncation left of it.
+    if (truncate_prompt(ids, truncation) && r.echo) text = tokenizer.decode(ids);
     if (ids.empty()) return tl::unexpected(bad_request("the prompt is empty", "prompt"));
     r.prompts.push_back(std::move(ids));
     r.prompt_texts.push_back(std::move(text));
@@ -677,6 +737,10 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
   if (auto common = parse_common(o, context, r); !common) return tl::unexpected(common.error());
   TROUPE_API_TRY(const auto best_of, integer_in(o, "best_of", 1, 16));
   r.best_of = static_cast<std::int32_t>(best_of.value_or(r.n));
+  if (r.score_only && r.best_of > r.n) {
+    return tl::unexpected(bad_request(
+        "'best_of' ranks generated tokens, and 'max_tokens' 0 generates none", "best_of"));
+  }
   if (r.best_of < r.n) {
     return tl::unexpected(bad_request("'best_of' (" + std::to_string(r.best_of) +
                                           ") must be at least 'n' (" + std::to_string(r.n) + ")",
@@ -704,14 +768,19 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
   return r;
 }
 
-tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
-                                                       const ApiContext& context,
-                                                       bool socket = false) {
-  if (auto known = check_fields(o, true, socket); !known) return tl::unexpected(known.error());
-  CompletionRequest r;
-  r.chat = true;
-  if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
+// A chat body's messages (tools, documents, template kwargs) through the chat template,
+// tokenized as a chat request's prompt is; `add_special` as /tokenize's add_special_tokens.
+tl::expected<std::vector<TokenId>, ApiError> chat_prompt_tokens(const json::object& o,
+                                                                const ApiContext& context,
+                                                                bool add_special = true) {
   TROUPE_API_TRY(const text::ChatInput input, parse_chat_input(o));
+  // The built-in renderers write the messages alone: documents would be dropped unseen.
+  if (!input.documents.is_none() && !(context.chat_template && context.chat_template->is_jinja())) {
+    return tl::unexpected(bad_request(
+        "'documents' needs a Jinja chat template that reads them, and this server renders "
+        "chats with its built-in fallback (give one with --chat-template)",
+        "documents"));
+  }
   static const text::ChatTemplate kChatml = text::ChatTemplate::create("", "", {});
   const auto rendered = (context.chat_template ? *context.chat_template : kChatml).render(input);
   // The template refused the conversation (its raise_exception) or failed on it.
@@ -720,8 +789,19 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   if (auto fits = check_prompt_bytes(prompt.size(), context, "messages"); !fits) {
     return tl::unexpected(fits.error());
   }
-  r.generate.prompt =
-      context.tokenizer->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+  return context.tokenizer->encode(prompt, add_special, /*parse_special=*/true);
+}
+
+tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
+                                                       const ApiContext& context,
+                                                       bool socket = false) {
+  if (auto known = check_fields(o, true, socket); !known) return tl::unexpected(known.error());
+  CompletionRequest r;
+  r.chat = true;
+  if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
+  TROUPE_API_TRY(const auto truncation, prompt_truncation(o, context));
+  TROUPE_API_TRY(r.generate.prompt, chat_prompt_tokens(o, context));
+  truncate_prompt(r.generate.prompt, truncation);
   // Chat's default: whatever room the context leaves.
   r.generate.params.max_tokens = std::max<std::int32_t>(
       1, context.max_model_len - static_cast<std::int32_t>(r.generate.prompt.size()));
@@ -1061,17 +1141,26 @@ tl::expected<std::string, ApiError> model_response(const ApiContext& context,
 tl::expected<std::string, ApiError> tokenize_response(std::string_view body,
                                                       const ApiContext& context) {
   TROUPE_API_TRY(const json::object o, parse_object(body));
-  const auto* prompt = o.if_contains("prompt");
-  if (prompt == nullptr || !prompt->is_string()) {
-    return tl::unexpected(bad_request("'prompt' must be a string", "prompt"));
-  }
   TROUPE_API_TRY(const auto add_special, boolean(o, "add_special_tokens"));
-  // vLLM's /tokenize refuses a prompt longer than the context as well.
-  if (auto fits = check_prompt_bytes(prompt->get_string().size(), context); !fits) {
-    return tl::unexpected(fits.error());
+  std::vector<TokenId> ids;
+  if (const auto* messages = o.if_contains("messages"); messages != nullptr) {
+    // vLLM's chat form: the tokens a chat request with these messages would be given.
+    if (o.contains("prompt")) {
+      return tl::unexpected(bad_request("give 'prompt' or 'messages', not both", "messages"));
+    }
+    TROUPE_API_TRY(ids, chat_prompt_tokens(o, context, add_special.value_or(true)));
+  } else {
+    const auto* prompt = o.if_contains("prompt");
+    if (prompt == nullptr || !prompt->is_string()) {
+      return tl::unexpected(
+          bad_request("'prompt' must be a string (or give 'messages')", "prompt"));
+    }
+    // vLLM's /tokenize refuses a prompt longer than the context as well.
+    if (auto fits = check_prompt_bytes(prompt->get_string().size(), context); !fits) {
+      return tl::unexpected(fits.error());
+    }
+    ids = context.tokenizer->encode(std::string(prompt->get_string()), add_special.value_or(true));
   }
-  const auto ids =
-      context.tokenizer->encode(std::string(prompt->get_string()), add_special.value_or(true));
   json::array tokens;
   for (TokenId id : ids) tokens.emplace_back(id);
   return json::serialize(json::object{{"tokens", std::move(tokens)},

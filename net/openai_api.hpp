@@ -45,6 +45,9 @@ struct CompletionRequest {
   // prompt * n + i is the i-th of prompt `prompt`.
   std::vector<std::vector<TokenId>> prompts;
   bool echo = false;  // each choice opens with its prompt (and its logprobs when asked)
+  // echo with max_tokens 0 (vLLM's prompt scoring): the engine runs one token (it needs
+  // one), and the server drops it: each choice is its prompt and the prompt's logprobs.
+  bool score_only = false;
   // echo: each prompt's text as the client gave it (a token prompt's, detokenized).
   std::vector<std::string> prompt_texts;
   // Candidates run per prompt; the n with the highest cumulative log-probability are
@@ -80,6 +83,9 @@ struct ApiContext {
   // Whether the engine orders requests by their `priority` (--scheduling-policy priority);
   // without, a priority other than 0 is refused, as vLLM does.
   bool priority_scheduling = false;
+  // The most top alternatives a token's logprobs may ask for (vLLM's --max-logprobs; the
+  // sampler's bound, 20, at most).
+  std::int32_t max_logprobs = 20;
   // How the model writes tool calls (from its chat template, or --tool-call-parser).
   ToolCallFormat tool_call_format = ToolCallFormat::hermes;
   // The model's tokens as a grammar::TokenMasker: the server makes an output constraint's

@@ -2,6 +2,7 @@
 // HTTP and SSE; websocket_session.cpp: /v1/ws). Not for other rooms: it pulls in Beast.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
@@ -73,6 +74,19 @@ struct OutputBound {
 };
 
 // The memory a queued engine event holds.
+// A prompt-scoring request's (echo, max_tokens 0) event without the one token the engine
+// had to generate: no text, no token, no logprobs of it, and it ended at its length.
+inline void drop_scoring_token(TokenEvent& e) {
+  e.token = kNoToken;
+  e.text.clear();
+  e.logprob = 0.0f;
+  e.top_logprobs.clear();
+  if (e.finished) {
+    e.num_generated_tokens = 0;
+    if (e.finish_reason == FinishReason::stop) e.finish_reason = FinishReason::length;
+  }
+}
+
 inline std::int64_t event_bytes(const TokenEvent& e) {
   return static_cast<std::int64_t>(sizeof(TokenEvent) + e.text.size() + e.error.size() +
                                    e.top_logprobs.size() * sizeof(TokenLogprobEntry));
@@ -102,7 +116,10 @@ struct WsConnection;
 struct AccessEntry {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   int status = 0;
-  std::string request_id;           // a generation's (cmpl-N, chatcmpl-N)
+  // The client's X-Request-Id when it sent one (echoed in the response's header), else a
+  // generation's own (cmpl-N, chatcmpl-N).
+  std::string request_id;
+  std::string error;                // why the request was refused (a 4xx or 5xx)
   std::int64_t prompt_tokens = -1;  // -1: not a generation, or refused before tokenizing
   std::int64_t output_tokens = -1;
   std::optional<double> ttft_seconds;
@@ -118,6 +135,34 @@ struct AccessEntry {
   // A choice ended: its tokens and reason count.
   void ended(const TokenEvent& end, std::string_view reason);
 };
+
+// The longest X-Request-Id taken: a request's id goes into its response and the log.
+inline constexpr std::size_t kMostRequestIdBytes = 256;
+
+// The client's X-Request-Id: none (empty), or the id when it is 1 to kMostRequestIdBytes
+// printable ASCII characters; anything else is the client's error (a 400 naming it).
+inline tl::expected<std::string, ApiError> client_request_id(const Request& request) {
+  const auto it = request.find("X-Request-Id");
+  if (it == request.end()) return std::string();
+  const std::string_view id = it->value();
+  const bool printable = std::all_of(id.begin(), id.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  if (id.empty() || id.size() > kMostRequestIdBytes || !printable) {
+    return tl::unexpected(ApiError{400,
+                                   "the X-Request-Id header must be 1 to " +
+                                       std::to_string(kMostRequestIdBytes) +
+                                       " printable ASCII characters",
+                                   "invalid_request_error", "X-Request-Id"});
+  }
+  return std::string(id);
+}
+
+// The request's id as the response's X-Request-Id header (vLLM's), when it has one.
+template <class Response>
+void add_request_id_header(Response& response, const AccessEntry& entry) {
+  if (!entry.request_id.empty()) response.set("X-Request-Id", entry.request_id);
+}
 
 struct HttpServer::Impl {
   Impl(Engine& e, ServerConfig c);

@@ -145,6 +145,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   auto refuse = [this, &push, &connection, &entry](const std::string& id, const ApiError& error) {
     push({id, websocket_error(id, error), false});
     entry->status = error.status;
+    entry->error = error.message;
     entry->request_id = id;
     log_access("WS", "/v1/ws", *entry, connection->client);
   };

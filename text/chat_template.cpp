@@ -181,14 +181,50 @@ ChatTemplate ChatTemplate::create(std::string_view source, std::string origin,
   return t;
 }
 
+namespace {
+
+// Hugging Face's continue_final_message: the prompt ends where the final message's content
+// does, so the model carries on writing it (the template's end-of-turn is cut).
+Result<std::string> continue_final(std::string prompt, const jinja::List& messages) {
+  const jinja::Value* content = nullptr;
+  if (!messages.empty() && messages.back().is_dict()) {
+    content = messages.back().as_dict().find("content");
+  }
+  if (content == nullptr || !content->is_string() || content->as_string().empty()) {
+    return make_error(ErrorCode::invalid_argument,
+                      "continue_final_message needs a final message with text content");
+  }
+  std::string text = content->as_string();
+  auto at = prompt.rfind(text);
+  if (at == std::string::npos) {  // a template that trims the content writes it trimmed
+    const auto first = text.find_first_not_of(" \t\n");
+    const auto last = text.find_last_not_of(" \t\n");
+    if (first != std::string::npos) text = text.substr(first, last - first + 1);
+    at = prompt.rfind(text);
+  }
+  if (at == std::string::npos) {
+    return make_error(ErrorCode::invalid_argument,
+                      "continue_final_message: the chat template does not write the final "
+                      "message's content as given, so it cannot be continued");
+  }
+  prompt.resize(at + text.size());
+  return prompt;
+}
+
+}  // namespace
+
 Result<std::string> ChatTemplate::render(const ChatInput& input) const {
-  if (!jinja_)
-    return render_chat(family_, plain_messages(input.messages), input.add_generation_prompt);
+  if (!jinja_) {
+    std::string prompt =
+        render_chat(family_, plain_messages(input.messages), input.add_generation_prompt);
+    if (!input.continue_final_message) return prompt;
+    return continue_final(std::move(prompt), input.messages);
+  }
   // As Hugging Face calls it: the kwargs, then the variables it always passes.
   jinja::Dict variables = input.kwargs;
   variables.set("messages", input.messages);
   variables.set("tools", input.tools);
-  variables.set("documents", nullptr);
+  variables.set("documents", input.documents);
   variables.set("add_generation_prompt", input.add_generation_prompt);
   variables.set("bos_token", tokens_.bos_token);
   variables.set("eos_token", tokens_.eos_token);
@@ -197,7 +233,8 @@ Result<std::string> ChatTemplate::render(const ChatInput& input) const {
       prompt.starts_with(tokens_.bos_token)) {
     prompt.erase(0, tokens_.bos_token.size());
   }
-  return prompt;
+  if (!input.continue_final_message) return prompt;
+  return continue_final(std::move(prompt), input.messages);
 }
 
 }  // namespace troupe::text

@@ -46,8 +46,13 @@ std::string render_chat(ChatFamily family, const std::vector<ChatMessage>& messa
 struct ChatInput {
   jinja::List messages;
   jinja::Value tools = nullptr;
+  jinja::Value documents = nullptr;  // retrieval documents (vLLM's, Hugging Face's)
   jinja::Dict kwargs;
   bool add_generation_prompt = true;
+  // The prompt ends inside the final message (an assistant's prefill) rather than after
+  // it: the text the template writes after that message's content is cut, as Hugging
+  // Face's continue_final_message does. Needs add_generation_prompt false.
+  bool continue_final_message = false;
 };
 
 // The special tokens' texts a template sees, and whether the tokenizer adds BOS itself.
@@ -67,7 +72,9 @@ class ChatTemplate {
 
   // The prompt text. When the tokenizer adds BOS, a BOS text the template printed at the
   // start is taken off (as llama.cpp does), so the prompt holds one BOS, not two.
-  // Errors: the template's raise_exception (its own message) or a render error.
+  // Errors: the template's raise_exception (its own message) or a render error; with
+  // continue_final_message, a final message whose text content the template does not
+  // write as given.
   Result<std::string> render(const ChatInput& input) const;
 
   bool is_jinja() const { return jinja_.has_value(); }

@@ -20,8 +20,8 @@ std::size_t incomplete_utf8_suffix(std::string_view text) {
   return 0;
 }
 
-std::string IncrementalDetokenizer::push(TokenId id) {
-  pending_.append(tokenizer_->piece(id));
+std::string IncrementalDetokenizer::push(TokenId id, bool render_special) {
+  pending_.append(tokenizer_->piece(id, render_special));
   const std::size_t hold = incomplete_utf8_suffix(pending_);
   std::string ready = pending_.substr(0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);

@@ -13,8 +13,9 @@ class IncrementalDetokenizer {
  public:
   explicit IncrementalDetokenizer(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
 
-  // The text that became complete with this token (possibly empty).
-  std::string push(TokenId id);
+  // The text that became complete with this token (possibly empty); a control token's text
+  // shows only when `render_special`.
+  std::string push(TokenId id, bool render_special = false);
   // Whatever is still held (an unfinished sequence), at the end of the stream.
   std::string flush();
 

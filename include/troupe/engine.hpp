@@ -118,7 +118,12 @@ struct GenerateRequest {
   std::vector<TokenId> prompt;
   SamplingParams params;
   std::vector<std::string> stop;  // stop strings (cut from the output)
-  std::int32_t priority = 0;      // lower is more urgent (policy priority)
+  // vLLM's: the output's text shows control tokens (as the vocabulary spells them) unless
+  // skip_special_tokens; and the stop string, or the EOS or stop token, that ended it when
+  // include_stop_str_in_output.
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
+  std::int32_t priority = 0;  // lower is more urgent (policy priority)
   std::chrono::milliseconds timeout{
       0};  // 0: none; else the request ends with FinishReason::timeout
 };

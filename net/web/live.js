@@ -43,6 +43,16 @@ function askForKey(message) {
   $('api-key').focus();
 }
 
+// The playground's default max_tokens (128) leaves no room for a prompt in a model whose
+// context is that short (stories260K's is 128): the default is clamped to half the context,
+// and the field to what the context can hold.
+function fitMaxTokens(context) {
+  if (!Number.isInteger(context) || context < 2) return;
+  const field = $('max-tokens');
+  field.max = String(context - 1);
+  if (Number(field.value) > context / 2) field.value = String(Math.floor(context / 2));
+}
+
 let backoff = 500;
 
 async function connect() {
@@ -53,6 +63,7 @@ async function connect() {
     $('key-form').hidden = true;
     if (keyHadFocus) $('prompt').focus();  // focus does not vanish with the form
     $('model-name').textContent = models.data?.[0]?.id ?? '?';
+    fitMaxTokens(models.data?.[0]?.max_model_len);
     document.body.dataset.ready = 'true';
     playground.enable(true);
     stream.start();

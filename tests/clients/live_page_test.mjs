@@ -56,6 +56,26 @@ async function replicasAndDrops(context) {
   await other.close();
 }
 
+// A model whose context is 128 tokens (stories260K's): the playground's default
+// max_tokens (128) would leave no room for a prompt; it is clamped to half the context.
+async function shortContext(context) {
+  const other = await context.newPage();
+  other.setDefaultTimeout(WAIT);
+  await other.route('**/v1/models', route => route.fulfill({
+    status: 200, contentType: 'application/json',
+    body: JSON.stringify({ object: 'list', data: [{ id: 'short', object: 'model', max_model_len: 128 }] }),
+  }));
+  other.on('pageerror', error => problem(`page error (short context): ${error.message}`));
+  await other.goto(url);
+  await other.waitForFunction(() => document.body.dataset.ready === 'true');
+  const field = await other.evaluate(() => ({
+    value: document.getElementById('max-tokens').value, max: document.getElementById('max-tokens').max,
+  }));
+  check(field.value === '64' && field.max === '127',
+    `a 128-token context clamps the default max_tokens to 64 and the field to 127 (got ${field.value}, ${field.max})`);
+  await other.close();
+}
+
 const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true });
 const problems = [];          // console errors, page errors, CSP violations
 let keyAccepted = !key;       // before it, the 401s of the key probe are expected
@@ -265,6 +285,7 @@ try {
     await page.screenshot({ path: path.join(artifacts, `live-page-phone${suffix}.png`), fullPage: true });
 
     if (!key) await replicasAndDrops(context);
+    if (!key) await shortContext(context);
 
     const violations = await page.evaluate(() => window.__csp);
     problems.push(...violations.map(v => `CSP violation: ${v}`));

@@ -13,7 +13,7 @@ cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null;
 trap cleanup EXIT
 "$troupe" make-model --out "$work/model.gguf" --dim 64 --layers 1 --heads 2 --ffn 64 --vocab-size 1024 \
   --context-length 256 >/dev/null 2>&1
-"$troupe" serve --model "$work/model.gguf" --port 0 --api-key sk-test --kv-cache-gb 0.05 --threads 2 \
+"$troupe" serve --model "$work/model.gguf" --served-model-name troupe --port 0 --api-key sk-test --kv-cache-gb 0.05 --threads 2 \
   2>"$work/server.log" &
 pid=$!
 for _ in $(seq 1 200); do grep -q "serving" "$work/server.log" && break; sleep 0.05; done
