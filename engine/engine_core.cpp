@@ -138,7 +138,7 @@ std::optional<StepWork> EngineCore::next_step() {
   if (in_flight_ || !scheduler_.has_unfinished()) return std::nullopt;
   const Timed timed{counters_.schedule_seconds};
   if (token_budget_) {
-    scheduler_.set_token_budget(token_budget_->budget(scheduler_.num_decoding()));
+    scheduler_.set_token_budget(token_budget_->step_budget(scheduler_.num_decoding()));
   }
   InFlight flight;
   flight.plan = scheduler_.schedule();

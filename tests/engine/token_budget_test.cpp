@@ -244,3 +244,155 @@ TEST_CASE("the decode-step bound waits for a measured model with a fixed part",
   REQUIRE(odd.model().fixed_seconds < 0);
   CHECK(odd.target_seconds(4) == Approx(0.150));
 }
+
+namespace {
+
+// A server under a steady load: `num_decodes` streams decode and prompts always wait, so
+// every step carries what the budget gives (the closed burst of issue 35, where a wrong
+// calibration once stuck at one granule of prefill for a server's whole life).
+struct SteadyLoad {
+  SteadyLoad(FakeMachine m, std::int32_t decodes, double amplitude = 0.0)
+      : machine(m), num_decodes(decodes), noise_amplitude(amplitude) {}
+
+  FakeMachine machine;
+  std::int32_t num_decodes;
+  double noise_amplitude;
+  Noise noise;
+
+  // Runs one step as EngineCore does (the budget it offers, then its measured cost);
+  // returns the step's seconds.
+  double step(TokenBudget& budget) {
+    const std::int32_t tokens = budget.step_budget(num_decodes);
+    const StepCost cost =
+        machine.step(tokens, num_decodes, noise_amplitude > 0 ? noise.next(noise_amplitude) : 1.0);
+    budget.observe(cost);
+    return cost.seconds;
+  }
+};
+
+// The budget a model of the true machine gives (what a perfect calibration would say).
+std::int32_t true_budget(const TokenBudgetConfig& config, const FakeMachine& machine,
+                         std::int32_t num_decodes) {
+  TokenBudget truth(config);
+  truth.calibrate(machine.calibration());
+  return truth.budget(num_decodes);
+}
+
+// Steps until the steady budget is within a granule of `want` and stays there for the
+// `hold` steps after (-1 when it never does within `most` steps).
+int steps_to_converge(TokenBudget& budget, SteadyLoad& load, std::int32_t want, int most,
+                      int hold = 100) {
+  const std::int32_t granule = budget.config().granularity;
+  int settled_at = -1;
+  for (int i = 0; i < most + hold; ++i) {
+    const std::int32_t b = budget.budget(load.num_decodes);
+    const bool near = b >= want - granule && b <= want + granule;
+    if (near && settled_at < 0) settled_at = i;
+    if (!near) settled_at = -1;
+    if (settled_at >= 0 && i - settled_at >= hold) return settled_at;
+    if (settled_at < 0 && i >= most) return -1;
+    load.step(budget);
+  }
+  return settled_at;
+}
+
+TokenBudgetConfig config_sarathi() {
+  TokenBudgetConfig c = config_150ms();
+  c.decode_step_multiple = 2.0;
+  return c;
+}
+
+// The machine of issue 35's good servers (13 ms + 1.2 ms a token) and its bad calibration.
+const FakeMachine kIssueMachine{13.0, 1.2};
+
+}  // namespace
+
+TEST_CASE("a calibration three times too slow converges to the true budget within 20 steps",
+          "[engine][token_budget]") {
+  for (const std::int32_t decodes : {4, 16, 64}) {
+    for (const double multiple : {0.0, 2.0}) {
+      INFO(decodes << " decodes, decode-step multiple " << multiple);
+      TokenBudgetConfig c = config_150ms();
+      c.decode_step_multiple = multiple;
+      TokenBudget budget(c);
+      budget.calibrate(FakeMachine{39.0, 3.6}.calibration());
+      SteadyLoad load{kIssueMachine, decodes};
+      const std::int32_t want = true_budget(c, kIssueMachine, decodes);
+      INFO("the true budget " << want << ", the calibrated one " << budget.budget(decodes));
+      const int steps = steps_to_converge(budget, load, want, 20);
+      INFO("converged after " << steps << " steps, at " << budget.budget(decodes));
+      CHECK(steps >= 0);
+    }
+  }
+}
+
+TEST_CASE("a calibration three times too fast converges to the true budget within 20 steps",
+          "[engine][token_budget]") {
+  for (const std::int32_t decodes : {4, 16, 64}) {
+    for (const double multiple : {0.0, 2.0}) {
+      INFO(decodes << " decodes, decode-step multiple " << multiple);
+      TokenBudgetConfig c = config_150ms();
+      c.decode_step_multiple = multiple;
+      TokenBudget budget(c);
+      budget.calibrate(FakeMachine{13.0 / 3, 0.4}.calibration());
+      SteadyLoad load{kIssueMachine, decodes};
+      const std::int32_t want = true_budget(c, kIssueMachine, decodes);
+      INFO("the true budget " << want << ", the calibrated one " << budget.budget(decodes));
+      const int steps = steps_to_converge(budget, load, want, 20);
+      INFO("converged after " << steps << " steps, at " << budget.budget(decodes));
+      CHECK(steps >= 0);
+    }
+  }
+}
+
+TEST_CASE("issue 35's bad calibration (31 ms + 3.2 ms a token) converges within 40 noisy steps",
+          "[engine][token_budget]") {
+  TokenBudget budget(config_sarathi());
+  budget.calibrate(FakeMachine{31.0, 3.2}.calibration());
+  SteadyLoad load{kIssueMachine, 64, 0.10};
+  const std::int32_t want = true_budget(config_sarathi(), kIssueMachine, 64);
+  INFO("the true budget " << want << ", the calibrated one " << budget.budget(64));
+  const int steps = steps_to_converge(budget, load, want, 40);
+  INFO("converged after " << steps << " steps, at " << budget.budget(64));
+  CHECK(steps >= 0);
+}
+
+TEST_CASE("a start on a busy machine converges within 40 steps once the machine is free",
+          "[engine][token_budget]") {
+  // Both cores busy at load and for the first 80 steps: everything three times dearer;
+  // then the machine is the server's alone.
+  TokenBudget budget(config_sarathi());
+  budget.calibrate(FakeMachine{39.0, 3.6}.calibration());
+  SteadyLoad load{FakeMachine{39.0, 3.6}, 64, 0.05};
+  for (int i = 0; i < 80; ++i) load.step(budget);
+  load.machine = kIssueMachine;
+  const std::int32_t want = true_budget(config_sarathi(), kIssueMachine, 64);
+  const int steps = steps_to_converge(budget, load, want, 40);
+  INFO("converged after " << steps << " steps, at " << budget.budget(64) << " (true " << want
+                          << ")");
+  CHECK(steps >= 0);
+}
+
+TEST_CASE("a well calibrated budget explores little and its probes cost little",
+          "[engine][token_budget]") {
+  for (const std::int32_t decodes : {4, 16, 64}) {
+    INFO(decodes << " decodes");
+    TokenBudget budget(config_sarathi());
+    budget.calibrate(kIssueMachine.calibration());
+    SteadyLoad load{kIssueMachine, decodes};
+    const std::int32_t want = budget.budget(decodes);
+    // The step the budget means (at least a granule of prefill, even past the target).
+    const double steady = kIssueMachine.step(want, decodes).seconds;
+    double total = 0.0;
+    for (int i = 0; i < 400; ++i) {
+      total += load.step(budget);
+      CHECK(budget.budget(decodes) >= want - 16);
+      CHECK(budget.budget(decodes) <= want + 16);
+    }
+    INFO(budget.num_probes() << " probes in 400 steps, the period now " << budget.probe_period());
+    CHECK(budget.num_probes() <= 400 / 32);
+    CHECK(budget.probe_period() == budget.config().max_probe_period);
+    // The probes' extra prefill, spread over every step: within 5% of the steady step.
+    CHECK(total / 400 <= steady * 1.05);
+  }
+}
