@@ -2,16 +2,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "troupe/result.hpp"
 
 namespace troupe::engine {
 
+std::optional<double> tpot_step_seconds(const TokenBudgetConfig& config,
+                                        std::span<const StreamProgress> streams) {
+  if (!(config.target_tpot_seconds > 0)) return std::nullopt;
+  std::optional<double> least;
+  for (const StreamProgress& s : streams) {
+    const double allowed = config.tpot_margin * config.target_tpot_seconds *
+                               (static_cast<double>(s.num_after_first) + 1.0) -
+                           s.seconds_since_first;
+    least = least ? std::min(*least, allowed) : allowed;
+  }
+  return least;
+}
+
 TokenBudget::TokenBudget(const TokenBudgetConfig& config) : config_(config) {
   TROUPE_ASSERT(config.target_step_seconds > 0 && config.max_tokens > 0 && config.granularity > 0 &&
                     config.initial_tokens > 0 && config.forgetting > 0 && config.forgetting <= 1 &&
                     config.probe_period >= 0 && config.max_probe_period >= config.probe_period &&
-                    config.probe_tolerance > 0,
+                    config.probe_tolerance > 0 && config.target_tpot_seconds >= 0 &&
+                    config.tpot_margin > 0 && config.tpot_margin <= 1,
                 "token budget settings must be positive");
   calibrate({});
 }
@@ -42,6 +57,7 @@ void TokenBudget::calibrate(std::span<const StepCost> steps) {
 }
 
 void TokenBudget::observe(const StepCost& step) {
+  const std::optional<std::int32_t> offered = std::exchange(offered_, std::nullopt);
   if (step.num_tokens <= 0 || !(step.seconds >= 0) || !std::isfinite(step.seconds)) return;
   const double f = config_.forgetting;
   const double x = step.num_tokens;
@@ -59,7 +75,7 @@ void TokenBudget::observe(const StepCost& step) {
         std::abs(step.seconds - predicted) > 2 * config_.probe_tolerance * predicted) {
       probe_period_ = config_.probe_period;
     }
-    if (step.num_tokens > budget(step.num_decodes)) {
+    if (step.num_tokens > offered.value_or(budget(step.num_decodes))) {
       ++num_probes_;
       steps_since_probe_ = 0;
       // A line with no positive fixed part is no machine's (reading the weights costs):
@@ -116,8 +132,10 @@ std::int32_t TokenBudget::probe_tokens(std::int32_t num_decodes, std::int32_t st
   return std::max(0, std::min(std::max(granule, half_share), config_.max_tokens - steady));
 }
 
-std::int32_t TokenBudget::step_budget(std::int32_t num_decodes) const {
-  const std::int32_t steady = budget(num_decodes);
+std::int32_t TokenBudget::step_budget(std::int32_t num_decodes, std::optional<double> seconds) {
+  const std::int32_t steady =
+      seconds && num_decodes > 0 ? budget_within(num_decodes, *seconds) : budget(num_decodes);
+  offered_ = steady;
   // With no decode nothing waits on the step (it already gets the maximum); before a
   // measurement there is no model to test.
   // A line with no positive fixed part is on trial until it has one.
@@ -131,11 +149,16 @@ std::int32_t TokenBudget::step_budget(std::int32_t num_decodes) const {
 
 std::int32_t TokenBudget::budget(std::int32_t num_decodes) const {
   if (num_decodes <= 0) return config_.max_tokens;
+  return budget_within(num_decodes, target_seconds(num_decodes));
+}
+
+std::int32_t TokenBudget::budget_within(std::int32_t num_decodes, double seconds) const {
+  num_decodes = std::max(num_decodes, 0);
   const std::int32_t granule = config_.granularity;
   // Prefill tokens that fit beside the decodes, capped before the conversion.
-  const double room = std::min<double>(
-      (target_seconds(num_decodes) - model_.fixed_seconds) / model_.seconds_per_token - num_decodes,
-      static_cast<double>(config_.max_tokens) + granule);
+  const double room =
+      std::min<double>((seconds - model_.fixed_seconds) / model_.seconds_per_token - num_decodes,
+                       static_cast<double>(config_.max_tokens) + granule);
   const std::int32_t prefill =
       room >= granule ? static_cast<std::int32_t>(std::floor(room / granule)) * granule : granule;
   return static_cast<std::int32_t>(

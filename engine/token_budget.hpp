@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 namespace troupe::engine {
@@ -45,6 +46,13 @@ struct TokenBudgetConfig {
   std::int32_t probe_period = 2;
   std::int32_t max_probe_period = 64;
   double probe_tolerance = 0.1;
+  // A TPOT objective (> 0; --target-tpot-ms): EngineCore then sizes each step beside
+  // decodes by the running streams' slack instead of the target above: the longest step
+  // after which every stream's time per output token since its first stays within
+  // tpot_margin x this (tpot_step_seconds), so that prefill gets every moment the streams
+  // can spare and the queue clears for TTFT.
+  double target_tpot_seconds = 0.0;
+  double tpot_margin = 0.9;  // for what the step's timing misses (the HTTP path, sampling)
 };
 
 // seconds = fixed + per_token * tokens: a step's fixed part (reading the weights, the
@@ -57,6 +65,19 @@ struct LinearStepCost {
     return fixed_seconds + seconds_per_token * num_tokens;
   }
 };
+
+// A decoding stream's progress, for a TPOT objective: tokens since its first, and seconds.
+struct StreamProgress {
+  std::int32_t num_after_first = 0;
+  double seconds_since_first = 0.0;
+};
+
+// With config.target_tpot_seconds: the longest next step after which every stream's time
+// per output token since its first, (seconds + step) / (tokens + 1), stays within
+// tpot_margin x the objective; negative for a stream already behind. None without an
+// objective or with no stream.
+std::optional<double> tpot_step_seconds(const TokenBudgetConfig& config,
+                                        std::span<const StreamProgress> streams);
 
 class TokenBudget {
  public:
@@ -74,10 +95,14 @@ class TokenBudget {
   // most prefill tokens whose predicted step time stays within target_seconds, rounded
   // down to the granularity, at least one granule, at most max_tokens.
   std::int32_t budget(std::int32_t num_decodes) const;
-  // What the next step may carry: budget(), or a probe when one is due (see
-  // TokenBudgetConfig::probe_period). Only the steps observed decide it: a probe offered
-  // but not filled (too little prefill waiting) is offered again.
-  std::int32_t step_budget(std::int32_t num_decodes) const;
+  // The same for a step that may take `seconds` (beside decodes: at least a granule of
+  // prefill, at most max_tokens).
+  std::int32_t budget_within(std::int32_t num_decodes, double seconds) const;
+  // What the next step may carry: budget() (or budget_within(seconds) when given), or
+  // more when a probe is due (see TokenBudgetConfig::probe_period). Only the steps
+  // observed decide it: a probe offered but not filled (too little prefill waiting) is
+  // offered again. Call once per step, before the step is observed.
+  std::int32_t step_budget(std::int32_t num_decodes, std::optional<double> seconds = std::nullopt);
   // The step time a step with `num_decodes` decodes aims for: the target, or less where
   // decode_step_multiple bounds it by the decodes' own step (once a measured model has a
   // positive fixed part to predict that step from).
@@ -105,6 +130,9 @@ class TokenBudget {
   std::int64_t num_probes_ = 0;
   std::int32_t probe_period_ = 0;
   std::int32_t steps_since_probe_ = 0;
+  // The steady budget step_budget offered for the step to be observed next: a step past
+  // it was a probe.
+  std::optional<std::int32_t> offered_;
 };
 
 }  // namespace troupe::engine

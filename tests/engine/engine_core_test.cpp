@@ -400,6 +400,51 @@ TEST_CASE("a core calibrated three times too slow gives its steps the true budge
   CHECK(core.num_requests() == 0u);
 }
 
+TEST_CASE("a TPOT objective sizes the steps beside decodes by the streams' slack",
+          "[engine][core][token_budget][slo]") {
+  // No timing is asserted: an objective of an hour leaves every stream all the slack (the
+  // whole budget), one of a microsecond none (a granule of prefill).
+  auto run = [](double tpot_seconds) {
+    SchedulerConfig config;
+    config.max_num_batched_tokens = 256;
+    config.max_num_seqs = 8;
+    config.max_model_len = 1024;
+    config.num_blocks = 1024;
+    config.block_size = 4;
+    TokenBudgetConfig budget;
+    budget.max_tokens = 256;
+    budget.granularity = 4;
+    budget.probe_period = 0;  // the steady budget alone
+    budget.target_tpot_seconds = tpot_seconds;
+    EngineCore core(config, {kEos}, budget);
+    core.calibrate(std::vector<StepCost>{{256, 0, fake_seconds(256)}, {1, 1, fake_seconds(1)}});
+    for (SeqId id = 1; id <= 8; ++id) {
+      auto r = request(id, 20, 400);
+      r.prompt[0] = static_cast<TokenId>(1000 + id);
+      REQUIRE(core.add(std::move(r)).has_value());
+    }
+    std::vector<std::int32_t> beside_decodes;  // the budgets of steps with decodes
+    for (;;) {
+      const std::int32_t decodes = core.scheduler().num_decoding();
+      auto work = core.next_step();
+      if (!work) break;
+      if (decodes > 0) beside_decodes.push_back(core.scheduler().token_budget() - decodes);
+      auto out = answer(*work);
+      out.seconds = fake_seconds(work->step.num_tokens());
+      core.apply(out);
+    }
+    CHECK(core.num_requests() == 0u);
+    return beside_decodes;
+  };
+  const auto lax = run(3600.0);
+  const auto strict = run(1e-6);
+  REQUIRE_FALSE(lax.empty());
+  REQUIRE_FALSE(strict.empty());
+  for (const std::int32_t prefill : strict) CHECK(prefill == 4);
+  // With all the slack, the whole budget less the decodes.
+  CHECK(*std::min_element(lax.begin(), lax.end()) >= 256 - 8);
+}
+
 TEST_CASE("a row with no token runs its position again, and the output is the same",
           "[engine][core]") {
   // A worker that withholds the token of request 1 at every second step it is sampled
