@@ -67,7 +67,7 @@ TEST_CASE("an infinite rate sends everything at once", "[bench][goodput]") {
   CHECK(arrival_gaps(2.0, 1.0, 1, 0).empty());
 }
 
-TEST_CASE("--goodput reads vLLM's NAME:MS pairs and refuses anything else", "[bench][goodput]") {
+TEST_CASE("the goodput objectives are vLLM's NAME:MS pairs and nothing else", "[bench][goodput]") {
   const auto all = parse_goodput({"ttft:4000", "tpot:250", "e2el:20000.5"});
   REQUIRE(all);
   CHECK(*all->ttft_ms == 4000.0);
