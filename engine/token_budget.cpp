@@ -61,9 +61,6 @@ void TokenBudget::observe(const StepCost& step) {
   if (step.num_tokens <= 0 || !(step.seconds >= 0) || !std::isfinite(step.seconds)) return;
   const double f = config_.forgetting;
   const double x = step.num_tokens;
-  // Once measured, one step's surprise counts at most threefold: a step stalled by
-  // something else on the machine moves the line less than a real change, which
-  // persists until the line has followed it.
   const double predicted = model_.predict(step.num_tokens);
   // A step beside decodes that carried more than the model allowed is a probe: whether it
   // came where the model said tells how far to trust the model until the next.
@@ -87,6 +84,9 @@ void TokenBudget::observe(const StepCost& step) {
           confirmed ? std::min(config_.max_probe_period, 2 * probe_period_) : config_.probe_period;
     }
   }
+  // Once measured, one step's surprise counts at most threefold: a step stalled by
+  // something else on the machine moves the line less than a real change, which
+  // persists until the line has followed it.
   const double y = num_observed_ >= 2 && predicted > 0
                        ? std::clamp(step.seconds, predicted / 3, predicted * 3)
                        : step.seconds;
@@ -137,8 +137,8 @@ std::int32_t TokenBudget::step_budget(std::int32_t num_decodes, std::optional<do
       seconds && num_decodes > 0 ? budget_within(num_decodes, *seconds) : budget(num_decodes);
   offered_ = steady;
   // With no decode nothing waits on the step (it already gets the maximum); before a
-  // measurement there is no model to test.
-  // A line with no positive fixed part is on trial until it has one.
+  // measurement there is no model to test; a line with no positive fixed part is on
+  // trial until it has one.
   const std::int32_t period = model_.fixed_seconds > 0 ? probe_period_ : config_.probe_period;
   if (num_decodes <= 0 || config_.probe_period <= 0 || num_observed_ < 2 ||
       steps_since_probe_ < period) {
