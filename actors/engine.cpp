@@ -83,6 +83,7 @@ std::optional<engine::TokenBudgetConfig> token_budget_config(const EngineConfig&
   engine::TokenBudgetConfig tb;
   tb.target_step_seconds = config.target_itl_ms / 1000.0;
   tb.decode_step_multiple = config.itl_decode_step_multiple;
+  tb.target_tpot_seconds = config.target_tpot_ms / 1000.0;
   tb.max_tokens = config.max_num_batched_tokens;
   tb.granularity = std::min(config.block_size, config.max_num_batched_tokens);
   tb.initial_tokens = std::min(256, config.max_num_batched_tokens);
@@ -105,7 +106,10 @@ std::string describe_token_budget(const EngineConfig& config,
                   budget.model().fixed_seconds * 1000.0, budget.model().seconds_per_token * 1000.0);
   }
   char target[96];
-  if (config.itl_decode_step_multiple > 0) {
+  if (config.target_tpot_ms > 0) {
+    std::snprintf(target, sizeof target, "the running streams' slack under a TPOT of %.0f ms",
+                  config.target_tpot_ms);
+  } else if (config.itl_decode_step_multiple > 0) {
     std::snprintf(target, sizeof target, "%.3g x the decodes' own step, at most %.0f ms",
                   config.itl_decode_step_multiple, config.target_itl_ms);
   } else {

@@ -13,6 +13,7 @@
 
 #include "app/commands.hpp"
 #include "app/config_file.hpp"
+#include "app/slo_options.hpp"
 #include "engine/router.hpp"
 #include "gguf/gguf_file.hpp"
 #include "model/loaded_model.hpp"
@@ -168,6 +169,7 @@ void add_serve_command(CLI::App& app) {
     double cluster_handshake_timeout_s = 10.0;
     int step_timeout_s = 60;
     TokenBudgetFlags budget;
+    SloFlags slo;
     std::string chat_template;  // --chat-template: a file's path or the template's text
     LogFlags log;
     bool disable_access_log = false;
@@ -204,6 +206,7 @@ void add_serve_command(CLI::App& app) {
   add_engine_size_options(cmd, opts->engine, opts->kv_cache_gb);
   add_scheduling_policy_option(cmd, opts->engine);
   add_token_budget_options(cmd, opts->budget);
+  add_slo_options(cmd, opts->slo);
   cmd->add_flag("--no-enable-prefix-caching", opts->no_prefix_caching, "turn the prefix cache off");
   cmd->add_flag("--enable-prefix-caching", opts->prefix_caching,
                 "the prefix cache (on by default)");
@@ -355,6 +358,7 @@ void add_serve_command(CLI::App& app) {
     }
     EngineConfig config = opts->engine;
     settle_token_budget(opts->budget, config);
+    settle_slo(opts->slo, opts->budget, config);
     if (config.model_path.empty()) config.model_path = builtin_model_path();
     if (config.model_path.empty()) fail("the built-in model could not be written");
     config.enable_prefix_caching = !opts->no_prefix_caching;

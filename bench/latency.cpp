@@ -43,6 +43,15 @@ Latencies LatencySamples::summarize() const {
   return Latencies{percentiles(ttft_), percentiles(tpot_), percentiles(itl_), percentiles(e2el_)};
 }
 
+const std::vector<double>& LatencySamples::values(std::string_view metric) const {
+  static const std::vector<double> kNone;
+  return metric == "ttft"   ? ttft_
+         : metric == "tpot" ? tpot_
+         : metric == "itl"  ? itl_
+         : metric == "e2el" ? e2el_
+                            : kNone;
+}
+
 void RequestTotals::set_duration(double seconds) {
   duration_s = seconds;
   request_throughput = completed / seconds;

@@ -6,6 +6,7 @@
 #include <boost/json/object.hpp>
 #include <chrono>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace troupe::bench {
@@ -31,6 +32,9 @@ class LatencySamples {
   void add(Clock::time_point start, Clock::time_point first, Clock::time_point last,
            std::int64_t num_tokens, const std::vector<double>& gaps_ms);
   Latencies summarize() const;
+  // One metric's samples in the order added: "ttft", "tpot", "itl" or "e2el" (empty for
+  // another name).
+  const std::vector<double>& values(std::string_view metric) const;
 
  private:
   std::vector<double> ttft_, tpot_, itl_, e2el_;

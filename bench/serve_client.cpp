@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <boost/json/parse.hpp>
@@ -12,7 +13,6 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
-#include <random>
 
 namespace troupe::bench {
 
@@ -313,8 +313,8 @@ asio::awaitable<void> one_request(Shared& shared, std::size_t index, std::string
 asio::awaitable<void> dispatch(Shared& shared, std::vector<std::string> bodies) {
   const auto& o = shared.options;
   auto executor = co_await asio::this_coro::executor;
-  std::mt19937_64 rng(o.workload.seed + 1);
-  std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
+  const std::vector<double> gaps =
+      arrival_gaps(o.request_rate, o.burstiness, o.workload.seed + 1, bodies.size());
   asio::steady_timer timer(executor);
   for (std::size_t i = 0; i < bodies.size(); ++i) {
     while (o.max_concurrency > 0 && shared.in_flight >= o.max_concurrency) {
@@ -323,9 +323,9 @@ asio::awaitable<void> dispatch(Shared& shared, std::vector<std::string> bodies) 
     }
     ++shared.in_flight;
     asio::co_spawn(executor, one_request(shared, i, std::move(bodies[i])), asio::detached);
-    if (o.request_rate > 0) {  // Poisson arrivals
+    if (gaps[i] > 0) {  // open-loop arrivals: Poisson, or gamma of another burstiness
       timer.expires_after(
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng))));
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gaps[i])));
       co_await timer.async_wait(kUseTuple);
     }
   }
@@ -346,11 +346,24 @@ void append_title(std::string& out, const std::string& title, char fill) {
   out += std::string(pad / 2, fill) + title + std::string(pad - pad / 2, fill) + "\n";
 }
 
-void append_metric(std::string& out, const char* header, const char* name, const Percentiles& p) {
+// One metric's block, as vLLM's process_one_metric: mean, median, then each percentile asked.
+void append_metric(std::string& out, const char* header, const char* name, const Percentiles& p,
+                   const MetricPercentiles* asked) {
   append_title(out, header, '-');
   append(out, "%-40s %-10.2f\n", ("Mean " + std::string(name) + " (ms):").c_str(), p.mean);
   append(out, "%-40s %-10.2f\n", ("Median " + std::string(name) + " (ms):").c_str(), p.median);
-  append(out, "%-40s %-10.2f\n", ("P99 " + std::string(name) + " (ms):").c_str(), p.p99);
+  if (asked == nullptr) return;
+  for (const auto& [percentile, value] : asked->values) {
+    append(out, "%-40s %-10.2f\n",
+           ("P" + percentile_word(percentile) + " " + name + " (ms):").c_str(), value);
+  }
+}
+
+const MetricPercentiles* find_metric(const ServeResult& r, std::string_view metric) {
+  for (const MetricPercentiles& m : r.percentiles) {
+    if (m.metric == metric) return &m;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -443,6 +456,7 @@ Result<ServeResult> run_serve_benchmark(const ServeOptions& o) {
   progress.finish();
   RequestTotals& totals = result.totals;
   LatencySamples samples;
+  std::vector<RequestLatency> completed;
   for (const Sample& s : shared.samples) {
     if (!s.ok) {
       ++totals.failed;
@@ -453,12 +467,34 @@ Result<ServeResult> run_serve_benchmark(const ServeOptions& o) {
     totals.total_input_tokens += s.num_input;
     totals.total_output_tokens += s.num_output;
     samples.add(s.start, s.first, s.last, s.num_output, s.gaps_ms);
+    using ms = std::chrono::duration<double, std::milli>;
+    completed.push_back({ms(s.first - s.start).count(),
+                         s.num_output > 1 ? ms(s.last - s.first).count() / (s.num_output - 1) : 0.0,
+                         ms(s.last - s.start).count()});
   }
   totals.set_duration(seconds);
+  result.num_good = count_good(completed, o.goodput);
+  result.request_goodput = result.num_good / seconds;
+  result.percentiles = select_percentiles(o, samples);
   result.total_token_throughput =
       static_cast<double>(totals.total_input_tokens + totals.total_output_tokens) / seconds;
   result.latency = samples.summarize();
   return result;
+}
+
+std::vector<MetricPercentiles> select_percentiles(const ServeOptions& o,
+                                                  const LatencySamples& samples) {
+  std::vector<MetricPercentiles> selected;
+  for (const std::string& metric : o.percentile_metrics) {
+    MetricPercentiles m{metric, {}};
+    std::vector<double> sorted = samples.values(metric);
+    std::sort(sorted.begin(), sorted.end());
+    for (const double p : o.metric_percentiles) {
+      m.values.emplace_back(p, sorted.empty() ? 0.0 : nearest_rank(sorted, p / 100.0));
+    }
+    selected.push_back(std::move(m));
+  }
+  return selected;
 }
 
 std::string to_json(const ServeOptions& o, const ServeResult& r) {
@@ -469,10 +505,22 @@ std::string to_json(const ServeOptions& o, const ServeResult& r) {
     json["request_rate"] = o.request_rate;
   else
     json["request_rate"] = "inf";
+  json["burstiness"] = o.burstiness;
   json["max_concurrency"] = o.max_concurrency;
   add_totals(json, r.totals);
+  if (o.goodput.any()) {
+    json["request_goodput"] = r.request_goodput;
+    json["good_completed"] = r.num_good;  // troupe's: the requests that met every objective
+  } else {
+    json["request_goodput"] = nullptr;
+  }
   json["total_token_throughput"] = r.total_token_throughput;
   add_latencies(json, r.latency);
+  for (const MetricPercentiles& m : r.percentiles) {
+    for (const auto& [p, value] : m.values) {
+      json["p" + percentile_word(p) + "_" + m.metric + "_ms"] = value;
+    }
+  }
   return boost::json::serialize(json) + "\n";
 }
 
@@ -492,11 +540,26 @@ std::string summary(const ServeOptions& o, const ServeResult& r) {
   append(out, "%-40s %-10lld\n",
          "Total generated tokens:", static_cast<long long>(t.total_output_tokens));
   append(out, "%-40s %-10.2f\n", "Request throughput (req/s):", t.request_throughput);
+  if (o.goodput.any()) {
+    append(out, "%-40s %-10.2f\n", "Request goodput (req/s):", r.request_goodput);
+  }
   append(out, "%-40s %-10.2f\n", "Output token throughput (tok/s):", t.output_throughput);
   append(out, "%-40s %-10.2f\n", "Total Token throughput (tok/s):", r.total_token_throughput);
-  append_metric(out, "Time to First Token", "TTFT", r.latency.ttft_ms);
-  append_metric(out, "Time per Output Token (excl. 1st token)", "TPOT", r.latency.tpot_ms);
-  append_metric(out, "Inter-token Latency", "ITL", r.latency.itl_ms);
+  struct Block {
+    const char* metric;
+    const char* header;
+    const char* name;
+    const Percentiles& values;
+  };
+  for (const Block& b :
+       {Block{"ttft", "Time to First Token", "TTFT", r.latency.ttft_ms},
+        Block{"tpot", "Time per Output Token (excl. 1st token)", "TPOT", r.latency.tpot_ms},
+        Block{"itl", "Inter-token Latency", "ITL", r.latency.itl_ms},
+        Block{"e2el", "End-to-end Latency", "E2EL", r.latency.e2el_ms}}) {
+    const auto& asked = o.percentile_metrics;
+    if (std::find(asked.begin(), asked.end(), b.metric) == asked.end()) continue;
+    append_metric(out, b.header, b.name, b.values, find_metric(r, b.metric));
+  }
   out += std::string(50, '=') + "\n";
   return out;
 }

@@ -41,11 +41,27 @@ void EngineCore::attach_prompt_logprobs(LiveRequest& request, RequestEvent& even
 
 void EngineCore::note_first_token(SeqId id, LiveRequest& request, const model::SampledToken& token,
                                   AppliedStep& applied) {
-  if (request.has_token || token.id == kNoToken) return;
+  if (token.id == kNoToken) return;
+  if (request.has_token) {
+    ++request.num_after_first;
+    return;
+  }
   request.has_token = true;
+  request.first_token = std::chrono::steady_clock::now();
   applied.first_tokens.push_back(
-      {id,
-       std::chrono::duration<double>(std::chrono::steady_clock::now() - request.arrival).count()});
+      {id, std::chrono::duration<double>(request.first_token - request.arrival).count()});
+}
+
+std::optional<double> EngineCore::slo_step_seconds(std::chrono::steady_clock::time_point now) {
+  progress_.clear();
+  for (const auto& [id, request] : requests_) {
+    if (!request.has_token) continue;
+    const Sequence* seq = scheduler_.find(id);
+    if (seq == nullptr || seq->is_prefilling()) continue;  // not decoding (a recompute)
+    progress_.push_back({request.num_after_first,
+                         std::chrono::duration<double>(now - request.first_token).count()});
+  }
+  return tpot_step_seconds(token_budget_->config(), progress_);
 }
 
 bool EngineCore::scores_match(const InFlight& step, const StepOutput& output) {
@@ -138,7 +154,10 @@ std::optional<StepWork> EngineCore::next_step() {
   if (in_flight_ || !scheduler_.has_unfinished()) return std::nullopt;
   const Timed timed{counters_.schedule_seconds};
   if (token_budget_) {
-    scheduler_.set_token_budget(token_budget_->budget(scheduler_.num_decoding()));
+    const std::optional<double> seconds = token_budget_->config().target_tpot_seconds > 0
+                                              ? slo_step_seconds(std::chrono::steady_clock::now())
+                                              : std::nullopt;
+    scheduler_.set_token_budget(token_budget_->step_budget(scheduler_.num_decoding(), seconds));
   }
   InFlight flight;
   flight.plan = scheduler_.schedule();

@@ -136,6 +136,8 @@ class EngineCore {
     std::chrono::steady_clock::time_point first_scheduled;
     std::chrono::steady_clock::time_point arrival;  // add()
     bool has_token = false;                         // its first token has come
+    std::chrono::steady_clock::time_point first_token;
+    std::int32_t num_after_first = 0;  // tokens since the first (TPOT's count)
     // prompt_logprobs: entry p scores prompt position p + 1, filled as chunks run (from
     // position 0: a scored prompt is never served by the prefix cache).
     std::vector<PromptLogprob> prompt_logprobs;
@@ -156,6 +158,9 @@ class EngineCore {
   // The request's first token, once: its time from add() goes to `applied`.
   static void note_first_token(SeqId id, LiveRequest& request, const model::SampledToken& token,
                                AppliedStep& applied);
+  // With a TPOT objective: the longest next step that keeps every decoding stream within
+  // it (tpot_step_seconds); none when no stream decodes.
+  std::optional<double> slo_step_seconds(std::chrono::steady_clock::time_point now);
   // Keeps a step's prompt scores with their requests.
   void keep_scores(const StepOutput& output);
   // The request's prompt_logprobs for its first event: once, and only when all are known.
@@ -170,6 +175,7 @@ class EngineCore {
   std::vector<std::uint64_t> removed_;  // for the worker, with the next step
   std::optional<InFlight> in_flight_;
   std::uint64_t next_step_id_ = 1;
+  std::vector<StreamProgress> progress_;  // slo_step_seconds' scratch
   CoreCounters counters_;
 };
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 namespace troupe::engine {
@@ -35,6 +36,23 @@ struct TokenBudgetConfig {
   // count, so the model follows costs that change (contexts grow, the machine is shared)
   // and is fitted near the sizes the steps now have.
   double forgetting = 0.9;
+  // Exploration (0: none). Steps of one size cannot show the slope: a load that keeps
+  // every step at the budget would keep a wrong slope (a calibration taken on a busy
+  // machine) for a server's whole life, the budget stuck where the wrong line puts it.
+  // So a step offers more prefill than the model allows (a probe: half the prefill share
+  // more, at least a granule) when probe_period steps have passed since the last; each
+  // probe that comes within probe_tolerance of its prediction doubles the period (up to
+  // max_probe_period), and one that does not brings it back to probe_period.
+  std::int32_t probe_period = 2;
+  std::int32_t max_probe_period = 64;
+  double probe_tolerance = 0.1;
+  // A TPOT objective (> 0; --target-tpot-ms): EngineCore then sizes each step beside
+  // decodes by the running streams' slack instead of the target above: the longest step
+  // after which every stream's time per output token since its first stays within
+  // tpot_margin x this (tpot_step_seconds), so that prefill gets every moment the streams
+  // can spare and the queue clears for TTFT.
+  double target_tpot_seconds = 0.0;
+  double tpot_margin = 0.9;  // for what the step's timing misses (the HTTP path, sampling)
 };
 
 // seconds = fixed + per_token * tokens: a step's fixed part (reading the weights, the
@@ -47,6 +65,19 @@ struct LinearStepCost {
     return fixed_seconds + seconds_per_token * num_tokens;
   }
 };
+
+// A decoding stream's progress, for a TPOT objective: tokens since its first, and seconds.
+struct StreamProgress {
+  std::int32_t num_after_first = 0;
+  double seconds_since_first = 0.0;
+};
+
+// With config.target_tpot_seconds: the longest next step after which every stream's time
+// per output token since its first, (seconds + step) / (tokens + 1), stays within
+// tpot_margin x the objective; negative for a stream already behind. None without an
+// objective or with no stream.
+std::optional<double> tpot_step_seconds(const TokenBudgetConfig& config,
+                                        std::span<const StreamProgress> streams);
 
 class TokenBudget {
  public:
@@ -64,6 +95,14 @@ class TokenBudget {
   // most prefill tokens whose predicted step time stays within target_seconds, rounded
   // down to the granularity, at least one granule, at most max_tokens.
   std::int32_t budget(std::int32_t num_decodes) const;
+  // The same for a step that may take `seconds` (beside decodes: at least a granule of
+  // prefill, at most max_tokens).
+  std::int32_t budget_within(std::int32_t num_decodes, double seconds) const;
+  // What the next step may carry: budget() (or budget_within(seconds) when given), or
+  // more when a probe is due (see TokenBudgetConfig::probe_period). Only the steps
+  // observed decide it: a probe offered but not filled (too little prefill waiting) is
+  // offered again. Call once per step, before the step is observed.
+  std::int32_t step_budget(std::int32_t num_decodes, std::optional<double> seconds = std::nullopt);
   // The step time a step with `num_decodes` decodes aims for: the target, or less where
   // decode_step_multiple bounds it by the decodes' own step (once a measured model has a
   // positive fixed part to predict that step from).
@@ -73,15 +112,27 @@ class TokenBudget {
   const TokenBudgetConfig& config() const { return config_; }
   // Steps measured so far (calibration included).
   std::int64_t num_observed() const { return num_observed_; }
+  // Steps that carried more than budget() allowed them (probes), and the period between
+  // probes now.
+  std::int64_t num_probes() const { return num_probes_; }
+  std::int32_t probe_period() const { return probe_period_; }
 
  private:
   void refit();
+  // A probe's extra prefill beside the steady budget (0: none fits under max_tokens).
+  std::int32_t probe_tokens(std::int32_t num_decodes, std::int32_t steady) const;
 
   TokenBudgetConfig config_;
   LinearStepCost model_;
   // Exponentially forgotten sums over the measured steps: weights, tokens, seconds.
   double sum_w_ = 0.0, sum_x_ = 0.0, sum_y_ = 0.0, sum_xx_ = 0.0, sum_xy_ = 0.0;
   std::int64_t num_observed_ = 0;
+  std::int64_t num_probes_ = 0;
+  std::int32_t probe_period_ = 0;
+  std::int32_t steps_since_probe_ = 0;
+  // The steady budget step_budget offered for the step to be observed next: a step past
+  // it was a probe.
+  std::optional<std::int32_t> offered_;
 };
 
 }  // namespace troupe::engine

@@ -87,6 +87,10 @@ struct EngineConfig {
   // prefill chunk at most doubles a stream's wait at 2); 0: target_itl_ms alone. An
   // explicit --target-itl-ms sets it to 0.
   double itl_decode_step_multiple = 2.0;
+  // > 0, with auto_token_budget: a TPOT objective. Each step beside running streams then
+  // carries the most prefill that keeps every stream's time per output token since its
+  // first within 90% of it (their slack goes to the queue), instead of the target above.
+  double target_tpot_ms = 0.0;
   std::int32_t max_model_len = 0;  // 0: the model's context length
   bool enable_prefix_caching = true;
   BatchingPolicy policy = BatchingPolicy::fcfs;

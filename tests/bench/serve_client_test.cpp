@@ -200,6 +200,7 @@ TEST_CASE("the summary is vLLM's block, line for line", "[bench]") {
   r.latency.ttft_ms = {10.0, 9.5, 20.25};
   r.latency.tpot_ms = {1.0, 1.0, 2.0};
   r.latency.itl_ms = {1.5, 1.25, 3.0};
+  r.percentiles = {{"ttft", {{99.0, 20.25}}}, {"tpot", {{99.0, 2.0}}}, {"itl", {{99.0, 3.0}}}};
   const auto lines = lines_of(bench::summary(o, r));
   const std::vector<std::string> expected{
       "============ Serving Benchmark Result ============",
@@ -234,6 +235,60 @@ TEST_CASE("the summary is vLLM's block, line for line", "[bench]") {
     CHECK(with_rate[3] == "Request rate configured (RPS):           2.50      ");
     CHECK(std::find(with_rate.begin(), with_rate.end(), expected[3]) == with_rate.end());
   }
+  SECTION("objectives add vLLM's goodput line after the request throughput") {
+    o.goodput.ttft_ms = 4000.0;
+    r.request_goodput = 3.5;
+    const auto with_goodput = lines_of(bench::summary(o, r));
+    REQUIRE(with_goodput.size() == expected.size() + 1);
+    CHECK(with_goodput[7] == expected[7]);
+    CHECK(with_goodput[8] == "Request goodput (req/s):                 3.50      ");
+    CHECK(with_goodput[9] == expected[8]);
+  }
+  SECTION("the metrics and percentiles asked for, in vLLM's order and labels") {
+    o.percentile_metrics = {"ttft", "e2el"};
+    o.metric_percentiles = {50.0, 99.9};
+    r.latency.e2el_ms = {100.0, 90.0, 300.0};
+    r.percentiles = {{"ttft", {{50.0, 9.5}, {99.9, 20.25}}},
+                     {"e2el", {{50.0, 90.0}, {99.9, 300.0}}}};
+    const auto lines_asked = lines_of(bench::summary(o, r));
+    const std::vector<std::string> tail(lines_asked.begin() + 10, lines_asked.end());
+    CHECK(tail == std::vector<std::string>{
+                      "---------------Time to First Token----------------",
+                      "Mean TTFT (ms):                          10.00     ",
+                      "Median TTFT (ms):                        9.50      ",
+                      "P50 TTFT (ms):                           9.50      ",
+                      "P99.9 TTFT (ms):                         20.25     ",
+                      "----------------End-to-end Latency----------------",
+                      "Mean E2EL (ms):                          100.00    ",
+                      "Median E2EL (ms):                        90.00     ",
+                      "P50 E2EL (ms):                           90.00     ",
+                      "P99.9 E2EL (ms):                         300.00    ",
+                      "==================================================",
+                  });
+  }
+}
+
+TEST_CASE("the asked percentiles are the nearest ranks of each metric's samples", "[bench]") {
+  bench::ServeOptions o;
+  o.percentile_metrics = {"ttft", "tpot", "e2el"};
+  o.metric_percentiles = {25.0, 50.0, 100.0};
+  bench::LatencySamples samples;
+  const auto t0 = bench::LatencySamples::Clock::now();
+  using ms = std::chrono::milliseconds;
+  // Four requests: TTFT 10, 20, 30, 40 ms; 5 tokens each, 10 ms apart (TPOT 10 ms).
+  for (int i = 1; i <= 4; ++i) {
+    samples.add(t0, t0 + ms(10 * i), t0 + ms(10 * i + 40), 5, {10.0, 10.0, 10.0, 10.0});
+  }
+  const auto selected = bench::select_percentiles(o, samples);
+  REQUIRE(selected.size() == 3u);
+  CHECK(selected[0].metric == "ttft");
+  CHECK(selected[0].values ==
+        std::vector<std::pair<double, double>>{{25.0, 10.0}, {50.0, 20.0}, {100.0, 40.0}});
+  CHECK(selected[1].metric == "tpot");
+  CHECK(selected[1].values[2].second == Approx(10.0));
+  CHECK(selected[2].metric == "e2el");
+  CHECK(selected[2].values[0].second == Approx(50.0));
+  CHECK(selected[2].values[2].second == Approx(80.0));
 }
 
 TEST_CASE("the JSON result carries vLLM's totals", "[bench]") {
@@ -257,5 +312,18 @@ TEST_CASE("the JSON result carries vLLM's totals", "[bench]") {
   CHECK(json.at("request_rate").as_string() == "inf");
   for (const char* field : {"mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "mean_e2el_ms"}) {
     CHECK(json.contains(field));
+  }
+  CHECK(json.at("burstiness").to_number<double>() == 1.0);
+  CHECK(json.at("request_goodput").is_null());  // no objectives given, as vLLM writes
+  SECTION("with objectives, the goodput and the good requests") {
+    o.goodput.tpot_ms = 250.0;
+    r.num_good = 2;
+    r.request_goodput = 2.0;
+    r.percentiles = {{"ttft", {{90.0, 12.5}, {99.5, 13.0}}}};
+    const auto with = boost::json::parse(bench::to_json(o, r)).as_object();
+    CHECK(with.at("request_goodput").to_number<double>() == 2.0);
+    CHECK(with.at("good_completed").to_number<int>() == 2);
+    CHECK(with.at("p90_ttft_ms").to_number<double>() == 12.5);
+    CHECK(with.at("p99.5_ttft_ms").to_number<double>() == 13.0);
   }
 }

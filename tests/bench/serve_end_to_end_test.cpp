@@ -115,3 +115,80 @@ TEST_CASE("bench serve names the served model or refuses another", "[bench][inte
   CHECK(output.find("the server does not serve 'no-such-model' (it serves '" + server->model_name +
                     "')") != std::string::npos);
 }
+
+TEST_CASE("bench serve with gamma arrivals reports the goodput of the objectives given",
+          "[bench][integration]") {
+  const auto server = start_server();
+  const auto json_path = std::filesystem::temp_directory_path() /
+                         ("troupe-bench-goodput-" + std::to_string(::getpid()) + ".json");
+  // Objectives every request meets (ten minutes), and one that none can (a TTFT of 0 ms).
+  const auto [code, output] = run_bench({"--port",
+                                         server->port,
+                                         "--api-key",
+                                         "sk-bench",
+                                         "--num-prompts",
+                                         "6",
+                                         "--random-input-len",
+                                         "16",
+                                         "--random-output-len",
+                                         "6",
+                                         "--request-rate",
+                                         "40",
+                                         "--burstiness",
+                                         "0.5",
+                                         "--seed",
+                                         "3",
+                                         "--goodput",
+                                         "ttft:600000",
+                                         "tpot:600000",
+                                         "e2el:600000",
+                                         "--percentile-metrics",
+                                         "ttft,e2el",
+                                         "--metric-percentiles",
+                                         "50,90",
+                                         "--output-json",
+                                         json_path.string()});
+  INFO(output);
+  CHECK(code == 0);
+  CHECK(has_line(output, "Successful requests:", "6"));
+  CHECK(has_line(output, "Request rate configured (RPS):", "40.00"));
+  CHECK(output.find("\nRequest goodput (req/s):") != std::string::npos);
+  for (const char* label :
+       {"P50 TTFT (ms):", "P90 TTFT (ms):", "Mean E2EL (ms):", "P90 E2EL (ms):"}) {
+    CHECK(output.find(std::string("\n") + label) != std::string::npos);
+  }
+  CHECK(output.find("Time per Output Token") == std::string::npos);  // not asked for
+  const auto json = boost::json::parse(troupe::test::read_text(json_path.string())).as_object();
+  std::filesystem::remove(json_path);
+  CHECK(json.at("good_completed").to_number<int>() == 6);
+  CHECK(json.at("request_goodput").to_number<double>() ==
+        Approx(json.at("request_throughput").to_number<double>()));
+  CHECK(json.at("burstiness").to_number<double>() == 0.5);
+  CHECK(json.contains("p90_e2el_ms"));
+
+  const auto [none_code, none] =
+      run_bench({"--port", server->port, "--api-key", "sk-bench", "--num-prompts", "2",
+                 "--random-input-len", "8", "--random-output-len", "2", "--goodput", "ttft:0"});
+  INFO(none);
+  CHECK(none_code == 0);
+  CHECK(has_line(none, "Request goodput (req/s):", "0.00"));
+}
+
+TEST_CASE("bench serve refuses bad objectives, percentiles and burstiness before it runs",
+          "[bench][integration]") {
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--goodput", "itl:5"},
+                                              {"--goodput", "ttft:-3"},
+                                              {"--percentile-metrics", "ttft,p99"},
+                                              {"--metric-percentiles", "0"},
+                                              {"--burstiness", "0"},
+                                              {"--request-rate", "-2"},
+                                              {"--request-rate", "3x"}}) {
+    std::vector<std::string> args{"--port", "1", "--num-prompts", "1"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const auto [code, output] = run_bench(args);
+    INFO(bad[0] << " " << bad[1] << ": " << output);
+    CHECK(code != 0);
+    CHECK(output.find(bad[0]) != std::string::npos);
+    CHECK(output.find("cannot reach") == std::string::npos);  // refused before asking
+  }
+}

@@ -351,6 +351,100 @@ TEST_CASE("a token budget sized to the machine keeps each step beside decodes wi
   CHECK(core.num_requests() == 0u);
 }
 
+TEST_CASE("a core calibrated three times too slow gives its steps the true budget soon",
+          "[engine][core][token_budget]") {
+  // Long prompts wait (16 of 600 tokens, a seat each), so every step beside decodes is as
+  // large as the budget lets it: the load that kept a wrong slope for good (issue 35).
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 512;
+  config.max_num_seqs = 16;
+  config.max_model_len = 1024;
+  config.num_blocks = 1024;
+  config.block_size = 4;
+  TokenBudgetConfig budget;
+  budget.target_step_seconds = 0.150;
+  budget.max_tokens = 512;
+  budget.granularity = 4;
+  EngineCore core(config, {kEos}, budget);
+  auto slow = [](std::int32_t n) { return 3 * fake_seconds(n); };
+  core.calibrate(std::vector<StepCost>{{256, 0, slow(256)}, {1, 1, slow(1)}});
+  TokenBudget truth(budget);
+  truth.calibrate(std::vector<StepCost>{{256, 0, fake_seconds(256)}, {1, 1, fake_seconds(1)}});
+  for (SeqId id = 1; id <= 16; ++id) {
+    auto r = request(id, 40, 600);
+    r.prompt[0] = static_cast<TokenId>(1000 + id);  // no prefix shared: each is prefilled
+    REQUIRE(core.add(std::move(r)).has_value());
+  }
+  int num_steps = 0, num_near = 0, num_mixed = 0;
+  for (;;) {
+    const std::int32_t decodes = core.scheduler().num_decoding();
+    auto work = core.next_step();
+    if (!work) break;
+    auto out = answer(*work);
+    out.seconds = fake_seconds(work->step.num_tokens());
+    const auto applied = core.apply(out);
+    ++num_steps;
+    if (num_steps <= 20 || decodes == 0 || applied.num_tokens == applied.num_decodes) continue;
+    // Past 20 steps: the steady budget is the true one, within a block.
+    ++num_mixed;
+    const std::int32_t want = truth.budget(decodes);
+    const std::int32_t got = core.token_budget()->budget(decodes);
+    INFO("step " << num_steps << ", " << decodes << " decodes: budget " << got << ", true "
+                 << want);
+    CHECK(got >= want - 4);
+    CHECK(got <= want + 4);
+    if (got >= want - 4 && got <= want + 4) ++num_near;
+  }
+  CHECK(num_mixed > 20);
+  CHECK(num_near == num_mixed);
+  CHECK(core.num_requests() == 0u);
+}
+
+TEST_CASE("a TPOT objective sizes the steps beside decodes by the streams' slack",
+          "[engine][core][token_budget][slo]") {
+  // No timing is asserted: an objective of an hour leaves every stream all the slack (the
+  // whole budget), one of a microsecond none (a granule of prefill).
+  auto run = [](double tpot_seconds) {
+    SchedulerConfig config;
+    config.max_num_batched_tokens = 256;
+    config.max_num_seqs = 8;
+    config.max_model_len = 1024;
+    config.num_blocks = 1024;
+    config.block_size = 4;
+    TokenBudgetConfig budget;
+    budget.max_tokens = 256;
+    budget.granularity = 4;
+    budget.probe_period = 0;  // the steady budget alone
+    budget.target_tpot_seconds = tpot_seconds;
+    EngineCore core(config, {kEos}, budget);
+    core.calibrate(std::vector<StepCost>{{256, 0, fake_seconds(256)}, {1, 1, fake_seconds(1)}});
+    for (SeqId id = 1; id <= 8; ++id) {
+      auto r = request(id, 20, 400);
+      r.prompt[0] = static_cast<TokenId>(1000 + id);
+      REQUIRE(core.add(std::move(r)).has_value());
+    }
+    std::vector<std::int32_t> beside_decodes;  // the budgets of steps with decodes
+    for (;;) {
+      const std::int32_t decodes = core.scheduler().num_decoding();
+      auto work = core.next_step();
+      if (!work) break;
+      if (decodes > 0) beside_decodes.push_back(core.scheduler().token_budget() - decodes);
+      auto out = answer(*work);
+      out.seconds = fake_seconds(work->step.num_tokens());
+      core.apply(out);
+    }
+    CHECK(core.num_requests() == 0u);
+    return beside_decodes;
+  };
+  const auto lax = run(3600.0);
+  const auto strict = run(1e-6);
+  REQUIRE_FALSE(lax.empty());
+  REQUIRE_FALSE(strict.empty());
+  for (const std::int32_t prefill : strict) CHECK(prefill == 4);
+  // With all the slack, the whole budget less the decodes.
+  CHECK(*std::min_element(lax.begin(), lax.end()) >= 256 - 8);
+}
+
 TEST_CASE("a row with no token runs its position again, and the output is the same",
           "[engine][core]") {
   // A worker that withholds the token of request 1 at every second step it is sampled
