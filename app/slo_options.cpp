@@ -7,8 +7,9 @@ void add_slo_options(CLI::App* cmd, SloFlags& flags) {
                   "with --max-num-batched-tokens auto: a time-per-output-token objective; each "
                   "step beside running streams then carries the most prefill that keeps every "
                   "stream's TPOT since its first token within 90% of it (instead of twice the "
-                  "decodes' own step)")
-      ->check(number_in(1.0, 600000.0));
+                  "decodes' own step; default: none)")
+      ->check(number_in(1.0, 600000.0))
+      ->default_str("");
 }
 
 void settle_slo(const SloFlags& flags, const TokenBudgetFlags& budget, EngineConfig& engine) {
