@@ -124,6 +124,10 @@ Int8Path best_int8_path() {
   return paths().back();
 }
 
+bool int8_path_supported(Int8Path path) {
+  return std::find(paths().begin(), paths().end(), path) != paths().end();
+}
+
 bool has_int8_kernel(gguf::TensorType type, std::int64_t cols) {
   using gguf::TensorType;
   switch (type) {
@@ -151,8 +155,7 @@ void int8_matmul_on(Int8Path path, gguf::TensorType type, const Int8Rows& x, std
                     const std::byte* w, std::size_t w_row_bytes, std::int64_t num_w, float* out,
                     std::int64_t out_stride) {
   TROUPE_ASSERT(has_int8_kernel(type, x.cols), "int8_matmul on a type without an int8 kernel");
-  TROUPE_ASSERT(std::find(paths().begin(), paths().end(), path) != paths().end(),
-                "int8_matmul on a path this processor cannot run");
+  TROUPE_ASSERT(int8_path_supported(path), "int8_matmul on a path this processor cannot run");
   switch (path) {
 #if defined(__x86_64__) && defined(TROUPE_INT8_X86)
     case Int8Path::avx512_vnni:

@@ -58,6 +58,7 @@ std::string_view int8_path_name(Int8Path path);
 // Every path this processor can run (portable first), and the fastest of them.
 std::span<const Int8Path> supported_int8_paths();
 Int8Path best_int8_path();
+bool int8_path_supported(Int8Path path);
 
 // Whether `type` has an int8 kernel for rows of `cols` values.
 bool has_int8_kernel(gguf::TensorType type, std::int64_t cols);

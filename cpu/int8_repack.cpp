@@ -7,6 +7,7 @@
 #include <new>
 #include <vector>
 
+#include "gguf/dequantize.hpp"
 #include "gguf/half.hpp"
 #include "troupe/result.hpp"
 
@@ -32,13 +33,6 @@ double peak_macs_per_second(double seconds);
 
 namespace {
 
-bool has_path(Int8Path path) {
-  for (const Int8Path p : supported_int8_paths()) {
-    if (p == path) return true;
-  }
-  return false;
-}
-
 // Whether pmaddubsw's 16-bit pair sums stay exact: every u <= 63.
 bool small_bytes(TensorType type) {
   return type != TensorType::q8_0 && type != TensorType::iq4_nl && type != TensorType::iq4_xs;
@@ -50,9 +44,9 @@ std::vector<Int8Path> repacked_paths(TensorType type) {
   std::vector<Int8Path> paths;
   if (repack_layout(type).unit_values == 0) return paths;
 #if defined(__x86_64__) && defined(TROUPE_INT8_X86)
-  if (has_path(Int8Path::avx2) && small_bytes(type)) paths.push_back(Int8Path::avx2);
-  if (has_path(Int8Path::avx_vnni)) paths.push_back(Int8Path::avx_vnni);
-  if (has_path(Int8Path::avx512_vnni)) paths.push_back(Int8Path::avx512_vnni);
+  if (int8_path_supported(Int8Path::avx2) && small_bytes(type)) paths.push_back(Int8Path::avx2);
+  if (int8_path_supported(Int8Path::avx_vnni)) paths.push_back(Int8Path::avx_vnni);
+  if (int8_path_supported(Int8Path::avx512_vnni)) paths.push_back(Int8Path::avx512_vnni);
 #endif
   return paths;
 }
@@ -63,7 +57,7 @@ bool repacked_kernel_available(TensorType type) {
 
 double int8_peak_macs_per_second(double seconds) {
 #if defined(__x86_64__) && defined(TROUPE_INT8_X86)
-  if (has_path(Int8Path::avx512_vnni)) return int8_avx512::peak_macs_per_second(seconds);
+  if (int8_path_supported(Int8Path::avx512_vnni)) return int8_avx512::peak_macs_per_second(seconds);
 #endif
   (void)seconds;
   return 0.0;
@@ -111,34 +105,6 @@ RepackedWeight allocate_repacked(TensorType type, std::int64_t rows, std::int64_
 
 namespace {
 
-// Q4_K's 6-bit scale and minimum of sub-block j (ggml's get_scale_min_k4).
-void k4_scale_min(const std::uint8_t* q, int j, std::uint8_t& scale, std::uint8_t& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    min = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-// Q6_K's 256 values as unsigned 6-bit u (the value is d * scale * (u - 32)).
-void q6_values(const std::uint8_t* block, std::uint8_t* u) {
-  const std::uint8_t* ql = block;
-  const std::uint8_t* qh = block + 128;
-  for (int n = 0; n < 2; ++n) {
-    for (int l = 0; l < 32; ++l) {
-      std::uint8_t* y = u + 128 * n;
-      y[l] = static_cast<std::uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-      y[l + 32] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-      y[l + 64] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-      y[l + 96] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-    }
-    ql += 64;
-    qh += 32;
-  }
-}
-
 // Where a blocks-of-32 unit's nibbles lie (past d and m).
 constexpr std::size_t nibbles_at(TensorType type) {
   return block32_layout(type).min != 0 ? 64 : 32;
@@ -178,7 +144,7 @@ void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, in
       std::memcpy(dst + 2 * r, src, 2);
       std::memcpy(dst + 32 + 2 * r, src + 2, 2);
       for (int j = 0; j < 8; ++j) {
-        k4_scale_min(src + 4, j, dst[64 + 16 * j + r], dst[192 + 16 * j + r]);
+        gguf::k_scale_min(j, src + 4, dst[64 + 16 * j + r], dst[192 + 16 * j + r]);
       }
       for (int k = 0; k < 4; ++k) {
         for (int j = 0; j < 8; ++j) {
@@ -208,7 +174,7 @@ void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, in
       std::memcpy(dst + 2 * r, src + 208, 2);
       for (int i = 0; i < 16; ++i) dst[32 + 16 * i + r] = src[192 + i];
       std::uint8_t u[256];
-      q6_values(src, u);
+      gguf::q6_k_quants(src, u);
       for (int i = 0; i < 16; ++i) {
         std::uint8_t* sub = dst + 288 + 192 * i;
         const std::uint8_t* v = u + 16 * i;

@@ -9,23 +9,38 @@
 
 namespace troupe::gguf {
 
+void k_scale_min(int j, const std::uint8_t* q, std::uint8_t& scale, std::uint8_t& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    min = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+void q6_k_quants(const std::uint8_t* block, std::uint8_t* u) {
+  const std::uint8_t* ql = block;
+  const std::uint8_t* qh = block + 128;
+  for (int n = 0; n < 2; ++n) {
+    std::uint8_t* y = u + 128 * n;
+    for (int l = 0; l < 32; ++l) {
+      y[l] = static_cast<std::uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+      y[l + 32] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+      y[l + 64] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      y[l + 96] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+    ql += 64;
+    qh += 32;
+  }
+}
+
 namespace {
 
 std::uint16_t load_u16(const std::uint8_t* p) {
   std::uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
-}
-
-// Q4_K and Q5_K pack eight 6-bit scales and mins into 12 bytes.
-void k_scale_min(int j, const std::uint8_t* q, std::uint8_t& scale, std::uint8_t& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
 }
 
 void dequantize_q4_k(const std::uint8_t* block, float* out) {
@@ -71,27 +86,11 @@ void dequantize_q5_k(const std::uint8_t* block, float* out) {
 }
 
 void dequantize_q6_k(const std::uint8_t* block, float* out) {
-  const std::uint8_t* ql = block;
-  const std::uint8_t* qh = block + 128;
   const auto* sc = reinterpret_cast<const std::int8_t*>(block + 192);
   const float d = f16_to_f32(load_u16(block + 208));
-  for (int n = 0; n < 256; n += 128) {
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = static_cast<std::int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = static_cast<std::int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = static_cast<std::int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = static_cast<std::int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      out[l] = d * sc[is] * q1;
-      out[l + 32] = d * sc[is + 2] * q2;
-      out[l + 64] = d * sc[is + 4] * q3;
-      out[l + 96] = d * sc[is + 6] * q4;
-    }
-    out += 128;
-    ql += 64;
-    qh += 32;
-    sc += 8;
-  }
+  std::uint8_t u[256];
+  q6_k_quants(block, u);
+  for (int i = 0; i < 256; ++i) out[i] = d * sc[i / 16] * (u[i] - 32);
 }
 
 // Q2_K: 16 groups of 16 with a 4-bit scale and minimum each (scales[16], low nibble the

@@ -18,6 +18,13 @@ std::size_t row_bytes(TensorType type, std::int64_t cols);
 // Whether dequantize_row decodes this type.
 bool can_dequantize(TensorType type);
 
+// Q4_K's and Q5_K's 6-bit scale and minimum of sub-block j (0-7), from their 12 packed bytes
+// (ggml's get_scale_min_k4).
+void k_scale_min(int j, const std::uint8_t* q, std::uint8_t& scale, std::uint8_t& min);
+// A Q6_K super-block's 256 quants as unsigned 6-bit values u (value i is
+// d * scale[i / 16] * (u[i] - 32)).
+void q6_k_quants(const std::uint8_t* block, std::uint8_t* u);
+
 // Decodes `cols` elements at `data` into out[0..cols), as ggml's dequantize_row_* do. Types:
 // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS
 // and MXFP4.

@@ -13,72 +13,24 @@
 #include "cpu/int8_matmul.hpp"
 #include "cpu/int8_repack.hpp"
 #include "gguf/dequantize.hpp"
+#include "support/int8_weights.hpp"
 
 using namespace troupe;
 using namespace troupe::cpu;
 using gguf::TensorType;
+using test::random_floats;
+using test::Weights;
 
 namespace {
-
-std::mt19937& rng() {
-  static std::mt19937 generator(20261203);
-  return generator;
-}
-
-std::vector<float> random_floats(std::size_t n, float scale) {
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng());
-  return v;
-}
 
 const TensorType kTypes[] = {
     TensorType::q8_0,   TensorType::q4_0, TensorType::q4_1, TensorType::q5_0,   TensorType::q5_1,
     TensorType::iq4_nl, TensorType::q4_k, TensorType::q5_k, TensorType::iq4_xs, TensorType::q6_k};
 
-struct Weights {
-  std::vector<std::byte> bytes;
-  std::vector<float> decoded;
-  std::size_t row_bytes = 0;
-};
-
-// The scale fields of a block, [begin, end), kept as the encoder wrote them (finite, small).
-std::pair<std::size_t, std::size_t> kept_fields(TensorType type) {
-  switch (type) {
-    case TensorType::q6_k:
-      return {208, 210};
-    case TensorType::q5_0:
-    case TensorType::iq4_nl:
-    case TensorType::iq4_xs:
-      return {0, 2};
-    default:  // d and m (Q4_1, Q5_1), d and dmin (Q4_K, Q5_K)
-      return {0, 4};
-  }
-}
-
-// Encoded by troupe's quantizer; then every byte but the scales randomised (all but Q8_0 and
-// Q4_0), so that every scale, minimum, high bit and table entry occurs.
+// Encoded, with every byte but the scales randomised where the type has bits the encoder
+// would not write (support/int8_weights.hpp).
 Weights make_weights(TensorType type, std::int64_t rows, std::int64_t cols) {
-  Weights w;
-  w.bytes = *gguf::quantize(type, random_floats(static_cast<std::size_t>(rows * cols), 0.5f), cols);
-  w.row_bytes = gguf::row_bytes(type, cols);
-  if (type != TensorType::q8_0 && type != TensorType::q4_0) {
-    const auto traits = *gguf::tensor_type_traits(static_cast<std::uint32_t>(type));
-    const auto [keep_begin, keep_end] = kept_fields(type);
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (std::size_t b = 0; b < w.bytes.size(); b += traits.block_bytes) {
-      for (std::size_t i = 0; i < traits.block_bytes; ++i) {
-        if (i < keep_begin || i >= keep_end) w.bytes[b + i] = static_cast<std::byte>(byte(rng()));
-      }
-    }
-  }
-  w.decoded.resize(static_cast<std::size_t>(rows * cols));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    REQUIRE(gguf::dequantize_row(type, w.bytes.data() + r * w.row_bytes, cols,
-                                 w.decoded.data() + r * cols)
-                .has_value());
-  }
-  return w;
+  return test::make_weights(type, rows, cols, test::random_bits(type));
 }
 
 RepackedWeight repack(const Weights& w, TensorType type, std::int64_t rows, std::int64_t cols) {
