@@ -9,6 +9,7 @@
 #include <new>
 
 #include "cpu/attention.hpp"
+#include "cpu/float_panels.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/row_ops.hpp"
 #include "gguf/dequantize.hpp"
@@ -52,8 +53,9 @@ Result<Weight> CpuBackend::load_weight(const gguf::GgufTensorInfo& info) {
                       info.dims[0]};
   // A matrix the repacked kernel takes is repacked on its first product (an embedding table
   // that is only looked up never is). A weight loaded where another was replaces it.
-  if (weight.rows > 1 && can_repack(weight.type, weight.cols) &&
-      repacked_kernel_available(weight.type)) {
+  if (weight.rows > 1 &&
+      (has_float_panels(weight.type) ||
+       (can_repack(weight.type, weight.cols) && repacked_kernel_available(weight.type)))) {
     repacked_.insert_or_assign(weight.data, Packing{});
   } else {
     repacked_.erase(weight.data);
@@ -209,11 +211,18 @@ const RepackedWeight* CpuBackend::repacked(const Weight& weight) {
   if (!packing.tried) {
     packing.tried = true;
     try {
+      const bool floats = has_float_panels(weight.type);
       auto packed = std::make_unique<RepackedWeight>(
-          allocate_repacked(weight.type, weight.rows, weight.cols));
+          floats ? allocate_float_panels(weight.type, weight.rows, weight.cols)
+                 : allocate_repacked(weight.type, weight.rows, weight.cols));
       const std::size_t w_row_bytes = gguf::row_bytes(weight.type, weight.cols);
+      const auto* w = static_cast<const std::byte*>(weight.data);
       pool_.parallel_for(packed->groups, [&](std::int64_t g) {
-        repack_group(*packed, static_cast<const std::byte*>(weight.data), w_row_bytes, g);
+        if (floats) {
+          repack_float_group(*packed, w, w_row_bytes, g);
+        } else {
+          repack_group(*packed, w, w_row_bytes, g);
+        }
       });
       packing.packed = std::move(packed);
     } catch (const std::bad_alloc&) {
@@ -257,6 +266,15 @@ void CpuBackend::matmul(Tensor x, const Weight& weight, Tensor out) {
     return;
   }
   TROUPE_ASSERT(has_float_kernel(weight.type), "matmul weight of a type without a kernel");
+  if (const RepackedWeight* packed = repacked(weight)) {
+    // Float panels (float_panels.hpp); a chunk is whole groups of 16 rows.
+    pool_.parallel_for(num_tasks, [&](std::int64_t task) {
+      const std::int64_t g0 = task * chunk / kRepackRows;
+      const std::int64_t g1 = std::min(packed->groups, (task + 1) * chunk / kRepackRows);
+      float_panels_matmul(*packed, x.data, x.cols, x.rows, g0, g1, out.data, out.cols);
+    });
+    return;
+  }
   pool_.parallel_for(num_tasks, [&](std::int64_t task) {
     const std::int64_t r0 = task * chunk;
     const std::int64_t n = std::min(chunk, weight.rows - r0);

@@ -213,16 +213,16 @@ TEST_CASE("a node with another model file is refused, naming it and both fingerp
 TEST_CASE("a replica placed again skips a node with another model file", "[cluster]") {
   Cluster cluster(1, "prefix");
   cluster.nodes.at("n0")->kill(SIGKILL);
-  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
+  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 503; }, 60s));
   ChildProcess stale({TROUPE_BINARY, "node", "--join",
                       "127.0.0.1:" + std::to_string(cluster.cluster_port), "--cluster-token",
                       kToken, "--name", "stale", "-m",
                       test::write_small_model("cluster-stale-model")});
-  CHECK(cluster.head->wait_for("no replica is placed on node stale again: .*fingerprint", 30s)
+  CHECK(cluster.head->wait_for("no replica is placed on node stale again: .*fingerprint", 60s)
             .has_value());
   CHECK(cluster.get("/health").status == 503);
   cluster.add_node("good");
-  CHECK(cluster.head->wait_for("replica 0 is up again on node good", 30s).has_value());
+  CHECK(cluster.head->wait_for("replica 0 is up again on node good", 60s).has_value());
   CHECK(cluster.post("/v1/completions", completion(prompt_for(1, 8), 4)).status == 200);
   const test::Json state = cluster.cluster();
   for (const auto& n : state["nodes"].array) {
