@@ -338,12 +338,13 @@ void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
       const float* key = row(k, t) + h * s.head_dim;
       const float* value = row(v, t) + h * s.head_dim;
       if (half) {
+        thread_local std::vector<std::uint16_t> converted;
+        converted.resize(static_cast<std::size_t>(s.head_dim));
+        f32_to_f16_saturated_row(key, converted.data(), s.head_dim);
         auto* kh = reinterpret_cast<std::uint16_t*>(keys);
-        auto* vh = reinterpret_cast<std::uint16_t*>(values) + slot * s.head_dim;
-        for (std::int32_t d = 0; d < s.head_dim; ++d) {
-          kh[d * s.block_size + slot] = gguf::f32_to_f16_saturated(key[d]);
-          vh[d] = gguf::f32_to_f16_saturated(value[d]);
-        }
+        for (std::int32_t d = 0; d < s.head_dim; ++d) kh[d * s.block_size + slot] = converted[d];
+        f32_to_f16_saturated_row(
+            value, reinterpret_cast<std::uint16_t*>(values) + slot * s.head_dim, s.head_dim);
       } else {
         auto* kf = reinterpret_cast<float*>(keys);
         for (std::int32_t d = 0; d < s.head_dim; ++d) kf[d * s.block_size + slot] = key[d];

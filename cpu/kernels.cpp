@@ -199,6 +199,28 @@ void SwigluRow(const float* gate, const float* up, float* out, std::int64_t n) {
   }
 }
 
+// out = f32_to_f16_saturated(in) over n values (gguf/half.hpp): beyond F16's range the
+// largest finite half of its sign, NaN stays NaN, the rest rounded to nearest even.
+// Highway 1.0.3 emulates the demotion where x86 has no F16C (SSE4 and below), flushing
+// subnormals and losing NaN: there the scalar conversion does it.
+void F32ToF16Saturated(const float* in, std::uint16_t* out, std::int64_t n) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const DF d;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const auto lanes = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto lo = hn::Set(d, -65504.0f), hi = hn::Set(d, 65504.0f);
+  auto* o = reinterpret_cast<hwy::float16_t*>(out);
+  const auto convert = [&](hn::Vec<DF> v) {
+    return hn::DemoteTo(dh, hn::IfThenElse(hn::IsNaN(v), v, hn::Min(hn::Max(v, lo), hi)));
+  };
+  std::int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(convert(hn::LoadU(d, in + i)), dh, o + i);
+#else
+  std::int64_t i = 0;
+#endif
+  for (; i < n; ++i) out[i] = gguf::f32_to_f16_saturated(in[i]);
+}
+
 const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
@@ -213,6 +235,11 @@ HWY_EXPORT(MatmulTileFloat);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(QuantizeRowInt8);
 HWY_EXPORT(SwigluRow);
+HWY_EXPORT(F32ToF16Saturated);
+
+void f32_to_f16_saturated_row(const float* in, std::uint16_t* out, std::int64_t n) {
+  HWY_DYNAMIC_DISPATCH(F32ToF16Saturated)(in, out, n);
+}
 
 void swiglu_row_simd(const float* gate, const float* up, float* out, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(SwigluRow)(gate, up, out, n);

@@ -33,6 +33,9 @@ void quantize_row_int8(const float* x, std::int64_t cols, std::int8_t* q, float*
 // out = silu(gate) * up over n values (out may be gate), vectorised.
 void swiglu_row_simd(const float* gate, const float* up, float* out, std::int64_t n);
 
+// out[i] = gguf::f32_to_f16_saturated(in[i]) for i < n, vectorised (the KV cache's stores).
+void f32_to_f16_saturated_row(const float* in, std::uint16_t* out, std::int64_t n);
+
 // The SIMD target the dispatcher picked, for logs and benchmarks.
 const char* simd_target_name();
 

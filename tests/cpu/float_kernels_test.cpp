@@ -1,13 +1,16 @@
 // The float matmul kernels (F32, F16, BF16 weights) on every Highway target this
-// processor runs, against a double-precision product of the decoded weights.
+// processor runs, against a double-precision product of the decoded weights; the KV
+// cache's F16 conversion against the scalar one.
 #include <hwy/targets.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "cpu/kernels.hpp"
 #include "gguf/dequantize.hpp"
+#include "gguf/half.hpp"
 
 using namespace troupe;
 using gguf::TensorType;
@@ -53,4 +56,53 @@ TEST_CASE("the float kernels match the reference on every SIMD target here", "[c
     }
   }
   hwy::SetSupportedTargetsForTest(0);  // back to what the processor has
+}
+
+TEST_CASE("the KV cache's F16 conversion equals the scalar one on every SIMD target",
+          "[cpu][simd]") {
+  // Every kind of value: ordinary, subnormal in F16, halfway cases, past the range, the
+  // infinities and NaN; 83 values so the tail past the last full vector is taken too.
+  std::vector<float> in = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -2.5f,
+                           65504.0f,
+                           65519.0f,
+                           65520.0f,
+                           -65520.0f,
+                           1.0e9f,
+                           -1.0e9f,
+                           6.0e-8f,
+                           3.0e-8f,
+                           1.0e-10f,
+                           1.00048828125f,
+                           1.0009765625f,
+                           2.0e-5f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> exponent(-30.0f, 20.0f);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  while (in.size() < 83) {
+    in.push_back((bits(rng) & 1 ? -1.0f : 1.0f) * std::exp2(exponent(rng)));
+  }
+  const auto targets = hwy::SupportedAndGeneratedTargets();
+  for (const std::int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    INFO("target " << hwy::TargetName(target));
+    std::vector<std::uint16_t> out(in.size());
+    cpu::f32_to_f16_saturated_row(in.data(), out.data(), static_cast<std::int64_t>(in.size()));
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      INFO("value " << in[i]);
+      const std::uint16_t want = gguf::f32_to_f16_saturated(in[i]);
+      if (std::isnan(in[i])) {
+        CHECK((out[i] & 0x7c00u) == 0x7c00u);
+        CHECK((out[i] & 0x3ffu) != 0u);
+      } else {
+        CHECK(out[i] == want);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
