@@ -49,12 +49,14 @@ HWY_INLINE float kv_scalar(const T* p) {
 
 constexpr int kMaxRows = 8;  // query rows that share each key or value load
 
-// score_rows[r][slot] = scale * q_rows[r] . key[slot] for one block, for up to kMaxRows
-// rows at a time. Keys are stored transposed ([head_dim][block_size]) so that one vector
-// holds a dimension of many slots and no dot product needs a horizontal sum. Each row's
-// arithmetic is the same whichever rows share the call.
-template <typename T>
-HWY_INLINE void block_scores(const float* const* q_rows, int num_rows, const T* k_block,
+// score_rows[r][slot] = scale * q_rows[r] . key[slot] for NB consecutive blocks (NB of
+// block_size slots, the second's scores right after the first's), for up to kMaxRows rows
+// at a time. Keys are stored transposed ([head_dim][block_size]) so that one vector holds
+// a dimension of many slots and no dot product needs a horizontal sum; each broadcast of a
+// query's dimension serves NB key vectors. Each score is one accumulator chain over the
+// dimensions in order, whichever rows or blocks share the call.
+template <typename T, int NB>
+HWY_INLINE void block_scores(const float* const* q_rows, int num_rows, const T* const* k_blocks,
                              int head_dim, int block_size, float scale, float* const* score_rows) {
   const DF d;
   const int lanes = static_cast<int>(hn::Lanes(d));
@@ -64,22 +66,30 @@ HWY_INLINE void block_scores(const float* const* q_rows, int num_rows, const T* 
     float* const* out = score_rows + r0;
     int slot = 0;
     for (; slot + lanes <= block_size; slot += lanes) {
-      hn::Vec<DF> acc[kMaxRows];
-      for (int r = 0; r < rows; ++r) acc[r] = hn::Zero(d);
+      hn::Vec<DF> acc[kMaxRows][NB];
+      for (int r = 0; r < rows; ++r)
+        for (int b = 0; b < NB; ++b) acc[r][b] = hn::Zero(d);
       for (int dim = 0; dim < head_dim; ++dim) {
-        const auto k = load_kv(d, k_block + dim * block_size + slot);
-        for (int r = 0; r < rows; ++r) acc[r] = hn::MulAdd(hn::Set(d, q[r][dim]), k, acc[r]);
+        hn::Vec<DF> k[NB];
+        for (int b = 0; b < NB; ++b) k[b] = load_kv(d, k_blocks[b] + dim * block_size + slot);
+        for (int r = 0; r < rows; ++r) {
+          const auto qv = hn::Set(d, q[r][dim]);
+          for (int b = 0; b < NB; ++b) acc[r][b] = hn::MulAdd(qv, k[b], acc[r][b]);
+        }
       }
       for (int r = 0; r < rows; ++r)
-        hn::StoreU(hn::Mul(acc[r], hn::Set(d, scale)), d, out[r] + slot);
+        for (int b = 0; b < NB; ++b)
+          hn::StoreU(hn::Mul(acc[r][b], hn::Set(d, scale)), d, out[r] + b * block_size + slot);
     }
     for (; slot < block_size; ++slot) {  // a block size that is not a multiple of the lanes
-      for (int r = 0; r < rows; ++r) {
-        float sum = 0.0f;
-        for (int dim = 0; dim < head_dim; ++dim) {
-          sum += q[r][dim] * kv_scalar(k_block + dim * block_size + slot);
+      for (int b = 0; b < NB; ++b) {
+        for (int r = 0; r < rows; ++r) {
+          float sum = 0.0f;
+          for (int dim = 0; dim < head_dim; ++dim) {
+            sum += q[r][dim] * kv_scalar(k_blocks[b] + dim * block_size + slot);
+          }
+          out[r][b * block_size + slot] = sum * scale;
         }
-        out[r][slot] = sum * scale;
       }
     }
   }
@@ -185,13 +195,18 @@ void partition(const PartitionJob& j) {
   thread_local std::vector<float*> out_rows;
   in_rows.resize(static_cast<std::size_t>(num_rows));
   out_rows.resize(static_cast<std::size_t>(num_rows));
-  // Scores, each key block loaded once for all the rows that see any of it (the queries
-  // are in position order, so those are the tile's last ones).
-  for (int b = 0; b < j.num_blocks; ++b) {
+  // Scores, two key blocks at a time, each loaded once for all the rows that see any of
+  // them (the queries are in position order, so those are the tile's last ones). A row
+  // that sees only the first gets scores for the second too, past what it sees: never
+  // read.
+  // (Two only with 32 registers: on 16, the tile's 16 accumulators would spill.)
+  constexpr int kBlocks = hn::MaxLanes(DF()) >= 16 ? 2 : 1;
+  for (int b = 0; b < j.num_blocks; b += kBlocks) {
+    const int nb = std::min(kBlocks, j.num_blocks - b);
     int first = 0;
     while (first < j.num_queries && visible(first) <= b * bs) ++first;
-    int last = j.num_queries;  // the queries whose window starts past this block skip it
-    while (last > first && window_start(last - 1) >= (b + 1) * bs) --last;
+    int last = j.num_queries;  // the queries whose window starts past these blocks skip them
+    while (last > first && window_start(last - 1) >= (b + nb) * bs) --last;
     int n = 0;
     for (int i = first; i < last; ++i) {
       for (int h = 0; h < j.group; ++h, ++n) {
@@ -199,8 +214,13 @@ void partition(const PartitionJob& j) {
         out_rows[n] = j.scores + (i * j.group + h) * j.score_stride + b * bs;
       }
     }
-    block_scores(in_rows.data(), n, reinterpret_cast<const T*>(j.k_blocks[b]), hd, bs, j.scale,
-                 out_rows.data());
+    const T* keys[2] = {reinterpret_cast<const T*>(j.k_blocks[b]),
+                        reinterpret_cast<const T*>(j.k_blocks[b + nb - 1])};
+    if (nb == 2) {
+      block_scores<T, 2>(in_rows.data(), n, keys, hd, bs, j.scale, out_rows.data());
+    } else {
+      block_scores<T, 1>(in_rows.data(), n, keys, hd, bs, j.scale, out_rows.data());
+    }
   }
   for (int i = 0; i < j.num_queries; ++i) {
     const int begin = window_start(i), end = visible(i);
