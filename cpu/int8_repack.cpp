@@ -36,6 +36,7 @@ namespace {
 // Whether pmaddubsw's 16-bit pair sums stay exact: every u <= 63.
 bool small_bytes(TensorType type) {
   return type != TensorType::q8_0 && type != TensorType::iq4_nl && type != TensorType::iq4_xs;
+  // (MXFP4's u = level + 12 <= 24.)
 }
 
 }  // namespace
@@ -107,13 +108,18 @@ namespace {
 
 // Where a blocks-of-32 unit's nibbles lie (past d and m).
 constexpr std::size_t nibbles_at(TensorType type) {
-  return block32_layout(type).min != 0 ? 64 : 32;
+  return block32_layout(type).min != 0 || block32_layout(type).e8m0 ? 64 : 32;
 }
 
 void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, int r) {
   if (is_repacked_nibbles32(type)) {
     const Block32Layout file = block32_layout(type);
-    std::memcpy(dst + 2 * r, src, 2);
+    if (file.e8m0) {
+      const float d = gguf::e8m0_half_to_f32(src[0]);
+      std::memcpy(dst + 4 * r, &d, 4);
+    } else {
+      std::memcpy(dst + 2 * r, src, 2);
+    }
     if (file.min != 0) std::memcpy(dst + 32 + 2 * r, src + file.min, 2);
     std::uint8_t* nibbles = dst + nibbles_at(type);
     for (int j = 0; j < 4; ++j) std::memcpy(nibbles + 64 * j + 4 * r, src + file.quants + 4 * j, 4);
@@ -190,8 +196,10 @@ void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, in
   }
 }
 
-// A table type's level for a nibble, as the unsigned byte the kernel multiplies (+ 128).
-int table_u(int nibble) {
+// A table type's level for a nibble, as the unsigned byte the kernel multiplies (IQ4's
+// + 128, MXFP4's + 12).
+int table_u(TensorType type, int nibble) {
+  if (type == TensorType::mxfp4) return gguf::kMxfp4Values[nibble] + 12;
   return gguf::kIq4NlValues[nibble] + 128;
 }
 
@@ -202,7 +210,7 @@ int unit_u(TensorType type, const std::uint8_t* unit, int r, int v) {
     const int j = v % 16 / 4, i = v % 4;
     const std::uint8_t byte = nibbles[64 * j + 4 * r + i];
     const int nibble = v < 16 ? byte & 15 : byte >> 4;
-    if (type == TensorType::iq4_nl) return table_u(nibble);
+    if (block32_layout(type).table != nullptr) return table_u(type, nibble);
     if (block32_layout(type).high_bits == 0) return nibble;
     return nibble | ((nibbles[256 + 4 * r + i] >> (2 * j + (v < 16 ? 0 : 1))) & 1) << 4;
   }
@@ -220,7 +228,7 @@ int unit_u(TensorType type, const std::uint8_t* unit, int r, int v) {
     case TensorType::iq4_xs: {
       const int b = v / 32, w = v % 32, j = w % 16 / 4;
       const std::uint8_t byte = unit[160 + 256 * b + 64 * j + 4 * r + w % 4];
-      return table_u(w < 16 ? byte & 15 : byte >> 4);
+      return table_u(type, w < 16 ? byte & 15 : byte >> 4);
     }
     default: {  // q6_k
       const int i = v / 16, within = v % 16, quarter = within / 4, b = within % 4;
@@ -288,7 +296,9 @@ void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::
             const float s = x.lane_scales[t * (x.cols / 4) + col / 32 * 8];
             float a = 0.0f, c = 0.0f;
             bool has_min = false;
-            if (w.type == TensorType::q8_0 || is_repacked_nibbles32(w.type)) {
+            if (w.type == TensorType::mxfp4) {
+              std::memcpy(&a, unit + 4 * r, 4);
+            } else if (w.type == TensorType::q8_0 || is_repacked_nibbles32(w.type)) {
               a = f16_at(unit + 2 * r);
               if (block32_layout(w.type).min != 0) {
                 has_min = true;

@@ -16,11 +16,12 @@
 // code; the vector kernel must equal it bit for bit (tested).
 //
 // Types: Q8_0 (u = q + 128, offset 128); Q4_0, Q5_0 (offsets 8, 16), Q4_1, Q5_1 (c = m),
-// IQ4_NL (u = level + 128, offset 128); Q4_K, Q5_K (blocks of 32, a = d * scale,
+// IQ4_NL (u = level + 128, offset 128); MXFP4 (a = its E8M0 scale halved, kept as float32;
+// u = the doubled FP4 level + 12, offset 12); Q4_K, Q5_K (blocks of 32, a = d * scale,
 // c = -dmin * min), IQ4_XS (a = d * (scale - 32), offset 128), Q6_K (blocks of 16,
 // a = d * scale, offset 32). Each row keeps as many bits as in the file (4-bit stays 4-bit,
 // Q6_K 6-bit; the K-quants' packed 6-bit scales take a byte each), only their order changes.
-// Q2_K, Q3_K and MXFP4 keep int8_matmul's layout.
+// Q2_K and Q3_K keep int8_matmul's layout.
 #pragma once
 
 #include <cstddef>
@@ -107,6 +108,8 @@ constexpr RepackLayout repack_layout(gguf::TensorType type) {
       return {32, 16 * 18};
     case TensorType::q4_1:
       return {32, 16 * 20};
+    case TensorType::mxfp4:  // d as float32: an E8M0 scale may be outside F16's range
+      return {32, 16 * 4 + 256};
     case TensorType::q5_0:
       return {32, 16 * 22};
     case TensorType::q5_1:
@@ -135,6 +138,8 @@ constexpr int repack_offset(gguf::TensorType type) {
       return 128;
     case TensorType::q4_0:
       return 8;
+    case TensorType::mxfp4:
+      return 12;
     case TensorType::q5_0:
       return 16;
     case TensorType::q6_k:
@@ -148,7 +153,7 @@ constexpr int repack_offset(gguf::TensorType type) {
 constexpr bool is_repacked_nibbles32(gguf::TensorType type) {
   using gguf::TensorType;
   return type == TensorType::q4_0 || type == TensorType::q4_1 || type == TensorType::q5_0 ||
-         type == TensorType::q5_1 || type == TensorType::iq4_nl;
+         type == TensorType::q5_1 || type == TensorType::iq4_nl || type == TensorType::mxfp4;
 }
 
 }  // namespace troupe::cpu

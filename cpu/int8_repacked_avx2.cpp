@@ -93,8 +93,20 @@ struct Ops {
         _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
     return {t, t};
   }
+  // MXFP4's doubled FP4 levels + 12.
+  static V mxfp4_table() {
+    alignas(16) std::uint8_t b[16];
+    for (int i = 0; i < 16; ++i) b[i] = static_cast<std::uint8_t>(gguf::kMxfp4Values[i] + 12);
+    const __m256i t =
+        _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
+    return {t, t};
+  }
   static F cvt(V a) {
     return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)};
+  }
+  static F floats16(const std::uint8_t* p) {
+    return {_mm256_loadu_ps(reinterpret_cast<const float*>(p)),
+            _mm256_loadu_ps(reinterpret_cast<const float*>(p + 32))};
   }
   static F mul(F a, F b) {
     return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};

@@ -51,7 +51,16 @@ struct Ops {
     for (int i = 0; i < 16; ++i) b[i] = static_cast<std::uint8_t>(gguf::kIq4NlValues[i] + 128);
     return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
   }
+  // MXFP4's doubled FP4 levels + 12.
+  static V mxfp4_table() {
+    alignas(16) std::uint8_t b[16];
+    for (int i = 0; i < 16; ++i) b[i] = static_cast<std::uint8_t>(gguf::kMxfp4Values[i] + 12);
+    return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
+  }
   static F cvt(V a) { return _mm512_cvtepi32_ps(a); }
+  static F floats16(const std::uint8_t* p) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+  }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static F neg(F a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); }

@@ -11,7 +11,8 @@
 //   bytes(c), set1_32(i), set1(f), four(p): four activation bytes in every lane,
 //   dot(acc, u, x): acc + the sum of each lane's four u * x byte products, and_, or_,
 //   shr(v, n), shl(v, n): 16-bit lane shifts, bit_to_4(v, bit), shuffle(table, idx),
-//   iq4_table(), cvt(V) -> F, mul, fma(a, b, c) = a * b + c, neg(F), halves16(p),
+//   iq4_table(), mxfp4_table(), cvt(V) -> F, mul, fma(a, b, c) = a * b + c, neg(F),
+//   floats16(p), halves16(p),
 //   bytes16_u(p), bytes16_i(p): 16 f16 / u8 / i8 values as floats, store(p, F, rows).
 
 #include <cstring>
@@ -50,7 +51,7 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
   for (int t = 0; t < NT; ++t) acc[t] = O::zero_f();
   const V low4 = O::bytes(0x0F);
   const V bit4 = O::bytes(0x10);
-  const V table = O::iq4_table();
+  const V table = kType == TensorType::mxfp4 ? O::mxfp4_table() : O::iq4_table();
   constexpr RepackLayout layout = repack_layout(kType);
   for (std::int64_t u = 0; u < units; ++u) {
     const std::uint8_t* unit = group + u * layout.unit_bytes;
@@ -76,8 +77,8 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
     } else if constexpr (is_repacked_nibbles32(kType)) {
       constexpr Block32Layout kFile = block32_layout(kType);
       constexpr bool kMin = kFile.min != 0, kHigh = kFile.high_bits != 0;
-      const F d = O::halves16(unit);
-      const std::uint8_t* nibbles = unit + (kMin ? 64 : 32);
+      const F d = kFile.e8m0 ? O::floats16(unit) : O::halves16(unit);
+      const std::uint8_t* nibbles = unit + (kMin || kFile.e8m0 ? 64 : 32);
       V high = O::zero_i();
       if constexpr (kHigh) high = O::load(nibbles + 256);
       V ai[NT];
@@ -276,6 +277,8 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
       return run<TensorType::q5_1>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
     case TensorType::iq4_nl:
       return run<TensorType::iq4_nl>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::mxfp4:
+      return run<TensorType::mxfp4>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
     case TensorType::q4_k:
       return run<TensorType::q4_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
     case TensorType::q5_k:

@@ -1,4 +1,4 @@
-// The repacked int8 kernel (Q8_0, Q4_0, Q4_K, Q6_K in groups of 16 interleaved rows): bit for
+// The repacked int8 kernel (every repacked type, in groups of 16 interleaved rows): bit for
 // bit what the scalar reference computes, within rounding of a double-precision product of
 // the scalar decoder's weights and the activations as quantized, and a row's result the same
 // alone, in any batch and in any split of the weight rows.
@@ -23,9 +23,10 @@ using test::Weights;
 
 namespace {
 
-const TensorType kTypes[] = {
-    TensorType::q8_0,   TensorType::q4_0, TensorType::q4_1, TensorType::q5_0,   TensorType::q5_1,
-    TensorType::iq4_nl, TensorType::q4_k, TensorType::q5_k, TensorType::iq4_xs, TensorType::q6_k};
+const TensorType kTypes[] = {TensorType::q8_0,   TensorType::q4_0, TensorType::q4_1,
+                             TensorType::q5_0,   TensorType::q5_1, TensorType::iq4_nl,
+                             TensorType::mxfp4,  TensorType::q4_k, TensorType::q5_k,
+                             TensorType::iq4_xs, TensorType::q6_k};
 
 // Encoded, with every byte but the scales randomised where the type has bits the encoder
 // would not write (support/int8_weights.hpp).
@@ -62,7 +63,7 @@ std::vector<std::int64_t> widths(TensorType type) {
 
 }  // namespace
 
-TEST_CASE("only Q8_0 Q4_0 Q4_K and Q6_K rows of whole units have a repacked layout",
+TEST_CASE("rows of whole units of the repacked types have a repacked layout, Q2_K and Q3_K none",
           "[cpu][int8]") {
   CHECK(can_repack(TensorType::q8_0, 32));
   CHECK(can_repack(TensorType::q4_0, 96));
@@ -74,7 +75,8 @@ TEST_CASE("only Q8_0 Q4_0 Q4_K and Q6_K rows of whole units have a repacked layo
   CHECK(can_repack(TensorType::iq4_xs, 256));
   CHECK(can_repack(TensorType::q5_1, 32));
   CHECK_FALSE(can_repack(TensorType::q3_k, 256));
-  CHECK_FALSE(can_repack(TensorType::mxfp4, 256));
+  CHECK(can_repack(TensorType::mxfp4, 256));
+  CHECK_FALSE(can_repack(TensorType::q2_k, 256));
   CHECK_FALSE(can_repack(TensorType::f16, 256));
   // The layout keeps the file's bits: a group of 16 rows is 16 rows' bytes (Q4_K: with its
   // 6-bit scales a byte each).
@@ -84,6 +86,8 @@ TEST_CASE("only Q8_0 Q4_0 Q4_K and Q6_K rows of whole units have a repacked layo
   CHECK(repack_layout(TensorType::q5_0).unit_bytes == 16 * 22);
   CHECK(repack_layout(TensorType::q4_k).unit_bytes == 16 * 144 + 64);
   CHECK(repack_layout(TensorType::q5_k).unit_bytes == 16 * 176 + 64);
+  // MXFP4: its E8M0 scale as float32 (outside F16's range at either end), nibbles as stored.
+  CHECK(repack_layout(TensorType::mxfp4).unit_bytes == 16 * 4 + 256);
 }
 
 TEST_CASE("the repacked kernel equals its scalar reference bit for bit and the decoder's product",
@@ -232,4 +236,34 @@ TEST_CASE("the CPU backend multiplies the quantized matrices it loaded through t
       REQUIRE(same);
     }
   }
+}
+
+TEST_CASE("MXFP4 scales at both ends of E8M0's range give the reference's bits", "[cpu][int8]") {
+  // 2^-128 and 2^-127 (the subnormal halves), 2^-20, 2^10 and 2^100: an F16 scale could hold
+  // only the middle two.
+  const std::int64_t rows = 16, cols = 64;
+  auto w = make_weights(TensorType::mxfp4, rows, cols);
+  const std::uint8_t exponents[] = {0, 1, 108, 138, 228};
+  const std::size_t block_bytes = 17;
+  for (std::size_t b = 0; b * block_bytes < w.bytes.size(); ++b) {
+    w.bytes[b * block_bytes] = static_cast<std::byte>(exponents[b % 5]);
+  }
+  const RepackedWeight packed = repack(w, TensorType::mxfp4, rows, cols);
+  const auto xs = random_floats(static_cast<std::size_t>(3 * cols), 1.0f);
+  const Int8RowBuffer buffer = quantized(xs, 3, cols);
+  std::vector<float> want(static_cast<std::size_t>(3 * rows));
+  repacked_matmul_reference(packed, buffer.rows(), 3, 0, 1, want.data(), rows);
+  for (const Int8Path path : paths_or_reference(TensorType::mxfp4)) {
+    INFO("path " << int8_path_name(path));
+    std::vector<float> got(want.size(), -1.0f);
+    repacked_matmul_on(path, packed, buffer.rows(), 3, 0, 1, got.data(), rows);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("output " << i << ": " << got[i] << " against " << want[i]);
+      CHECK(std::memcmp(&got[i], &want[i], sizeof(float)) == 0);
+    }
+  }
+  // The scales reach the products: the outputs are far from F16's range.
+  bool large = false;
+  for (const float v : want) large = large || std::fabs(v) > 1e20f;
+  CHECK(large);
 }
