@@ -176,6 +176,49 @@ void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, in
       }
       return;
     }
+    case TensorType::q2_k:
+    case TensorType::q3_k: {
+      const bool q2 = type == TensorType::q2_k;
+      const std::uint8_t* qs = src + (q2 ? 16 : 32);
+      // Value v's two low bits: bits 2j of byte v % 32 of its half's 32 bytes.
+      const auto low2 = [&](int v) {
+        return (qs[32 * (v / 128) + v % 32] >> (2 * (v % 128 / 32))) & 3;
+      };
+      std::uint8_t* lows = dst + (q2 ? 320 : 288);
+      if (q2) {
+        std::memcpy(dst + 2 * r, src + 80, 2);
+        std::memcpy(dst + 32 + 2 * r, src + 82, 2);
+        for (int i = 0; i < 16; ++i) dst[64 + 16 * i + r] = src[i];  // scale | min << 4
+      } else {
+        std::memcpy(dst + 2 * r, src + 108, 2);
+        int scales[16];
+        gguf::q3_k_scales(src + 96, scales);
+        for (int i = 0; i < 16; ++i) {
+          dst[32 + 16 * i + r] = static_cast<std::uint8_t>(static_cast<std::int8_t>(scales[i]));
+        }
+      }
+      for (int i = 0; i < 16; ++i) {
+        for (int b = 0; b < 4; ++b) {
+          int byte = 0;
+          for (int q = 0; q < 4; ++q) byte |= low2(16 * i + 4 * q + b) << (2 * q);
+          lows[64 * i + 4 * r + b] = static_cast<std::uint8_t>(byte);
+        }
+      }
+      if (!q2) {  // the third bits: Q3_K's hmask, bit v / 32 of byte v % 32
+        const auto high = [&](int v) { return (src[v % 32] >> (v / 32)) & 1; };
+        for (int k = 0; k < 8; ++k) {
+          for (int b = 0; b < 4; ++b) {
+            int byte = 0;
+            for (int q = 0; q < 4; ++q) {
+              byte |= high(32 * k + 4 * q + b) << q;
+              byte |= high(32 * k + 16 + 4 * q + b) << (4 + q);
+            }
+            dst[1312 + 64 * k + 4 * r + b] = static_cast<std::uint8_t>(byte);
+          }
+        }
+      }
+      return;
+    }
     default: {  // q6_k
       std::memcpy(dst + 2 * r, src + 208, 2);
       for (int i = 0; i < 16; ++i) dst[32 + 16 * i + r] = src[192 + i];
@@ -230,6 +273,14 @@ int unit_u(TensorType type, const std::uint8_t* unit, int r, int v) {
       const std::uint8_t byte = unit[160 + 256 * b + 64 * j + 4 * r + w % 4];
       return table_u(type, w < 16 ? byte & 15 : byte >> 4);
     }
+    case TensorType::q2_k:
+    case TensorType::q3_k: {
+      const int i = v / 16, q = v % 16 / 4, b = v % 4;
+      const bool q2 = type == TensorType::q2_k;
+      const int low = (unit[(q2 ? 320 : 288) + 64 * i + 4 * r + b] >> (2 * q)) & 3;
+      if (q2) return low;
+      return low | ((unit[1312 + 64 * (i / 2) + 4 * r + b] >> (4 * (i % 2) + q)) & 1) << 2;
+    }
     default: {  // q6_k
       const int i = v / 16, within = v % 16, quarter = within / 4, b = within % 4;
       const std::uint8_t* sub = unit + 288 + 192 * i;
@@ -273,7 +324,9 @@ void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::
   const std::int64_t units = w.cols / layout.unit_values;
   const int offset = repack_offset(w.type);
   // Blocks: what one int32 sum covers (Q6_K: 16 values, else 32).
-  const int block = w.type == TensorType::q6_k ? 16 : 32;
+  const bool sixteens =
+      w.type == TensorType::q6_k || w.type == TensorType::q2_k || w.type == TensorType::q3_k;
+  const int block = sixteens ? 16 : 32;
   for (std::int64_t g = g_begin; g < g_end; ++g) {
     const auto* group = reinterpret_cast<const std::uint8_t*>(w.group(g));
     for (int r = 0; r < kRepackRows; ++r) {
@@ -311,7 +364,12 @@ void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::
             } else if (w.type == TensorType::iq4_xs) {
               a = f16_at(unit + 2 * r) *
                   static_cast<float>(static_cast<std::int8_t>(unit[32 + 16 * (b0 / 32) + r]));
-            } else {  // q6_k
+            } else if (w.type == TensorType::q2_k) {
+              const std::uint8_t packed = unit[64 + 16 * (b0 / 16) + r];
+              a = f16_at(unit + 2 * r) * static_cast<float>(packed & 15);
+              has_min = true;
+              c = -f16_at(unit + 32 + 2 * r) * static_cast<float>(packed >> 4);
+            } else {  // q6_k, q3_k
               a = f16_at(unit + 2 * r) *
                   static_cast<float>(static_cast<std::int8_t>(unit[32 + 16 * (b0 / 16) + r]));
             }

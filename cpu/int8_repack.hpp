@@ -21,7 +21,8 @@
 // c = -dmin * min), IQ4_XS (a = d * (scale - 32), offset 128), Q6_K (blocks of 16,
 // a = d * scale, offset 32). Each row keeps as many bits as in the file (4-bit stays 4-bit,
 // Q6_K 6-bit; the K-quants' packed 6-bit scales take a byte each), only their order changes.
-// Q2_K and Q3_K keep int8_matmul's layout.
+// Q2_K (blocks of 16, a = d * scale, c = -dmin * min) and Q3_K (blocks of 16, a = d *
+// scale, offset 4): the 2-bit fields four to a byte, Q3_K's third bits eight to a byte.
 #pragma once
 
 #include <cstddef>
@@ -122,13 +123,17 @@ constexpr RepackLayout repack_layout(gguf::TensorType type) {
       return {256, 16 * 136 + 32};
     case TensorType::q6_k:
       return {256, 16 * 210};
+    case TensorType::q2_k:
+      return {256, 16 * 84};
+    case TensorType::q3_k:  // the 6-bit scales a byte each
+      return {256, 16 * 114};
     default:
       return {0, 0};
   }
 }
 
 // What the kernel subtracts from each u (folded into the integer sums); 0 where the type has
-// minimums instead (Q4_1, Q5_1, Q4_K, Q5_K).
+// minimums instead (Q4_1, Q5_1, Q4_K, Q5_K, Q2_K).
 constexpr int repack_offset(gguf::TensorType type) {
   using gguf::TensorType;
   switch (type) {
@@ -144,6 +149,8 @@ constexpr int repack_offset(gguf::TensorType type) {
       return 16;
     case TensorType::q6_k:
       return 32;
+    case TensorType::q3_k:
+      return 4;
     default:
       return 0;
   }

@@ -104,6 +104,21 @@ struct Ops {
   static F cvt(V a) {
     return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)};
   }
+  static F nibbles16_lo(const std::uint8_t* p) {
+    const __m256i m = _mm256_set1_epi32(15);
+    return {
+        _mm256_cvtepi32_ps(_mm256_and_si256(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), m)),
+        _mm256_cvtepi32_ps(_mm256_and_si256(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8))), m))};
+  }
+  static F nibbles16_hi(const std::uint8_t* p) {
+    return {
+        _mm256_cvtepi32_ps(_mm256_srli_epi32(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 4)),
+        _mm256_cvtepi32_ps(_mm256_srli_epi32(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8))), 4))};
+  }
   static F floats16(const std::uint8_t* p) {
     return {_mm256_loadu_ps(reinterpret_cast<const float*>(p)),
             _mm256_loadu_ps(reinterpret_cast<const float*>(p + 32))};

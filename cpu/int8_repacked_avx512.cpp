@@ -58,6 +58,14 @@ struct Ops {
     return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
   }
   static F cvt(V a) { return _mm512_cvtepi32_ps(a); }
+  static F nibbles16_lo(const std::uint8_t* p) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+  }
+  static F nibbles16_hi(const std::uint8_t* p) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+  }
   static F floats16(const std::uint8_t* p) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
   }

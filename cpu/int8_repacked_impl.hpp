@@ -12,7 +12,8 @@
 //   dot(acc, u, x): acc + the sum of each lane's four u * x byte products, and_, or_,
 //   shr(v, n), shl(v, n): 16-bit lane shifts, bit_to_4(v, bit), shuffle(table, idx),
 //   iq4_table(), mxfp4_table(), cvt(V) -> F, mul, fma(a, b, c) = a * b + c, neg(F),
-//   floats16(p), halves16(p),
+//   floats16(p), halves16(p), nibbles16_lo(p), nibbles16_hi(p): 16 bytes' low or high
+//   nibbles as floats,
 //   bytes16_u(p), bytes16_i(p): 16 f16 / u8 / i8 values as floats, store(p, F, rows).
 
 #include <cstring>
@@ -33,7 +34,7 @@ inline constexpr std::size_t kPrefetchBytes = 4096;
 // correction per block (-offset * sum q) and, for the minimums, s * sum q per block of 32.
 struct Prepared {
   const std::int32_t* corr = nullptr;  // [num_x, blocks]
-  const float* sums = nullptr;         // [num_x, cols / 32]
+  const float* sums = nullptr;         // [num_x, cols / 32] (Q2_K: cols / 16)
   std::int64_t blocks = 0;             // per row
 };
 
@@ -161,6 +162,45 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
           acc[t] = O::fma(O::cvt(ai[t]), scale, acc[t]);
         }
       }
+    } else if constexpr (kType == TensorType::q2_k || kType == TensorType::q3_k) {
+      constexpr bool kQ2 = kType == TensorType::q2_k;
+      const F d = O::halves16(unit);
+      F neg_dmin = O::zero_f();
+      if constexpr (kQ2) neg_dmin = O::neg(O::halves16(unit + 32));
+      const std::uint8_t* lows = unit + (kQ2 ? 320 : 288);
+      const V three = O::bytes(3), one = O::bytes(1);
+      for (int i = 0; i < 16; ++i) {
+        F dsc, c = O::zero_f();
+        if constexpr (kQ2) {
+          dsc = O::mul(d, O::nibbles16_lo(unit + 64 + 16 * i));
+          c = O::mul(neg_dmin, O::nibbles16_hi(unit + 64 + 16 * i));
+        } else {
+          dsc = O::mul(d, O::bytes16_i(unit + 32 + 16 * i));
+        }
+        const V a = O::load(lows + 64 * i);
+        V w[4];
+        for (int q = 0; q < 4; ++q) w[q] = O::and_(O::shr(a, 2 * q), three);
+        if constexpr (!kQ2) {
+          V h = O::load(unit + 1312 + 64 * (i / 2));
+          if (i % 2 != 0) h = O::shr(h, 4);
+          for (int q = 0; q < 4; ++q) w[q] = O::or_(w[q], O::shl(O::and_(O::shr(h, q), one), 2));
+        }
+        const std::int64_t block = 16 * u + i;  // of 16 values
+        V ai[NT];
+        for (int t = 0; t < NT; ++t) {
+          ai[t] = kQ2 ? O::zero_i() : O::set1_32(prep.corr[(t0 + t) * prep.blocks + block]);
+          for (int q = 0; q < 4; ++q) {
+            ai[t] = O::dot(ai[t], w[q], O::four(xq[t] + 16 * block + 4 * q));
+          }
+        }
+        for (int t = 0; t < NT; ++t) {
+          const F scale = O::mul(dsc, O::set1(xs[t][8 * (block / 2)]));
+          acc[t] = O::fma(O::cvt(ai[t]), scale, acc[t]);
+          if constexpr (kQ2) {
+            acc[t] = O::fma(c, O::set1(prep.sums[(t0 + t) * (cols / 16) + block]), acc[t]);
+          }
+        }
+      }
     } else {  // q6_k
       const F d = O::halves16(unit);
       const V top2 = O::bytes(0x30);
@@ -233,7 +273,7 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
   const std::int64_t groups16 = x.cols / 16;
   Prepared prep;
   const int offset = repack_offset(w.type);
-  if (w.type == TensorType::q6_k) {
+  if (w.type == TensorType::q6_k || w.type == TensorType::q3_k) {
     prep.blocks = groups16;
     corr.resize(static_cast<std::size_t>(num_x * prep.blocks));
     for (std::int64_t t = 0; t < num_x; ++t) {
@@ -252,6 +292,15 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
       }
     }
     prep.corr = corr.data();
+  } else if (w.type == TensorType::q2_k) {  // minimums per 16: s * sum q of each
+    sums.resize(static_cast<std::size_t>(num_x * groups16));
+    for (std::int64_t t = 0; t < num_x; ++t) {
+      for (std::int64_t b = 0; b < groups16; ++b) {
+        const float s = x.lane_scales[t * (x.cols / 4) + 8 * (b / 2)];
+        sums[t * groups16 + b] = s * static_cast<float>(x.int_sums[t * groups16 + b]);
+      }
+    }
+    prep.sums = sums.data();
   } else {  // minimums: Q4_1, Q5_1, Q4_K, Q5_K
     const std::int64_t blocks = x.cols / 32;
     sums.resize(static_cast<std::size_t>(num_x * blocks));
@@ -285,6 +334,10 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
       return run<TensorType::q5_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
     case TensorType::iq4_xs:
       return run<TensorType::iq4_xs>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::q2_k:
+      return run<TensorType::q2_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
+    case TensorType::q3_k:
+      return run<TensorType::q3_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
     default:
       return run<TensorType::q6_k>(w, x, num_x, g_begin, g_end, prep, out, out_stride);
   }

@@ -116,6 +116,8 @@ void dequantize_q2_k(const std::uint8_t* block, float* out) {
   }
 }
 
+}  // namespace
+
 // Q3_K's sixteen 6-bit scales, packed in 12 bytes (low nibbles of scales 0-7 then 8-15 in
 // bytes 0-7, the top two bits in bytes 8-11), as signed values (stored + 32).
 void q3_k_scales(const std::uint8_t* packed, int* scales) {
@@ -125,6 +127,8 @@ void q3_k_scales(const std::uint8_t* packed, int* scales) {
     scales[j] = (low | high << 4) - 32;
   }
 }
+
+namespace {
 
 // Q3_K: hmask[32] (value i's third bit: bit i / 32 of byte i % 32), 2-bit values in qs[64]
 // laid out as Q2_K's, the 6-bit scales, d: value = d * scale * (q - 4, or q with the bit).

@@ -24,6 +24,9 @@ void k_scale_min(int j, const std::uint8_t* q, std::uint8_t& scale, std::uint8_t
 // A Q6_K super-block's 256 quants as unsigned 6-bit values u (value i is
 // d * scale[i / 16] * (u[i] - 32)).
 void q6_k_quants(const std::uint8_t* block, std::uint8_t* u);
+// Q3_K's sixteen 6-bit scales from their 12 packed bytes (a block's bytes 96-107), as the
+// signed values the decoder multiplies (stored - 32).
+void q3_k_scales(const std::uint8_t* packed, int* scales);
 
 // Decodes `cols` elements at `data` into out[0..cols), as ggml's dequantize_row_* do. Types:
 // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS

@@ -23,10 +23,10 @@ using test::Weights;
 
 namespace {
 
-const TensorType kTypes[] = {TensorType::q8_0,   TensorType::q4_0, TensorType::q4_1,
-                             TensorType::q5_0,   TensorType::q5_1, TensorType::iq4_nl,
-                             TensorType::mxfp4,  TensorType::q4_k, TensorType::q5_k,
-                             TensorType::iq4_xs, TensorType::q6_k};
+const TensorType kTypes[] = {
+    TensorType::q8_0,   TensorType::q4_0,  TensorType::q4_1, TensorType::q5_0, TensorType::q5_1,
+    TensorType::iq4_nl, TensorType::mxfp4, TensorType::q4_k, TensorType::q5_k, TensorType::iq4_xs,
+    TensorType::q6_k,   TensorType::q2_k,  TensorType::q3_k};
 
 // Encoded, with every byte but the scales randomised where the type has bits the encoder
 // would not write (support/int8_weights.hpp).
@@ -63,7 +63,7 @@ std::vector<std::int64_t> widths(TensorType type) {
 
 }  // namespace
 
-TEST_CASE("rows of whole units of the repacked types have a repacked layout, Q2_K and Q3_K none",
+TEST_CASE("rows of whole units of every quantized type have a repacked layout, floats none",
           "[cpu][int8]") {
   CHECK(can_repack(TensorType::q8_0, 32));
   CHECK(can_repack(TensorType::q4_0, 96));
@@ -74,9 +74,11 @@ TEST_CASE("rows of whole units of the repacked types have a repacked layout, Q2_
   CHECK(can_repack(TensorType::q5_k, 256));
   CHECK(can_repack(TensorType::iq4_xs, 256));
   CHECK(can_repack(TensorType::q5_1, 32));
-  CHECK_FALSE(can_repack(TensorType::q3_k, 256));
+  CHECK(can_repack(TensorType::q3_k, 256));
+  CHECK_FALSE(can_repack(TensorType::q3_k, 128));
   CHECK(can_repack(TensorType::mxfp4, 256));
-  CHECK_FALSE(can_repack(TensorType::q2_k, 256));
+  CHECK(can_repack(TensorType::q2_k, 256));
+  CHECK_FALSE(can_repack(TensorType::f32, 256));
   CHECK_FALSE(can_repack(TensorType::f16, 256));
   // The layout keeps the file's bits: a group of 16 rows is 16 rows' bytes (Q4_K: with its
   // 6-bit scales a byte each).
@@ -88,6 +90,10 @@ TEST_CASE("rows of whole units of the repacked types have a repacked layout, Q2_
   CHECK(repack_layout(TensorType::q5_k).unit_bytes == 16 * 176 + 64);
   // MXFP4: its E8M0 scale as float32 (outside F16's range at either end), nibbles as stored.
   CHECK(repack_layout(TensorType::mxfp4).unit_bytes == 16 * 4 + 256);
+  // Q2_K as stored (its 4-bit scales and minimums stay a byte per pair); Q3_K with its 6-bit
+  // scales a byte each.
+  CHECK(repack_layout(TensorType::q2_k).unit_bytes == 16 * 84);
+  CHECK(repack_layout(TensorType::q3_k).unit_bytes == 16 * 114);
 }
 
 TEST_CASE("the repacked kernel equals its scalar reference bit for bit and the decoder's product",
