@@ -283,11 +283,12 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
         num_taken[i] = seq->num_tokens() - num_before[i];
       }
     }
+    // Tokens generated: those each sequence took (a cancelled one's all count, as before).
     std::int32_t num_sampled = 0;
     for (std::size_t i = 0; i < output.tokens.size(); ++i) {
-      num_sampled += output.tokens[i].id == kNoToken
-                         ? 0
-                         : 1 + (output.num_more.empty() ? 0 : output.num_more[i]);
+      if (output.tokens[i].id == kNoToken) continue;
+      num_sampled +=
+          num_taken[i] > 0 ? num_taken[i] : 1 + (output.num_more.empty() ? 0 : output.num_more[i]);
     }
     counters_.num_prompt_tokens +=
         step.plan.num_tokens - step.plan.num_decodes - step.plan.num_draft_tokens;
