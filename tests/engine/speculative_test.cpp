@@ -211,6 +211,7 @@ struct Served {
   std::map<engine::SeqId, std::vector<TokenId>> tokens;
   std::map<engine::SeqId, std::vector<float>> logprobs;
   engine::SpecDecodeCounters spec;
+  std::int64_t num_preemptions = 0;
 };
 
 // The engine loop, synchronously: the engine core plans, a local worker step runs.
@@ -243,6 +244,7 @@ Served serve(model::ModelRunner& runner, const engine::SchedulerConfig& config,
   }
   CHECK(core.scheduler().kv_cache().num_free_blocks() == core.scheduler().kv_cache().num_blocks());
   out.spec = core.counters().spec;
+  out.num_preemptions = core.scheduler().num_preemptions();
   return out;
 }
 
@@ -341,6 +343,19 @@ TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and
     for (std::size_t p = 1; p < out.spec.num_accepted_tokens_per_pos.size(); ++p) {
       CHECK(out.spec.num_accepted_tokens_per_pos[p] <= out.spec.num_accepted_tokens_per_pos[p - 1]);
     }
+  }
+  SECTION("in a pool too small for all of them: preemptions, recomputes and the prefix cache") {
+    auto tight = spec;
+    tight.num_blocks = 40;
+    tight.max_num_batched_tokens = 24;
+    tight.enable_prefix_caching = true;
+    const auto out = serve(runner, tight, requests, /*staggered=*/false);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      CHECK(out.tokens.at(i) == reference.at(i));
+    }
+    CHECK(out.num_preemptions > 0);
+    CHECK(out.spec.num_accepted_tokens > 0);
   }
   SECTION("in a batch where only some speculate") {
     // The threshold turns speculation off while more than two sequences decode.
