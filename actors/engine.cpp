@@ -71,6 +71,10 @@ engine::SchedulerConfig scheduler_config(const EngineConfig& config, std::int32_
   sc.num_blocks = num_blocks;
   sc.block_size = config.block_size;
   sc.enable_prefix_caching = config.enable_prefix_caching;
+  sc.speculation.num_speculative_tokens = config.speculative.num_speculative_tokens;
+  sc.speculation.prompt_lookup_max = config.speculative.prompt_lookup_max;
+  sc.speculation.prompt_lookup_min = config.speculative.prompt_lookup_min;
+  sc.speculation.disable_by_batch_size = config.speculative.disable_by_batch_size;
   sc.policy = config.policy == BatchingPolicy::priority ? engine::SchedulingPolicy::priority
                                                         : engine::SchedulingPolicy::fcfs;
   sc.mode = config.mode == BatchingMode::static_batch ? engine::BatchingMode::static_batch
@@ -319,6 +323,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   if (config.auto_token_budget && !(config.target_itl_ms > 0 && config.target_itl_ms < 1e9)) {
     return make_error(ErrorCode::invalid_argument,
                       "target_itl_ms must be a positive number of milliseconds");
+  }
+  if (const auto& s = config.speculative; s.enabled()) {
+    if (s.num_speculative_tokens > 32 || s.prompt_lookup_min < 1 ||
+        s.prompt_lookup_max < s.prompt_lookup_min || s.disable_by_batch_size < 1) {
+      return make_error(ErrorCode::invalid_argument,
+                        "speculative: num_speculative_tokens must be in [0, 32], "
+                        "1 <= prompt_lookup_min <= prompt_lookup_max, and "
+                        "disable_by_batch_size at least 1");
+    }
+  } else if (config.speculative.num_speculative_tokens < 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "speculative: num_speculative_tokens must be in [0, 32]");
   }
   if (config.data_parallel_size < 1 || config.tensor_parallel_size < 1) {
     return make_error(ErrorCode::invalid_argument,

@@ -30,11 +30,25 @@ void record_metrics(Self self, const engine::AppliedStep& step, double round_tri
   auto& state = self->state;
   if (!state.setup.metrics) return;
   const EngineStats s = state.core->stats();
-  state.setup.metrics->record_iteration(
-      {state.setup.index, s.num_kv_blocks, step.worker_seconds, round_trip_seconds, step.num_tokens,
-       step.num_tokens - step.num_decodes, static_cast<std::int64_t>(step.updates.size()),
-       s.num_running, s.num_waiting, s.kv_usage, s.num_preemptions, s.prefix_queried_tokens,
-       s.prefix_hit_tokens});
+  // A draft's tokens are neither prompt nor (until accepted) generated tokens.
+  monitoring::Metrics::Iteration it{state.setup.index,
+                                    s.num_kv_blocks,
+                                    step.worker_seconds,
+                                    round_trip_seconds,
+                                    step.num_tokens,
+                                    step.num_tokens - step.num_decodes - step.plan.num_draft_tokens,
+                                    static_cast<std::int64_t>(step.updates.size()),
+                                    s.num_running,
+                                    s.num_waiting,
+                                    s.kv_usage,
+                                    s.num_preemptions,
+                                    s.prefix_queried_tokens,
+                                    s.prefix_hit_tokens};
+  it.spec_drafts_total = s.spec_num_drafts;
+  it.spec_draft_tokens_total = s.spec_num_draft_tokens;
+  it.spec_accepted_tokens_total = s.spec_num_accepted_tokens;
+  it.spec_accepted_per_pos_total = s.spec_num_accepted_tokens_per_pos;
+  state.setup.metrics->record_iteration(it);
 }
 
 // The step as the live page sees it; built only while someone watches.
@@ -52,7 +66,7 @@ void publish_step(Self self, const engine::AppliedStep& step, double round_trip_
   e.batch.reserve(step.plan.chunks.size());
   for (const auto& chunk : step.plan.chunks) {
     // As the metrics count them: a decode is one token that samples.
-    const bool decode = chunk.num_new_tokens == 1 && chunk.samples;
+    const bool decode = chunk.is_decode();
     e.batch.push_back({chunk.id, chunk.num_new_tokens, !decode});
     (decode ? e.num_decode_tokens : e.num_prefill_tokens) += chunk.num_new_tokens;
   }

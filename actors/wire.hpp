@@ -64,7 +64,8 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
            x.num_steps, x.num_step_tokens, x.num_step_sequences, x.step_seconds, x.schedule_seconds,
            x.num_worker_restarts, x.num_live_actors, x.num_kv_blocks, x.block_size,
            x.prefix_cache_blocks, x.num_decode_steps, x.decode_step_seconds, x.num_prompt_tokens,
-           x.num_generated_tokens);
+           x.num_generated_tokens, x.spec_num_drafts, x.spec_num_draft_tokens,
+           x.spec_num_accepted_tokens, x.spec_num_accepted_tokens_per_pos);
 }
 
 template <class Inspector>
@@ -144,7 +145,7 @@ typename Inspector::result_type inspect(Inspector& f, NewSequence& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepWork& x) {
   return f(caf::meta::type_name("troupe.StepWork"), x.step_id, x.step, x.sampled_ids,
-           x.new_sequences, x.removed, x.prompt_rows);
+           x.new_sequences, x.removed, x.prompt_rows, x.num_drafts);
 }
 
 template <class Inspector>
@@ -156,7 +157,7 @@ typename Inspector::result_type inspect(Inspector& f, RequestEvent& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
   return f(caf::meta::type_name("troupe.StepOutput"), x.step_id, x.tokens, x.failed, x.error,
-           x.seconds, x.prompt_logprobs);
+           x.seconds, x.prompt_logprobs, x.num_more, x.more_tokens);
 }
 
 }  // namespace engine

@@ -22,6 +22,7 @@
 #include "app/bench_profile.hpp"
 #include "app/commands.hpp"
 #include "app/loaded_model.hpp"
+#include "app/speculative_options.hpp"
 #include "gguf/gguf_file.hpp"
 #include "model/rendezvous_stores.hpp"
 #include "troupe/engine.hpp"
@@ -73,6 +74,9 @@ struct Measured {
     double tokens_per_second = 0.0;
     double ms_per_step = 0.0;
     double all_reduce_share = 0.0;  // of the step's time, on rank 0
+    // --speculative-config's k: a verification step, each sequence 1 + k tokens with
+    // logits at each (what a step whose every sequence carries a full draft costs).
+    double verify_ms_per_step = 0.0;
   };
   std::vector<Decode> decode;
 };
@@ -103,7 +107,8 @@ Measured measure(model::LoadedModel& loaded, const Options& opts, std::int32_t c
   const std::int32_t max_batch = *std::max_element(opts.batches.begin(), opts.batches.end());
   const std::int32_t history_blocks = context / bs;
   const std::int32_t prompt_blocks = (opts.prompt_len + bs - 1) / bs;
-  const std::int32_t gen_blocks = (opts.gen_len + bs - 1) / bs;
+  const std::int32_t draft = opts.engine.speculative.num_speculative_tokens;
+  const std::int32_t gen_blocks = (opts.gen_len + draft + bs - 1) / bs;
   const std::int32_t seq_blocks = history_blocks + std::max(prompt_blocks, gen_blocks);
   if (auto kv = loaded.allocate_kv_cache(max_batch * seq_blocks, bs); !kv) fail(kv.error());
   model::Backend& backend = *loaded.backend;
@@ -168,6 +173,29 @@ Measured measure(model::LoadedModel& loaded, const Options& opts, std::int32_t c
     out.decode.push_back({batch, static_cast<double>(batch) * opts.gen_len / seconds,
                           1000.0 * seconds / opts.gen_len,
                           (backend.all_reduce_seconds() - before) / seconds});
+    if (draft > 0) {
+      // The same steps with a draft of k tokens per sequence: 1 + k rows each, all scored.
+      auto run_verify = [&](std::int32_t num_steps) {
+        std::vector<TokenId> tokens(static_cast<std::size_t>(draft) + 1);
+        for (std::int32_t i = 0; i < num_steps; ++i) {
+          model::StepInput step;
+          for (std::int32_t s = 0; s < batch; ++s) {
+            for (auto& t : tokens) t = any_token(rng);
+            model::append_sequence(step, tokens, context + i, table_of(s, gen_blocks), false);
+            for (std::int32_t r = step.num_tokens() - draft - 1; r < step.num_tokens(); ++r) {
+              step.logit_rows.push_back(r);
+            }
+          }
+          if (auto r = loaded.model->forward(step, logits); !r) fail(r.error());
+        }
+      };
+      run_verify(std::min(opts.gen_len, 4));  // warm-up
+      const auto verify_start = Clock::now();
+      run_verify(opts.gen_len);
+      out.decode.back().verify_ms_per_step =
+          1000.0 * std::chrono::duration<double>(Clock::now() - verify_start).count() /
+          opts.gen_len;
+    }
   }
   return out;
 }
@@ -189,6 +217,12 @@ void print(const Measured& m, const Options& opts, bool split) {
                 opts.gen_len, d.tokens_per_second, d.ms_per_step);
     if (split) std::printf(", all-reduce %4.1f%%", 100.0 * d.all_reduce_share);
     std::printf(")\n");
+    if (d.verify_ms_per_step > 0) {
+      std::printf(
+          "verify   batch %3d x %4d     %2d tokens/seq     %.2f ms/step (%.2fx the decode step)\n",
+          d.batch, opts.gen_len, opts.engine.speculative.num_speculative_tokens + 1,
+          d.verify_ms_per_step, d.verify_ms_per_step / d.ms_per_step);
+    }
   }
   std::fflush(stdout);
 }
@@ -300,6 +334,7 @@ void add_bench_forward_command(CLI::App& bench) {
   cmd->add_option("--threads,-t", opts->engine.num_threads,
                   "compute threads (0: all cores); per rank when split");
   add_device_options(cmd, opts->engine);
+  add_speculative_option(cmd, opts->engine);
   cmd->add_option("--prompt-len", opts->prompt_len, "prefill length")->check(CLI::PositiveNumber);
   cmd->add_option("--gen-len", opts->gen_len, "decode steps per batch size")
       ->check(CLI::PositiveNumber);
@@ -449,13 +484,15 @@ void add_bench_forward_command(CLI::App& bench) {
         boost::json::object o;
         o["context"] = m.context;
         o["prefill_tokens_per_second"] = m.prefill_tokens_per_second;
-        boost::json::object per_batch, ms_per_step;  // keyed by the batch size
+        boost::json::object per_batch, ms_per_step, verify;  // keyed by the batch size
         for (const auto& d : m.decode) {
           per_batch[std::to_string(d.batch)] = d.tokens_per_second;
           ms_per_step[std::to_string(d.batch)] = d.ms_per_step;
+          if (d.verify_ms_per_step > 0) verify[std::to_string(d.batch)] = d.verify_ms_per_step;
         }
         o["decode_tokens_per_second"] = std::move(per_batch);
         o["decode_ms_per_step"] = std::move(ms_per_step);
+        if (!verify.empty()) o["verify_ms_per_step"] = std::move(verify);
         return o;
       };
       // The first context's results at the top, every context's under "contexts".

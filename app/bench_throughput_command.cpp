@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "app/commands.hpp"
+#include "app/speculative_options.hpp"
 #include "bench/throughput.hpp"
 #include "grammar/json_schema.hpp"
 
@@ -76,6 +77,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--threads,-t", r.engine.num_threads, "compute threads (0: all cores)")
       ->check(CLI::Range(0, kMostThreads));
   add_device_options(cmd, r.engine);
+  add_speculative_option(cmd, r.engine);
   add_tensor_parallel_options(cmd, r.engine);
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {

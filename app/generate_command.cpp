@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "app/commands.hpp"
+#include "app/speculative_options.hpp"
 #include "text/tokenizer.hpp"
 #include "troupe/engine.hpp"
 
@@ -44,6 +45,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)")
       ->check(CLI::Range(0, kMostThreads));
   add_device_options(cmd, opts->engine);
+  add_speculative_option(cmd, opts->engine);
   add_tensor_parallel_options(cmd, opts->engine);
   cmd->add_option("--block-size", opts->engine.block_size, "KV cache block size in tokens")
       ->check(CLI::Range(1, 1024));

@@ -14,6 +14,7 @@
 #include "app/commands.hpp"
 #include "app/config_file.hpp"
 #include "app/slo_options.hpp"
+#include "app/speculative_options.hpp"
 #include "engine/router.hpp"
 #include "gguf/gguf_file.hpp"
 #include "model/loaded_model.hpp"
@@ -222,6 +223,7 @@ void add_serve_command(CLI::App& app) {
                          "the least loaded, or each in turn"),
          {"prefix", "least-loaded", "round-robin"});
   add_device_options(cmd, opts->engine);
+  add_speculative_option(cmd, opts->engine);
   add_tensor_parallel_options(cmd, opts->engine);
   cmd->add_option("--pipeline-parallel-size,--pp", opts->pipeline_parallel_size,
                   "vLLM's pipeline stages: only 1 here (split a model with "

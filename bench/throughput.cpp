@@ -122,6 +122,9 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
   result.mean_schedule_ms =
       stats.num_steps ? 1000.0 * stats.schedule_seconds / stats.num_steps : 0.0;
   result.num_decode_steps = stats.num_decode_steps;
+  result.spec_num_drafts = stats.spec_num_drafts;
+  result.spec_num_draft_tokens = stats.spec_num_draft_tokens;
+  result.spec_num_accepted_tokens = stats.spec_num_accepted_tokens;
   result.mean_decode_step_ms =
       stats.num_decode_steps ? 1000.0 * stats.decode_step_seconds / stats.num_decode_steps : 0.0;
   return result;
@@ -156,6 +159,12 @@ std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
   json["num_decode_iterations"] = r.num_decode_steps;
   json["mean_decode_iteration_ms"] = r.mean_decode_step_ms;
   json["mean_scheduler_ms"] = r.mean_schedule_ms;
+  if (o.engine.speculative.enabled()) {
+    json["num_speculative_tokens"] = o.engine.speculative.num_speculative_tokens;
+    json["spec_num_drafts"] = r.spec_num_drafts;
+    json["spec_num_draft_tokens"] = r.spec_num_draft_tokens;
+    json["spec_num_accepted_tokens"] = r.spec_num_accepted_tokens;
+  }
   return boost::json::serialize(json) + "\n";
 }
 
@@ -191,6 +200,21 @@ void print(const ThroughputOptions& o, const ThroughputResult& r) {
     std::printf("%-36s %lld, %.2f ms each; median TPOT / it %.2f\n",
                 "Decode-only iterations:", static_cast<long long>(r.num_decode_steps),
                 r.mean_decode_step_ms, r.latency.tpot_ms.median / r.mean_decode_step_ms);
+  }
+  if (o.engine.speculative.enabled()) {
+    const double rate =
+        r.spec_num_draft_tokens > 0
+            ? static_cast<double>(r.spec_num_accepted_tokens) / r.spec_num_draft_tokens
+            : 0.0;
+    const double length =
+        r.spec_num_drafts > 0
+            ? 1.0 + static_cast<double>(r.spec_num_accepted_tokens) / r.spec_num_drafts
+            : 0.0;
+    std::printf(
+        "%-36s %lld drafts, %lld tokens, %lld accepted (%.1f%%); %.2f tokens per draft step\n",
+        "Speculative decoding:", static_cast<long long>(r.spec_num_drafts),
+        static_cast<long long>(r.spec_num_draft_tokens),
+        static_cast<long long>(r.spec_num_accepted_tokens), 100.0 * rate, length);
   }
 }
 

@@ -44,6 +44,10 @@ struct ThroughputResult {
   std::int64_t num_decode_steps = 0;
   double mean_decode_step_ms = 0.0;
   std::string token_budget;  // as the engine chose it at start
+  // Speculative decoding (--speculative-config): drafts verified, their tokens, accepted.
+  std::int64_t spec_num_drafts = 0;
+  std::int64_t spec_num_draft_tokens = 0;
+  std::int64_t spec_num_accepted_tokens = 0;
 };
 
 Result<ThroughputResult> run_throughput(const ThroughputOptions& options);

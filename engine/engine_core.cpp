@@ -20,9 +20,10 @@ Result<void> EngineCore::add(CoreRequest request) {
   const std::int32_t max_tokens = request.params.max_tokens;
   const auto num_scores = static_cast<std::size_t>(request.prompt.size()) - 1;
   StopRule stop(request.params, end_of_generation_);
-  TROUPE_TRY_VOID(
-      scheduler_.add({request.id, std::move(request.prompt), max_tokens, request.priority,
-                      std::move(stop), request.params.prompt_logprobs}));
+  TROUPE_TRY_VOID(scheduler_.add({request.id, std::move(request.prompt), max_tokens,
+                                  request.priority, std::move(stop), request.params.prompt_logprobs,
+                                  // An output held to a grammar is not proposed for (not yet).
+                                  request.params.grammar.empty()}));
   LiveRequest live;
   live.arrival = std::chrono::steady_clock::now();
   live.params = std::move(request.params);
@@ -164,7 +165,8 @@ std::optional<StepWork> EngineCore::next_step() {
   if (flight.plan.chunks.empty()) return std::nullopt;
   StepWork work;
   work.step_id = flight.step_id = next_step_id_++;
-  work.step = build_step_input(flight.plan, scheduler_, &work.sampled_ids, &work.prompt_rows);
+  work.step = build_step_input(flight.plan, scheduler_, &work.sampled_ids, &work.prompt_rows,
+                               &work.num_drafts);
   work.removed.swap(removed_);
   const auto now = std::chrono::steady_clock::now();
   for (const ScheduledChunk& chunk : flight.plan.chunks) {
@@ -182,6 +184,7 @@ std::optional<StepWork> EngineCore::next_step() {
   counters_.num_step_sequences += static_cast<std::int64_t>(flight.plan.chunks.size());
   counters_.peak_kv_usage = std::max(counters_.peak_kv_usage, scheduler_.kv_cache().usage());
   flight.sampled_ids = work.sampled_ids;
+  flight.num_drafts = work.num_drafts;
   flight.prompt_rows = work.prompt_rows;
   in_flight_ = std::move(flight);
   return work;
@@ -199,6 +202,35 @@ AppliedStep EngineCore::fail_step(const InFlight& step, const WorkerError& error
   return applied;
 }
 
+bool EngineCore::drafts_match(const InFlight& step, const StepOutput& output) {
+  if (step.plan.num_draft_tokens == 0) return output.num_more.empty() && output.more_tokens.empty();
+  if (output.num_more.size() != step.sampled_ids.size()) return false;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < output.num_more.size(); ++i) {
+    const std::int32_t n = output.num_more[i];
+    if (n < 0 || n > step.num_drafts[i] || (n > 0 && output.tokens[i].id == kNoToken)) return false;
+    total += static_cast<std::size_t>(n);
+  }
+  return total == output.more_tokens.size();
+}
+
+void EngineCore::note_speculation(const InFlight& step, const StepOutput& output) {
+  if (step.plan.num_draft_tokens == 0) return;
+  for (std::size_t i = 0; i < step.num_drafts.size(); ++i) {
+    const std::int32_t proposed = step.num_drafts[i];
+    if (proposed == 0) continue;
+    // A sequence that got no token this step verified nothing: its draft is not counted.
+    if (output.tokens[i].id == kNoToken) continue;
+    const std::int32_t accepted = output.num_more[i];
+    ++counters_.spec.num_drafts;
+    counters_.spec.num_draft_tokens += proposed;
+    counters_.spec.num_accepted_tokens += accepted;
+    auto& per_pos = counters_.spec.num_accepted_tokens_per_pos;
+    if (per_pos.size() < static_cast<std::size_t>(proposed)) per_pos.resize(proposed, 0);
+    for (std::int32_t p = 0; p < accepted; ++p) ++per_pos[p];
+  }
+}
+
 AppliedStep EngineCore::apply(const StepOutput& output) {
   TROUPE_ASSERT(in_flight_.has_value(), "a step output with no step in flight");
   const Timed timed{counters_.schedule_seconds};
@@ -209,25 +241,57 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
   if (output.failed) {
     applied = fail_step(step, output.error);
   } else if (output.step_id != step.step_id || output.tokens.size() != step.sampled_ids.size() ||
-             !scores_match(step, output)) {
+             !scores_match(step, output) || !drafts_match(step, output)) {
     applied = fail_step(step, {ErrorCode::internal, "the worker answered another step", true});
   } else {
     keep_scores(output);
+    // Each sampled sequence's tokens: its first, then those its draft's verification
+    // accepted (output.more_tokens, num_more[i] of them for sequence i).
     std::vector<SampledResult> sampled;
     sampled.reserve(output.tokens.size());
-    for (const auto& token : output.tokens) sampled.push_back({token.id});
+    std::vector<std::size_t> more_start(output.tokens.size(), 0);
+    std::size_t next_more = 0;
+    for (std::size_t i = 0; i < output.tokens.size(); ++i) {
+      SampledResult result{output.tokens[i].id};
+      more_start[i] = next_more;
+      const std::int32_t num_more = output.num_more.empty() ? 0 : output.num_more[i];
+      for (std::int32_t j = 0; j < num_more; ++j) {
+        result.more.push_back(output.more_tokens[next_more++].id);
+      }
+      sampled.push_back(std::move(result));
+    }
+    note_speculation(step, output);
     // Read before update(): a finished sequence is gone after it.
     std::vector<std::int32_t> cached(step.sampled_ids.size(), 0);
+    std::vector<std::int32_t> num_before(step.sampled_ids.size(), 0);
     for (std::size_t i = 0; i < step.sampled_ids.size(); ++i) {
       if (const Sequence* seq = scheduler_.find(step.sampled_ids[i])) {
         cached[i] = seq->num_cached_tokens;
+        num_before[i] = seq->num_tokens();
       }
     }
     const auto finished = scheduler_.update(step.plan, sampled);
-    const auto num_sampled = static_cast<std::int32_t>(
-        std::count_if(output.tokens.begin(), output.tokens.end(),
-                      [](const model::SampledToken& t) { return t.id != kNoToken; }));
-    counters_.num_prompt_tokens += step.plan.num_tokens - step.plan.num_decodes;
+    // The tokens each sequence took (a draft's tokens past its end are dropped).
+    std::vector<std::int32_t> num_taken(step.sampled_ids.size(), 0);
+    for (std::size_t i = 0; i < step.sampled_ids.size(); ++i) {
+      const SeqId id = step.sampled_ids[i];
+      const auto end = std::find_if(finished.begin(), finished.end(),
+                                    [id](const FinishedSequence& f) { return f.id == id; });
+      if (end != finished.end()) {
+        num_taken[i] = end->num_tokens - num_before[i];
+      } else if (const Sequence* seq = scheduler_.find(id)) {
+        num_taken[i] = seq->num_tokens() - num_before[i];
+      }
+    }
+    // Tokens generated: those each sequence took (a cancelled one's all count, as before).
+    std::int32_t num_sampled = 0;
+    for (std::size_t i = 0; i < output.tokens.size(); ++i) {
+      if (output.tokens[i].id == kNoToken) continue;
+      num_sampled +=
+          num_taken[i] > 0 ? num_taken[i] : 1 + (output.num_more.empty() ? 0 : output.num_more[i]);
+    }
+    counters_.num_prompt_tokens +=
+        step.plan.num_tokens - step.plan.num_decodes - step.plan.num_draft_tokens;
     counters_.num_generated_tokens += num_sampled;
     applied.num_generated = num_sampled;
     if (token_budget_) {
@@ -249,23 +313,27 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
             *cancel(id, FinishReason::error, output.tokens[i].error, ErrorCode::invalid_argument));
         continue;
       }
-      RequestUpdate update;
-      update.id = id;
-      update.token = output.tokens[i];
-      update.num_cached_tokens = cached[i];
-      update.first_scheduled = it->second.first_scheduled;
-      note_first_token(id, it->second, update.token, applied);
-      attach_prompt_logprobs(it->second, update);
+      // One update per token the sequence took, in order; the last carries its end.
       const auto end = std::find_if(finished.begin(), finished.end(),
                                     [id](const FinishedSequence& f) { return f.id == id; });
-      if (end != finished.end()) {
-        update.finish_reason = end->reason;
-        update.reply_to = std::move(it->second.reply_to);
-        forget(id);
-      } else {
-        update.reply_to = it->second.reply_to;
+      const std::int32_t count = std::max(num_taken[i], 1);
+      for (std::int32_t t = 0; t < count; ++t) {
+        RequestUpdate update;
+        update.id = id;
+        update.token = t == 0 ? output.tokens[i] : output.more_tokens[more_start[i] + t - 1];
+        update.num_cached_tokens = cached[i];
+        update.first_scheduled = it->second.first_scheduled;
+        note_first_token(id, it->second, update.token, applied);
+        if (t == 0) attach_prompt_logprobs(it->second, update);
+        if (t + 1 == count && end != finished.end()) {
+          update.finish_reason = end->reason;
+          update.reply_to = std::move(it->second.reply_to);
+          forget(id);
+        } else {
+          update.reply_to = it->second.reply_to;
+        }
+        applied.updates.push_back(std::move(update));
       }
-      applied.updates.push_back(std::move(update));
     }
   }
   applied.num_tokens = step.plan.num_tokens;
@@ -298,6 +366,10 @@ EngineStats EngineCore::stats() const {
   s.num_kv_blocks = scheduler_.config().num_blocks;
   s.block_size = scheduler_.config().block_size;
   s.prefix_cache_blocks = static_cast<std::int64_t>(kv.prefix_cache().size());
+  s.spec_num_drafts = counters_.spec.num_drafts;
+  s.spec_num_draft_tokens = counters_.spec.num_draft_tokens;
+  s.spec_num_accepted_tokens = counters_.spec.num_accepted_tokens;
+  s.spec_num_accepted_tokens_per_pos = counters_.spec.num_accepted_tokens_per_pos;
   return s;
 }
 

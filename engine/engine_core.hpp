@@ -65,6 +65,17 @@ struct AppliedStep {
   bool worker_lost = false;  // the worker must be replaced (then call reset_worker)
 };
 
+// Speculative decoding's counts, as vLLM's spec-decode metrics: drafts (a sequence's
+// proposal in one step), their tokens, the tokens accepted, and accepted by position.
+struct SpecDecodeCounters {
+  std::int64_t num_drafts = 0;
+  std::int64_t num_draft_tokens = 0;
+  std::int64_t num_accepted_tokens = 0;
+  std::vector<std::int64_t> num_accepted_tokens_per_pos;  // [k]: accepted at position i
+
+  bool operator==(const SpecDecodeCounters&) const = default;
+};
+
 struct CoreCounters {
   std::int64_t num_steps = 0;
   std::int64_t num_step_tokens = 0;
@@ -77,6 +88,7 @@ struct CoreCounters {
   std::int64_t num_decode_steps = 0;  // steps that carried decodes only
   double decode_step_seconds = 0.0;   // their time in the worker
   double schedule_seconds = 0.0;      // in next_step() and apply()
+  SpecDecodeCounters spec;
 };
 
 class EngineCore {
@@ -148,8 +160,13 @@ class EngineCore {
     BatchPlan plan;
     std::vector<SeqId> sampled_ids;
     std::vector<model::PromptRows> prompt_rows;
+    std::vector<std::int32_t> num_drafts;  // per sampled sequence (empty: no drafts)
     std::uint64_t step_id = 0;
   };
+  // Whether the worker's accepted tokens fit the drafts the step sent.
+  static bool drafts_match(const InFlight& step, const StepOutput& output);
+  // Counts the step's drafts and what verification accepted of them.
+  void note_speculation(const InFlight& step, const StepOutput& output);
 
   RequestUpdate end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error,
                            ErrorCode error_code = ErrorCode::internal);

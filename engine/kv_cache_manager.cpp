@@ -1,5 +1,7 @@
 #include "engine/kv_cache_manager.hpp"
 
+#include <algorithm>
+
 #include "troupe/result.hpp"
 
 namespace troupe::engine {
@@ -94,6 +96,15 @@ void KvCacheManager::cache_full_blocks(Sequence& seq) {
     }
     pool_.set_cached(block, true);
     seq.num_registered_blocks = i + 1;
+  }
+}
+
+void KvCacheManager::release_blocks_after(Sequence& seq, std::int32_t num_tokens) {
+  const auto keep = static_cast<std::size_t>(std::max(
+      blocks_for(std::max(num_tokens, seq.num_computed_tokens)), seq.num_registered_blocks));
+  while (seq.block_table.size() > keep) {
+    pool_.unref(seq.block_table.back());
+    seq.block_table.pop_back();
   }
 }
 

@@ -52,6 +52,10 @@ class KvCacheManager {
   // After a step: the sequence's newly full blocks enter the prefix cache.
   void cache_full_blocks(Sequence& seq);
 
+  // Returns the blocks of `seq` past those `num_tokens` tokens need (speculative
+  // decoding's rejected tokens); never blocks its computed tokens lie in.
+  void release_blocks_after(Sequence& seq, std::int32_t num_tokens);
+
   // Returns every block of `seq` (last first, so a prefix outlives its tails).
   void free(Sequence& seq);
 

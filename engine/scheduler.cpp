@@ -58,6 +58,7 @@ Result<void> Scheduler::add(SequenceRequest request) {
   seq.priority = request.priority;
   seq.arrival = next_arrival_++;
   seq.prompt_logprobs = request.prompt_logprobs;
+  seq.may_speculate = request.may_speculate;
   sequences_.emplace(seq.id, std::move(seq));
   enqueue_waiting(request.id, false);
   return {};
@@ -129,27 +130,61 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
   for (SeqId id : running_) {
     if (!sequences_.at(id).is_prefilling()) order.push_back(id);
   }
+  const auto num_decodes = static_cast<std::int32_t>(order.size());
   for (SeqId id : running_) {
     if (sequences_.at(id).is_prefilling()) order.push_back(id);
   }
+  // Speculative decoding: only while the decodes are few enough that a step's cost is
+  // reading the weights, not computing with them.
+  const SpeculationConfig& spec = config_.speculation;
+  const bool speculate = spec.enabled() && config_.mode == BatchingMode::continuous &&
+                         num_decodes <= spec.disable_by_batch_size;
   for (SeqId id : order) {
     if (budget <= 0) break;
     const auto it = sequences_.find(id);
     if (it == sequences_.end() || it->second.status != SequenceStatus::running)
       continue;  // preempted
     Sequence& seq = it->second;
-    const std::int32_t num_new = std::min(seq.num_tokens() - seq.num_computed_tokens, budget);
-    if (!reserve(seq, num_new, plan, budget)) continue;
-    const bool samples = seq.num_computed_tokens + num_new == seq.num_tokens();
-    plan.chunks.push_back({id, num_new, samples});
+    // A draft never takes the token a later decode of this step needs.
+    const std::int32_t later_decodes =
+        std::max<std::int32_t>(0, num_decodes - 1 - plan.num_decodes);
+    std::vector<TokenId> draft =
+        speculate ? draft_for(seq, budget - later_decodes) : std::vector<TokenId>{};
+    // A draft takes only free blocks: it never preempts anyone.
+    if (!draft.empty() && !kv_.allocate_slots(seq, 1 + static_cast<std::int32_t>(draft.size()))) {
+      draft.clear();
+    }
+    const std::int32_t num_new = draft.empty()
+                                     ? std::min(seq.num_tokens() - seq.num_computed_tokens, budget)
+                                     : 1 + static_cast<std::int32_t>(draft.size());
+    if (draft.empty() && !reserve(seq, num_new, plan, budget)) continue;
+    const bool samples =
+        seq.num_computed_tokens + num_new - static_cast<std::int32_t>(draft.size()) ==
+        seq.num_tokens();
+    plan.num_draft_tokens += static_cast<std::int32_t>(draft.size());
+    plan.chunks.push_back({id, num_new, samples, std::move(draft)});
     plan.num_tokens += num_new;
-    if (num_new == 1 && samples) ++plan.num_decodes;
+    if (plan.chunks.back().is_decode()) ++plan.num_decodes;
     budget -= num_new;
   }
   // Decodes stay ahead of prefill chunks in the plan.
-  std::stable_partition(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
-    return c.num_new_tokens == 1 && c.samples;
-  });
+  std::stable_partition(plan.chunks.begin(), plan.chunks.end(),
+                        [&](const ScheduledChunk& c) { return c.is_decode(); });
+}
+
+std::vector<TokenId> Scheduler::draft_for(const Sequence& seq, std::int32_t budget) const {
+  const SpeculationConfig& spec = config_.speculation;
+  if (!seq.may_speculate || seq.num_tokens() - seq.num_computed_tokens != 1 ||
+      seq.num_generated() < 1) {
+    return {};
+  }
+  // The draft's tokens count in the budget; no token is proposed past max_tokens (the
+  // model's own token after the draft is one more) or the context.
+  const std::int32_t k =
+      std::min({spec.num_speculative_tokens, budget - 1, seq.max_tokens - seq.num_generated() - 1,
+                config_.max_model_len - seq.num_tokens()});
+  if (k <= 0) return {};
+  return propose_ngram(seq.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, k);
 }
 
 bool Scheduler::reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& plan,
@@ -186,7 +221,8 @@ void Scheduler::preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget)
   if (chunk != plan.chunks.end()) {
     budget += chunk->num_new_tokens;
     plan.num_tokens -= chunk->num_new_tokens;
-    if (chunk->num_new_tokens == 1 && chunk->samples) --plan.num_decodes;
+    plan.num_draft_tokens -= static_cast<std::int32_t>(chunk->draft.size());
+    if (chunk->is_decode()) --plan.num_decodes;
     plan.chunks.erase(chunk);
   }
   plan.preempted.push_back(victim.id);
@@ -225,7 +261,7 @@ void Scheduler::schedule_waiting(BatchPlan& plan, std::int32_t& budget) {
     const bool samples = seq.num_computed_tokens + num_new == seq.num_tokens();
     plan.chunks.push_back({id, num_new, samples});
     plan.num_tokens += num_new;
-    if (num_new == 1 && samples) ++plan.num_decodes;
+    if (plan.chunks.back().is_decode()) ++plan.num_decodes;
     budget -= num_new;
   }
 }
@@ -239,27 +275,44 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
     const auto it = sequences_.find(chunk.id);
     if (it == sequences_.end()) continue;  // aborted while its step ran
     Sequence& seq = it->second;
-    if (result != nullptr && result->token == kNoToken) {
-      // No token this step (its grammar's mask was late): the last position runs again in
-      // the next, writing the same key and value into the slot it already holds.
-      seq.num_computed_tokens += chunk.num_new_tokens - 1;
+    if (result == nullptr) {
+      seq.num_computed_tokens += chunk.num_new_tokens;
       kv_.cache_full_blocks(seq);
       continue;
     }
-    seq.num_computed_tokens += chunk.num_new_tokens;
-    kv_.cache_full_blocks(seq);
-    if (result == nullptr) continue;
-    seq.tokens.push_back(result->token);
+    // The positions before the chunk's last own token are computed whatever came back.
+    // With m tokens back, the last own token and the draft's first m - 1 tokens (those the
+    // model's tokens confirmed) are too; with none (kNoToken: its grammar's mask was late)
+    // the last position runs again in the next step, writing the same key and value into
+    // the slot it already holds.
+    const auto num_draft = static_cast<std::int32_t>(chunk.draft.size());
+    const std::int32_t start = seq.num_computed_tokens + chunk.num_new_tokens - 1 - num_draft;
+    std::int32_t num_back = 0;
     FinishReason reason = FinishReason::none;
-    if (seq.stop.stops_on(result->token, seq.num_generated())) {
-      reason = FinishReason::stop;
-    } else if (seq.num_generated() >= seq.max_tokens || seq.num_tokens() >= config_.max_model_len) {
-      reason = FinishReason::length;
+    if (result->token != kNoToken) {
+      // Each token as a plain decode would take it: the first that ends the sequence
+      // ends it, and the ones after are dropped.
+      for (std::size_t i = 0; i <= result->more.size() && reason == FinishReason::none; ++i) {
+        const TokenId token = i == 0 ? result->token : result->more[i - 1];
+        seq.tokens.push_back(token);
+        ++num_back;
+        if (seq.stop.stops_on(token, seq.num_generated())) {
+          reason = FinishReason::stop;
+        } else if (seq.num_generated() >= seq.max_tokens ||
+                   seq.num_tokens() >= config_.max_model_len) {
+          reason = FinishReason::length;
+        }
+      }
     }
+    seq.num_computed_tokens = std::min(start + num_back, seq.num_tokens() - 1);
+    kv_.cache_full_blocks(seq);
     if (reason != FinishReason::none) {
-      finished.push_back({seq.id, reason});
+      finished.push_back({seq.id, reason, seq.num_tokens()});
       finish(seq);
+      continue;
     }
+    // The rejected tokens' slots: blocks wholly past the tokens go back to the pool.
+    if (num_draft > 0) kv_.release_blocks_after(seq, seq.num_tokens());
   }
   TROUPE_ASSERT(next == sampled.size(), "one sampled token per sampling chunk");
   return finished;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/kv_cache_manager.hpp"
+#include "engine/ngram_proposer.hpp"
 #include "engine/sequence.hpp"
 #include "engine/stop_rule.hpp"
 #include "troupe/result.hpp"
@@ -39,6 +40,8 @@ struct SchedulerConfig {
   bool enable_prefix_caching = true;
   SchedulingPolicy policy = SchedulingPolicy::fcfs;
   BatchingMode mode = BatchingMode::continuous;
+  // Speculative decoding (n-gram proposals verified in the step); off by default.
+  SpeculationConfig speculation = {};
 };
 
 struct SequenceRequest {
@@ -48,30 +51,44 @@ struct SequenceRequest {
   std::int32_t priority = 0;
   StopRule stop = {};                                          // stop and end-of-generation ids
   std::optional<std::int32_t> prompt_logprobs = std::nullopt;  // SamplingParams::prompt_logprobs
+  bool may_speculate = true;  // false: never proposals (an output held to a grammar)
 };
 
-// One sequence's share of an iteration: its next num_new_tokens tokens.
+// One sequence's share of an iteration: its next num_new_tokens tokens. A decode with a
+// `draft` (speculative decoding) runs its last token and then the draft's tokens, at the
+// positions after it: num_new_tokens is 1 + draft.size(), every one of them sampled.
 struct ScheduledChunk {
   SeqId id = 0;
   std::int32_t num_new_tokens = 0;
-  bool samples = false;  // reaches the sequence's last token: a token is sampled
+  bool samples = false;             // reaches the sequence's last token: a token is sampled
+  std::vector<TokenId> draft = {};  // proposed tokens the step verifies
+
+  // One token of its own (and its draft's) that samples: what the metrics call a decode.
+  bool is_decode() const {
+    return samples && num_new_tokens == 1 + static_cast<std::int32_t>(draft.size());
+  }
 };
 
 struct BatchPlan {
   std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
-  std::int32_t num_tokens = 0;
+  std::int32_t num_tokens = 0;         // drafts' tokens included
   std::int32_t num_decodes = 0;
-  std::vector<SeqId> preempted;  // in this iteration
+  std::int32_t num_draft_tokens = 0;  // proposed tokens to verify
+  std::vector<SeqId> preempted;       // in this iteration
 };
 
-// What the model produced for one sampling chunk of a plan.
+// What the model produced for one sampling chunk of a plan: `token`, and after it, for a
+// chunk with a draft, the tokens verification accepted (the draft's accepted prefix, then
+// the model's own token where the draft was first wrong, or after its last).
 struct SampledResult {
   TokenId token = kNoToken;
+  std::vector<TokenId> more = {};
 };
 
 struct FinishedSequence {
   SeqId id = 0;
   FinishReason reason = FinishReason::none;
+  std::int32_t num_tokens = 0;  // its tokens (prompt and output) when it ended
 };
 
 class Scheduler {
@@ -98,6 +115,9 @@ class Scheduler {
   // Applies an iteration's results: `sampled` has one entry per chunk that samples,
   // in plan order; kNoToken where the row did not sample (a grammar's mask was late): the
   // chunk's last position then counts as not computed, and runs again in the next plan.
+  // A chunk with a draft keeps the keys and values of its accepted tokens only: the
+  // blocks past what its tokens need go back to the pool, and no block holding a
+  // rejected token enters the prefix cache (only computed tokens' blocks do).
   // Returns the sequences that finished: the one place that decides a sequence ended on a
   // stop token, max_tokens or the context length.
   std::vector<FinishedSequence> update(const BatchPlan& plan,
@@ -122,6 +142,8 @@ class Scheduler {
  private:
   void schedule_running(BatchPlan& plan, std::int32_t& budget);
   void schedule_waiting(BatchPlan& plan, std::int32_t& budget);
+  // Decodes of this step that may carry a draft, and the draft for `seq` (empty: none).
+  std::vector<TokenId> draft_for(const Sequence& seq, std::int32_t budget) const;
   bool reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& plan, std::int32_t& budget);
   void preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget);
   Sequence* pick_victim();

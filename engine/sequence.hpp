@@ -41,6 +41,8 @@ struct Sequence {
   std::int32_t num_preemptions = 0;
   // SamplingParams::prompt_logprobs: the prompt's rows are scored until the first token.
   std::optional<std::int32_t> prompt_logprobs = std::nullopt;
+  // Whether its decodes may carry proposed tokens to verify (speculative decoding).
+  bool may_speculate = true;
 
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
   std::int32_t num_generated() const { return num_tokens() - num_prompt_tokens; }

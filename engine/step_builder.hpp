@@ -16,8 +16,13 @@ namespace troupe::engine {
 // prompt (Sequence::scores_prompt) also asks logits for each of its rows whose next
 // token is a prompt token: those rows follow the sampled ones in logit_rows, in the
 // order of `prompt_rows`. (Its last prompt row is the sampled one, as for any chunk.)
+// A decode with a draft runs its last token then the draft's, and asks logits for each
+// of those rows, consecutively: `num_drafts` receives, per sampled sequence, its draft's
+// length (the worker verifies the draft against them); it stays empty when the plan
+// has no draft. A plan with drafts needs both `sampled_ids` and `num_drafts`.
 model::StepInput build_step_input(const BatchPlan& plan, const Scheduler& scheduler,
                                   std::vector<SeqId>* sampled_ids = nullptr,
-                                  std::vector<model::PromptRows>* prompt_rows = nullptr);
+                                  std::vector<model::PromptRows>* prompt_rows = nullptr,
+                                  std::vector<std::int32_t>* num_drafts = nullptr);
 
 }  // namespace troupe::engine

@@ -87,18 +87,26 @@ struct StepWork {
   std::vector<std::uint64_t> sampled_ids;  // the sequence of each sampled logit row
   // The logit rows after the sampled ones: prompts to score (prompt_logprobs).
   std::vector<model::PromptRows> prompt_rows = {};
+  // Speculative decoding: per sampled sequence, how many proposed tokens follow its
+  // sampled row (each with a logit row of its own, right after it: the worker samples
+  // them in order while the model agrees with the proposal). Empty: none in this step.
+  std::vector<std::int32_t> num_drafts = {};
   std::vector<NewSequence> new_sequences;
   std::vector<std::uint64_t> removed;  // ended since the last step: their samplers go
 
   bool operator==(const StepWork&) const = default;
 };
 
-// One iteration's result: one sampled token per sampled row and the scores of each
-// StepWork::prompt_rows, or an error.
+// One iteration's result: one sampled token per sampled sequence and the scores of each
+// StepWork::prompt_rows, or an error. With drafts, the tokens verification accepted
+// after each sequence's first: num_more[i] of them for sampled sequence i, one after
+// another in more_tokens (both empty when the step had no draft).
 struct StepOutput {
   std::uint64_t step_id = 0;
   std::vector<model::SampledToken> tokens;
   std::vector<model::PromptLogprobs> prompt_logprobs = {};
+  std::vector<std::int32_t> num_more = {};
+  std::vector<model::SampledToken> more_tokens = {};
   bool failed = false;
   WorkerError error;
   double seconds = 0.0;  // in the worker

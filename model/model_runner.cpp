@@ -143,11 +143,20 @@ void ModelRunner::score_prompt_rows(std::span<const PromptRows> prompt_rows, std
   for (auto& part : parts) part.get();
 }
 
-Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
-                                                       std::span<const std::uint64_t> sampled_ids,
-                                                       std::span<const PromptRows> prompt_rows,
-                                                       std::vector<PromptLogprobs>* prompt_scores) {
+Result<std::vector<SampledToken>> ModelRunner::execute(
+    const StepInput& step, std::span<const std::uint64_t> sampled_ids,
+    std::span<const PromptRows> prompt_rows, std::vector<PromptLogprobs>* prompt_scores,
+    std::span<const std::int32_t> num_drafts, std::vector<std::vector<SampledToken>>* more) {
   if (prompt_scores != nullptr) prompt_scores->clear();
+  if (more != nullptr) more->clear();
+  if (!num_drafts.empty() && num_drafts.size() != sampled_ids.size()) {
+    return make_error(ErrorCode::invalid_argument, "one draft length per sampled row is needed");
+  }
+  std::size_t num_draft_rows = 0;
+  for (const std::int32_t n : num_drafts) {
+    if (n < 0) return make_error(ErrorCode::invalid_argument, "a draft length is negative");
+    num_draft_rows += static_cast<std::size_t>(n);
+  }
   std::size_t num_prompt_rows = 0;
   for (const PromptRows& rows : prompt_rows) {
     for (const TokenId t : rows.targets) {
@@ -158,9 +167,14 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
     }
     num_prompt_rows += rows.targets.size();
   }
-  if (sampled_ids.size() + num_prompt_rows != step.logit_rows.size()) {
+  if (sampled_ids.size() + num_draft_rows + num_prompt_rows != step.logit_rows.size()) {
     return make_error(ErrorCode::invalid_argument,
-                      "one sequence id per sampled row and one target per prompt row are needed");
+                      "one sequence id per sampled row, one row per draft token and one target "
+                      "per prompt row are needed");
+  }
+  if (num_draft_rows > 0 && more == nullptr) {
+    return make_error(ErrorCode::invalid_argument,
+                      "a step with drafts needs room for their tokens");
   }
   // A rank other than 0 of a tensor-parallel group runs its share of the step and
   // samples nothing: rank 0 holds the logits.
@@ -183,7 +197,8 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
   std::vector<SampledToken> results;
   results.reserve(sampled_ids.size());
   // On a device that samples, only token ids come back, unless a row needs the host.
-  if (model_.backend().can_sample() && !samplers.empty() && !observer_ && num_prompt_rows == 0) {
+  if (model_.backend().can_sample() && !samplers.empty() && !observer_ && num_prompt_rows == 0 &&
+      num_draft_rows == 0) {
     device_rows_.clear();
     for (const Sampler* sampler : samplers) {
       const auto row = sampler->device_row();
@@ -217,14 +232,30 @@ Result<std::vector<SampledToken>> ModelRunner::execute(const StepInput& step,
   TROUPE_TRY_VOID(model_.forward(step, logits_));
   const std::vector<Sampler::MaskState> states = settle_masks(samplers);
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
-  for (std::size_t row = 0; row < samplers.size(); ++row) {
-    const std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
-    if (observer_) observer_(sampled_ids[row], row_logits);
-    results.push_back(states[row] == Sampler::MaskState::ready
-                          ? samplers[row]->sample(row_logits)
-                          : no_token(*samplers[row], states[row]));
+  if (more != nullptr) more->resize(samplers.size());
+  std::size_t row = 0;  // logit row
+  for (std::size_t i = 0; i < samplers.size(); ++i) {
+    const std::size_t num_draft = num_drafts.empty() ? 0 : static_cast<std::size_t>(num_drafts[i]);
+    const std::size_t first = row;
+    row += 1 + num_draft;
+    const std::span<const float> row_logits(logits_.data() + first * vocab, vocab);
+    if (observer_) observer_(sampled_ids[i], row_logits);
+    results.push_back(states[i] == Sampler::MaskState::ready ? samplers[i]->sample(row_logits)
+                                                             : no_token(*samplers[i], states[i]));
+    if (results.back().id == kNoToken || samplers[i]->constrained()) continue;
+    // Verification: row first + j holds the j-th proposed token, and its logits give the
+    // token after it. While the model's token is the proposal, the next row counts.
+    TokenId last = results.back().id;
+    for (std::size_t j = 1; j <= num_draft; ++j) {
+      const auto flat = static_cast<std::size_t>(step.logit_rows[first + j]);
+      if (last != step.tokens[flat]) break;
+      const std::span<const float> next(logits_.data() + (first + j) * vocab, vocab);
+      if (observer_) observer_(sampled_ids[i], next);
+      (*more)[i].push_back(samplers[i]->sample(next));
+      last = (*more)[i].back().id;
+    }
   }
-  score_prompt_rows(prompt_rows, samplers.size(), prompt_scores);
+  score_prompt_rows(prompt_rows, row, prompt_scores);
   return results;
 }
 

@@ -52,10 +52,23 @@ class ModelRunner {
   // one whose grammar ran out of its work budget kNoToken with the error
   // (SampledToken::error); the step waits past the forward pass for masks only while no
   // row at all could sample, and then at most kMaskWait.
+  //
+  // Speculative decoding: with `num_drafts` (one per sampled id, or empty), sequence i's
+  // sampled row is followed by num_drafts[i] more logit rows, the rows of its proposed
+  // tokens. Its sampler takes the first row's token, then, while that token is the one
+  // the next row holds (the proposal was right), the next row's token: the tokens after
+  // the first go to (*more)[i]. Each is sampled exactly as a plain decode samples it
+  // (penalties, seeded draws, log-probabilities), so the output is the one without
+  // proposals; at temperature > 0 this is exact rejection sampling for a proposer that
+  // is sure of its token (q one-hot: a proposal t is accepted with probability p(t),
+  // and a rejection draws from p without t). A constrained sequence verifies nothing past
+  // its first row. Such a step samples on the host.
   Result<std::vector<SampledToken>> execute(const StepInput& step,
                                             std::span<const std::uint64_t> sampled_ids,
                                             std::span<const PromptRows> prompt_rows = {},
-                                            std::vector<PromptLogprobs>* prompt_scores = nullptr);
+                                            std::vector<PromptLogprobs>* prompt_scores = nullptr,
+                                            std::span<const std::int32_t> num_drafts = {},
+                                            std::vector<std::vector<SampledToken>>* more = nullptr);
 
   // With an observer, every row is sampled on the host from logits read back.
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }

@@ -89,6 +89,8 @@ struct Metrics::Impl {
     std::int64_t running = 0, waiting = 0, blocks = 0;
     double kv_usage = 0.0;
     std::int64_t reported_preemptions = 0, reported_queried = 0, reported_hits = 0;
+    std::int64_t reported_drafts = 0, reported_draft_tokens = 0, reported_accepted = 0;
+    std::vector<std::int64_t> reported_accepted_per_pos;
   };
   std::mutex mutex;
   std::map<std::int32_t, Replica> replicas;
@@ -120,6 +122,16 @@ struct Metrics::Impl {
       counter("troupe_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache");
   p::Counter& prefix_hits =
       counter("troupe_prefix_cache_hits_total", "Prompt tokens found in the prefix cache");
+  // Speculative decoding (vLLM's vllm:spec_decode_* counters).
+  p::Counter& spec_drafts = counter("troupe_spec_decode_num_drafts_total",
+                                    "Drafts verified (one sequence's proposal in one step)");
+  p::Counter& spec_draft_tokens =
+      counter("troupe_spec_decode_num_draft_tokens_total", "Proposed tokens verified");
+  p::Counter& spec_accepted =
+      counter("troupe_spec_decode_num_accepted_tokens_total", "Proposed tokens accepted");
+  p::Family<p::Counter>& spec_accepted_per_pos =
+      counter_family("troupe_spec_decode_num_accepted_tokens_per_pos_total",
+                     "Proposed tokens accepted, by position in the draft (0: the first)");
   p::Family<p::Counter>& outcomes =
       counter_family("troupe_request_success_total", "Requests ended, by finish reason");
   p::Histogram& ttft = histogram("troupe_time_to_first_token_seconds",
@@ -228,6 +240,22 @@ void Metrics::record_iteration(const Iteration& it) {
     add(m.prefix_queries,
         it.prefix_queried_total - std::exchange(r.reported_queried, it.prefix_queried_total));
     add(m.prefix_hits, it.prefix_hits_total - std::exchange(r.reported_hits, it.prefix_hits_total));
+    add(m.spec_drafts,
+        it.spec_drafts_total - std::exchange(r.reported_drafts, it.spec_drafts_total));
+    add(m.spec_draft_tokens,
+        it.spec_draft_tokens_total -
+            std::exchange(r.reported_draft_tokens, it.spec_draft_tokens_total));
+    add(m.spec_accepted, it.spec_accepted_tokens_total -
+                             std::exchange(r.reported_accepted, it.spec_accepted_tokens_total));
+    auto& reported = r.reported_accepted_per_pos;
+    if (reported.size() < it.spec_accepted_per_pos_total.size()) {
+      reported.resize(it.spec_accepted_per_pos_total.size(), 0);
+    }
+    for (std::size_t pos = 0; pos < it.spec_accepted_per_pos_total.size(); ++pos) {
+      add(m.spec_accepted_per_pos.Add({{"position", std::to_string(pos)}}),
+          it.spec_accepted_per_pos_total[pos] -
+              std::exchange(reported[pos], it.spec_accepted_per_pos_total[pos]));
+    }
   }
   set_replica_load(it.replica, it.num_running, it.num_waiting, it.kv_usage, it.num_kv_blocks);
 }

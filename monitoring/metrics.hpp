@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace troupe::monitoring {
 
@@ -46,6 +47,12 @@ class Metrics {
     std::int64_t preemptions_total = 0;
     std::int64_t prefix_queried_total = 0;
     std::int64_t prefix_hits_total = 0;
+    // Speculative decoding's totals (vLLM's spec_decode counters): drafts verified, their
+    // tokens, accepted tokens, and accepted tokens by position in the draft.
+    std::int64_t spec_drafts_total = 0;
+    std::int64_t spec_draft_tokens_total = 0;
+    std::int64_t spec_accepted_tokens_total = 0;
+    std::vector<std::int64_t> spec_accepted_per_pos_total = {};
   };
   void record_iteration(const Iteration& iteration);
   void observe_queue_time(double seconds);

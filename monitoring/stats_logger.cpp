@@ -29,19 +29,40 @@ StatsWindow stats_window(const EngineStats& before, const EngineStats& now, doub
         static_cast<double>(now.prefix_hit_tokens - before.prefix_hit_tokens) / queried;
   }
   w.num_preemptions = now.num_preemptions - before.num_preemptions;
+  const auto proposed = now.spec_num_draft_tokens - before.spec_num_draft_tokens;
+  const auto drafts = now.spec_num_drafts - before.spec_num_drafts;
+  if (proposed > 0 && drafts > 0) {
+    const auto accepted = now.spec_num_accepted_tokens - before.spec_num_accepted_tokens;
+    w.spec_acceptance_rate = static_cast<double>(accepted) / static_cast<double>(proposed);
+    w.spec_mean_acceptance_length =
+        1.0 + static_cast<double>(accepted) / static_cast<double>(drafts);
+  }
   w.busy = prompt > 0 || generated > 0 || now.num_running > 0 || now.num_waiting > 0;
   return w;
 }
 
 void log_stats_window(const StatsWindow& w) {
   if (!w.busy) return;
-  log_info("engine", {{"prompt_throughput_tok_s", tenth(w.prompt_tokens_per_second)},
-                      {"generation_throughput_tok_s", tenth(w.generation_tokens_per_second)},
-                      {"running", w.num_running},
-                      {"waiting", w.num_waiting},
-                      {"kv_cache_usage_pct", tenth(100.0 * w.kv_usage)},
-                      {"prefix_cache_hit_rate_pct",
-                       w.prefix_cache_hit_rate ? tenth(100.0 * *w.prefix_cache_hit_rate) : 0.0}});
+  if (w.spec_acceptance_rate) {
+    log_info("engine", {{"prompt_throughput_tok_s", tenth(w.prompt_tokens_per_second)},
+                        {"generation_throughput_tok_s", tenth(w.generation_tokens_per_second)},
+                        {"running", w.num_running},
+                        {"waiting", w.num_waiting},
+                        {"kv_cache_usage_pct", tenth(100.0 * w.kv_usage)},
+                        {"prefix_cache_hit_rate_pct",
+                         w.prefix_cache_hit_rate ? tenth(100.0 * *w.prefix_cache_hit_rate) : 0.0},
+                        {"spec_acceptance_rate_pct", tenth(100.0 * *w.spec_acceptance_rate)},
+                        {"spec_mean_acceptance_length",
+                         std::round(w.spec_mean_acceptance_length * 100.0) / 100.0}});
+  } else {
+    log_info("engine", {{"prompt_throughput_tok_s", tenth(w.prompt_tokens_per_second)},
+                        {"generation_throughput_tok_s", tenth(w.generation_tokens_per_second)},
+                        {"running", w.num_running},
+                        {"waiting", w.num_waiting},
+                        {"kv_cache_usage_pct", tenth(100.0 * w.kv_usage)},
+                        {"prefix_cache_hit_rate_pct",
+                         w.prefix_cache_hit_rate ? tenth(100.0 * *w.prefix_cache_hit_rate) : 0.0}});
+  }
   if (w.num_preemptions > 0) {
     log_warning(
         "sequences were preempted: the KV cache was full (a larger --kv-cache-gb, or a "

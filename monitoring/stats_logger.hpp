@@ -1,6 +1,7 @@
 // The engine's line in the log while it works, as vLLM prints it: prompt and generation
-// throughput, running and waiting requests, KV usage and the prefix cache's hit rate, every
-// interval; a warning when sequences were preempted. Quiet while the engine is idle.
+// throughput, running and waiting requests, KV usage and the prefix cache's hit rate (and,
+// with speculative decoding, its acceptance rate), every interval; a warning when sequences were
+// preempted. Quiet while the engine is idle.
 #pragma once
 
 #include <chrono>
@@ -24,6 +25,10 @@ struct StatsWindow {
   // Of the prompt tokens looked up in the window; none looked up: no rate.
   std::optional<double> prefix_cache_hit_rate;
   std::int64_t num_preemptions = 0;  // new in the window
+  // Speculative decoding in the window: accepted of proposed tokens, and the mean tokens a
+  // draft's step gave its sequence (1 + accepted per draft); none proposed: no rate.
+  std::optional<double> spec_acceptance_rate;
+  double spec_mean_acceptance_length = 0.0;
   // Anything ran, or anything is running or waiting: an idle engine writes no line.
   bool busy = false;
 };

@@ -40,6 +40,11 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
       static_cast<std::int32_t>(prefill_chunk > 0 ? std::int64_t{prefill_chunk} * n
                                                   : std::max<std::int64_t>(prompt_tokens, n));
   config.enable_prefix_caching = false;
+  config.speculation = speculation_;
+  // A draft's tokens count in the step's budget: room for every sequence's.
+  if (speculation_.enabled()) {
+    config.max_num_batched_tokens += n * speculation_.num_speculative_tokens;
+  }
   engine::EngineCore core(config, end_of_generation_);
   std::vector<std::unique_ptr<model::ModelRunner>> runners;
   for (model::LlamaModel* rank : ranks_) {
@@ -78,6 +83,7 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
       if (update.finish_reason != FinishReason::none) result.finish_reason = update.finish_reason;
     }
   }
+  last_spec_ = core.counters().spec;
   return results;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/engine_core.hpp"
 #include "model/llama_model.hpp"
 #include "troupe/sampling.hpp"
 
@@ -38,7 +39,13 @@ class BatchGenerator {
   Result<std::vector<GenerationResult>> run(const std::vector<GenerationRequest>& requests,
                                             std::int32_t prefill_chunk = 0);
 
+  // Speculative decoding for the runs from now on (off by default); the last run's counts.
+  void set_speculation(const engine::SpeculationConfig& speculation) { speculation_ = speculation; }
+  const engine::SpecDecodeCounters& last_speculation() const { return last_spec_; }
+
  private:
+  engine::SpeculationConfig speculation_;
+  engine::SpecDecodeCounters last_spec_;
   std::vector<model::LlamaModel*> ranks_;
   std::vector<TokenId> end_of_generation_;
 };

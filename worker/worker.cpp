@@ -68,13 +68,21 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   // Run even so: a rank of a group that skipped its forward pass would leave the others
   // waiting in their collectives.
   std::vector<model::PromptLogprobs> prompt_scores;
-  auto tokens = runner.execute(work.step, work.sampled_ids, work.prompt_rows, &prompt_scores);
+  std::vector<std::vector<model::SampledToken>> more;
+  auto tokens = runner.execute(work.step, work.sampled_ids, work.prompt_rows, &prompt_scores,
+                               work.num_drafts, &more);
   if (refused) return fail(std::move(*refused));
   if (!tokens) return fail(tokens.error());
   engine::StepOutput out;
   out.step_id = work.step_id;
   out.tokens = std::move(*tokens);
   out.prompt_logprobs = std::move(prompt_scores);
+  if (!work.num_drafts.empty()) {
+    for (auto& accepted : more) {
+      out.num_more.push_back(static_cast<std::int32_t>(accepted.size()));
+      for (auto& token : accepted) out.more_tokens.push_back(std::move(token));
+    }
+  }
   return out;
 }
 

@@ -129,6 +129,16 @@ EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
     sum.num_kv_blocks += s.num_kv_blocks;
     sum.prefix_cache_blocks += s.prefix_cache_blocks;
     sum.block_size = std::max(sum.block_size, s.block_size);
+    sum.spec_num_drafts += s.spec_num_drafts;
+    sum.spec_num_draft_tokens += s.spec_num_draft_tokens;
+    sum.spec_num_accepted_tokens += s.spec_num_accepted_tokens;
+    auto& per_pos = sum.spec_num_accepted_tokens_per_pos;
+    if (per_pos.size() < s.spec_num_accepted_tokens_per_pos.size()) {
+      per_pos.resize(s.spec_num_accepted_tokens_per_pos.size(), 0);
+    }
+    for (std::size_t p = 0; p < s.spec_num_accepted_tokens_per_pos.size(); ++p) {
+      per_pos[p] += s.spec_num_accepted_tokens_per_pos[p];
+    }
   }
   sum.kv_usage = sum.num_kv_blocks > 0 ? held_blocks / sum.num_kv_blocks : 0.0;
   return sum;

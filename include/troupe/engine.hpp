@@ -62,6 +62,21 @@ struct ClusterConfig {
   int reserved_descriptors = 0;
 };
 
+// Speculative decoding (vLLM's --speculative-config): `ngram` proposes each decoding
+// sequence's next tokens by prompt lookup over its own tokens, and the step verifies them
+// beside the others. num_speculative_tokens 0: off.
+struct SpeculativeConfig {
+  std::int32_t num_speculative_tokens = 0;  // k: the most tokens proposed per step
+  std::int32_t prompt_lookup_max = 0;       // the longest n-gram looked up
+  std::int32_t prompt_lookup_min = 1;       // the shortest
+  // No proposals in a step with more decoding sequences than this (a big batch is
+  // compute-bound: verifying k tokens costs about k tokens there).
+  std::int32_t disable_by_batch_size = 4;
+
+  bool enabled() const { return num_speculative_tokens > 0; }
+  bool operator==(const SpeculativeConfig&) const = default;
+};
+
 struct EngineConfig {
   std::string model_path;  // empty: the built-in random model
   int num_threads = 0;     // compute threads (0: all cores)
@@ -93,6 +108,7 @@ struct EngineConfig {
   double target_tpot_ms = 0.0;
   std::int32_t max_model_len = 0;  // 0: the model's context length
   bool enable_prefix_caching = true;
+  SpeculativeConfig speculative;  // off unless num_speculative_tokens > 0
   BatchingPolicy policy = BatchingPolicy::fcfs;
   BatchingMode mode = BatchingMode::continuous;
   // Requests without a seed of their own get one derived from this and their id,
@@ -199,6 +215,12 @@ struct EngineStats {
   std::int32_t num_kv_blocks = 0;
   std::int32_t block_size = 0;
   std::int64_t prefix_cache_blocks = 0;  // blocks the prefix cache holds (in use or not)
+  // Speculative decoding (vLLM's spec_decode counters): drafts verified (one sequence's
+  // proposal in one step), their tokens, the tokens accepted, accepted at each position.
+  std::int64_t spec_num_drafts = 0;
+  std::int64_t spec_num_draft_tokens = 0;
+  std::int64_t spec_num_accepted_tokens = 0;
+  std::vector<std::int64_t> spec_num_accepted_tokens_per_pos;
 
   bool operator==(const EngineStats&) const = default;
 };

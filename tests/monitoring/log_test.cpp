@@ -57,6 +57,25 @@ TEST_CASE("a level lets through itself and what is more severe", "[monitoring][l
   flush_logging();
 }
 
+TEST_CASE("the engine's line carries speculative decoding's acceptance rate in the window",
+          "[monitoring][log]") {
+  EngineStats before;
+  before.spec_num_drafts = 10;
+  before.spec_num_draft_tokens = 40;
+  before.spec_num_accepted_tokens = 20;
+  EngineStats now = before;
+  now.num_generated_tokens = 90;
+  now.spec_num_drafts = 30;
+  now.spec_num_draft_tokens = 120;
+  now.spec_num_accepted_tokens = 80;
+  const StatsWindow w = stats_window(before, now, 1.0);
+  REQUIRE(w.spec_acceptance_rate);
+  CHECK(*w.spec_acceptance_rate == Approx(60.0 / 80.0));
+  CHECK(w.spec_mean_acceptance_length == Approx(1.0 + 60.0 / 20.0));
+  // No drafts in a window: no rate.
+  CHECK_FALSE(stats_window(now, now, 1.0).spec_acceptance_rate);
+}
+
 TEST_CASE("the engine's line is the window's throughput, load and hit rate", "[monitoring][log]") {
   EngineStats before;
   before.num_prompt_tokens = 100;

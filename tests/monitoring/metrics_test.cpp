@@ -204,3 +204,29 @@ TEST_CASE("labelled series a dashboard or an alert reads start at 0, before thei
   CHECK(values.at(R"(troupe_http_connection_errors_total{model_name="m",reason="slow_reader"})") ==
         1);
 }
+
+TEST_CASE("speculative decoding's counters are vLLM's spec_decode counters, per position too",
+          "[monitoring]") {
+  monitoring::Metrics metrics("m");
+  monitoring::Metrics::Iteration it;
+  it.num_kv_blocks = 10;
+  it.spec_drafts_total = 3;
+  it.spec_draft_tokens_total = 12;
+  it.spec_accepted_tokens_total = 7;
+  it.spec_accepted_per_pos_total = {3, 2, 2};
+  metrics.record_iteration(it);
+  // The replica's totals grow: the counters move by what is new.
+  it.spec_drafts_total = 4;
+  it.spec_draft_tokens_total = 16;
+  it.spec_accepted_tokens_total = 8;
+  it.spec_accepted_per_pos_total = {4, 2, 2, 0};
+  metrics.record_iteration(it);
+  const auto values = samples(metrics.serialize());
+  CHECK(values.at("troupe_spec_decode_num_drafts_total{model_name=\"m\"}") == 4);
+  CHECK(values.at("troupe_spec_decode_num_draft_tokens_total{model_name=\"m\"}") == 16);
+  CHECK(values.at("troupe_spec_decode_num_accepted_tokens_total{model_name=\"m\"}") == 8);
+  CHECK(values.at("troupe_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position="
+                  "\"0\"}") == 4);
+  CHECK(values.at("troupe_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position="
+                  "\"2\"}") == 2);
+}

@@ -1,0 +1,130 @@
+// `--speculative-config` on the command line (issue 36): every command that takes it refuses
+// a bad value naming the field, a draft model is "not supported yet", `generate` prints the
+// same text with and without it, and a server with it exports vLLM's spec-decode counters
+// (stories260K, started and ended by the test).
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <regex>
+
+#include "support/child_process.hpp"
+#include "support/test_support.hpp"
+
+using namespace std::chrono_literals;
+using troupe::test::ChildProcess;
+
+namespace {
+
+// The exit code and whole output of `troupe <argv...>`.
+std::pair<int, std::string> run(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{TROUPE_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ChildProcess child(argv);
+  const auto code = child.wait_exit(120s);
+  INFO(child.output());
+  REQUIRE(code.has_value());
+  return {*code, child.output()};
+}
+
+std::string curl(const std::string& args) {
+  const std::string command = "curl -s --max-time 60 " + args + " 2>&1";
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  ::pclose(pipe);
+  return out;
+}
+
+const char* const kNgram =
+    R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1})";
+
+}  // namespace
+
+TEST_CASE("a bad --speculative-config is refused naming the field, by every command that takes it",
+          "[app][speculative]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{bad", "not valid JSON"},
+      {"[1, 2]", "must be a JSON object"},
+      {R"({"num_speculative_tokens": 3})", "method is required"},
+      {R"({"method": "eagle", "num_speculative_tokens": 3})", "method must be \"ngram\""},
+      {R"({"method": "ngram"})", "num_speculative_tokens is required"},
+      {R"({"method": "ngram", "num_speculative_tokens": 0})", "num_speculative_tokens must be in"},
+      {R"({"method": "ngram", "num_speculative_tokens": 2.5})",
+       "num_speculative_tokens must be an integer"},
+      {R"({"method": "ngram", "num_speculative_tokens": "3"})",
+       "num_speculative_tokens must be an integer"},
+      {R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 0})",
+       "prompt_lookup_max must be in"},
+      {R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 4, "prompt_lookup_max": 2})",
+       "prompt_lookup_min (4) must not exceed prompt_lookup_max (2)"},
+      {R"({"method": "ngram", "num_speculative_tokens": 3, "disable_by_batch_size": 0})",
+       "disable_by_batch_size must be in"},
+      {R"({"method": "ngram", "num_speculative_tokens": 3, "typo": 1})", "unknown field \"typo\""},
+      {R"({"model": "draft.gguf", "num_speculative_tokens": 3})",
+       "model: a draft model is not supported yet"},
+  };
+  const std::vector<std::vector<std::string>> commands = {{"serve", "--port", "0"},
+                                                          {"generate", "-n", "2"},
+                                                          {"bench", "throughput"},
+                                                          {"bench", "forward"}};
+  for (const auto& command : commands) {
+    for (const auto& [json, message] : cases) {
+      INFO(command.front() << " " << json);
+      auto args = command;
+      args.push_back("--speculative-config");
+      args.push_back(json);
+      const auto [code, output] = run(args);
+      CHECK(code != 0);
+      CHECK(output.find("--speculative-config: " + message) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("generate prints the same greedy text with and without n-gram speculation",
+          "[app][speculative]") {
+  const std::string model = troupe::test::shared_file("models/stories260K.gguf");
+  const std::vector<std::string> base = {
+      "generate", "-m", model, "-p", "Once upon a time", "-n", "100", "--ignore-eos", "-t", "1"};
+  auto with = base;
+  with.push_back("--speculative-config");
+  with.push_back(kNgram);
+  const auto plain = run(base);
+  const auto spec = run(with);
+  REQUIRE(plain.first == 0);
+  REQUIRE(spec.first == 0);
+  // The text (stdout and stderr together): everything before the timing line.
+  auto text = [](const std::string& out) { return out.substr(0, out.rfind("prompt: ")); };
+  CHECK(text(spec.second) == text(plain.second));
+  CHECK(text(plain.second).size() > 100);
+}
+
+TEST_CASE("a server with n-gram speculation exports vLLM's spec-decode counters",
+          "[app][speculative][integration]") {
+  const std::string model = troupe::test::shared_file("models/stories260K.gguf");
+  ChildProcess serve({TROUPE_BINARY, "serve", "--model", model, "--port", "0", "--threads", "1",
+                      "--kv-cache-gb", "0.02", "--speculative-config", kNgram});
+  const auto port = serve.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  INFO(serve.output());
+  REQUIRE(port);
+  const std::string url = "http://127.0.0.1:" + *port;
+  const std::string answer = curl(
+      url + "/v1/completions -H 'Content-Type: application/json'" +
+      R"( -d '{"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0, "ignore_eos": true}')");
+  CHECK(answer.find("\"completion_tokens\":100") != std::string::npos);
+  const std::string metrics = curl(url + "/metrics");
+  auto value = [&](const std::string& name) {
+    std::smatch m;
+    const std::regex line(name + R"(\{[^}]*\} ([0-9.e+]+))");
+    return std::regex_search(metrics, m, line) ? std::stod(m[1]) : -1.0;
+  };
+  const double drafts = value("troupe_spec_decode_num_drafts_total");
+  const double proposed = value("troupe_spec_decode_num_draft_tokens_total");
+  const double accepted = value("troupe_spec_decode_num_accepted_tokens_total");
+  INFO(metrics);
+  CHECK(drafts > 0);
+  CHECK(proposed >= drafts);
+  CHECK(accepted > 0);
+  CHECK(accepted <= proposed);
+  CHECK(value("troupe_spec_decode_num_accepted_tokens_per_pos_total") > 0);
+}

@@ -1,0 +1,390 @@
+// Speculative decoding inside continuous batching (issue 36): the n-gram proposer, the
+// scheduler's drafts and their rollback in the paged KV cache, and exactness: an output
+// with n-gram proposals verified in the step is the output without them, alone and in a
+// batch beside plain decodes and prefill chunks, greedy or seeded.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "cpu/cpu_backend.hpp"
+#include "engine/engine_core.hpp"
+#include "engine/ngram_proposer.hpp"
+#include "engine/step_builder.hpp"
+#include "gguf/gguf_file.hpp"
+#include "model/model_runner.hpp"
+#include "support/small_model.hpp"
+#include "support/test_support.hpp"
+#include "worker/worker.hpp"
+
+using namespace troupe;
+using engine::propose_ngram;
+
+TEST_CASE("the n-gram proposer proposes what followed the latest earlier occurrence of the suffix",
+          "[engine][speculative]") {
+  const std::vector<TokenId> t = {1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3};
+  // "1 2 3" last came before "7 8": the latest occurrence wins.
+  CHECK(propose_ngram(t, 1, 3, 2) == std::vector<TokenId>{7, 8});
+  // Running past the end, the proposal repeats itself ("7 8 1 2 3" then "7 ...").
+  CHECK(propose_ngram(t, 3, 3, 6) == std::vector<TokenId>{7, 8, 1, 2, 3, 7});
+  // No recurring suffix: nothing.
+  CHECK(propose_ngram(std::vector<TokenId>{1, 2, 3, 4}, 1, 3, 4).empty());
+  // The suffix must be at least min_n long: "4" recurs, "3 4" does not.
+  const std::vector<TokenId> u = {4, 5, 6, 3, 4};
+  CHECK(propose_ngram(u, 1, 2, 2) == std::vector<TokenId>{5, 6});
+  CHECK(propose_ngram(u, 2, 2, 2).empty());
+  CHECK(propose_ngram(u, 1, 2, 0).empty());
+  CHECK(propose_ngram(std::vector<TokenId>{}, 1, 2, 3).empty());
+  CHECK(propose_ngram(std::vector<TokenId>{5}, 1, 2, 3).empty());
+  // A run of one token proposes more of it.
+  CHECK(propose_ngram(std::vector<TokenId>{7, 7, 7}, 1, 2, 3) == std::vector<TokenId>{7, 7, 7});
+}
+
+namespace {
+
+engine::SchedulerConfig spec_config(std::int32_t k) {
+  engine::SchedulerConfig c;
+  c.block_size = 4;
+  c.num_blocks = 32;
+  c.max_model_len = 128;
+  c.max_num_batched_tokens = 64;
+  c.speculation.num_speculative_tokens = k;
+  c.speculation.prompt_lookup_max = 3;
+  c.speculation.prompt_lookup_min = 1;
+  return c;
+}
+
+// Every cached block's tokens are a prefix of `tokens` in whole blocks.
+bool cache_holds_only(const engine::Scheduler& s, const std::vector<TokenId>& tokens) {
+  const auto& cache = s.kv_cache().prefix_cache();
+  const auto matched = static_cast<std::int32_t>(
+      cache.match(tokens, static_cast<std::int32_t>(tokens.size()) / 4).size());
+  return static_cast<std::int32_t>(cache.size()) == matched;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a rejected draft's blocks go back to the pool and none of its tokens enters the prefix "
+    "cache",
+    "[engine][speculative]") {
+  engine::Scheduler s(spec_config(6));
+  // A prompt that repeats "1 2 3 4 5 6 7": the proposer will offer its continuation.
+  const std::vector<TokenId> prompt = {1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3};
+  REQUIRE(s.add({1, prompt, 40}).has_value());
+  auto plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  REQUIRE(plan.num_draft_tokens == 0);  // a prefill carries no draft
+  std::vector<engine::SampledResult> first = {{4}};
+  s.update(plan, first);  // tokens: prompt + 4 (computed 17 of 18)
+  REQUIRE(s.check_invariants().has_value());
+
+  plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  const auto& chunk = plan.chunks[0];
+  // The suffix "3 4" was followed by "5 6 7 1 2 3": six proposed tokens, 1 + 6 to run.
+  REQUIRE(chunk.draft == std::vector<TokenId>{5, 6, 7, 1, 2, 3});
+  CHECK(chunk.num_new_tokens == 7);
+  CHECK(chunk.is_decode());
+  CHECK(plan.num_tokens == 7);  // the budget counts the draft
+  CHECK(plan.num_draft_tokens == 6);
+  const engine::Sequence* seq = s.find(1);
+  // 17 computed + 7 = 24 positions: 6 blocks of 4.
+  CHECK(seq->block_table.size() == 6);
+  const std::int32_t free_before = s.kv_cache().num_free_blocks();
+
+  // The model agrees with "5 6" and then says 9 where the draft said 7.
+  std::vector<engine::SampledResult> verified = {{5, {6, 9}}};
+  CHECK(s.update(plan, verified).empty());
+  REQUIRE(s.check_invariants().has_value());
+  seq = s.find(1);
+  std::vector<TokenId> expected = prompt;
+  for (TokenId t : {4, 5, 6, 9}) expected.push_back(t);
+  CHECK(seq->tokens == expected);
+  CHECK(seq->num_computed_tokens == static_cast<std::int32_t>(expected.size()) - 1);
+  // 21 tokens: the 6 blocks held keep them, the rejected slots of "1 2 3" included
+  // (the next tokens overwrite them before anything reads them).
+  CHECK(seq->block_table.size() == 6);
+  CHECK(s.kv_cache().num_free_blocks() == free_before);
+  // Blocks in the cache: only whole blocks of computed (accepted) tokens.
+  CHECK(cache_holds_only(s, expected));
+  CHECK(s.kv_cache().prefix_cache().size() ==
+        static_cast<std::size_t>(seq->num_computed_tokens / 4));
+
+  // Next: the proposal after "6 9"? "9" never came before: the suffix "9" has no match,
+  // "6 9" neither: a plain decode.
+  plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  CHECK(plan.chunks[0].draft.empty());
+  CHECK(plan.chunks[0].num_new_tokens == 1);
+  std::vector<engine::SampledResult> plain = {{1}};
+  s.update(plan, plain);
+  // "9 1" no, "1" yes: after the last "1" came "2 3 4 ...".
+  plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  REQUIRE(plan.chunks[0].draft.size() == 6);
+  const std::int32_t held = static_cast<std::int32_t>(s.find(1)->block_table.size());
+  // Everything rejected: the model's first token is not the draft's first.
+  std::vector<engine::SampledResult> rejected = {{8}};
+  s.update(plan, rejected);
+  REQUIRE(s.check_invariants().has_value());
+  seq = s.find(1);
+  CHECK(seq->tokens.back() == 8);
+  CHECK(static_cast<std::int32_t>(seq->block_table.size()) == (seq->num_tokens() + 3) / 4);
+  CHECK(static_cast<std::int32_t>(seq->block_table.size()) < held);  // the draft's blocks freed
+  CHECK(cache_holds_only(s, seq->tokens));
+  CHECK(s.kv_cache().prefix_cache().size() ==
+        static_cast<std::size_t>(seq->num_computed_tokens / 4));
+
+  // At the end nothing is held: every block is free.
+  s.abort(1);
+  CHECK(s.kv_cache().num_free_blocks() == s.kv_cache().num_blocks());
+  REQUIRE(s.check_invariants().has_value());
+}
+
+TEST_CASE(
+    "a draft never proposes past max_tokens or the context, and a stop token ends the "
+    "sequence at its place",
+    "[engine][speculative]") {
+  engine::Scheduler s(spec_config(8));
+  const std::vector<TokenId> prompt = {1, 2, 3, 1, 2, 3, 1, 2};
+  SamplingParams p;
+  p.stop_token_ids = {30};
+  p.ignore_eos = true;
+  REQUIRE(s.add({1, prompt, 4, 0, engine::StopRule(p, {})}).has_value());
+  auto plan = s.schedule();
+  std::vector<engine::SampledResult> first = {{3}};
+  s.update(plan, first);
+  plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  // 1 generated, max_tokens 4: the draft is at most 2 (its last token's own is the 4th).
+  CHECK(plan.chunks[0].draft.size() == 2);
+  // The model agrees with the draft "1 2" and adds 30 (a stop id): three tokens, the last
+  // ends it.
+  std::vector<engine::SampledResult> verified = {{1, {2, 30}}};
+  const auto finished = s.update(plan, verified);
+  REQUIRE(finished.size() == 1);
+  CHECK(finished[0].reason == FinishReason::stop);
+  CHECK(finished[0].num_tokens == static_cast<std::int32_t>(prompt.size()) + 4);
+  CHECK(s.kv_cache().num_free_blocks() == s.kv_cache().num_blocks());
+
+  // A stop token in the middle of accepted tokens: the tokens after it are dropped.
+  REQUIRE(s.add({2, prompt, 10, 0, engine::StopRule(p, {})}).has_value());
+  plan = s.schedule();
+  s.update(plan, first);
+  plan = s.schedule();
+  REQUIRE_FALSE(plan.chunks[0].draft.empty());
+  std::vector<engine::SampledResult> stopped = {{30, {1, 2}}};
+  const auto ended = s.update(plan, stopped);
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0].num_tokens == static_cast<std::int32_t>(prompt.size()) + 2);
+  CHECK(s.kv_cache().num_free_blocks() == s.kv_cache().num_blocks());
+}
+
+TEST_CASE("no draft in a step with more decoding sequences than disable_by_batch_size",
+          "[engine][speculative]") {
+  auto config = spec_config(3);
+  config.speculation.disable_by_batch_size = 2;
+  engine::Scheduler s(config);
+  const std::vector<TokenId> prompt = {1, 2, 3, 1, 2, 3, 1, 2};
+  for (engine::SeqId id = 1; id <= 3; ++id) REQUIRE(s.add({id, prompt, 20}).has_value());
+  auto plan = s.schedule();
+  std::vector<engine::SampledResult> tokens(3, {3});
+  s.update(plan, tokens);
+  plan = s.schedule();  // three decodes: above 2
+  REQUIRE(plan.chunks.size() == 3);
+  CHECK(plan.num_draft_tokens == 0);
+  s.update(plan, tokens);
+  s.abort(3);
+  plan = s.schedule();  // two: at the threshold, drafts again
+  CHECK(plan.num_draft_tokens > 0);
+}
+
+namespace {
+
+struct Request {
+  std::vector<TokenId> prompt;
+  SamplingParams params;
+};
+
+struct Served {
+  std::map<engine::SeqId, std::vector<TokenId>> tokens;
+  std::map<engine::SeqId, std::vector<float>> logprobs;
+  engine::SpecDecodeCounters spec;
+  std::int64_t num_preemptions = 0;
+};
+
+// The engine loop, synchronously: the engine core plans, a local worker step runs.
+Served serve(model::ModelRunner& runner, const engine::SchedulerConfig& config,
+             const std::vector<Request>& requests, bool staggered = false) {
+  engine::EngineCore core(config, {2});
+  Served out;
+  std::size_t next = 0;
+  auto add = [&](std::size_t i) {
+    REQUIRE(core.add({i, requests[i].prompt, requests[i].params, 0, {}}).has_value());
+  };
+  // Staggered: a request arrives every other step, so prefills run beside decodes.
+  if (!staggered) {
+    for (; next < requests.size(); ++next) add(next);
+  }
+  std::size_t steps = 0;
+  while (core.has_work() || next < requests.size()) {
+    if (staggered && next < requests.size() && steps % 2 == 0) add(next++);
+    ++steps;
+    const auto work = core.next_step();
+    if (!work) continue;
+    const auto output = worker::run_step(runner, *work);
+    REQUIRE_FALSE(output.failed);
+    for (const auto& update : core.apply(output).updates) {
+      if (update.token.id == kNoToken) continue;
+      out.tokens[update.id].push_back(update.token.id);
+      out.logprobs[update.id].push_back(update.token.logprob);
+    }
+    REQUIRE(core.scheduler().check_invariants().has_value());
+  }
+  CHECK(core.scheduler().kv_cache().num_free_blocks() == core.scheduler().kv_cache().num_blocks());
+  out.spec = core.counters().spec;
+  out.num_preemptions = core.scheduler().num_preemptions();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and in a mixed batch",
+          "[engine][speculative]") {
+  const std::string path = test::write_small_model("speculative");
+  auto file = gguf::GgufFile::open(path);
+  REQUIRE(file.has_value());
+  cpu::CpuBackend backend(2);
+  auto llama = model::LlamaModel::load(*file, backend);
+  REQUIRE(llama.has_value());
+  const std::int32_t block_size = 4, num_blocks = 160;
+  REQUIRE(backend.allocate_kv_cache({2, num_blocks, block_size, 2, 16}).has_value());
+  model::ModelRunner runner(*llama, {2});
+
+  std::mt19937 rng(11);
+  std::vector<Request> requests(12);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    const int n = 2 + static_cast<int>(rng() % 30);
+    for (int k = 0; k < n; ++k) r.prompt.push_back(3 + static_cast<TokenId>(rng() % 60));
+    // Some prompts repeat themselves: their lookups hit at once.
+    if (i % 3 == 0) {
+      const auto half = r.prompt;
+      r.prompt.insert(r.prompt.end(), half.begin(), half.end());
+    }
+    r.params.max_tokens = 20 + static_cast<int>(rng() % 40);
+    r.params.ignore_eos = true;
+    r.params.logprobs = 0;
+    switch (i % 4) {
+      case 0:
+        r.params.temperature = 0.0f;
+        break;  // greedy
+      case 1:   // seeded sampling
+        r.params.temperature = 0.8f;
+        r.params.top_p = 0.9f;
+        r.params.seed = 500 + i;
+        break;
+      case 2:  // greedy with penalties
+        r.params.temperature = 0.0f;
+        r.params.frequency_penalty = 0.3f;
+        r.params.repetition_penalty = 1.1f;
+        break;
+      default:  // greedy with an early stop id
+        r.params.temperature = 0.0f;
+        r.params.stop_token_ids = {static_cast<TokenId>(3 + i)};
+        break;
+    }
+  }
+  engine::SchedulerConfig plain;
+  plain.block_size = block_size;
+  plain.num_blocks = num_blocks;
+  plain.max_model_len = 256;
+  plain.max_num_batched_tokens = 48;
+  plain.max_num_seqs = 16;
+  auto spec = plain;
+  spec.speculation.num_speculative_tokens = 4;
+  spec.speculation.prompt_lookup_max = 3;
+  spec.speculation.prompt_lookup_min = 1;
+  spec.speculation.disable_by_batch_size = 64;  // every step speculates
+
+  // Alone, without speculation: the reference.
+  std::map<engine::SeqId, std::vector<TokenId>> reference;
+  std::map<engine::SeqId, std::vector<float>> reference_logprobs;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto out = serve(runner, plain, {requests[i]});
+    reference[i] = out.tokens.at(0);
+    reference_logprobs[i] = out.logprobs.at(0);
+  }
+  SECTION("alone") {
+    engine::SpecDecodeCounters total;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      const auto out = serve(runner, spec, {requests[i]});
+      CHECK(out.tokens.at(0) == reference.at(i));
+      CHECK(out.logprobs.at(0) == reference_logprobs.at(i));
+      total.num_drafts += out.spec.num_drafts;
+      total.num_accepted_tokens += out.spec.num_accepted_tokens;
+    }
+    // Speculation did happen, and some of it was right.
+    CHECK(total.num_drafts > 10);
+    CHECK(total.num_accepted_tokens > 10);
+  }
+  SECTION("in a batch beside prefill chunks") {
+    const auto out = serve(runner, spec, requests, /*staggered=*/true);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      CHECK(out.tokens.at(i) == reference.at(i));
+      CHECK(out.logprobs.at(i) == reference_logprobs.at(i));
+    }
+    CHECK(out.spec.num_drafts > 10);
+    CHECK(out.spec.num_accepted_tokens > 10);
+    // Accepted at position i+1 never outnumber those at position i.
+    for (std::size_t p = 1; p < out.spec.num_accepted_tokens_per_pos.size(); ++p) {
+      CHECK(out.spec.num_accepted_tokens_per_pos[p] <= out.spec.num_accepted_tokens_per_pos[p - 1]);
+    }
+  }
+  SECTION("in a pool too small for all of them: preemptions, recomputes and the prefix cache") {
+    auto tight = spec;
+    tight.num_blocks = 40;
+    tight.max_num_batched_tokens = 24;
+    tight.enable_prefix_caching = true;
+    const auto out = serve(runner, tight, requests, /*staggered=*/false);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      CHECK(out.tokens.at(i) == reference.at(i));
+    }
+    CHECK(out.num_preemptions > 0);
+    CHECK(out.spec.num_accepted_tokens > 0);
+  }
+  SECTION("in a batch where only some speculate") {
+    // The threshold turns speculation off while more than two sequences decode.
+    auto some = spec;
+    some.speculation.disable_by_batch_size = 2;
+    const auto out = serve(runner, some, requests, /*staggered=*/true);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      CHECK(out.tokens.at(i) == reference.at(i));
+    }
+  }
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("drafts count in the token budget but never crowd out another decode of the step",
+          "[engine][speculative]") {
+  auto config = spec_config(4);
+  engine::Scheduler s(config);
+  const std::vector<TokenId> prompt = {1, 2, 3, 1, 2, 3, 1, 2};
+  for (engine::SeqId id = 1; id <= 3; ++id) REQUIRE(s.add({id, prompt, 20}).has_value());
+  auto plan = s.schedule();
+  std::vector<engine::SampledResult> tokens(3, {3});
+  s.update(plan, tokens);
+  s.set_token_budget(5);
+  plan = s.schedule();
+  // Three decodes in a budget of 5: two tokens are left for drafts, and every decode runs.
+  REQUIRE(plan.chunks.size() == 3);
+  CHECK(plan.num_tokens == 5);
+  CHECK(plan.num_draft_tokens == 2);
+  CHECK(plan.num_decodes == 3);
+  REQUIRE(s.check_invariants().has_value());
+}
