@@ -70,7 +70,7 @@ void group_serve_flags(CLI::App* cmd) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
       {"Model",
        {"--model", "--served-model-name", "--chat-template", "--tool-call-parser",
-        "--max-model-len", "--max-logprobs", "--seed"}},
+        "--reasoning-parser", "--max-model-len", "--max-logprobs", "--seed"}},
       {"Server",
        {"--host", "--port", "--api-key", "--max-concurrent-requests", "--max-requests-per-socket",
         "--max-connections", "--max-buffered-output-bytes", "--disable-web-page", "--web-dir"}},
@@ -204,6 +204,11 @@ void add_serve_command(CLI::App& app) {
   one_of(cmd->add_option("--tool-call-parser", opts->server.tool_call_parser,
                          "how the model writes tool calls (default: from its chat template)"),
          {"hermes", "llama3_json", "mistral"});
+  one_of(cmd->add_option("--reasoning-parser", opts->server.reasoning_parser,
+                         "give a chat's thinking apart as reasoning_content, as the model "
+                         "writes it: <think> tags (deepseek_r1, qwen3) or gpt-oss's channels "
+                         "(gpt_oss) (default: none, the thinking stays in content)"),
+         {"deepseek_r1", "qwen3", "gpt_oss", "deepseek_v3", "glm45"});
   add_engine_size_options(cmd, opts->engine, opts->kv_cache_gb);
   add_scheduling_policy_option(cmd, opts->engine);
   add_token_budget_options(cmd, opts->budget);
@@ -447,7 +452,10 @@ void add_serve_command(CLI::App& app) {
     }
     monitoring::log_info("chat template: " + server.chat_template().description() +
                          "; tool calls read as " + std::string(server.tool_call_parser()) +
-                         (opts->server.tool_call_parser.empty() ? " (from the template)" : ""));
+                         (opts->server.tool_call_parser.empty() ? " (from the template)" : "") +
+                         (opts->server.reasoning_parser.empty()
+                              ? std::string()
+                              : "; thinking read as " + opts->server.reasoning_parser));
     if (auto started = server.start(); !started) fail(started.error().message);
     monitoring::log_info(
         "serving '" + opts->server.served_model_name + "' at http://" + opts->server.host + ":" +

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "monitoring/log.hpp"
+#include "net/choice_text.hpp"
 #include "net/cors.hpp"
 #include "net/server_impl.hpp"
 #include "net/structured_output.hpp"
@@ -140,6 +141,7 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
   if (const auto format = tool_call_format_named(config.tool_call_parser)) {
     context.tool_call_format = *format;
   }
+  context.reasoning_format = text::reasoning_format_named(config.reasoning_parser);
   context.priority_scheduling = engine.scheduling_policy() == BatchingPolicy::priority;
   context.max_logprobs = config.max_logprobs;
 }
@@ -640,10 +642,11 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     alive = co_await write_data();
   }
   Usage usage;
-  // A chat that may call tools holds back what may be a call until its choice ends.
-  std::vector<ToolCallStream> calls;
-  if (completion.chat && completion.tools.reads_calls()) {
-    calls.assign(static_cast<std::size_t>(num_sequences), ToolCallStream(completion.tools));
+  // A chat whose text is read (thinking apart, tool calls) holds back what may be a marker
+  // or a call: a call until its choice ends.
+  std::vector<ChoiceTextStream> reads;
+  if (completion.chat && ChoiceTextStream(completion).reads()) {
+    reads.assign(static_cast<std::size_t>(num_sequences), ChoiceTextStream(completion));
   }
   // echo: a choice's prompt goes out before its first token (with the prompt's logprobs,
   // which come with that first event).
@@ -667,21 +670,30 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       sent_bytes[static_cast<std::size_t>(index)] = completion.prompt_texts[prompt_index].size();
     }
     bool called = false;
-    if (!calls.empty()) {
-      ToolOutput shown = calls[static_cast<std::size_t>(index)].take(event.text, event.finished);
+    bool thought_only = false;  // the event's text was all thinking: its chunk carries it
+    if (!reads.empty()) {
+      ChoiceText shown = reads[static_cast<std::size_t>(index)].take(event.text, event.finished);
       event.text = std::move(shown.content);
       called = !shown.calls.empty();
+      if (!shown.reasoning.empty()) {
+        data += "data: " + reasoning_chunk(context, id, created, shown.reasoning, index) + "\n\n";
+      }
       if (called) {
         data += "data: " + tool_calls_chunk(context, id, created, shown.calls, index) + "\n\n";
       } else if (!event.finished && event.text.empty() && !completion.want_logprobs) {
-        g->output.remove(bytes);
-        continue;  // held: nothing to send yet
+        if (data.empty()) {
+          g->output.remove(bytes);
+          continue;  // held: nothing to send yet
+        }
+        thought_only = true;
       }
     }
-    data += "data: " +
-            completion_chunk(context, id, created, completion, event, index, called,
-                             sent_bytes[static_cast<std::size_t>(index)]) +
-            "\n\n";
+    if (!thought_only) {
+      data += "data: " +
+              completion_chunk(context, id, created, completion, event, index, called,
+                               sent_bytes[static_cast<std::size_t>(index)]) +
+              "\n\n";
+    }
     sent_bytes[static_cast<std::size_t>(index)] += event.text.size();
     if (event.finished) {
       --num_open;

@@ -42,6 +42,9 @@ struct ServerConfig {
   // How the model writes tool calls: hermes, llama3_json or mistral; empty: from the chat
   // template (net/tool_calls.hpp).
   std::string tool_call_parser;
+  // vLLM's --reasoning-parser (deepseek_r1, qwen3, gpt_oss, ...): a chat's thinking is
+  // given apart as reasoning_content. Empty: none.
+  std::string reasoning_parser;
   // The most top alternatives a token's logprobs may ask for (vLLM's --max-logprobs); the
   // sampler's own bound is 20.
   int max_logprobs = 20;

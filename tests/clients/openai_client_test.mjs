@@ -1,5 +1,6 @@
 // The official `openai` npm client against a running troupe server.
-// Usage: node openai_client_test.mjs http://127.0.0.1:PORT
+// Usage: node openai_client_test.mjs http://127.0.0.1:PORT [REASONING_URL]
+// REASONING_URL: a server under --reasoning-parser deepseek_r1 whose template opens <think>.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -214,4 +215,23 @@ assert.equal(crossOrigin.headers.get('access-control-allow-origin'), '*');
 
 const stranger = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'wrong', maxRetries: 0 });
 await assert.rejects(stranger.models.list(), (e) => e.status === 401);
+// A reasoning model's thinking, apart from its answer: whole and streamed alike.
+if (process.argv[3]) {
+  const thinker = new OpenAI({ baseURL: `${process.argv[3]}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+  const thinkParams = { model: 'troupe', messages: [{ role: 'user', content: 'Why?' }], max_tokens: 8,
+                        seed: 7, ignore_eos: true };  // temperature 0 writes only newlines
+  const thought = await thinker.chat.completions.create(thinkParams);
+  const reasoning = thought.choices[0].message.reasoning_content;
+  assert.equal(typeof reasoning, 'string');
+  assert.ok(reasoning.length > 0);
+  assert.equal(thought.choices[0].message.content, null);  // no </think>: no answer yet
+  let streamedReasoning = '';
+  let streamedContent = '';
+  for await (const chunk of await thinker.chat.completions.create({ ...thinkParams, stream: true })) {
+    streamedReasoning += chunk.choices[0]?.delta?.reasoning_content ?? '';
+    streamedContent += chunk.choices[0]?.delta?.content ?? '';
+  }
+  assert.equal(streamedReasoning, reasoning);
+  assert.equal(streamedContent, '');
+}
 console.log('openai client: all checks passed');
