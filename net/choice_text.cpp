@@ -38,6 +38,7 @@ ChoiceText ChoiceTextStream::take(std::string_view text, bool last) {
     ToolOutput shown = tools_->take(out.content, last);
     out.content = std::move(shown.content);
     out.calls = std::move(shown.calls);
+    out.deltas = std::move(shown.deltas);
   }
   return out;
 }

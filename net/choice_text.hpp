@@ -17,7 +17,8 @@ namespace troupe::net {
 struct ChoiceText {
   std::string reasoning;  // reasoning_content (empty without a reasoning parser)
   std::string content;
-  std::vector<ToolCall> calls;
+  std::vector<ToolCall> calls;        // whole: the answer's, or at a stream's end
+  std::vector<ToolCallDelta> deltas;  // streamed: what the calls gained
 };
 
 // One choice's whole output.

@@ -678,9 +678,10 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       if (!shown.reasoning.empty()) {
         data += "data: " + reasoning_chunk(context, id, created, shown.reasoning, index) + "\n\n";
       }
-      if (called) {
-        data += "data: " + tool_calls_chunk(context, id, created, shown.calls, index) + "\n\n";
-      } else if (!event.finished && event.text.empty() && !completion.want_logprobs) {
+      if (!shown.deltas.empty()) {
+        data += "data: " + tool_calls_chunk(context, id, created, shown.deltas, index) + "\n\n";
+      }
+      if (!called && !event.finished && event.text.empty() && !completion.want_logprobs) {
         if (data.empty()) {
           g->output.remove(bytes);
           continue;  // held: nothing to send yet

@@ -1007,9 +1007,9 @@ std::string reasoning_chunk(const ApiContext& context, const std::string& id, st
 }
 
 std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                             const std::vector<ToolCall>& calls, int index) {
+                             const std::vector<ToolCallDelta>& deltas, int index) {
   json::object choice{{"index", index},
-                      {"delta", json::object{{"tool_calls", tool_calls_json(calls, true)}}},
+                      {"delta", json::object{{"tool_calls", tool_call_deltas_json(deltas)}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}};
   return json::serialize(

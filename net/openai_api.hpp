@@ -155,9 +155,9 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
 // A chat stream's thinking for choice `index` (delta.reasoning_content, vLLM's).
 std::string reasoning_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                             std::string_view reasoning, int index);
-// A chat stream's tool calls for choice `index`, whole, in one delta (sent at its end).
+// A chat stream's tool call deltas for choice `index` (delta.tool_calls).
 std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                             const std::vector<ToolCall>& calls, int index);
+                             const std::vector<ToolCallDelta>& deltas, int index);
 // A chat stream's first chunk for a choice: the assistant's role.
 std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                             int index);
