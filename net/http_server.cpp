@@ -15,6 +15,7 @@
 #include "monitoring/log.hpp"
 #include "net/choice_text.hpp"
 #include "net/cors.hpp"
+#include "net/responses_api.hpp"
 #include "net/server_impl.hpp"
 #include "net/structured_output.hpp"
 #include "troupe/background_priority.hpp"
@@ -457,12 +458,15 @@ asio::awaitable<std::optional<ApiError>> HttpServer::Impl::check_constraint(
 
 asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, Request& request,
                                                     AccessEntry& entry) {
-  const bool chat = route_kind(request) == RouteKind::chat_completion;
+  const RouteKind kind = route_kind(request);
+  const bool chat = kind == RouteKind::chat_completion;
   using Parsed = tl::expected<CompletionRequest, ApiError>;
-  std::function<Parsed()> parse = [this, &request, chat]() -> Parsed {
+  std::function<Parsed()> parse = [this, &request, kind]() -> Parsed {
     try {
-      return chat ? parse_chat_request(request.body(), context)
-                  : parse_completion_request(request.body(), context);
+      return kind == RouteKind::responses ? parse_responses_request(request.body(), context)
+             : kind == RouteKind::chat_completion
+                 ? parse_chat_request(request.body(), context)
+                 : parse_completion_request(request.body(), context);
     } catch (const std::exception& e) {
       return tl::unexpected(ApiError{500, e.what(), "internal_error", ""});
     }
@@ -478,8 +482,10 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     co_return alive;
   }
   const CompletionRequest& completion = *parsed;
-  const std::string id =
-      (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion.fetch_add(1));
+  const std::string id = (completion.responses() ? "resp_"
+                          : chat                 ? "chatcmpl-"
+                                                 : "cmpl-") +
+                         std::to_string(next_completion.fetch_add(1));
   const std::int64_t created = unix_time();
   if (entry.request_id.empty()) entry.request_id = id;  // else the client's X-Request-Id
   entry.prompt_tokens = 0;
@@ -596,10 +602,11 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       const bool alive = co_await refuse(stream, request, *failure, entry);
       co_return alive;
     }
-    auto response =
-        make_response(request, http::status::ok,
-                      completion_response(context, id, created, completion,
-                                          best_choices(completion, std::move(outputs))));
+    std::string body = completion.responses()
+                           ? responses_response(context, id, created, completion, outputs.front())
+                           : completion_response(context, id, created, completion,
+                                                 best_choices(completion, std::move(outputs)));
+    auto response = make_response(request, http::status::ok, std::move(body));
     count(request, 200, entry);
     add_cors_headers(request, response, config.cors);
     add_request_id_header(response, entry);
@@ -634,7 +641,13 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(data), kUseTuple);
     co_return !wec;
   };
-  if (alive && completion.chat) {  // a chat stream opens each choice with the assistant's role
+  // A response streams its own events (net/responses_api.hpp), opened by response.created.
+  std::optional<ResponsesStream> responses;
+  if (completion.responses()) responses.emplace(context, id, created, completion);
+  if (alive && responses) {
+    data = responses->start();
+    alive = co_await write_data();
+  } else if (alive && completion.chat) {  // a chat stream opens each choice with its role
     data.clear();
     for (int i = 0; i < num_sequences; ++i) {
       data += "data: " + chat_role_chunk(context, id, created, i) + "\n\n";
@@ -645,7 +658,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
   // A chat whose text is read (thinking apart, tool calls) holds back what may be a marker
   // or a call: a call until its choice ends.
   std::vector<ChoiceTextStream> reads;
-  if (completion.chat && ChoiceTextStream(completion).reads()) {
+  if (completion.chat && !responses && ChoiceTextStream(completion).reads()) {
     reads.assign(static_cast<std::size_t>(num_sequences), ChoiceTextStream(completion));
   }
   // echo: a choice's prompt goes out before its first token (with the prompt's logprobs,
@@ -660,6 +673,16 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     if (completion.score_only) drop_scoring_token(event);
     if (event.token != kNoToken) entry.first_token();
     data.clear();
+    if (responses) {  // one sequence: its events say all, with no [DONE] after them
+      data = responses->take(event);
+      if (event.finished) {
+        --num_open;
+        entry.ended(event, openai_finish_reason(event.finish_reason));
+      }
+      if (!data.empty()) alive = co_await write_data();
+      g->output.remove(bytes);
+      continue;
+    }
     if (!echoed[static_cast<std::size_t>(index)]) {
       echoed[static_cast<std::size_t>(index)] = true;
       const auto prompt_index = static_cast<std::size_t>(index / per_prompt);

@@ -49,6 +49,10 @@ struct CompletionRequest {
   // parser, or an output constraint: the whole output is the answer).
   std::optional<text::ReasoningParser> reasoning;
   bool include_reasoning = true;  // vLLM's include_reasoning: false drops the thinking
+  // POST /v1/responses (net/responses_api.hpp): the response object's fields that repeat
+  // the request, as a JSON object's text; empty for the other routes.
+  std::string responses_fields;
+  bool responses() const { return !responses_fields.empty(); }
   // Completions: every prompt of a batch ("prompt" as a list of strings or of token
   // lists), the first also in generate.prompt. Choices are prompt-major: choice
   // prompt * n + i is the i-th of prompt `prompt`.
