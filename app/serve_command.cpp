@@ -178,6 +178,7 @@ void add_serve_command(CLI::App& app) {
     bool disable_web_page = false;
     double log_stats_interval_s = 10.0;
     std::vector<std::string> allowed_origins{"*"}, allowed_methods{"*"}, allowed_headers{"*"};
+    std::vector<std::string> served_model_names;  // the first answers; all are accepted
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
@@ -190,9 +191,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", opts->server.host, "address to bind");
   cmd->add_option("--port", opts->server.port, "port (0: any free one)")
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--served-model-name", opts->server.served_model_name,
-                  "the model's name in the API (default: the model's path as given)")
+  // vLLM's nargs="+": several names, the first in answers and metrics, each one accepted
+  // in requests and listed by /v1/models.
+  cmd->add_option("--served-model-name", opts->served_model_names,
+                  "the model's names in the API, the first in its answers (default: the "
+                  "model's path as given)")
       ->check(name_text(kMostModelNameBytes))
+      ->expected(1, CLI::detail::expected_max_vector_size)
+      ->type_name("NAME")
       ->default_str("");
   cmd->add_option("--max-logprobs", opts->server.max_logprobs,
                   "the most alternatives a token's logprobs may ask for (top_logprobs, "
@@ -315,6 +321,11 @@ void add_serve_command(CLI::App& app) {
     };
     apply_log_options(opts->log);
     log_vllm_flag_notices(cmd);
+    if (!opts->served_model_names.empty()) {
+      opts->server.served_model_name = opts->served_model_names.front();
+      opts->server.other_model_names.assign(opts->served_model_names.begin() + 1,
+                                            opts->served_model_names.end());
+    }
     // vLLM's default name: the model as given (a client sends back the path it served).
     if (cmd->count("--served-model-name") == 0 && !opts->engine.model_path.empty()) {
       std::string name = opts->engine.model_path;

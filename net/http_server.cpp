@@ -18,6 +18,7 @@
 #include "net/responses_api.hpp"
 #include "net/server_impl.hpp"
 #include "net/structured_output.hpp"
+#include "text/unicode.hpp"
 #include "troupe/background_priority.hpp"
 
 namespace troupe::net {
@@ -143,6 +144,9 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
     context.tool_call_format = *format;
   }
   context.reasoning_format = text::reasoning_format_named(config.reasoning_parser);
+  for (const auto& name : config.other_model_names) {
+    context.other_model_names.push_back(text::to_valid_utf8(name));
+  }
   context.priority_scheduling = engine.scheduling_policy() == BatchingPolicy::priority;
   context.max_logprobs = config.max_logprobs;
 }

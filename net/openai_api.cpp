@@ -295,7 +295,7 @@ tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext
   if (const auto* m = o.if_contains("model"); m != nullptr && !m->is_null()) {
     if (!m->is_string()) return tl::unexpected(bad_request("'model' must be a string", "model"));
     r.model = std::string(m->get_string());
-    if (r.model != context.served_model_name) {
+    if (!context.serves(r.model)) {
       return tl::unexpected(
           ApiError{404, "The model '" + r.model + "' does not exist.", "NotFoundError", "model"});
     }
@@ -1157,8 +1157,8 @@ std::string websocket_error(std::string_view id, const ApiError& error) {
 }
 
 namespace {
-json::object model_object(const ApiContext& context) {
-  return json::object{{"id", context.served_model_name},
+json::object model_object(const ApiContext& context, const std::string& name) {
+  return json::object{{"id", name},
                       {"object", "model"},
                       {"created", 0},
                       {"owned_by", "troupe"},
@@ -1170,17 +1170,18 @@ json::object model_object(const ApiContext& context) {
 }  // namespace
 
 std::string models_response(const ApiContext& context) {
-  return json::serialize(
-      json::object{{"object", "list"}, {"data", json::array{model_object(context)}}});
+  json::array data{model_object(context, context.served_model_name)};
+  for (const auto& name : context.other_model_names) data.emplace_back(model_object(context, name));
+  return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
 }
 
 tl::expected<std::string, ApiError> model_response(const ApiContext& context,
                                                    std::string_view model) {
-  if (model != context.served_model_name) {
+  if (!context.serves(model)) {
     return tl::unexpected(ApiError{404, "The model '" + std::string(model) + "' does not exist.",
                                    "NotFoundError", "model"});
   }
-  return json::serialize(model_object(context));
+  return json::serialize(model_object(context, std::string(model)));
 }
 
 tl::expected<std::string, ApiError> tokenize_response(std::string_view body,

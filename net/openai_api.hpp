@@ -88,6 +88,12 @@ struct ApiContext {
   const text::Tokenizer* tokenizer = nullptr;
   std::int32_t max_model_len = 0;
   std::string served_model_name;
+  std::vector<std::string> other_model_names;  // more names requests may use
+  bool serves(std::string_view model) const {
+    return model == served_model_name ||
+           std::find(other_model_names.begin(), other_model_names.end(), model) !=
+               other_model_names.end();
+  }
   // The template chat requests render through (null: the built-in ChatML).
   std::shared_ptr<const text::ChatTemplate> chat_template;
   // The most bytes of text one token can stand for: a prompt longer than max_model_len

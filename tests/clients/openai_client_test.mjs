@@ -212,6 +212,7 @@ assert.equal(preflight.headers.get('access-control-allow-headers'), 'authorizati
 const crossOrigin = await fetch(`${base}/v1/models`, {
   headers: { Authorization: 'Bearer sk-test', Origin: 'https://app.example' } });
 assert.equal(crossOrigin.headers.get('access-control-allow-origin'), '*');
+assert.equal(crossOrigin.headers.get('access-control-expose-headers'), 'X-Request-Id');
 
 const stranger = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'wrong', maxRetries: 0 });
 await assert.rejects(stranger.models.list(), (e) => e.status === 401);
