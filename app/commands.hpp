@@ -88,6 +88,13 @@ void apply_log_options(const LogFlags& flags);
 // The help's formatter (app/help_format.cpp): each flag's type and range once, its
 // default once at the end of its description.
 std::shared_ptr<CLI::FormatterBase> make_help_formatter();
+// vLLM's --help=<group>: `which` is a section of `command`'s help (its name in any case,
+// with spaces, '-' and '_' alike: "kv-cache", "Model"), "listgroup" (the sections), or a
+// flag ("--port"). The text to print; empty when `which` names none of these.
+std::string group_help(const CLI::App& command, const std::string& which);
+// The argument list's --help=<which> for the (sub)command it follows, answered: true when
+// there was one (its text printed, or an error naming the sections; `status` set).
+bool answer_group_help(const CLI::App& app, const std::vector<std::string>& args, int& status);
 
 // vLLM's serve flags that have no effect here (app/vllm_flags.cpp): accepted, each in
 // the help's last group, so that a vLLM launch line starts; log_vllm_flag_notices writes

@@ -2,6 +2,9 @@
 // then each check's own, "INT:INT in [0 - 65535]"), its range as one text, and its default
 // once, at the end of its description, as vLLM's help writes it ("(default: 8000)").
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -103,6 +106,90 @@ class HelpFormatter : public CLI::Formatter {
 };
 
 }  // namespace
+
+namespace {
+
+// "KV cache", "kv-cache" and "KV_Cache" are one name.
+std::string folded(const std::string& name) {
+  std::string out;
+  for (const char c : name) {
+    if (c == ' ' || c == '-' || c == '_') continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+// The command's sections, in the order their first flag appears.
+std::vector<std::string> groups_of(const CLI::App& command) {
+  std::vector<std::string> groups;
+  for (const CLI::Option* opt : command.get_options()) {
+    const std::string& group = opt->get_group();
+    if (group.empty() || (opt->get_positional() && opt->get_lnames().empty())) continue;
+    if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
+  }
+  return groups;
+}
+
+}  // namespace
+
+std::string group_help(const CLI::App& command, const std::string& which) {
+  const auto groups = groups_of(command);
+  if (which == "listgroup") {
+    std::string out;
+    for (const auto& group : groups) out += group + "\n";
+    return out;
+  }
+  const auto formatter = std::dynamic_pointer_cast<CLI::Formatter>(command.get_formatter());
+  if (!formatter) return {};
+  // A section by its whole name, or by the start of one alone ("vllm").
+  std::string group;
+  for (const auto& g : groups) {
+    if (folded(g) == folded(which)) group = g;
+  }
+  if (group.empty() && !which.empty()) {
+    for (const auto& g : groups) {
+      if (!folded(g).starts_with(folded(which))) continue;
+      if (!group.empty()) return {};  // more than one: say which there are
+      group = g;
+    }
+  }
+  std::string out;
+  for (const CLI::Option* opt : command.get_options()) {
+    const bool named = which.starts_with("--") && opt->check_lname(which.substr(2));
+    if (named || (!which.starts_with("--") && !group.empty() && opt->get_group() == group)) {
+      if (out.empty() && !named) out = opt->get_group() + ":\n";
+      out += formatter->make_option(opt, false);
+    }
+  }
+  return out;
+}
+
+bool answer_group_help(const CLI::App& app, const std::vector<std::string>& args, int& status) {
+  const CLI::App* command = &app;
+  for (const std::string& arg : args) {
+    if (arg.starts_with("--help=")) {
+      const std::string which = arg.substr(7);
+      const std::string text = group_help(*command, which);
+      if (!text.empty()) {
+        std::fputs(text.c_str(), stdout);
+        status = 0;
+        return true;
+      }
+      std::string known;
+      for (const auto& group : groups_of(*command)) known += (known.empty() ? "" : ", ") + group;
+      std::fprintf(stderr,
+                   "--help=%s: no such section or flag; the sections are %s (or --help=listgroup, "
+                   "--help=--FLAG)\n",
+                   which.c_str(), known.c_str());
+      status = 2;
+      return true;
+    }
+    const auto named =
+        command->get_subcommands([&arg](const CLI::App* sub) { return sub->check_name(arg); });
+    if (!named.empty()) command = named.front();
+  }
+  return false;
+}
 
 std::shared_ptr<CLI::FormatterBase> make_help_formatter() {
   auto formatter = std::make_shared<HelpFormatter>();

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "troupe: %s\n", args.error().message.c_str());
     return 2;
   }
+  // vLLM's --help=<group> (one section of a command's help), which CLI11 has no form for.
+  if (int status = 0; troupe::app::answer_group_help(app, *args, status)) return status;
   std::reverse(args->begin(), args->end());  // CLI11 takes them last first
   int status = 0;
   try {

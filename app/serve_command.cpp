@@ -71,7 +71,7 @@ void group_serve_flags(CLI::App* cmd) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
       {"Model",
        {"--model", "--served-model-name", "--chat-template", "--tool-call-parser",
-        "--max-model-len", "--max-logprobs", "--seed"}},
+        "--reasoning-parser", "--max-model-len", "--max-logprobs", "--seed"}},
       {"Server",
        {"--host", "--port", "--api-key", "--max-concurrent-requests", "--max-requests-per-socket",
         "--max-connections", "--max-buffered-output-bytes", "--disable-web-page", "--web-dir"}},
@@ -179,6 +179,7 @@ void add_serve_command(CLI::App& app) {
     bool disable_web_page = false;
     double log_stats_interval_s = 10.0;
     std::vector<std::string> allowed_origins{"*"}, allowed_methods{"*"}, allowed_headers{"*"};
+    std::vector<std::string> served_model_names;  // the first answers; all are accepted
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible API");
@@ -191,9 +192,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", opts->server.host, "address to bind");
   cmd->add_option("--port", opts->server.port, "port (0: any free one)")
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--served-model-name", opts->server.served_model_name,
-                  "the model's name in the API (default: the model's path as given)")
+  // vLLM's nargs="+": several names, the first in answers and metrics, each one accepted
+  // in requests and listed by /v1/models.
+  cmd->add_option("--served-model-name", opts->served_model_names,
+                  "the model's names in the API, the first in its answers (default: the "
+                  "model's path as given)")
       ->check(name_text(kMostModelNameBytes))
+      ->expected(1, CLI::detail::expected_max_vector_size)
+      ->type_name("NAME")
       ->default_str("");
   cmd->add_option("--max-logprobs", opts->server.max_logprobs,
                   "the most alternatives a token's logprobs may ask for (top_logprobs, "
@@ -205,6 +211,11 @@ void add_serve_command(CLI::App& app) {
   one_of(cmd->add_option("--tool-call-parser", opts->server.tool_call_parser,
                          "how the model writes tool calls (default: from its chat template)"),
          {"hermes", "llama3_json", "mistral"});
+  one_of(cmd->add_option("--reasoning-parser", opts->server.reasoning_parser,
+                         "give a chat's thinking apart as reasoning_content, as the model "
+                         "writes it: <think> tags (deepseek_r1, qwen3) or gpt-oss's channels "
+                         "(gpt_oss) (default: none, the thinking stays in content)"),
+         {"deepseek_r1", "qwen3", "gpt_oss", "deepseek_v3", "glm45"});
   add_engine_size_options(cmd, opts->engine, opts->kv_cache_gb);
   add_scheduling_policy_option(cmd, opts->engine);
   add_token_budget_options(cmd, opts->budget);
@@ -312,6 +323,11 @@ void add_serve_command(CLI::App& app) {
     };
     apply_log_options(opts->log);
     log_vllm_flag_notices(cmd);
+    if (!opts->served_model_names.empty()) {
+      opts->server.served_model_name = opts->served_model_names.front();
+      opts->server.other_model_names.assign(opts->served_model_names.begin() + 1,
+                                            opts->served_model_names.end());
+    }
     // vLLM's default name: the model as given (a client sends back the path it served).
     if (cmd->count("--served-model-name") == 0 && !opts->engine.model_path.empty()) {
       std::string name = opts->engine.model_path;
@@ -449,7 +465,10 @@ void add_serve_command(CLI::App& app) {
     }
     monitoring::log_info("chat template: " + server.chat_template().description() +
                          "; tool calls read as " + std::string(server.tool_call_parser()) +
-                         (opts->server.tool_call_parser.empty() ? " (from the template)" : ""));
+                         (opts->server.tool_call_parser.empty() ? " (from the template)" : "") +
+                         (opts->server.reasoning_parser.empty()
+                              ? std::string()
+                              : "; thinking read as " + opts->server.reasoning_parser));
     if (auto started = server.start(); !started) fail(started.error().message);
     monitoring::log_info(
         "serving '" + opts->server.served_model_name + "' at http://" + opts->server.host + ":" +

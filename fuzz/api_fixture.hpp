@@ -14,6 +14,7 @@
 #include "gguf/gguf_file.hpp"
 #include "model/random_model.hpp"
 #include "net/openai_api.hpp"
+#include "net/responses_api.hpp"
 #include "text/tokenizer.hpp"
 
 namespace troupe::fuzz {
@@ -96,6 +97,9 @@ inline void check_answers(const net::CompletionRequest& r, const net::ApiContext
   output.tokens = {token};
   output.end = end;
   check_json(net::completion_response(context, "id", 0, r, {output}), "answers are JSON");
+  if (r.responses()) {
+    check_json(net::responses_response(context, "resp_1", 0, r, output), "responses are JSON");
+  }
   check_json(net::websocket_event(context, "id", token, r.want_logprobs), "frames are JSON");
   check_json(net::websocket_event(context, "id", end, r.want_logprobs), "done frames are JSON");
 }

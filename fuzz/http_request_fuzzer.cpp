@@ -35,9 +35,12 @@ net::ServerConfig server_config(bool with_key) {
 void check_routed(const net::Request& request, const net::ServerConfig& config) {
   const auto& context = fuzz::api_context();
   if (net::is_generation(request) && net::is_authorized(request, config)) {
-    const bool chat = net::route_kind(request) == net::RouteKind::chat_completion;
-    auto parsed = chat ? net::parse_chat_request(request.body(), context)
-                       : net::parse_completion_request(request.body(), context);
+    const net::RouteKind kind = net::route_kind(request);
+    auto parsed = kind == net::RouteKind::responses
+                      ? net::parse_responses_request(request.body(), context)
+                  : kind == net::RouteKind::chat_completion
+                      ? net::parse_chat_request(request.body(), context)
+                      : net::parse_completion_request(request.body(), context);
     if (parsed) {
       fuzz::check_request(*parsed, context);
     } else {

@@ -127,7 +127,11 @@ void add_cors_headers(const Request& request, http::fields& response, const Cors
   if (found == request.end()) return;
   // A narrowed list makes the answer depend on the origin: caches must keep them apart.
   if (!all_origins(cors) || cors.allow_credentials) response.set(http::field::vary, "Origin");
-  if (origin_allowed(found->value(), cors)) allow_origin(found->value(), response, cors);
+  if (!origin_allowed(found->value(), cors)) return;
+  allow_origin(found->value(), response, cors);
+  // A page reads no response header but the CORS-safelisted ones unless they are exposed:
+  // the request's id (the client's X-Request-Id echoed, or the server's) is for it too.
+  response.set(http::field::access_control_expose_headers, "X-Request-Id");
 }
 
 bool is_allowed_origin(const Request& request, const CorsConfig& cors) {

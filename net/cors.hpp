@@ -18,8 +18,9 @@ namespace troupe::net {
 bool is_cors_preflight(const Request& request);
 // 200 with the Access-Control-Allow-* headers, or 400 naming what was disallowed.
 Response cors_preflight_response(const Request& request, const CorsConfig& cors);
-// The headers an answer to a cross-origin request carries (none without an Origin, or
-// for an origin not allowed: the browser then withholds the answer from the page).
+// The headers an answer to a cross-origin request carries, X-Request-Id exposed to the
+// page among them (none without an Origin, or for an origin not allowed: the browser then
+// withholds the answer from the page).
 void add_cors_headers(const Request& request, http::fields& response, const CorsConfig& cors);
 // Whether a request's Origin (if it has one) is allowed: a browser applies no CORS to a
 // WebSocket, so the server refuses an upgrade from an origin not allowed (403) itself.

@@ -53,7 +53,7 @@ struct RouteSpec {
 
 // Every route the server knows, once. Paths under /v1/ that are not here need the key
 // as well (401 before 404).
-constexpr std::array<RouteSpec, 11> kRoutes = {{
+constexpr std::array<RouteSpec, 12> kRoutes = {{
     {"/health", http::verb::get, RouteKind::plain, false,
      [](const Request& request, const RouteContext& context) {
        if (!context.replicas_up) return ok(request, "");
@@ -88,6 +88,7 @@ constexpr std::array<RouteSpec, 11> kRoutes = {{
      }},
     {"/v1/completions", http::verb::post, RouteKind::completion, true, nullptr},
     {"/v1/chat/completions", http::verb::post, RouteKind::chat_completion, true, nullptr},
+    {"/v1/responses", http::verb::post, RouteKind::responses, true, nullptr},
     {"/v1/ws", http::verb::get, RouteKind::websocket, true, nullptr},
     {"/v1/engine/events", http::verb::get, RouteKind::engine_events, true, nullptr},
 }};
@@ -233,7 +234,8 @@ std::optional<ApiError> missing_api_key(const Request& request, const ServerConf
 
 bool is_generation(const Request& request) {
   const RouteKind kind = route_kind(request);
-  return kind == RouteKind::completion || kind == RouteKind::chat_completion;
+  return kind == RouteKind::completion || kind == RouteKind::chat_completion ||
+         kind == RouteKind::responses;
 }
 
 bool is_heavy(const Request& request) {

@@ -39,6 +39,7 @@ enum class RouteKind {
   heavy,            // route(), off the connection's thread: tokenizing, a look at the engine
   completion,       // POST /v1/completions: the engine answers, not route()
   chat_completion,  // POST /v1/chat/completions: the engine answers, not route()
+  responses,        // POST /v1/responses: the engine answers, not route()
   websocket,        // GET /v1/ws: the upgrade to a socket
   engine_events,    // GET /v1/engine/events: the steps as server-sent events
 };
@@ -59,7 +60,8 @@ std::string chosen_subprotocol(const Request& request);
 // The 401 for a request that needs the API key (anything under /v1/, /tokenize,
 // /detokenize) and does not carry it; none when it may go on.
 std::optional<ApiError> missing_api_key(const Request& request, const ServerConfig& config);
-// POST /v1/completions or /v1/chat/completions: answered by the engine, not route().
+// POST /v1/completions, /v1/chat/completions or /v1/responses: answered by the engine,
+// not route().
 bool is_generation(const Request& request);
 // Routes whose answer takes real work (tokenizing, a look at the engine): they run off
 // the connection's thread.

@@ -13,9 +13,12 @@
 #include <utility>
 
 #include "monitoring/log.hpp"
+#include "net/choice_text.hpp"
 #include "net/cors.hpp"
+#include "net/responses_api.hpp"
 #include "net/server_impl.hpp"
 #include "net/structured_output.hpp"
+#include "text/unicode.hpp"
 #include "troupe/background_priority.hpp"
 
 namespace troupe::net {
@@ -139,6 +142,10 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
                              std::move(origin));
   if (const auto format = tool_call_format_named(config.tool_call_parser)) {
     context.tool_call_format = *format;
+  }
+  context.reasoning_format = text::reasoning_format_named(config.reasoning_parser);
+  for (const auto& name : config.other_model_names) {
+    context.other_model_names.push_back(text::to_valid_utf8(name));
   }
   context.priority_scheduling = engine.scheduling_policy() == BatchingPolicy::priority;
   context.max_logprobs = config.max_logprobs;
@@ -455,12 +462,15 @@ asio::awaitable<std::optional<ApiError>> HttpServer::Impl::check_constraint(
 
 asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, Request& request,
                                                     AccessEntry& entry) {
-  const bool chat = route_kind(request) == RouteKind::chat_completion;
+  const RouteKind kind = route_kind(request);
+  const bool chat = kind == RouteKind::chat_completion;
   using Parsed = tl::expected<CompletionRequest, ApiError>;
-  std::function<Parsed()> parse = [this, &request, chat]() -> Parsed {
+  std::function<Parsed()> parse = [this, &request, kind]() -> Parsed {
     try {
-      return chat ? parse_chat_request(request.body(), context)
-                  : parse_completion_request(request.body(), context);
+      return kind == RouteKind::responses ? parse_responses_request(request.body(), context)
+             : kind == RouteKind::chat_completion
+                 ? parse_chat_request(request.body(), context)
+                 : parse_completion_request(request.body(), context);
     } catch (const std::exception& e) {
       return tl::unexpected(ApiError{500, e.what(), "internal_error", ""});
     }
@@ -476,8 +486,10 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     co_return alive;
   }
   const CompletionRequest& completion = *parsed;
-  const std::string id =
-      (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion.fetch_add(1));
+  const std::string id = (completion.responses() ? "resp_"
+                          : chat                 ? "chatcmpl-"
+                                                 : "cmpl-") +
+                         std::to_string(next_completion.fetch_add(1));
   const std::int64_t created = unix_time();
   if (entry.request_id.empty()) entry.request_id = id;  // else the client's X-Request-Id
   entry.prompt_tokens = 0;
@@ -594,10 +606,11 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       const bool alive = co_await refuse(stream, request, *failure, entry);
       co_return alive;
     }
-    auto response =
-        make_response(request, http::status::ok,
-                      completion_response(context, id, created, completion,
-                                          best_choices(completion, std::move(outputs))));
+    std::string body = completion.responses()
+                           ? responses_response(context, id, created, completion, outputs.front())
+                           : completion_response(context, id, created, completion,
+                                                 best_choices(completion, std::move(outputs)));
+    auto response = make_response(request, http::status::ok, std::move(body));
     count(request, 200, entry);
     add_cors_headers(request, response, config.cors);
     add_request_id_header(response, entry);
@@ -632,7 +645,13 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(data), kUseTuple);
     co_return !wec;
   };
-  if (alive && completion.chat) {  // a chat stream opens each choice with the assistant's role
+  // A response streams its own events (net/responses_api.hpp), opened by response.created.
+  std::optional<ResponsesStream> responses;
+  if (completion.responses()) responses.emplace(context, id, created, completion);
+  if (alive && responses) {
+    data = responses->start();
+    alive = co_await write_data();
+  } else if (alive && completion.chat) {  // a chat stream opens each choice with its role
     data.clear();
     for (int i = 0; i < num_sequences; ++i) {
       data += "data: " + chat_role_chunk(context, id, created, i) + "\n\n";
@@ -640,10 +659,11 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     alive = co_await write_data();
   }
   Usage usage;
-  // A chat that may call tools holds back what may be a call until its choice ends.
-  std::vector<ToolCallStream> calls;
-  if (completion.chat && completion.tools.reads_calls()) {
-    calls.assign(static_cast<std::size_t>(num_sequences), ToolCallStream(completion.tools));
+  // A chat whose text is read (thinking apart, tool calls) holds back what may be a marker
+  // or a call: a call until its choice ends.
+  std::vector<ChoiceTextStream> reads;
+  if (completion.chat && !responses && ChoiceTextStream(completion).reads()) {
+    reads.assign(static_cast<std::size_t>(num_sequences), ChoiceTextStream(completion));
   }
   // echo: a choice's prompt goes out before its first token (with the prompt's logprobs,
   // which come with that first event).
@@ -657,6 +677,16 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
     if (completion.score_only) drop_scoring_token(event);
     if (event.token != kNoToken) entry.first_token();
     data.clear();
+    if (responses) {  // one sequence: its events say all, with no [DONE] after them
+      data = responses->take(event);
+      if (event.finished) {
+        --num_open;
+        entry.ended(event, openai_finish_reason(event.finish_reason));
+      }
+      if (!data.empty()) alive = co_await write_data();
+      g->output.remove(bytes);
+      continue;
+    }
     if (!echoed[static_cast<std::size_t>(index)]) {
       echoed[static_cast<std::size_t>(index)] = true;
       const auto prompt_index = static_cast<std::size_t>(index / per_prompt);
@@ -667,21 +697,31 @@ asio::awaitable<bool> HttpServer::Impl::completions(beast::tcp_stream& stream, R
       sent_bytes[static_cast<std::size_t>(index)] = completion.prompt_texts[prompt_index].size();
     }
     bool called = false;
-    if (!calls.empty()) {
-      ToolOutput shown = calls[static_cast<std::size_t>(index)].take(event.text, event.finished);
+    bool thought_only = false;  // the event's text was all thinking: its chunk carries it
+    if (!reads.empty()) {
+      ChoiceText shown = reads[static_cast<std::size_t>(index)].take(event.text, event.finished);
       event.text = std::move(shown.content);
       called = !shown.calls.empty();
-      if (called) {
-        data += "data: " + tool_calls_chunk(context, id, created, shown.calls, index) + "\n\n";
-      } else if (!event.finished && event.text.empty() && !completion.want_logprobs) {
-        g->output.remove(bytes);
-        continue;  // held: nothing to send yet
+      if (!shown.reasoning.empty()) {
+        data += "data: " + reasoning_chunk(context, id, created, shown.reasoning, index) + "\n\n";
+      }
+      if (!shown.deltas.empty()) {
+        data += "data: " + tool_calls_chunk(context, id, created, shown.deltas, index) + "\n\n";
+      }
+      if (!called && !event.finished && event.text.empty() && !completion.want_logprobs) {
+        if (data.empty()) {
+          g->output.remove(bytes);
+          continue;  // held: nothing to send yet
+        }
+        thought_only = true;
       }
     }
-    data += "data: " +
-            completion_chunk(context, id, created, completion, event, index, called,
-                             sent_bytes[static_cast<std::size_t>(index)]) +
-            "\n\n";
+    if (!thought_only) {
+      data += "data: " +
+              completion_chunk(context, id, created, completion, event, index, called,
+                               sent_bytes[static_cast<std::size_t>(index)]) +
+              "\n\n";
+    }
     sent_bytes[static_cast<std::size_t>(index)] += event.text.size();
     if (event.finished) {
       --num_open;

@@ -34,6 +34,9 @@ struct ServerConfig {
   // instead of binding host:port itself at start(); -1: none.
   int listen_fd = -1;
   std::string served_model_name = "troupe";
+  // More names the model answers to (vLLM's --served-model-name a b): accepted in requests
+  // and listed by /v1/models; answers name served_model_name.
+  std::vector<std::string> other_model_names;
   std::string api_key;  // non-empty: /v1 routes need "Authorization: Bearer <key>"
   // Jinja chat template text overriding the model's own (empty: the model's), and what
   // to call it in the log ("--chat-template file x.jinja").
@@ -42,6 +45,9 @@ struct ServerConfig {
   // How the model writes tool calls: hermes, llama3_json or mistral; empty: from the chat
   // template (net/tool_calls.hpp).
   std::string tool_call_parser;
+  // vLLM's --reasoning-parser (deepseek_r1, qwen3, gpt_oss, ...): a chat's thinking is
+  // given apart as reasoning_content. Empty: none.
+  std::string reasoning_parser;
   // The most top alternatives a token's logprobs may ask for (vLLM's --max-logprobs); the
   // sampler's own bound is 20.
   int max_logprobs = 20;

@@ -8,6 +8,7 @@
 
 #include "grammar/token_masker.hpp"
 #include "net/chat_input.hpp"
+#include "net/choice_text.hpp"
 #include "net/structured_output.hpp"
 #include "text/tokenizer.hpp"
 #include "text/unicode.hpp"
@@ -294,7 +295,7 @@ tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext
   if (const auto* m = o.if_contains("model"); m != nullptr && !m->is_null()) {
     if (!m->is_string()) return tl::unexpected(bad_request("'model' must be a string", "model"));
     r.model = std::string(m->get_string());
-    if (r.model != context.served_model_name) {
+    if (!context.serves(r.model)) {
       return tl::unexpected(
           ApiError{404, "The model '" + r.model + "' does not exist.", "NotFoundError", "model"});
     }
@@ -355,7 +356,8 @@ constexpr std::string_view kChatFields[] = {"messages",
                                             "add_generation_prompt",
                                             "continue_final_message",
                                             "documents",
-                                            "reasoning_effort"};
+                                            "reasoning_effort",
+                                            "include_reasoning"};
 constexpr std::string_view kSocketFields[] = {"type", "id"};
 
 // Nothing is silently ignored: a field not read (and not a documented no-op) is a 400.
@@ -770,9 +772,10 @@ tl::expected<CompletionRequest, ApiError> completion_request(const json::object&
 
 // A chat body's messages (tools, documents, template kwargs) through the chat template,
 // tokenized as a chat request's prompt is; `add_special` as /tokenize's add_special_tokens.
-tl::expected<std::vector<TokenId>, ApiError> chat_prompt_tokens(const json::object& o,
-                                                                const ApiContext& context,
-                                                                bool add_special = true) {
+// `rendered`, when given, is set to the prompt's text.
+tl::expected<std::vector<TokenId>, ApiError> chat_prompt_tokens(
+    const json::object& o, const ApiContext& context, bool add_special = true,
+    std::string* rendered_text = nullptr) {
   TROUPE_API_TRY(const text::ChatInput input, parse_chat_input(o));
   // The built-in renderers write the messages alone: documents would be dropped unseen.
   if (!input.documents.is_none() && !(context.chat_template && context.chat_template->is_jinja())) {
@@ -789,7 +792,22 @@ tl::expected<std::vector<TokenId>, ApiError> chat_prompt_tokens(const json::obje
   if (auto fits = check_prompt_bytes(prompt.size(), context, "messages"); !fits) {
     return tl::unexpected(fits.error());
   }
+  if (rendered_text != nullptr) *rendered_text = prompt;
   return context.tokenizer->encode(prompt, add_special, /*parse_special=*/true);
+}
+
+// Whether the parser's markers are control tokens, which a skip_special_tokens output
+// leaves out: gpt-oss's harmony markers always are; <think> is in some vocabularies.
+bool reasoning_needs_special_tokens(text::ReasoningFormat format, const text::Vocabulary& vocab) {
+  if (format == text::ReasoningFormat::gpt_oss) return true;
+  for (const std::string_view marker : {"<think>", "</think>"}) {
+    const TokenId id = vocab.find(marker);
+    if (id != kNoToken && static_cast<std::size_t>(id) < vocab.types.size() &&
+        vocab.types[static_cast<std::size_t>(id)] == text::TokenType::control) {
+      return true;
+    }
+  }
+  return false;
 }
 
 tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
@@ -800,7 +818,9 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   r.chat = true;
   if (auto checked = check_model(o, context, r); !checked) return tl::unexpected(checked.error());
   TROUPE_API_TRY(const auto truncation, prompt_truncation(o, context));
-  TROUPE_API_TRY(r.generate.prompt, chat_prompt_tokens(o, context));
+  std::string prompt_text;
+  TROUPE_API_TRY(r.generate.prompt,
+                 chat_prompt_tokens(o, context, /*add_special=*/true, &prompt_text));
   truncate_prompt(r.generate.prompt, truncation);
   // Chat's default: whatever room the context leaves.
   r.generate.params.max_tokens = std::max<std::int32_t>(
@@ -810,6 +830,17 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   TROUPE_API_TRY(r.tools,
                  parse_tool_request(o, context.tool_call_format, r.generate.params.grammar));
   if (!constrained && !r.generate.params.grammar.empty()) r.grammar_param = "tools";
+  TROUPE_API_TRY(const auto include_reasoning, boolean(o, "include_reasoning"));
+  r.include_reasoning = include_reasoning.value_or(true);
+  // An output constraint holds from the first token (not yet from the thinking's end, as
+  // vLLM's): the model writes no thinking, and the whole output is the answer.
+  if (context.reasoning_format && r.generate.params.grammar.empty()) {
+    r.reasoning.emplace(*context.reasoning_format, prompt_text);
+    if (reasoning_needs_special_tokens(*context.reasoning_format,
+                                       context.tokenizer->vocabulary())) {
+      r.generate.skip_special_tokens = false;  // the parser reads the markers and drops them
+    }
+  }
   return r;
 }
 
@@ -884,21 +915,21 @@ std::string completion_response(const ApiContext& context, const std::string& id
     }
     json::object choice{{"index", i}};
     bool called = false;
-    if (request.chat && request.tools.reads_calls()) {
-      ToolOutput read = read_tool_calls(request.tools, output.text);
+    if (request.chat) {
+      const ChoiceText read = read_choice_text(request, output.text);
       called = !read.calls.empty();
       json::object message{{"role", "assistant"}};
-      message["content"] = called && read.content.empty()
+      // No answer beside calls or thinking is null, as vLLM's.
+      message["content"] = (called || request.reasoning) && read.content.empty()
                                ? json::value(nullptr)
                                : json::value(text::to_valid_utf8(read.content));
+      if (request.reasoning) {
+        message["reasoning_content"] = read.reasoning.empty()
+                                           ? json::value(nullptr)
+                                           : json::value(text::to_valid_utf8(read.reasoning));
+      }
       if (called) message["tool_calls"] = tool_calls_json(read.calls, false);
       choice["message"] = std::move(message);
-      choice["logprobs"] = request.want_logprobs
-                               ? json::value(chat_logprobs_json(*context.tokenizer, output.tokens))
-                               : json::value(nullptr);
-    } else if (request.chat) {
-      choice["message"] =
-          json::object{{"role", "assistant"}, {"content", text::to_valid_utf8(output.text)}};
       choice["logprobs"] = request.want_logprobs
                                ? json::value(chat_logprobs_json(*context.tokenizer, output.tokens))
                                : json::value(nullptr);
@@ -964,10 +995,21 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
       envelope(context, id, created, chunk_object(request.chat), json::array{std::move(choice)}));
 }
 
+std::string reasoning_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                            std::string_view reasoning, int index) {
+  json::object choice{
+      {"index", index},
+      {"delta", json::object{{"reasoning_content", text::to_valid_utf8(reasoning)}}},
+      {"logprobs", nullptr},
+      {"finish_reason", nullptr}};
+  return json::serialize(
+      envelope(context, id, created, chunk_object(true), json::array{std::move(choice)}));
+}
+
 std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                             const std::vector<ToolCall>& calls, int index) {
+                             const std::vector<ToolCallDelta>& deltas, int index) {
   json::object choice{{"index", index},
-                      {"delta", json::object{{"tool_calls", tool_calls_json(calls, true)}}},
+                      {"delta", json::object{{"tool_calls", tool_call_deltas_json(deltas)}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}};
   return json::serialize(
@@ -1077,16 +1119,19 @@ tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::stri
 }
 
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
-                            bool want_logprobs, const ToolOutput* tools) {
+                            bool want_logprobs, const ChoiceText* read) {
   if (event.finished && event.finish_reason == FinishReason::error) {
     return websocket_error(id, api_error(event));
   }
   json::object o{{"type", event.finished ? "done" : "token"},
                  {"id", id},
                  {"request", event.request_id},  // the engine's id (the live page's lanes)
-                 {"text", text::to_valid_utf8(tools ? tools->content : event.text)}};
-  const bool called = tools && !tools->calls.empty();
-  if (called) o["tool_calls"] = tool_calls_json(tools->calls, false);
+                 {"text", text::to_valid_utf8(read ? read->content : event.text)}};
+  if (read && !read->reasoning.empty()) {
+    o["reasoning_content"] = text::to_valid_utf8(read->reasoning);
+  }
+  const bool called = read && !read->calls.empty();
+  if (called) o["tool_calls"] = tool_calls_json(read->calls, false);
   if (event.token != kNoToken) o["token"] = event.token;
   if (want_logprobs && event.token != kNoToken) {
     o["logprob"] = event.logprob;
@@ -1112,8 +1157,8 @@ std::string websocket_error(std::string_view id, const ApiError& error) {
 }
 
 namespace {
-json::object model_object(const ApiContext& context) {
-  return json::object{{"id", context.served_model_name},
+json::object model_object(const ApiContext& context, const std::string& name) {
+  return json::object{{"id", name},
                       {"object", "model"},
                       {"created", 0},
                       {"owned_by", "troupe"},
@@ -1125,17 +1170,18 @@ json::object model_object(const ApiContext& context) {
 }  // namespace
 
 std::string models_response(const ApiContext& context) {
-  return json::serialize(
-      json::object{{"object", "list"}, {"data", json::array{model_object(context)}}});
+  json::array data{model_object(context, context.served_model_name)};
+  for (const auto& name : context.other_model_names) data.emplace_back(model_object(context, name));
+  return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
 }
 
 tl::expected<std::string, ApiError> model_response(const ApiContext& context,
                                                    std::string_view model) {
-  if (model != context.served_model_name) {
+  if (!context.serves(model)) {
     return tl::unexpected(ApiError{404, "The model '" + std::string(model) + "' does not exist.",
                                    "NotFoundError", "model"});
   }
-  return json::serialize(model_object(context));
+  return json::serialize(model_object(context, std::string(model)));
 }
 
 tl::expected<std::string, ApiError> tokenize_response(std::string_view body,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "net/api_error.hpp"
 #include "net/tool_calls.hpp"
 #include "text/chat_template.hpp"
+#include "text/reasoning_parser.hpp"
 #include "text/tokenizer.hpp"
 #include "troupe/engine.hpp"
 
@@ -21,6 +23,8 @@ class TokenMasker;
 }
 
 namespace troupe::net {
+
+struct ChoiceText;  // net/choice_text.hpp
 
 std::string error_json(const ApiError& error);
 
@@ -40,6 +44,15 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool want_logprobs = false;
   ToolRequest tools;  // chat: its tools and tool_choice
+  // chat under --reasoning-parser: the parser as this request's output starts (read from
+  // its prompt), which each choice copies; none when its thinking is not split out (no
+  // parser, or an output constraint: the whole output is the answer).
+  std::optional<text::ReasoningParser> reasoning;
+  bool include_reasoning = true;  // vLLM's include_reasoning: false drops the thinking
+  // POST /v1/responses (net/responses_api.hpp): the response object's fields that repeat
+  // the request, as a JSON object's text; empty for the other routes.
+  std::string responses_fields;
+  bool responses() const { return !responses_fields.empty(); }
   // Completions: every prompt of a batch ("prompt" as a list of strings or of token
   // lists), the first also in generate.prompt. Choices are prompt-major: choice
   // prompt * n + i is the i-th of prompt `prompt`.
@@ -75,6 +88,12 @@ struct ApiContext {
   const text::Tokenizer* tokenizer = nullptr;
   std::int32_t max_model_len = 0;
   std::string served_model_name;
+  std::vector<std::string> other_model_names;  // more names requests may use
+  bool serves(std::string_view model) const {
+    return model == served_model_name ||
+           std::find(other_model_names.begin(), other_model_names.end(), model) !=
+               other_model_names.end();
+  }
   // The template chat requests render through (null: the built-in ChatML).
   std::shared_ptr<const text::ChatTemplate> chat_template;
   // The most bytes of text one token can stand for: a prompt longer than max_model_len
@@ -88,6 +107,8 @@ struct ApiContext {
   std::int32_t max_logprobs = 20;
   // How the model writes tool calls (from its chat template, or --tool-call-parser).
   ToolCallFormat tool_call_format = ToolCallFormat::hermes;
+  // --reasoning-parser: a chat's thinking given apart as reasoning_content (none: off).
+  std::optional<text::ReasoningFormat> reasoning_format;
   // The model's tokens as a grammar::TokenMasker: the server makes an output constraint's
   // first token mask with it before admitting the request (first_mask_refusal).
   std::shared_ptr<const grammar::TokenMasker> token_masker;
@@ -141,9 +162,12 @@ std::string completion_response(const ApiContext& context, const std::string& id
 std::string completion_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                              const CompletionRequest& request, const TokenEvent& event, int index,
                              bool called = false, std::size_t text_offset = 0);
-// A chat stream's tool calls for choice `index`, whole, in one delta (sent at its end).
+// A chat stream's thinking for choice `index` (delta.reasoning_content, vLLM's).
+std::string reasoning_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+                            std::string_view reasoning, int index);
+// A chat stream's tool call deltas for choice `index` (delta.tool_calls).
 std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                             const std::vector<ToolCall>& calls, int index);
+                             const std::vector<ToolCallDelta>& deltas, int index);
 // A chat stream's first chunk for a choice: the assistant's role.
 std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                             int index);
@@ -184,11 +208,12 @@ struct WebSocketError {
 // and, for a generate, tokenizes its prompt.
 tl::expected<WebSocketMessage, WebSocketError> parse_websocket_message(std::string_view text,
                                                                        const ApiContext& context);
-// A "token" frame, or the "done" frame (finish reason, usage) when event.finished. `tools`:
-// a chat that may call tools, what its ToolCallStream let out of this event (the text sent
-// instead of the event's, and on the done frame the calls).
+// A "token" frame, or the "done" frame (finish reason, usage) when event.finished. `read`:
+// a chat whose text is read (thinking, tool calls), what its ChoiceTextStream let out of
+// this event (the text sent instead of the event's, its reasoning_content, and on the
+// done frame the calls).
 std::string websocket_event(const ApiContext& context, std::string_view id, const TokenEvent& event,
-                            bool want_logprobs, const ToolOutput* tools = nullptr);
+                            bool want_logprobs, const ChoiceText* read = nullptr);
 std::string websocket_error(std::string_view id, const ApiError& error);
 
 // OpenAI's finish_reason names ("stop", "length", ...).

@@ -34,18 +34,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::string new_call_id() {
-  static std::atomic<std::uint64_t> counter{0};
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "call_";
-  const std::uint64_t a = rng() ^ counter.fetch_add(1);
-  const std::uint64_t b = rng();
-  for (int i = 0; i < 16; ++i) id += kHex[(a >> (4 * i)) & 15];
-  for (int i = 0; i < 8; ++i) id += kHex[(b >> (4 * i)) & 15];
-  return id;
-}
-
 // One JSON value at the start of `text` (after whitespace); `rest` is what follows it.
 std::optional<json::value> leading_json(std::string_view text, std::string_view& rest) {
   text = trim_left(text);
@@ -77,7 +65,7 @@ std::optional<ToolCall> call_of(const json::value& v) {
   const auto* id = o.if_contains("id");
   call.id = id != nullptr && id->is_string() && !id->get_string().empty()
                 ? std::string(id->get_string())
-                : new_call_id();
+                : new_tool_call_id();
   return call;
 }
 
@@ -146,6 +134,18 @@ std::size_t partial_marker(std::string_view text, std::string_view marker) {
 }
 
 }  // namespace
+
+std::string new_tool_call_id() {
+  static std::atomic<std::uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "call_";
+  const std::uint64_t a = rng() ^ counter.fetch_add(1);
+  const std::uint64_t b = rng();
+  for (int i = 0; i < 16; ++i) id += kHex[(a >> (4 * i)) & 15];
+  for (int i = 0; i < 8; ++i) id += kHex[(b >> (4 * i)) & 15];
+  return id;
+}
 
 ToolCallFormat detect_tool_call_format(std::string_view chat_template) {
   if (chat_template.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::hermes;
@@ -372,7 +372,7 @@ ToolOutput read_tool_calls(const ToolRequest& request, std::string_view text) {
     case ToolRequest::Choice::named: {
       std::string_view rest;
       if (const auto v = leading_json(text, rest); v && v->is_object() && trim(rest).empty()) {
-        calls = std::vector<ToolCall>{{new_call_id(), request.function, json::serialize(*v)}};
+        calls = std::vector<ToolCall>{{new_tool_call_id(), request.function, json::serialize(*v)}};
       }
       break;
     }
@@ -455,11 +455,33 @@ std::string ToolCallStream::feed(std::string_view text) {
 }
 
 ToolOutput ToolCallStream::take(std::string_view text, bool last) {
-  std::string now = feed(text);
-  if (!last) return {std::move(now), {}};
-  ToolOutput out = read_tool_calls(request_, held_);
+  ToolOutput out;
+  out.content = feed(text);
+  // From a call's start on, held_ only grows: the scanner reads what it has not yet.
+  if (in_call_ || request_.choice == ToolRequest::Choice::named ||
+      request_.choice == ToolRequest::Choice::required) {
+    scanner_.feed(std::string_view(held_).substr(scanned_), out.deltas);
+    scanned_ = held_.size();
+  }
+  if (!last) return out;
+  ToolOutput read = read_tool_calls(request_, held_);
   held_.clear();
-  out.content.insert(0, now);
+  out.content += read.content;
+  // The calls as read whole keep the ids their deltas gave; what the deltas did not carry
+  // (arguments given as a JSON string, a call the scanner did not see) goes out now.
+  const auto& streamed = scanner_.calls();
+  for (std::size_t i = 0; i < read.calls.size(); ++i) {
+    ToolCall& call = read.calls[i];
+    if (i < streamed.size()) {
+      call.id = streamed[i].id;
+      if (!streamed[i].arguments_begun) {
+        out.deltas.push_back(ToolCallDelta{i, {}, {}, call.arguments});
+      }
+    } else {
+      out.deltas.push_back(ToolCallDelta{i, call.id, call.name, call.arguments});
+    }
+  }
+  out.calls = std::move(read.calls);
   return out;
 }
 
@@ -471,6 +493,23 @@ json::array tool_calls_json(const std::vector<ToolCall>& calls, bool with_index)
     call["id"] = calls[i].id;
     call["type"] = "function";
     call["function"] = json::object{{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    array.emplace_back(std::move(call));
+  }
+  return array;
+}
+
+json::array tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas) {
+  json::array array;
+  for (const ToolCallDelta& delta : deltas) {
+    json::object call{{"index", delta.index}};
+    json::object function;
+    if (!delta.id.empty()) {
+      call["id"] = delta.id;
+      call["type"] = "function";
+      function["name"] = delta.name;
+    }
+    function["arguments"] = delta.arguments;
+    call["function"] = std::move(function);
     array.emplace_back(std::move(call));
   }
   return array;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "net/api_error.hpp"
+#include "net/tool_call_scanner.hpp"
 
 namespace troupe::net {
 
@@ -24,6 +25,9 @@ enum class ToolCallFormat { hermes, llama3_json, mistral };
 ToolCallFormat detect_tool_call_format(std::string_view chat_template);
 std::string_view tool_call_format_name(ToolCallFormat format);
 std::optional<ToolCallFormat> tool_call_format_named(std::string_view name);
+
+// A new call's id: "call_" and 24 random hex digits.
+std::string new_tool_call_id();
 
 struct ToolCall {
   std::string id;  // "call_..." (made here when the model gave none)
@@ -58,17 +62,23 @@ boost::json::value hoist_definitions(const boost::json::value& parameters,
 struct ToolOutput {
   std::string content;
   std::vector<ToolCall> calls;
+  std::vector<ToolCallDelta> deltas;  // streamed: what the calls gained (ToolCallStream)
 };
 ToolOutput read_tool_calls(const ToolRequest& request, std::string_view text);
 
-// A stream's text with the calls held back: content goes out as it comes until a call may
-// have begun; the rest waits for the end, where it is read as calls (or sent as content
-// after all). Over SSE and the WebSocket alike.
+// A stream's text with the calls taken out: content goes out as it comes until a call may
+// have begun; from there the calls go out as deltas as they are written (a call's id and
+// name once its name is whole, then its arguments piece by piece, as vLLM streams them),
+// and at the end the whole is read as calls (or sent as content after all). Over SSE and
+// the WebSocket alike.
 class ToolCallStream {
  public:
-  explicit ToolCallStream(ToolRequest request) : request_(std::move(request)) {}
-  // One event's text: the content that may go out now; at the stream's end (`last`), also
-  // whatever was held, read (its content after this text's, and the calls).
+  explicit ToolCallStream(ToolRequest request)
+      : request_(std::move(request)),
+        scanner_(request_.choice == ToolRequest::Choice::named ? request_.function : "") {}
+  // One event's text: the content that may go out now and the calls' deltas; at the
+  // stream's end (`last`), also whatever was held, read (its content after this text's, the
+  // calls whole, and the deltas that complete them).
   ToolOutput take(std::string_view text, bool last);
 
  private:
@@ -76,12 +86,17 @@ class ToolCallStream {
   std::string feed(std::string_view text);
 
   ToolRequest request_;
-  std::string held_;       // text not yet sent
-  bool in_call_ = false;   // a call has begun: everything from here waits
-  bool sent_any_ = false;  // content went out: the output did not open with a call
+  ToolCallScanner scanner_;
+  std::size_t scanned_ = 0;  // the bytes of held_ the scanner has read (once a call began)
+  std::string held_;         // text not yet sent
+  bool in_call_ = false;     // a call has begun: everything from here waits
+  bool sent_any_ = false;    // content went out: the output did not open with a call
 };
 
 // The tool_calls array of a message or a delta (`with_index`: the streamed form).
 boost::json::array tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
+// A chunk's delta.tool_calls: each call's index, its id, type and name on its first delta,
+// and the piece of its arguments.
+boost::json::array tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas);
 
 }  // namespace troupe::net

@@ -3,6 +3,7 @@
 // what a client may leave unread.
 #include <unordered_map>
 
+#include "net/choice_text.hpp"
 #include "net/server_impl.hpp"
 
 namespace troupe::net {
@@ -204,19 +205,19 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   }
   auto strand = co_await asio::this_coro::executor;
   entry->request_id = id;
-  // A chat that may call tools holds back what may be a call until it ends (as over HTTP);
-  // the engine's thread alone feeds it.
-  std::shared_ptr<ToolCallStream> tools;
-  if (request.chat && request.tools.reads_calls()) {
-    tools = std::make_shared<ToolCallStream>(request.tools);
+  // A chat whose text is read (thinking apart, tool calls) holds back what may be a marker
+  // or a call, as over HTTP; the engine's thread alone feeds it.
+  std::shared_ptr<ChoiceTextStream> reads;
+  if (request.chat && ChoiceTextStream(request).reads()) {
+    reads = std::make_shared<ChoiceTextStream>(request);
   }
   TokenCallback on_event = [out, gate = gate, admission = admission, ctx = &context, id,
                             want_logprobs = request.want_logprobs, strand,
                             weak = std::weak_ptr<WsConnection>(connection), entry,
-                            logged = access_logged(), client = connection->client, tools,
+                            logged = access_logged(), client = connection->client, reads,
                             this](const TokenEvent& e) {
-    std::optional<ToolOutput> held;
-    if (tools) held = tools->take(e.text, e.finished);
+    std::optional<ChoiceText> held;
+    if (reads) held = reads->take(e.text, e.finished);
     if (logged) {
       if (e.token != kNoToken) entry->first_token();
       if (e.finished) {
@@ -235,7 +236,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
       asio::post(strand, [this, entry, client] { log_access("WS", "/v1/ws", *entry, client); });
     }
     if (out->output.over()) return;
-    const ToolOutput* shown = held ? &*held : nullptr;
+    const ChoiceText* shown = held ? &*held : nullptr;
     if (!out->push({id, websocket_event(*ctx, id, e, want_logprobs, shown), e.finished})) {
       asio::post(strand, [weak, this] {
         if (auto connection = weak.lock()) websocket_overflow(connection);

@@ -276,3 +276,45 @@ TEST_CASE("a port in use is found before the model loads", "[app][serve][vllm]")
   CHECK_THAT(out, Catch::Contains("cannot listen on 127.0.0.1:" + port));
   CHECK_THAT(out, !Catch::Contains("loading"));
 }
+
+TEST_CASE("serve --help=<group> shows one section of its help, as vLLM's", "[app][cli][vllm]") {
+  int code = -1;
+  const std::string kv = troupe_run("serve --help=kv-cache", &code);
+  INFO(kv);
+  CHECK(code == 0);
+  CHECK_THAT(kv, Catch::StartsWith("KV cache:") && Catch::Contains("--block-size") &&
+                     !Catch::Contains("--port"));
+  const std::string groups = troupe_run("serve --help=listgroup", &code);
+  CHECK(code == 0);
+  CHECK_THAT(groups, Catch::Contains("Model\n") && Catch::Contains("KV cache\n"));
+  const std::string port = troupe_run("serve --help=--port", &code);
+  CHECK(code == 0);
+  CHECK_THAT(port, Catch::Contains("--port") && !Catch::Contains("--host"));
+  // The start of a name alone is enough when it is one section's.
+  CHECK_THAT(troupe_run("serve --help=vllm", &code), Catch::Contains("--dtype"));
+  const std::string unknown = troupe_run("serve --help=nonsense", &code);
+  CHECK(code == 2);
+  CHECK_THAT(unknown, Catch::Contains("no such section") && Catch::Contains("KV cache"));
+}
+
+TEST_CASE("several served model names are each accepted and listed, the first answering",
+          "[app][serve][vllm]") {
+  test::ChildProcess server({TROUPE_BINARY, "serve", "--served-model-name", "first", "second",
+                             "--port", "0", "--threads", "1", "--kv-cache-gb", "0.02"});
+  const auto port = server.wait_for(R"(serving 'first' at http://127\.0\.0\.1:(\d+))", 60s);
+  REQUIRE(port);
+  const std::string url = "http://127.0.0.1:" + *port;
+  const std::string json = " -H 'Content-Type: application/json'";
+  const std::string models = curl(url + "/v1/models");
+  CHECK_THAT(models, Catch::Contains(R"("id":"first")") && Catch::Contains(R"("id":"second")"));
+  const std::string second =
+      curl(url + "/v1/completions" + json +
+           R"( -d '{"model": "second", "prompt": "Once", "max_tokens": 2}')");
+  CHECK_THAT(second, Catch::Contains("HTTP/1.1 200") && Catch::Contains(R"("model":"first")"));
+  CHECK_THAT(curl(url + "/v1/models/second"), Catch::Contains("HTTP/1.1 200"));
+  CHECK_THAT(curl(url + "/v1/completions" + json +
+                  R"( -d '{"model": "third", "prompt": "Once", "max_tokens": 2}')"),
+             Catch::Contains("HTTP/1.1 404"));
+  server.kill(SIGTERM);
+  CHECK(server.wait_exit(30s) == 0);
+}

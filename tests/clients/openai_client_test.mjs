@@ -1,5 +1,6 @@
 // The official `openai` npm client against a running troupe server.
-// Usage: node openai_client_test.mjs http://127.0.0.1:PORT
+// Usage: node openai_client_test.mjs http://127.0.0.1:PORT [REASONING_URL]
+// REASONING_URL: a server under --reasoning-parser deepseek_r1 whose template opens <think>.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -211,7 +212,73 @@ assert.equal(preflight.headers.get('access-control-allow-headers'), 'authorizati
 const crossOrigin = await fetch(`${base}/v1/models`, {
   headers: { Authorization: 'Bearer sk-test', Origin: 'https://app.example' } });
 assert.equal(crossOrigin.headers.get('access-control-allow-origin'), '*');
+assert.equal(crossOrigin.headers.get('access-control-expose-headers'), 'X-Request-Id');
 
 const stranger = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'wrong', maxRetries: 0 });
 await assert.rejects(stranger.models.list(), (e) => e.status === 401);
+// The Responses API: an output_text item, whole and streamed as typed events.
+const respParams = { model: 'troupe', instructions: 'Answer briefly.', input: 'Hello!',
+                     max_output_tokens: 6, temperature: 0 };
+const resp = await client.responses.create(respParams);
+assert.equal(resp.object, 'response');
+assert.equal(resp.status, 'incomplete');  // max_output_tokens ended it
+assert.equal(resp.incomplete_details.reason, 'max_output_tokens');
+assert.equal(resp.output[0].type, 'message');
+assert.equal(resp.output[0].content[0].type, 'output_text');
+assert.equal(typeof resp.output_text, 'string');
+assert.ok(resp.output_text.length > 0);
+assert.equal(resp.usage.output_tokens, 6);
+const eventTypes = [];
+let respStreamed = '';
+let lastResponse = null;
+for await (const event of await client.responses.create({ ...respParams, stream: true })) {
+  eventTypes.push(event.type);
+  if (event.type === 'response.output_text.delta') respStreamed += event.delta;
+  if (event.response) lastResponse = event.response;
+}
+assert.equal(eventTypes[0], 'response.created');
+assert.equal(eventTypes.at(-1), 'response.incomplete');
+for (const type of ['response.output_item.added', 'response.content_part.added',
+                    'response.output_text.done', 'response.output_item.done']) {
+  assert.ok(eventTypes.includes(type), type);
+}
+assert.equal(respStreamed, resp.output_text);
+assert.equal(lastResponse.output[0].content[0].text, resp.output_text);
+// A forced function call comes back as a function_call item.
+const respCall = await client.responses.create({
+  model: 'troupe', input: 'Weather in Oslo?', max_output_tokens: 100, temperature: 0,
+  tools: [{ type: 'function', name: 'get_weather', parameters: weather.function.parameters }],
+  tool_choice: { type: 'function', name: 'get_weather' } });
+const fc = respCall.output.find((item) => item.type === 'function_call');
+assert.equal(fc.name, 'get_weather');
+assert.match(fc.call_id, /^call_/);
+assert.equal(typeof JSON.parse(fc.arguments).city, 'string');
+// Nothing is stored: previous_response_id is a 404, as vLLM's without its store.
+await assert.rejects(client.responses.create({ ...respParams, previous_response_id: resp.id }),
+                     (e) => e.status === 404 && /not found/.test(e.message));
+
+// A reasoning model's thinking, apart from its answer: whole and streamed alike.
+if (process.argv[3]) {
+  const thinker = new OpenAI({ baseURL: `${process.argv[3]}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+  const thinkParams = { model: 'troupe', messages: [{ role: 'user', content: 'Why?' }], max_tokens: 8,
+                        seed: 7, ignore_eos: true };  // temperature 0 writes only newlines
+  const thought = await thinker.chat.completions.create(thinkParams);
+  const reasoning = thought.choices[0].message.reasoning_content;
+  assert.equal(typeof reasoning, 'string');
+  assert.ok(reasoning.length > 0);
+  assert.equal(thought.choices[0].message.content, null);  // no </think>: no answer yet
+  let streamedReasoning = '';
+  let streamedContent = '';
+  for await (const chunk of await thinker.chat.completions.create({ ...thinkParams, stream: true })) {
+    streamedReasoning += chunk.choices[0]?.delta?.reasoning_content ?? '';
+    streamedContent += chunk.choices[0]?.delta?.content ?? '';
+  }
+  assert.equal(streamedReasoning, reasoning);
+  assert.equal(streamedContent, '');
+  // In the Responses API, a reasoning item with its reasoning_text.
+  const thoughtResp = await thinker.responses.create({ model: 'troupe', input: 'Why?', max_output_tokens: 8,
+                                                       seed: 7, ignore_eos: true });
+  assert.equal(thoughtResp.output[0].type, 'reasoning');
+  assert.equal(thoughtResp.output[0].content[0].text, reasoning);
+}
 console.log('openai client: all checks passed');

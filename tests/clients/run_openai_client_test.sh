@@ -9,7 +9,12 @@ command -v node >/dev/null || { echo "skipped: node is not installed"; exit 77; 
 [ -d "$dir/node_modules/openai" ] || { echo "skipped: tests/clients/node_modules is absent (npm ci --prefix tests/clients)"; exit 77; }
 work=$(mktemp -d)
 pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$work"; }
+pid2=
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  [ -n "$pid2" ] && kill "$pid2" 2>/dev/null && wait "$pid2" 2>/dev/null
+  rm -rf "$work"
+}
 trap cleanup EXIT
 "$troupe" make-model --out "$work/model.gguf" --dim 64 --layers 1 --heads 2 --ffn 64 --vocab-size 1024 \
   --context-length 256 >/dev/null 2>&1
@@ -19,7 +24,20 @@ pid=$!
 for _ in $(seq 1 200); do grep -q "serving" "$work/server.log" && break; sleep 0.05; done
 url=$(grep -o 'http://[0-9.]*:[0-9]*' "$work/server.log" | head -1)
 [ -n "$url" ] || { echo "the server did not start:"; cat "$work/server.log"; exit 1; }
-node "$dir/openai_client_test.mjs" "$url"
+# A reasoning model's server: its template opens <think> for the model (as DeepSeek-R1's),
+# so the random model's output is all thinking under --reasoning-parser deepseek_r1.
+printf '%s' '{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+<think>
+{% endif %}' >"$work/think.jinja"
+"$troupe" serve "$work/model.gguf" --served-model-name troupe --port 0 --api-key sk-test --kv-cache-gb 0.05 \
+  --threads 2 --reasoning-parser deepseek_r1 --chat-template "$work/think.jinja" 2>"$work/server2.log" &
+pid2=$!
+for _ in $(seq 1 200); do grep -q "serving" "$work/server2.log" && break; sleep 0.05; done
+url2=$(grep -o 'http://[0-9.]*:[0-9]*' "$work/server2.log" | head -1)
+[ -n "$url2" ] || { echo "the reasoning server did not start:"; cat "$work/server2.log"; exit 1; }
+node "$dir/openai_client_test.mjs" "$url" "$url2"
 # The online benchmark client against the same server.
 port=${url##*:}
 "$troupe" bench serve --port "$port" --api-key sk-test --num-prompts 12 --input-len 16 --output-len 8 \

@@ -86,6 +86,8 @@ TEST_CASE("an answer to a cross-origin request carries the origin it may be read
   r.set(http::field::origin, "https://app.example");
   add_cors_headers(r, answer, any);
   CHECK(header(answer, http::field::access_control_allow_origin) == "*");
+  // The page may read the request's id (X-Request-Id), as vLLM's clients do.
+  CHECK(header(answer, http::field::access_control_expose_headers) == "X-Request-Id");
 
   SECTION("with credentials the origin is named, never *") {
     CorsConfig credentials;
@@ -102,6 +104,7 @@ TEST_CASE("an answer to a cross-origin request carries the origin it may be read
     Response withheld{http::status::ok, 11};
     add_cors_headers(r, withheld, narrow);
     CHECK(header(withheld, http::field::access_control_allow_origin) == "<none>");
+    CHECK(header(withheld, http::field::access_control_expose_headers) == "<none>");
     CHECK(header(withheld, http::field::vary) == "Origin");  // caches keep origins apart
     CHECK_FALSE(is_allowed_origin(r, narrow));
     CHECK(is_allowed_origin(Request{http::verb::get, "/v1/ws", 11}, narrow));  // no Origin

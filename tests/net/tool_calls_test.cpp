@@ -270,3 +270,123 @@ TEST_CASE("tool calls are shaped as OpenAI sends them", "[net]") {
         R"([{"id":"call_1","type":"function","function":{"name":"add","arguments":"{\"a\":1}"}}])");
   CHECK(tool_calls_json(calls, true)[0].as_object().at("index") == 0);
 }
+
+namespace {
+
+// A streamed call as a client puts it together from its deltas.
+struct Assembled {
+  std::string id;
+  std::string name;
+  std::string arguments;
+  int num_argument_pieces = 0;
+};
+
+// Feeds `text` one byte at a time: the calls the deltas make, and what was read whole.
+std::pair<std::vector<Assembled>, ToolOutput> assembled(const ToolRequest& request,
+                                                        const std::string& text) {
+  ToolCallStream stream(request);
+  std::vector<Assembled> calls;
+  auto add = [&calls](const std::vector<ToolCallDelta>& deltas) {
+    for (const auto& d : deltas) {
+      if (d.index >= calls.size()) {
+        REQUIRE(d.index == calls.size());  // a call opens with its id and name
+        REQUIRE_FALSE(d.id.empty());
+        calls.push_back({d.id, d.name, "", 0});
+      } else {
+        CHECK(d.id.empty());  // the header once
+      }
+      calls[d.index].arguments += d.arguments;
+      if (!d.arguments.empty()) ++calls[d.index].num_argument_pieces;
+    }
+  };
+  for (const char c : text) add(stream.take(std::string(1, c), false).deltas);
+  ToolOutput end = stream.take("", true);
+  add(end.deltas);
+  return {calls, std::move(end)};
+}
+
+}  // namespace
+
+TEST_CASE("a streamed call sends its name first, then its arguments as they are written", "[net]") {
+  const auto [calls, end] = assembled(
+      automatic(ToolCallFormat::hermes),
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo, \\\"N\\\"\"}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": [1, "
+      "2]}}\n</tool_call>");
+  REQUIRE(calls.size() == 2);
+  REQUIRE(end.calls.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    // The deltas make the call read whole: its id, name and arguments, byte for byte.
+    CHECK(calls[i].id == end.calls[i].id);
+    CHECK(calls[i].name == end.calls[i].name);
+    CHECK(calls[i].arguments == end.calls[i].arguments);
+    CHECK(calls[i].num_argument_pieces > 3);  // as they came, not at the end
+  }
+  CHECK(end.calls[0].arguments == R"({"city":"Oslo, \"N\""})");
+}
+
+TEST_CASE("each family's calls stream as deltas", "[net]") {
+  SECTION("Mistral's array") {
+    const auto [calls, end] =
+        assembled(automatic(ToolCallFormat::mistral),
+                  R"([TOOL_CALLS][{"name": "add", "arguments": {"a": 1}}, {"name": "get_weather", )"
+                  R"("arguments": {"city": "x"}}])");
+    REQUIRE(calls.size() == 2);
+    CHECK(calls[1].name == "get_weather");
+    CHECK(calls[1].arguments == R"({"city":"x"})");
+    CHECK(end.calls.size() == 2);
+  }
+  SECTION("Llama 3.1's bare object, with parameters") {
+    const auto [calls, end] = assembled(automatic(ToolCallFormat::llama3_json),
+                                        R"({"name": "add", "parameters": {"a": 1, "b": true}})");
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0].arguments == R"({"a":1,"b":true})");
+    CHECK(calls[0].arguments == end.calls.at(0).arguments);
+  }
+  SECTION("arguments written before the name wait for it") {
+    const auto [calls, end] = assembled(automatic(ToolCallFormat::hermes),
+                                        R"(<tool_call>{"arguments": {"a": 1}, "name": "add"})"
+                                        "</tool_call>");
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0].name == "add");
+    CHECK(calls[0].arguments == R"({"a":1})");
+  }
+  SECTION("arguments given as a JSON string come whole at the end") {
+    const auto [calls, end] = assembled(automatic(ToolCallFormat::hermes),
+                                        R"(<tool_call>{"name": "add", "arguments": "{\"a\": 1}"})"
+                                        "</tool_call>");
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0].arguments == R"({"a": 1})");
+    CHECK(calls[0].num_argument_pieces == 1);
+  }
+  SECTION("a named function's output is its arguments, its name known at once") {
+    std::string grammar;
+    const auto named = request_of(
+        R"({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}})", grammar);
+    ToolCallStream stream(named);
+    const auto first = stream.take("{", false);
+    REQUIRE(first.deltas.size() == 1);
+    CHECK(first.deltas[0].name == "get_weather");
+    CHECK(first.deltas[0].arguments == "{");
+    const auto [calls, end] = assembled(named, R"({"city": "Oslo"})");
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0].arguments == R"({"city":"Oslo"})");
+    CHECK(calls[0].arguments == end.calls.at(0).arguments);
+  }
+  SECTION("required's array, with parameters") {
+    std::string grammar;
+    const auto required = request_of(R"({"tool_choice": "required"})", grammar);
+    const auto [calls, end] =
+        assembled(required, R"([{"name": "add", "parameters": {}}, {"name": "add", "parameters": )"
+                            R"({"b": null}}])");
+    REQUIRE(calls.size() == 2);
+    CHECK(calls[0].arguments == "{}");
+    CHECK(calls[1].arguments == R"({"b":null})");
+    CHECK(end.calls.size() == 2);
+  }
+  SECTION("text that was no call after all goes out as content, with no deltas") {
+    const auto [calls, end] = assembled(automatic(ToolCallFormat::hermes), "a <tool_call> b");
+    CHECK(calls.empty());
+    CHECK(end.calls.empty());
+  }
+}
