@@ -93,7 +93,8 @@ class CpuBackend final : public model::Backend {
   OpProfile* profile_ = nullptr;
   ThreadPool pool_;
   struct Packing {
-    bool tried = false;                      // repacked (or failed to) on a first product
+    bool tried = false;      // repacked (or failed to) on a first product
+    bool looked_up = false;  // also an embedding table (tied output): keep its pages
     std::unique_ptr<RepackedWeight> packed;  // null: the file's layout
   };
   // The loaded matrices that have a repacked layout, by their data.
