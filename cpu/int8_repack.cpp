@@ -35,8 +35,8 @@ namespace {
 
 // Whether pmaddubsw's 16-bit pair sums stay exact: every u <= 63.
 bool small_bytes(TensorType type) {
-  return type != TensorType::q8_0 && type != TensorType::iq4_nl && type != TensorType::iq4_xs;
   // (MXFP4's u = level + 12 <= 24.)
+  return type != TensorType::q8_0 && type != TensorType::iq4_nl && type != TensorType::iq4_xs;
 }
 
 }  // namespace
@@ -76,9 +76,16 @@ double int8_peak_macs_per_second(double seconds) {
 //         s: sub-block s's fifth bit)
 //   IQ4_XS: d[16] f16 | scales[8][16] (int8, the stored 6 bits - 32) | for blocks b < 8, for
 //         j < 4, for r: qs[16b + 4j..+4) (low nibbles: values 32b + 4j.., high: 32b + 16 + 4j..)
+//   MXFP4: d[16] float32 (its E8M0 scale halved) | nibbles as Q4_0's (levels through a table)
 //   Q6_K: d[16] f16 | scales[16][16] int8 | for sub-blocks i < 16 of 16 values: A, B, C of 64
 //         bytes, byte 4r + b of each: A = u(16i+b) & 15 | (u(16i+4+b) & 15) << 4,
 //         B = the same for 16i+8+b and 16i+12+b, C = the four values' top two bits, in order
+//   Q2_K: d[16], dmin[16] f16 | scale | min << 4 [16][16] (the file's bytes, [sub-block][row])
+//         | at low2_at: for sub-blocks i < 16, byte 4r + b: bits 2q, 2q + 1 = value
+//         16i + 4q + b's two bits
+//   Q3_K: d[16] f16 | scales[16][16] int8 (the stored 6 bits - 32) | the two low bits as
+//         Q2_K's | at kQ3HighBitsAt: for k < 8, byte 4r + b: bit q = value 32k + 4q + b's
+//         third bit, bit 4 + q = value 32k + 16 + 4q + b's
 bool can_repack(TensorType type, std::int64_t cols) {
   const RepackLayout layout = repack_layout(type);
   return layout.unit_values != 0 && cols > 0 && cols % layout.unit_values == 0;
@@ -184,7 +191,7 @@ void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, in
       const auto low2 = [&](int v) {
         return (qs[32 * (v / 128) + v % 32] >> (2 * (v % 128 / 32))) & 3;
       };
-      std::uint8_t* lows = dst + (q2 ? 320 : 288);
+      std::uint8_t* lows = dst + low2_at(type);
       if (q2) {
         std::memcpy(dst + 2 * r, src + 80, 2);
         std::memcpy(dst + 32 + 2 * r, src + 82, 2);
@@ -213,7 +220,7 @@ void repack_unit(TensorType type, const std::uint8_t* src, std::uint8_t* dst, in
               byte |= high(32 * k + 4 * q + b) << q;
               byte |= high(32 * k + 16 + 4 * q + b) << (4 + q);
             }
-            dst[1312 + 64 * k + 4 * r + b] = static_cast<std::uint8_t>(byte);
+            dst[kQ3HighBitsAt + 64 * k + 4 * r + b] = static_cast<std::uint8_t>(byte);
           }
         }
       }
@@ -276,10 +283,9 @@ int unit_u(TensorType type, const std::uint8_t* unit, int r, int v) {
     case TensorType::q2_k:
     case TensorType::q3_k: {
       const int i = v / 16, q = v % 16 / 4, b = v % 4;
-      const bool q2 = type == TensorType::q2_k;
-      const int low = (unit[(q2 ? 320 : 288) + 64 * i + 4 * r + b] >> (2 * q)) & 3;
-      if (q2) return low;
-      return low | ((unit[1312 + 64 * (i / 2) + 4 * r + b] >> (4 * (i % 2) + q)) & 1) << 2;
+      const int low = (unit[low2_at(type) + 64 * i + 4 * r + b] >> (2 * q)) & 3;
+      if (type == TensorType::q2_k) return low;
+      return low | ((unit[kQ3HighBitsAt + 64 * (i / 2) + 4 * r + b] >> (4 * (i % 2) + q)) & 1) << 2;
     }
     default: {  // q6_k
       const int i = v / 16, within = v % 16, quarter = within / 4, b = within % 4;
@@ -323,10 +329,8 @@ void repacked_matmul_reference(const RepackedWeight& w, const Int8Rows& x, std::
   const RepackLayout layout = repack_layout(w.type);
   const std::int64_t units = w.cols / layout.unit_values;
   const int offset = repack_offset(w.type);
-  // Blocks: what one int32 sum covers (Q6_K: 16 values, else 32).
-  const bool sixteens =
-      w.type == TensorType::q6_k || w.type == TensorType::q2_k || w.type == TensorType::q3_k;
-  const int block = sixteens ? 16 : 32;
+  // Blocks: what one int32 sum covers.
+  const int block = layout.sum_values;
   for (std::int64_t g = g_begin; g < g_end; ++g) {
     const auto* group = reinterpret_cast<const std::uint8_t*>(w.group(g));
     for (int r = 0; r < kRepackRows; ++r) {

@@ -98,6 +98,7 @@ void int8_product(gguf::TensorType type, const RepackedWeight* packed, const std
 struct RepackLayout {
   std::int64_t unit_values;  // values per unit
   std::size_t unit_bytes;    // bytes per unit of 16 rows
+  int sum_values = 32;       // values per int32 sum, each with its own scale (16 or 32)
 };
 constexpr RepackLayout repack_layout(gguf::TensorType type) {
   using gguf::TensorType;
@@ -122,15 +123,22 @@ constexpr RepackLayout repack_layout(gguf::TensorType type) {
     case TensorType::iq4_xs:
       return {256, 16 * 136 + 32};
     case TensorType::q6_k:
-      return {256, 16 * 210};
+      return {256, 16 * 210, 16};
     case TensorType::q2_k:
-      return {256, 16 * 84};
+      return {256, 16 * 84, 16};
     case TensorType::q3_k:  // the 6-bit scales a byte each
-      return {256, 16 * 114};
+      return {256, 16 * 114, 16};
     default:
       return {0, 0};
   }
 }
+
+// Q2_K's and Q3_K's units: where the 2-bit fields begin (16 sub-blocks of 64 bytes), and
+// Q3_K's third bits after them (8 vectors of 64 bytes, two sub-blocks each).
+constexpr std::size_t low2_at(gguf::TensorType type) {
+  return type == gguf::TensorType::q2_k ? 320 : 288;
+}
+inline constexpr std::size_t kQ3HighBitsAt = 288 + 16 * 64;
 
 // What the kernel subtracts from each u (folded into the integer sums); 0 where the type has
 // minimums instead (Q4_1, Q5_1, Q4_K, Q5_K, Q2_K).

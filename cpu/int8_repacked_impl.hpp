@@ -167,7 +167,7 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
       const F d = O::halves16(unit);
       F neg_dmin = O::zero_f();
       if constexpr (kQ2) neg_dmin = O::neg(O::halves16(unit + 32));
-      const std::uint8_t* lows = unit + (kQ2 ? 320 : 288);
+      const std::uint8_t* lows = unit + low2_at(kType);
       const V three = O::bytes(3), one = O::bytes(1);
       for (int i = 0; i < 16; ++i) {
         F dsc, c = O::zero_f();
@@ -181,7 +181,7 @@ void tile(const std::uint8_t* group, std::int64_t units, const Int8Rows& x, std:
         V w[4];
         for (int q = 0; q < 4; ++q) w[q] = O::and_(O::shr(a, 2 * q), three);
         if constexpr (!kQ2) {
-          V h = O::load(unit + 1312 + 64 * (i / 2));
+          V h = O::load(unit + kQ3HighBitsAt + 64 * (i / 2));
           if (i % 2 != 0) h = O::shr(h, 4);
           for (int q = 0; q < 4; ++q) w[q] = O::or_(w[q], O::shl(O::and_(O::shr(h, q), one), 2));
         }
@@ -273,7 +273,8 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
   const std::int64_t groups16 = x.cols / 16;
   Prepared prep;
   const int offset = repack_offset(w.type);
-  if (w.type == TensorType::q6_k || w.type == TensorType::q3_k) {
+  const RepackLayout layout = repack_layout(w.type);
+  if (layout.sum_values == 16 && offset != 0) {  // Q6_K, Q3_K
     prep.blocks = groups16;
     corr.resize(static_cast<std::size_t>(num_x * prep.blocks));
     for (std::int64_t t = 0; t < num_x; ++t) {
@@ -292,7 +293,7 @@ void repacked_matmul(const RepackedWeight& w, const Int8Rows& x, std::int64_t nu
       }
     }
     prep.corr = corr.data();
-  } else if (w.type == TensorType::q2_k) {  // minimums per 16: s * sum q of each
+  } else if (layout.sum_values == 16) {  // Q2_K: minimums per 16, s * sum q of each
     sums.resize(static_cast<std::size_t>(num_x * groups16));
     for (std::int64_t t = 0; t < num_x; ++t) {
       for (std::int64_t b = 0; b < groups16; ++b) {

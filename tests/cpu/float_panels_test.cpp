@@ -16,6 +16,7 @@
 #include "cpu/float_panels.hpp"
 #include "cpu/kernels.hpp"
 #include "gguf/dequantize.hpp"
+#include "support/int8_weights.hpp"
 
 using namespace troupe;
 using namespace troupe::cpu;
@@ -155,14 +156,7 @@ TEST_CASE("the CPU backend's float matmul runs through the panels, alone or batc
   for (const TensorType type : {TensorType::f32, TensorType::f16, TensorType::bf16}) {
     INFO(gguf::tensor_type_name(type));
     const FloatWeights w = make_weights(type, rows, cols, rng);
-    gguf::GgufTensorInfo info;
-    info.name = "blk.0.ffn_up.weight";
-    info.type = type;
-    info.num_dims = 2;
-    info.dims[0] = cols;
-    info.dims[1] = rows;
-    info.num_bytes = w.bytes.size();
-    info.data = w.bytes.data();
+    const gguf::GgufTensorInfo info = test::matrix_info(type, rows, cols, w.bytes);
     CpuBackend backend(2);
     const model::Weight weight = *backend.load_weight(info);
     std::vector<float> x = random_rows(n, cols, rng), out(static_cast<std::size_t>(n * rows));

@@ -213,14 +213,7 @@ TEST_CASE("the CPU backend multiplies the quantized matrices it loaded through t
   for (const TensorType type : kTypes) {
     INFO(gguf::tensor_type_name(type));
     const auto w = make_weights(type, rows, cols);
-    gguf::GgufTensorInfo info;
-    info.name = "blk.0.ffn_up.weight";
-    info.type = type;
-    info.num_dims = 2;
-    info.dims[0] = cols;
-    info.dims[1] = rows;
-    info.num_bytes = w.bytes.size();
-    info.data = w.bytes.data();
+    const gguf::GgufTensorInfo info = test::matrix_info(type, rows, cols, w.bytes);
     const model::Weight weight = *backend.load_weight(info);
     for (const std::int64_t n : {1, 6}) {
       const auto xs = random_floats(static_cast<std::size_t>(n * cols), 1.0f);

@@ -1,7 +1,8 @@
 // Quantized weights and activations for the int8 kernels' tests (int8_matmul_test,
 // int8_repack_test): random rows encoded by troupe's quantizer, with every byte but the
 // scales randomised where a type has bits the encoder would not write, and decoded again by
-// the scalar decoder as the tests' reference.
+// the scalar decoder as the tests' reference; and the tensor info the backend loads a matrix
+// from (float_panels_test too).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -12,11 +13,27 @@
 #include <vector>
 
 #include "gguf/dequantize.hpp"
+#include "gguf/gguf_file.hpp"
 #include "gguf/tensor_type.hpp"
 
 namespace troupe::test {
 
 using gguf::TensorType;
+
+// What the GGUF reader gives for a rows x cols matrix of `type` in `bytes` (an FFN matrix's
+// name, so the backend treats it as a matrix to repack).
+inline gguf::GgufTensorInfo matrix_info(TensorType type, std::int64_t rows, std::int64_t cols,
+                                        const std::vector<std::byte>& bytes) {
+  gguf::GgufTensorInfo info;
+  info.name = "blk.0.ffn_up.weight";
+  info.type = type;
+  info.num_dims = 2;
+  info.dims[0] = cols;
+  info.dims[1] = rows;
+  info.num_bytes = bytes.size();
+  info.data = bytes.data();
+  return info;
+}
 
 inline std::mt19937& rng() {
   static std::mt19937 generator(20261202);
