@@ -43,7 +43,6 @@ void ToolCallScanner::open_call(std::vector<ToolCallDelta>& out) {
     pending_arguments_.clear();
     calls_.back().arguments_begun = true;
   }
-  calls_.back().arguments_done = arguments_done_;
 }
 
 void ToolCallScanner::put_arguments(char c, std::vector<ToolCallDelta>& out) {
@@ -152,7 +151,6 @@ void ToolCallScanner::step(char c, std::vector<ToolCallDelta>& out) {
         ++depth_;
       } else if ((c == '}' || c == ']') && --depth_ == 0) {
         arguments_done_ = true;
-        if (has_call_) calls_.back().arguments_done = true;
         state_ = named_.empty() ? State::after_value : State::done;
       }
       return;

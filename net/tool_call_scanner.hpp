@@ -36,7 +36,6 @@ class ToolCallScanner {
     std::string id;
     std::string name;
     bool arguments_begun = false;  // some of the arguments went out
-    bool arguments_done = false;   // all of them did
   };
   // The calls whose header went out, in order.
   const std::vector<Call>& calls() const { return calls_; }

@@ -20,9 +20,6 @@ enum class ReasoningFormat {
 // vLLM's names: deepseek_r1, qwen3, gpt_oss (and deepseek_v3, glm45: <think> as qwen3).
 std::optional<ReasoningFormat> reasoning_format_named(std::string_view name);
 std::string_view reasoning_format_name(ReasoningFormat format);
-// For --help and errors: the names reasoning_format_named takes.
-inline constexpr std::string_view kReasoningFormatNames =
-    "deepseek_r1, qwen3, gpt_oss, deepseek_v3, glm45";
 
 struct ReasoningSplit {
   std::string reasoning;  // the thinking, without its markers

@@ -215,6 +215,7 @@ TEST_CASE("the socket's frames carry the thinking as reasoning_content",
   const auto [status, body] = s.post("/v1/chat/completions", chat_body(""));
   REQUIRE(status == 200);
   const std::string expected = message_of(body)["reasoning_content"].string;
+  REQUIRE_FALSE(expected.empty());  // else the socket's empty thinking would match
 
   asio::io_context io;
   websocket::stream<tcp::socket> ws(io);

@@ -281,7 +281,8 @@ struct Assembled {
   int num_argument_pieces = 0;
 };
 
-// Feeds `text` one byte at a time: the calls the deltas make, and what was read whole.
+// Feeds `text` one byte at a time: the calls the deltas make, and what was read whole (its
+// content: all the content the stream sent, each piece as it went).
 std::pair<std::vector<Assembled>, ToolOutput> assembled(const ToolRequest& request,
                                                         const std::string& text) {
   ToolCallStream stream(request);
@@ -299,9 +300,15 @@ std::pair<std::vector<Assembled>, ToolOutput> assembled(const ToolRequest& reque
       if (!d.arguments.empty()) ++calls[d.index].num_argument_pieces;
     }
   };
-  for (const char c : text) add(stream.take(std::string(1, c), false).deltas);
+  std::string content;
+  for (const char c : text) {
+    ToolOutput piece = stream.take(std::string(1, c), false);
+    content += piece.content;
+    add(piece.deltas);
+  }
   ToolOutput end = stream.take("", true);
   add(end.deltas);
+  end.content = content + end.content;
   return {calls, std::move(end)};
 }
 
@@ -388,5 +395,6 @@ TEST_CASE("each family's calls stream as deltas", "[net]") {
     const auto [calls, end] = assembled(automatic(ToolCallFormat::hermes), "a <tool_call> b");
     CHECK(calls.empty());
     CHECK(end.calls.empty());
+    CHECK(end.content == "a <tool_call> b");
   }
 }

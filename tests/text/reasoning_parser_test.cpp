@@ -159,3 +159,12 @@ TEST_CASE("gpt-oss's template leaves the output to open its channel", "[text][re
               "<|message|>Hello!",
               "Greeting.", "Hello!");
 }
+
+TEST_CASE("thinking goes out as it is written, before the output ends", "[text][reasoning]") {
+  // A parser that held everything until the last piece would pass every split above.
+  ReasoningParser think(ReasoningFormat::qwen3, "");
+  CHECK(think.take("<think>abc", false).reasoning == "abc");
+  CHECK(think.take("</think>Hi", false).content == "Hi");
+  ReasoningParser harmony(ReasoningFormat::gpt_oss, "<|start|>assistant");
+  CHECK(harmony.take("<|channel|>analysis<|message|>abc", false).reasoning == "abc");
+}
