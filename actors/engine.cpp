@@ -75,6 +75,7 @@ engine::SchedulerConfig scheduler_config(const EngineConfig& config, std::int32_
   sc.speculation.prompt_lookup_max = config.speculative.prompt_lookup_max;
   sc.speculation.prompt_lookup_min = config.speculative.prompt_lookup_min;
   sc.speculation.disable_by_batch_size = config.speculative.disable_by_batch_size;
+  sc.speculation.draft_model = !config.speculative.draft_model.empty();
   sc.policy = config.policy == BatchingPolicy::priority ? engine::SchedulingPolicy::priority
                                                         : engine::SchedulingPolicy::fcfs;
   sc.mode = config.mode == BatchingMode::static_batch ? engine::BatchingMode::static_batch
@@ -325,8 +326,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                       "target_itl_ms must be a positive number of milliseconds");
   }
   if (const auto& s = config.speculative; s.enabled()) {
-    if (s.num_speculative_tokens > 32 || s.prompt_lookup_min < 1 ||
-        s.prompt_lookup_max < s.prompt_lookup_min || s.disable_by_batch_size < 1) {
+    const bool lookup_ok = !s.draft_model.empty() ||
+                           (s.prompt_lookup_min >= 1 && s.prompt_lookup_max >= s.prompt_lookup_min);
+    if (s.num_speculative_tokens > 32 || !lookup_ok || s.disable_by_batch_size < 1) {
       return make_error(ErrorCode::invalid_argument,
                         "speculative: num_speculative_tokens must be in [0, 32], "
                         "1 <= prompt_lookup_min <= prompt_lookup_max, and "

@@ -104,6 +104,12 @@ typename Inspector::result_type inspect(Inspector& f, PromptTokenLogprob& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DraftWork& x) {
+  return f(caf::meta::type_name("troupe.DraftWork"), x.seq, x.first_position, x.tokens,
+           x.num_proposals);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PromptLogprobs& x) {
   return f(caf::meta::type_name("troupe.PromptLogprobs"), x.id, x.first_position, x.entries);
 }
@@ -117,7 +123,8 @@ typename Inspector::result_type inspect(Inspector& f, WorkerSpec& x) {
   return f(caf::meta::type_name("troupe.WorkerSpec"), x.model_path, x.model_fingerprint, x.device,
            x.num_threads, x.cuda_graphs, x.block_size, x.max_model_len, x.max_num_seqs,
            x.max_num_batched_tokens, x.num_kv_blocks, x.kv_cache_bytes, x.gpu_memory_utilization,
-           x.rank, x.world_size, x.device_index, x.kv_cache_dtype, x.calibrate_step_cost);
+           x.rank, x.world_size, x.device_index, x.kv_cache_dtype, x.calibrate_step_cost,
+           x.draft_model_path);
 }
 
 template <class Inspector>
@@ -145,7 +152,7 @@ typename Inspector::result_type inspect(Inspector& f, NewSequence& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepWork& x) {
   return f(caf::meta::type_name("troupe.StepWork"), x.step_id, x.step, x.sampled_ids,
-           x.new_sequences, x.removed, x.prompt_rows, x.num_drafts);
+           x.new_sequences, x.removed, x.prompt_rows, x.num_drafts, x.drafts);
 }
 
 template <class Inspector>

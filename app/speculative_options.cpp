@@ -68,18 +68,41 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& json) {
                  "prompt_lookup_min, disable_by_batch_size)");
     }
   }
-  if (const auto* model = o.if_contains("model"); model != nullptr && !model->is_null()) {
-    return bad("model: a draft model is not supported yet; use {\"method\": \"ngram\", ...}");
-  }
-  const auto* method = o.if_contains("method");
-  if (method == nullptr || method->is_null()) {
-    return bad("method is required (\"ngram\")");
-  }
-  if (!method->is_string() ||
-      (method->as_string() != "ngram" && method->as_string() != "[ngram]")) {
-    return bad("method must be \"ngram\" (other proposers are not supported yet)");
-  }
   SpeculativeConfig config;
+  const auto* model = o.if_contains("model");
+  const auto* method = o.if_contains("method");
+  const bool has_method = method != nullptr && !method->is_null();
+  if (has_method && !method->is_string()) return bad("method must be a string");
+  if (model != nullptr && !model->is_null()) {
+    // vLLM: a draft model's method is "draft_model", named or not.
+    if (!model->is_string() || model->as_string().empty()) {
+      return bad("model must be the draft model's file path");
+    }
+    if (has_method && method->as_string() != "draft_model") {
+      return bad("method \"" + std::string(method->as_string()) +
+                 "\" does not take a model (\"draft_model\" does; \"ngram\" takes none)");
+    }
+    for (const char* key : {"prompt_lookup_max", "prompt_lookup_min"}) {
+      if (const auto* v = o.if_contains(key); v != nullptr && !v->is_null()) {
+        return bad(std::string(key) + " is for method \"ngram\", not a draft model");
+      }
+    }
+    config.draft_model = std::string(model->as_string());
+    TROUPE_TRY(const auto k, integer(o, "num_speculative_tokens", 1, kMostSpeculativeTokens));
+    if (!k) return bad("num_speculative_tokens is required with a draft model");
+    config.num_speculative_tokens = *k;
+    TROUPE_TRY(const auto batch,
+               integer(o, "disable_by_batch_size", 1, std::numeric_limits<std::int32_t>::max()));
+    if (batch) config.disable_by_batch_size = *batch;
+    return config;
+  }
+  if (!has_method) return bad("method is required (\"ngram\", or a draft model's \"model\")");
+  if (method->as_string() == "draft_model") return bad("method draft_model needs a \"model\"");
+  if (method->as_string() != "ngram" && method->as_string() != "[ngram]") {
+    return bad(
+        "method must be \"ngram\" or \"draft_model\" (other proposers are not "
+        "supported yet)");
+  }
   TROUPE_TRY(const auto k, integer(o, "num_speculative_tokens", 1, kMostSpeculativeTokens));
   if (!k) return bad("num_speculative_tokens is required with method ngram");
   config.num_speculative_tokens = *k;
@@ -112,7 +135,9 @@ void add_speculative_option(CLI::App* cmd, EngineConfig& engine) {
          "speculative decoding, as vLLM's JSON: {\"method\": \"ngram\", "
          "\"num_speculative_tokens\": k, \"prompt_lookup_max\": n, \"prompt_lookup_min\": m} "
          "proposes up to k tokens by looking the last n..m tokens up earlier in the sequence; "
-         "the step verifies them (the output is the same). \"disable_by_batch_size\": b "
+         "{\"model\": \"draft.gguf\", \"num_speculative_tokens\": k} has a draft model with "
+         "the same vocabulary propose them; the step verifies them (the output is the same). "
+         "\"disable_by_batch_size\": b "
          "(default 4) turns proposals off in steps of more than b decoding sequences "
          "(default: off)")
       ->type_name("JSON");

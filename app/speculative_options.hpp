@@ -1,6 +1,5 @@
 // --speculative-config '<json>' (vLLM's flag): speculative decoding for serve, generate
-// and the benchmarks. Only the n-gram (prompt lookup) proposer for now; a draft model is
-// refused as not supported yet.
+// and the benchmarks: the n-gram (prompt lookup) proposer or a draft model.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -12,9 +11,10 @@
 namespace troupe::app {
 
 // Reads vLLM's JSON: {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max":
-// n, "prompt_lookup_min": m, "disable_by_batch_size": b}. As vLLM: with neither lookup
-// bound both are 5, with one the other is the same; k is required. An error names the
-// field (or says the JSON does not parse).
+// n, "prompt_lookup_min": m, "disable_by_batch_size": b}, or {"model": "draft.gguf",
+// "num_speculative_tokens": k, "method": "draft_model" (optional), "disable_by_batch_size":
+// b}. As vLLM: with neither lookup bound both are 5, with one the other is the same; k is
+// required. An error names the field (or says the JSON does not parse).
 Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
 
 // Adds --speculative-config to `cmd`; a bad value is a CLI::ValidationError.

@@ -166,7 +166,7 @@ std::optional<StepWork> EngineCore::next_step() {
   StepWork work;
   work.step_id = flight.step_id = next_step_id_++;
   work.step = build_step_input(flight.plan, scheduler_, &work.sampled_ids, &work.prompt_rows,
-                               &work.num_drafts);
+                               &work.num_drafts, &work.drafts);
   work.removed.swap(removed_);
   const auto now = std::chrono::steady_clock::now();
   for (const ScheduledChunk& chunk : flight.plan.chunks) {

@@ -22,6 +22,9 @@ struct SpeculationConfig {
   // step is bound by compute, not by reading the weights once, and verifying k tokens
   // then costs about k tokens (vLLM's speculative_disable_by_batch_size).
   std::int32_t disable_by_batch_size = 4;
+  // The worker's draft model proposes, not prompt lookup: a decode's draft is then k
+  // placeholders the worker fills in, after the draft has run the tokens it has not seen.
+  bool draft_model = false;
 
   bool enabled() const { return num_speculative_tokens > 0; }
   bool operator==(const SpeculationConfig&) const = default;

@@ -148,43 +148,68 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
     // A draft never takes the token a later decode of this step needs.
     const std::int32_t later_decodes =
         std::max<std::int32_t>(0, num_decodes - 1 - plan.num_decodes);
-    std::vector<TokenId> draft =
-        speculate ? draft_for(seq, budget - later_decodes) : std::vector<TokenId>{};
+    ScheduledChunk chunk{id};
+    if (speculate) plan_draft(seq, budget - later_decodes, chunk);
     // A draft takes only free blocks: it never preempts anyone.
-    if (!draft.empty() && !kv_.allocate_slots(seq, 1 + static_cast<std::int32_t>(draft.size()))) {
-      draft.clear();
+    if (!chunk.draft.empty() &&
+        !kv_.allocate_slots(seq, 1 + static_cast<std::int32_t>(chunk.draft.size()))) {
+      chunk.draft.clear();
+      chunk.draft_to = chunk.draft_from;
     }
-    const std::int32_t num_new = draft.empty()
-                                     ? std::min(seq.num_tokens() - seq.num_computed_tokens, budget)
-                                     : 1 + static_cast<std::int32_t>(draft.size());
-    if (draft.empty() && !reserve(seq, num_new, plan, budget)) continue;
-    const bool samples =
-        seq.num_computed_tokens + num_new - static_cast<std::int32_t>(draft.size()) ==
-        seq.num_tokens();
-    plan.num_draft_tokens += static_cast<std::int32_t>(draft.size());
-    plan.chunks.push_back({id, num_new, samples, std::move(draft)});
-    plan.num_tokens += num_new;
+    const auto num_draft = static_cast<std::int32_t>(chunk.draft.size());
+    chunk.num_new_tokens = num_draft == 0
+                               ? std::min(seq.num_tokens() - seq.num_computed_tokens, budget)
+                               : 1 + num_draft;
+    if (num_draft == 0 && !reserve(seq, chunk.num_new_tokens, plan, budget)) continue;
+    chunk.samples = seq.num_computed_tokens + chunk.num_new_tokens - num_draft == seq.num_tokens();
+    // The draft model's catching up is compute as a prefill's tokens are: it counts in the
+    // budget (its proposing passes, one token a sequence each, do not).
+    const std::int32_t num_catch_up =
+        chunk.draft_to - chunk.draft_from - (num_draft > 0 && chunk.runs_draft_model() ? 1 : 0);
+    plan.num_draft_tokens += num_draft;
+    plan.num_tokens += chunk.num_new_tokens;
+    budget -= chunk.num_new_tokens + num_catch_up;
+    plan.chunks.push_back(std::move(chunk));
     if (plan.chunks.back().is_decode()) ++plan.num_decodes;
-    budget -= num_new;
   }
   // Decodes stay ahead of prefill chunks in the plan.
   std::stable_partition(plan.chunks.begin(), plan.chunks.end(),
                         [&](const ScheduledChunk& c) { return c.is_decode(); });
 }
 
-std::vector<TokenId> Scheduler::draft_for(const Sequence& seq, std::int32_t budget) const {
-  const SpeculationConfig& spec = config_.speculation;
+std::int32_t Scheduler::proposal_room(const Sequence& seq, std::int32_t budget) const {
   if (!seq.may_speculate || seq.num_tokens() - seq.num_computed_tokens != 1 ||
       seq.num_generated() < 1) {
-    return {};
+    return 0;
   }
   // The draft's tokens count in the budget; no token is proposed past max_tokens (the
   // model's own token after the draft is one more) or the context.
-  const std::int32_t k =
-      std::min({spec.num_speculative_tokens, budget - 1, seq.max_tokens - seq.num_generated() - 1,
-                config_.max_model_len - seq.num_tokens()});
-  if (k <= 0) return {};
-  return propose_ngram(seq.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, k);
+  return std::max(0, std::min({config_.speculation.num_speculative_tokens, budget - 1,
+                               seq.max_tokens - seq.num_generated() - 1,
+                               config_.max_model_len - seq.num_tokens()}));
+}
+
+void Scheduler::plan_draft(const Sequence& seq, std::int32_t budget, ScheduledChunk& chunk) const {
+  const SpeculationConfig& spec = config_.speculation;
+  const std::int32_t room = proposal_room(seq, budget);
+  if (room <= 0) return;
+  if (!spec.draft_model) {
+    chunk.draft = propose_ngram(seq.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, room);
+    return;
+  }
+  // The draft model first runs what it has not seen before the decode's own token (after
+  // the prefill, a preemption or steps without proposals); the budget holds those too.
+  const std::int32_t last = seq.num_tokens() - 1;
+  const std::int32_t unseen = last - seq.num_draft_computed;
+  chunk.draft_from = seq.num_draft_computed;
+  const std::int32_t k = std::min(room, budget - 1 - unseen);
+  if (k > 0) {
+    chunk.draft.assign(static_cast<std::size_t>(k), TokenId{0});
+    chunk.draft_to = last + 1;
+  } else {
+    // No room to propose this step: catch up as far as the budget goes.
+    chunk.draft_to = chunk.draft_from + std::max(0, std::min(unseen, budget - 1));
+  }
 }
 
 bool Scheduler::reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& plan,
@@ -212,6 +237,7 @@ void Scheduler::preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget)
   // prefill its prompt and what it had generated again (the prefix cache may help).
   kv_.free(victim);
   victim.num_computed_tokens = 0;
+  victim.num_draft_computed = 0;
   victim.num_cached_tokens = 0;
   ++victim.num_preemptions;
   ++num_preemptions_;
@@ -306,6 +332,12 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
     }
     seq.num_computed_tokens = std::min(start + num_back, seq.num_tokens() - 1);
     kv_.cache_full_blocks(seq);
+    // The draft model ran its range and then each proposal but the last: of those, it keeps
+    // what the model computed too (a rejected proposal's slot is written again).
+    if (chunk.runs_draft_model()) {
+      seq.num_draft_computed = num_draft > 0 ? chunk.draft_to - 1 + num_draft : chunk.draft_to;
+    }
+    seq.num_draft_computed = std::min(seq.num_draft_computed, seq.num_computed_tokens);
     if (reason != FinishReason::none) {
       finished.push_back({seq.id, reason, seq.num_tokens()});
       finish(seq);

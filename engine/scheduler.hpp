@@ -57,11 +57,18 @@ struct SequenceRequest {
 // One sequence's share of an iteration: its next num_new_tokens tokens. A decode with a
 // `draft` (speculative decoding) runs its last token and then the draft's tokens, at the
 // positions after it: num_new_tokens is 1 + draft.size(), every one of them sampled.
+// With a draft model, the draft is placeholders the worker's draft model fills in, after it
+// has run the sequence's tokens at positions [draft_from, draft_to) (those it has not
+// seen); a decode with that range and no draft only catches the draft model up.
 struct ScheduledChunk {
   SeqId id = 0;
   std::int32_t num_new_tokens = 0;
   bool samples = false;             // reaches the sequence's last token: a token is sampled
   std::vector<TokenId> draft = {};  // proposed tokens the step verifies
+  std::int32_t draft_from = 0;      // the draft model's tokens to run (empty range: none)
+  std::int32_t draft_to = 0;
+
+  bool runs_draft_model() const { return draft_to > draft_from; }
 
   // One token of its own (and its draft's) that samples: what the metrics call a decode.
   bool is_decode() const {
@@ -142,8 +149,11 @@ class Scheduler {
  private:
   void schedule_running(BatchPlan& plan, std::int32_t& budget);
   void schedule_waiting(BatchPlan& plan, std::int32_t& budget);
-  // Decodes of this step that may carry a draft, and the draft for `seq` (empty: none).
-  std::vector<TokenId> draft_for(const Sequence& seq, std::int32_t budget) const;
+  // The most tokens `seq`'s decode may propose within `budget` (0: none).
+  std::int32_t proposal_room(const Sequence& seq, std::int32_t budget) const;
+  // The draft for `seq` (empty: none) within `budget`; with a draft model, k placeholders
+  // and the unseen tokens it runs first (`chunk`'s draft range), or only some of those.
+  void plan_draft(const Sequence& seq, std::int32_t budget, ScheduledChunk& chunk) const;
   bool reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& plan, std::int32_t& budget);
   void preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget);
   Sequence* pick_victim();

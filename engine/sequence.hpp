@@ -33,7 +33,11 @@ struct Sequence {
   StopRule stop;
   SequenceStatus status = SequenceStatus::waiting;
 
-  std::int32_t num_computed_tokens = 0;    // tokens whose keys and values are in the cache
+  std::int32_t num_computed_tokens = 0;  // tokens whose keys and values are in the cache
+  // Of those, the leading ones whose keys and values the worker's draft model has in its
+  // own cache (speculative decoding with a draft model); it sees the rest when it next
+  // proposes for the sequence.
+  std::int32_t num_draft_computed = 0;
   std::int32_t num_cached_tokens = 0;      // of those, found in the prefix cache on admission
   std::vector<BlockId> block_table;        // covers at least num_computed_tokens
   std::int32_t num_registered_blocks = 0;  // leading full blocks entered in the prefix cache

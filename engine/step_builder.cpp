@@ -8,11 +8,13 @@ namespace troupe::engine {
 model::StepInput build_step_input(const BatchPlan& plan, const Scheduler& scheduler,
                                   std::vector<SeqId>* sampled_ids,
                                   std::vector<model::PromptRows>* prompt_rows,
-                                  std::vector<std::int32_t>* num_drafts) {
+                                  std::vector<std::int32_t>* num_drafts,
+                                  std::vector<model::DraftWork>* drafts) {
   model::StepInput step;
   if (sampled_ids != nullptr) sampled_ids->clear();
   if (prompt_rows != nullptr) prompt_rows->clear();
   if (num_drafts != nullptr) num_drafts->clear();
+  if (drafts != nullptr) drafts->clear();
   TROUPE_ASSERT(plan.num_draft_tokens == 0 || (sampled_ids != nullptr && num_drafts != nullptr),
                 "a plan with drafts needs its sampled ids and draft lengths");
   std::vector<TokenId> tokens_and_draft;
@@ -23,6 +25,13 @@ model::StepInput build_step_input(const BatchPlan& plan, const Scheduler& schedu
     const std::int32_t first = seq->num_computed_tokens;
     const auto num_draft = static_cast<std::int32_t>(chunk.draft.size());
     const std::int32_t first_row = step.num_tokens();
+    if (chunk.runs_draft_model()) {
+      TROUPE_ASSERT(drafts != nullptr, "a plan with draft-model work needs its drafts");
+      drafts->push_back({step.num_seqs(), chunk.draft_from,
+                         std::vector<TokenId>(seq->tokens.begin() + chunk.draft_from,
+                                              seq->tokens.begin() + chunk.draft_to),
+                         num_draft});
+    }
     if (num_draft == 0) {
       const std::span<const TokenId> tokens(seq->tokens.data() + first,
                                             static_cast<std::size_t>(chunk.num_new_tokens));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/scheduler.hpp"
+#include "model/draft_proposer.hpp"
 #include "model/prompt_logprobs.hpp"
 #include "model/step_input.hpp"
 
@@ -20,9 +21,13 @@ namespace troupe::engine {
 // of those rows, consecutively: `num_drafts` receives, per sampled sequence, its draft's
 // length (the worker verifies the draft against them); it stays empty when the plan
 // has no draft. A plan with drafts needs both `sampled_ids` and `num_drafts`.
+// With a draft model, a draft's tokens are placeholders, and `drafts` receives what the
+// worker's draft model runs for each chunk with a draft range (ScheduledChunk::draft_from):
+// a plan with any needs it.
 model::StepInput build_step_input(const BatchPlan& plan, const Scheduler& scheduler,
                                   std::vector<SeqId>* sampled_ids = nullptr,
                                   std::vector<model::PromptRows>* prompt_rows = nullptr,
-                                  std::vector<std::int32_t>* num_drafts = nullptr);
+                                  std::vector<std::int32_t>* num_drafts = nullptr,
+                                  std::vector<model::DraftWork>* drafts = nullptr);
 
 }  // namespace troupe::engine

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/token_budget.hpp"
+#include "model/draft_proposer.hpp"
 #include "model/prompt_logprobs.hpp"
 #include "model/sampler.hpp"
 #include "model/step_input.hpp"
@@ -42,6 +43,9 @@ struct WorkerSpec {
   // Time a prefill and a decode at load (LoadReport::step_costs), for a token budget
   // sized to the machine. A rank of a split model does not: its steps need the group.
   bool calibrate_step_cost = false;
+  // Speculative decoding with a draft model: its file, loaded beside the model on the same
+  // device and threads, with a KV cache of its own under the same block ids. Empty: none.
+  std::string draft_model_path;
 
   bool operator==(const WorkerSpec&) const = default;
 };
@@ -91,6 +95,9 @@ struct StepWork {
   // sampled row (each with a logit row of its own, right after it: the worker samples
   // them in order while the model agrees with the proposal). Empty: none in this step.
   std::vector<std::int32_t> num_drafts = {};
+  // With a draft model, what it runs first: the sequences whose proposals it makes (their
+  // drafts are placeholders in `step` until it has) and those it only catches up.
+  std::vector<model::DraftWork> drafts = {};
   std::vector<NewSequence> new_sequences;
   std::vector<std::uint64_t> removed;  // ended since the last step: their samplers go
 

@@ -54,7 +54,8 @@ Result<std::vector<engine::StepCost>> measure_step_costs(model::ModelRunner& run
 
 }  // namespace
 
-engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work) {
+engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work,
+                            model::DraftProposer* draft) {
   auto fail = [&work](Error error) {
     return engine::failed_step(work.step_id, {error.code, std::move(error.message), false});
   };
@@ -67,10 +68,22 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   }
   // Run even so: a rank of a group that skipped its forward pass would leave the others
   // waiting in their collectives.
+  // The draft model fills in the proposals of a copy of the step.
+  std::optional<model::StepInput> drafted;
+  if (!work.drafts.empty()) {
+    if (draft == nullptr) {
+      return fail({ErrorCode::invalid_argument,
+                   "the step asks for a draft model, and this worker has none"});
+    }
+    drafted = work.step;
+    if (auto proposed = draft->propose(work.drafts, *drafted); !proposed) {
+      return fail(proposed.error());
+    }
+  }
   std::vector<model::PromptLogprobs> prompt_scores;
   std::vector<std::vector<model::SampledToken>> more;
-  auto tokens = runner.execute(work.step, work.sampled_ids, work.prompt_rows, &prompt_scores,
-                               work.num_drafts, &more);
+  auto tokens = runner.execute(drafted ? *drafted : work.step, work.sampled_ids, work.prompt_rows,
+                               &prompt_scores, work.num_drafts, &more);
   if (refused) return fail(std::move(*refused));
   if (!tokens) return fail(tokens.error());
   engine::StepOutput out;
@@ -102,14 +115,23 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
   // padded to its graph's size at most max_num_seqs), then the KV pool from what is left.
   TROUPE_TRY_VOID(
       llama.prepare(std::max(spec.max_num_batched_tokens, spec.max_num_seqs), spec.max_num_seqs));
+  if (!spec.draft_model_path.empty()) TROUPE_TRY_VOID(w->load_draft(spec));
+  // A draft model's cache has a block for each of the model's, under the same id.
   const auto shape = w->model_.kv_cache_shape(0, spec.block_size);
-  const std::int64_t block_bytes = backend.kv_block_bytes(shape);
+  std::int64_t block_bytes = backend.kv_block_bytes(shape);
+  if (w->draft_.model) {
+    block_bytes += w->draft_.backend->kv_block_bytes(w->draft_.kv_cache_shape(0, spec.block_size));
+  }
   std::optional<std::int64_t> free_bytes;
   if (spec.device == engine::WorkerDevice::cuda && spec.num_kv_blocks <= 0) {
     TROUPE_TRY(free_bytes, backend.free_memory_bytes());
   }
   TROUPE_TRY(const std::int32_t num_blocks, kv_blocks_for_budget(spec, block_bytes, free_bytes));
   TROUPE_TRY_VOID(w->model_.allocate_kv_cache(num_blocks, spec.block_size));
+  if (w->draft_.model) {
+    TROUPE_TRY_VOID(w->draft_.allocate_kv_cache(num_blocks, spec.block_size));
+    w->proposer_ = std::make_unique<model::DraftProposer>(*w->draft_.model);
+  }
   w->runner_ = std::make_unique<model::ModelRunner>(
       llama, w->model_.tokenizer->vocabulary().end_of_generation, w->model_.tokenizer.get());
   if (spec.calibrate_step_cost && spec.world_size == 1) {
@@ -120,10 +142,49 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
   }
   w->report_.num_kv_blocks = num_blocks;
   w->report_.bytes_per_block = block_bytes;
-  w->report_.weight_bytes = llama.weight_bytes();
+  w->report_.weight_bytes =
+      llama.weight_bytes() + (w->draft_.model ? w->draft_.model->weight_bytes() : 0);
   w->report_.device_name = backend.describe();
   w->report_.vocab_size = w->model_.config.vocab_size;
   return w;
+}
+
+Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
+  auto refused = [&](const std::string& why) {
+    return make_error(ErrorCode::invalid_argument,
+                      "the draft model " + spec.draft_model_path + " " + why);
+  };
+  if (spec.world_size > 1) {
+    return refused("cannot run beside a tensor-parallel model (not supported yet)");
+  }
+  if (spec.device != engine::WorkerDevice::cpu) {
+    return refused("runs on the CPU only for now");
+  }
+  engine::WorkerSpec draft_spec = spec;
+  draft_spec.model_path = spec.draft_model_path;
+  draft_spec.model_fingerprint.clear();
+  draft_spec.draft_model_path.clear();
+  TROUPE_TRY(draft_, open_model(draft_spec));
+  // The same vocabulary: every id stands for the same bytes in both.
+  const text::Tokenizer& mine = *model_.tokenizer;
+  const text::Tokenizer& theirs = *draft_.tokenizer;
+  if (draft_.config.vocab_size != model_.config.vocab_size || theirs.size() != mine.size()) {
+    return refused("has a vocabulary of " + std::to_string(draft_.config.vocab_size) +
+                   " tokens, the model " + std::to_string(model_.config.vocab_size) +
+                   ": a draft must share the model's vocabulary");
+  }
+  for (std::size_t id = 0; id < mine.size(); ++id) {
+    const auto t = static_cast<TokenId>(id);
+    if (mine.piece(t) != theirs.piece(t)) {
+      return refused("has another vocabulary: token " + std::to_string(id) + " is \"" +
+                     std::string(theirs.piece(t)) + "\" there, \"" + std::string(mine.piece(t)) +
+                     "\" in the model");
+    }
+  }
+  // Its passes hold at most a step's tokens (its catching up counts in the budget) and a
+  // logit row per sequence.
+  return draft_.model->prepare(std::max(spec.max_num_batched_tokens, spec.max_num_seqs),
+                               spec.max_num_seqs);
 }
 
 engine::StepOutput Worker::step(const engine::StepWork& work) {
@@ -132,7 +193,7 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
   // A throwing step leaves the backend in an unknown state: the worker must go.
   try {
     if (before_step_) before_step_();
-    out = run_step(*runner_, work);
+    out = run_step(*runner_, work, proposer_.get());
   } catch (const std::exception& e) {
     out = engine::failed_step(
         work.step_id, {ErrorCode::internal, std::string("the step failed: ") + e.what(), true});

@@ -8,15 +8,18 @@
 #include <memory>
 
 #include "engine/worker_protocol.hpp"
+#include "model/draft_proposer.hpp"
 #include "model/loaded_model.hpp"
 #include "model/model_runner.hpp"
 #include "worker/backend_factory.hpp"
 
 namespace troupe::worker {
 
-// One step on a runner: samplers for new sequences, the forward pass, sampling. Errors
-// are in the output; an exception is not caught here.
-engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work);
+// One step on a runner: samplers for new sequences, the draft model's proposals (with
+// `draft`), the forward pass, sampling. Errors are in the output; an exception is not
+// caught here.
+engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work,
+                            model::DraftProposer* draft = nullptr);
 
 class Worker {
  public:
@@ -41,8 +44,13 @@ class Worker {
  private:
   Worker() = default;
 
+  // Loads spec.draft_model_path beside the model: the same vocabulary, device and threads.
+  Result<void> load_draft(const engine::WorkerSpec& spec);
+
   model::LoadedModel model_;
   std::unique_ptr<model::ModelRunner> runner_;
+  model::LoadedModel draft_;  // speculative decoding's draft model, when the spec names one
+  std::unique_ptr<model::DraftProposer> proposer_;
   engine::LoadReport report_;
   std::function<void()> before_step_;
 };

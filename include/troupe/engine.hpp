@@ -63,12 +63,14 @@ struct ClusterConfig {
 };
 
 // Speculative decoding (vLLM's --speculative-config): `ngram` proposes each decoding
-// sequence's next tokens by prompt lookup over its own tokens, and the step verifies them
-// beside the others. num_speculative_tokens 0: off.
+// sequence's next tokens by prompt lookup over its own tokens, or a draft model (a GGUF
+// with the same vocabulary, run by the worker beside the model) proposes them; the step
+// verifies them beside the others. num_speculative_tokens 0: off.
 struct SpeculativeConfig {
   std::int32_t num_speculative_tokens = 0;  // k: the most tokens proposed per step
-  std::int32_t prompt_lookup_max = 0;       // the longest n-gram looked up
-  std::int32_t prompt_lookup_min = 1;       // the shortest
+  std::int32_t prompt_lookup_max = 0;       // ngram: the longest n-gram looked up
+  std::int32_t prompt_lookup_min = 1;       // ngram: the shortest
+  std::string draft_model;                  // the draft model's file; empty: ngram
   // No proposals in a step with more decoding sequences than this (a big batch is
   // compute-bound: verifying k tokens costs about k tokens there).
   std::int32_t disable_by_batch_size = 4;

@@ -1,7 +1,8 @@
 // `--speculative-config` on the command line (issue 36): every command that takes it refuses
-// a bad value naming the field, a draft model is "not supported yet", `generate` prints the
-// same text with and without it, and a server with it exports vLLM's spec-decode counters
-// (stories260K, started and ended by the test).
+// a bad value naming the field, a draft model with another vocabulary is refused naming
+// both, `generate` prints the same text with and without n-gram or draft-model proposals,
+// and a server with either exports vLLM's spec-decode counters (stories260K, started and
+// ended by the test).
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <regex>
@@ -61,8 +62,14 @@ TEST_CASE("a bad --speculative-config is refused naming the field, by every comm
       {R"({"method": "ngram", "num_speculative_tokens": 3, "disable_by_batch_size": 0})",
        "disable_by_batch_size must be in"},
       {R"({"method": "ngram", "num_speculative_tokens": 3, "typo": 1})", "unknown field \"typo\""},
-      {R"({"model": "draft.gguf", "num_speculative_tokens": 3})",
-       "model: a draft model is not supported yet"},
+      {R"({"model": "draft.gguf", "method": "ngram", "num_speculative_tokens": 3})",
+       "method \"ngram\" does not take a model"},
+      {R"({"method": "draft_model", "num_speculative_tokens": 3})",
+       "method draft_model needs a \"model\""},
+      {R"({"model": "draft.gguf"})", "num_speculative_tokens is required with a draft model"},
+      {R"({"model": 7, "num_speculative_tokens": 3})", "model must be the draft model's file path"},
+      {R"({"model": "draft.gguf", "num_speculative_tokens": 3, "prompt_lookup_max": 2})",
+       "prompt_lookup_max is for method \"ngram\""},
   };
   const std::vector<std::vector<std::string>> commands = {{"serve", "--port", "0"},
                                                           {"generate", "-n", "2"},
@@ -81,14 +88,22 @@ TEST_CASE("a bad --speculative-config is refused naming the field, by every comm
   }
 }
 
-TEST_CASE("generate prints the same greedy text with and without n-gram speculation",
+// The model as its own draft: stories260K is the only small model in ../shared with its
+// vocabulary.
+std::string own_draft(const std::string& model) {
+  return R"({"model": ")" + model + R"(", "num_speculative_tokens": 3})";
+}
+
+TEST_CASE("generate prints the same greedy text with and without speculation",
           "[app][speculative]") {
   const std::string model = troupe::test::shared_file("models/stories260K.gguf");
   const std::vector<std::string> base = {
       "generate", "-m", model, "-p", "Once upon a time", "-n", "100", "--ignore-eos", "-t", "1"};
+  const bool draft = GENERATE(false, true);
+  INFO((draft ? "a draft model" : "n-gram lookup"));
   auto with = base;
   with.push_back("--speculative-config");
-  with.push_back(kNgram);
+  with.push_back(draft ? own_draft(model) : std::string(kNgram));
   const auto plain = run(base);
   const auto spec = run(with);
   REQUIRE(plain.first == 0);
@@ -99,11 +114,29 @@ TEST_CASE("generate prints the same greedy text with and without n-gram speculat
   CHECK(text(plain.second).size() > 100);
 }
 
-TEST_CASE("a server with n-gram speculation exports vLLM's spec-decode counters",
+TEST_CASE("a draft model with another vocabulary is refused at start-up, naming both sizes",
+          "[app][speculative]") {
+  const std::string model = troupe::test::shared_file("models/stories260K.gguf");
+  const std::string other = troupe::test::shared_file("models/rand15M-f16.gguf");
+  const auto [code, output] = run({"generate", "-m", model, "-p", "Once", "-n", "4", "-t", "1",
+                                   "--speculative-config", own_draft(other)});
+  CHECK(code != 0);
+  CHECK(output.find("the draft model " + other + " has a vocabulary of 32000 tokens, the model " +
+                    "512: a draft must share the model's vocabulary") != std::string::npos);
+  const auto missing = run({"generate", "-m", model, "-p", "Once", "-n", "4", "-t", "1",
+                            "--speculative-config", own_draft("/nonexistent/draft.gguf")});
+  CHECK(missing.first != 0);
+  CHECK(missing.second.find("/nonexistent/draft.gguf") != std::string::npos);
+}
+
+TEST_CASE("a server with speculation exports vLLM's spec-decode counters",
           "[app][speculative][integration]") {
   const std::string model = troupe::test::shared_file("models/stories260K.gguf");
+  const bool draft = GENERATE(false, true);
+  INFO((draft ? "a draft model" : "n-gram lookup"));
   ChildProcess serve({TROUPE_BINARY, "serve", "--model", model, "--port", "0", "--threads", "1",
-                      "--kv-cache-gb", "0.02", "--speculative-config", kNgram});
+                      "--kv-cache-gb", "0.02", "--speculative-config",
+                      draft ? own_draft(model) : std::string(kNgram)});
   const auto port = serve.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
   INFO(serve.output());
   REQUIRE(port);

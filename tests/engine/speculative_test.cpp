@@ -216,7 +216,8 @@ struct Served {
 
 // The engine loop, synchronously: the engine core plans, a local worker step runs.
 Served serve(model::ModelRunner& runner, const engine::SchedulerConfig& config,
-             const std::vector<Request>& requests, bool staggered = false) {
+             const std::vector<Request>& requests, bool staggered = false,
+             model::DraftProposer* draft = nullptr) {
   engine::EngineCore core(config, {2});
   Served out;
   std::size_t next = 0;
@@ -233,7 +234,9 @@ Served serve(model::ModelRunner& runner, const engine::SchedulerConfig& config,
     ++steps;
     const auto work = core.next_step();
     if (!work) continue;
-    const auto output = worker::run_step(runner, *work);
+    if (!config.speculation.draft_model) REQUIRE(work->drafts.empty());
+    const auto output = worker::run_step(runner, *work, draft);
+    INFO(output.error.message);
     REQUIRE_FALSE(output.failed);
     for (const auto& update : core.apply(output).updates) {
       if (update.token.id == kNoToken) continue;
@@ -248,20 +251,9 @@ Served serve(model::ModelRunner& runner, const engine::SchedulerConfig& config,
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and in a mixed batch",
-          "[engine][speculative]") {
-  const std::string path = test::write_small_model("speculative");
-  auto file = gguf::GgufFile::open(path);
-  REQUIRE(file.has_value());
-  cpu::CpuBackend backend(2);
-  auto llama = model::LlamaModel::load(*file, backend);
-  REQUIRE(llama.has_value());
-  const std::int32_t block_size = 4, num_blocks = 160;
-  REQUIRE(backend.allocate_kv_cache({2, num_blocks, block_size, 2, 16}).has_value());
-  model::ModelRunner runner(*llama, {2});
-
+// Twelve requests of every kind a verification must keep exact: greedy, seeded sampling,
+// penalties and an early stop id; some prompts repeat themselves.
+std::vector<Request> mixed_requests() {
   std::mt19937 rng(11);
   std::vector<Request> requests(12);
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -296,6 +288,24 @@ TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and
         break;
     }
   }
+  return requests;
+}
+
+}  // namespace
+
+TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and in a mixed batch",
+          "[engine][speculative]") {
+  const std::string path = test::write_small_model("speculative");
+  auto file = gguf::GgufFile::open(path);
+  REQUIRE(file.has_value());
+  cpu::CpuBackend backend(2);
+  auto llama = model::LlamaModel::load(*file, backend);
+  REQUIRE(llama.has_value());
+  const std::int32_t block_size = 4, num_blocks = 160;
+  REQUIRE(backend.allocate_kv_cache({2, num_blocks, block_size, 2, 16}).has_value());
+  model::ModelRunner runner(*llama, {2});
+
+  const std::vector<Request> requests = mixed_requests();
   engine::SchedulerConfig plain;
   plain.block_size = block_size;
   plain.num_blocks = num_blocks;
@@ -390,4 +400,191 @@ TEST_CASE("drafts count in the token budget but never crowd out another decode o
   CHECK(plan.num_draft_tokens == 2);
   CHECK(plan.num_decodes == 3);
   REQUIRE(s.check_invariants().has_value());
+}
+
+namespace {
+
+// A model's own copy on a backend of its own, with a KV cache of `num_blocks` blocks: a
+// draft model as a worker holds one.
+struct DraftModel {
+  gguf::GgufFile file;
+  cpu::CpuBackend backend{2};
+  model::LlamaModel llama;
+  model::DraftProposer proposer{llama};
+
+  static std::unique_ptr<DraftModel> load(const std::string& path, std::int32_t num_blocks,
+                                          std::int32_t block_size) {
+    auto file = gguf::GgufFile::open(path);
+    REQUIRE(file.has_value());
+    auto d = std::unique_ptr<DraftModel>(new DraftModel(std::move(*file)));
+    REQUIRE(d->backend.allocate_kv_cache({2, num_blocks, block_size, 2, 16}).has_value());
+    return d;
+  }
+
+ private:
+  explicit DraftModel(gguf::GgufFile f)
+      : file(std::move(f)), llama(model::LlamaModel::load(file, backend).value()) {}
+};
+
+}  // namespace
+
+TEST_CASE(
+    "outputs with a draft model's proposals are the outputs without them, whether the draft is "
+    "good or bad",
+    "[engine][speculative]") {
+  const std::string path = test::write_small_model("speculative-target");
+  // The other draft: the same shape and vocabulary, other weights, so it is mostly wrong.
+  const std::string other_path = test::write_small_model(
+      "speculative-other", [](model::RandomModelSpec& spec) { spec.seed = 99; });
+  auto file = gguf::GgufFile::open(path);
+  REQUIRE(file.has_value());
+  cpu::CpuBackend backend(2);
+  auto llama = model::LlamaModel::load(*file, backend);
+  REQUIRE(llama.has_value());
+  const std::int32_t block_size = 4, num_blocks = 160;
+  REQUIRE(backend.allocate_kv_cache({2, num_blocks, block_size, 2, 16}).has_value());
+  model::ModelRunner runner(*llama, {2});
+  const std::vector<Request> requests = mixed_requests();
+
+  engine::SchedulerConfig plain;
+  plain.block_size = block_size;
+  plain.num_blocks = num_blocks;
+  plain.max_model_len = 256;
+  plain.max_num_batched_tokens = 48;
+  plain.max_num_seqs = 16;
+  std::map<engine::SeqId, std::vector<TokenId>> reference;
+  std::map<engine::SeqId, std::vector<float>> reference_logprobs;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto out = serve(runner, plain, {requests[i]});
+    reference[i] = out.tokens.at(0);
+    reference_logprobs[i] = out.logprobs.at(0);
+  }
+  auto spec = plain;
+  spec.speculation.num_speculative_tokens = 4;
+  spec.speculation.draft_model = true;
+  spec.speculation.disable_by_batch_size = 64;
+
+  const bool same = GENERATE(true, false);
+  INFO((same ? "the model as its own draft" : "another model as the draft"));
+  auto draft = DraftModel::load(same ? path : other_path, num_blocks, block_size);
+
+  auto check = [&](const Served& out) {
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      CHECK(out.tokens.at(i) == reference.at(i));
+      CHECK(out.logprobs.at(i) == reference_logprobs.at(i));
+    }
+    CHECK(out.spec.num_drafts > 10);
+    if (same) CHECK(out.spec.num_accepted_tokens > 10);
+  };
+  SECTION("alone") {
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      const auto out = serve(runner, spec, {requests[i]}, false, &draft->proposer);
+      CHECK(out.tokens.at(0) == reference.at(i));
+      CHECK(out.logprobs.at(0) == reference_logprobs.at(i));
+      // Its own copy proposes the model's greedy tokens: a greedy request without
+      // penalties (which the draft does not apply) accepts every one.
+      const SamplingParams& p = requests[i].params;
+      if (same && p.temperature == 0.0f && p.frequency_penalty == 0.0f &&
+          p.repetition_penalty == 1.0f) {
+        CHECK(out.spec.num_drafts > 0);
+        CHECK(out.spec.num_accepted_tokens == out.spec.num_draft_tokens);
+      }
+    }
+  }
+  SECTION("in a batch beside prefill chunks") {
+    check(serve(runner, spec, requests, /*staggered=*/true, &draft->proposer));
+  }
+  SECTION("in a batch where only some speculate, so the draft falls behind and catches up") {
+    auto some = spec;
+    some.speculation.disable_by_batch_size = 2;
+    check(serve(runner, some, requests, /*staggered=*/true, &draft->proposer));
+  }
+  SECTION("in a pool too small for all of them: preemptions, recomputes and the prefix cache") {
+    auto tight = spec;
+    tight.num_blocks = 40;
+    tight.max_num_batched_tokens = 24;
+    tight.enable_prefix_caching = true;
+    Served out = serve(runner, tight, requests, /*staggered=*/false, &draft->proposer);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      CHECK(out.tokens.at(i) == reference.at(i));
+    }
+    CHECK(out.num_preemptions > 0);
+    CHECK(out.spec.num_drafts > 0);
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(other_path);
+}
+
+TEST_CASE(
+    "with a draft model, a decode runs the tokens the draft has not seen first, within the "
+    "budget, and a preemption makes it see them again",
+    "[engine][speculative]") {
+  auto config = spec_config(3);
+  config.speculation.draft_model = true;
+  engine::Scheduler s(config);
+  const std::vector<TokenId> prompt = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+  REQUIRE(s.add({1, prompt, 30}).has_value());
+  auto plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  CHECK_FALSE(plan.chunks[0].runs_draft_model());  // a prefill proposes nothing
+  std::vector<engine::SampledResult> first = {{20}};
+  s.update(plan, first);  // 11 tokens, 10 computed; the draft has seen none
+
+  // A budget too small for the unseen 10 and a proposal: it catches up 4 of them (the
+  // decode's own token is the fifth), proposing nothing.
+  s.set_token_budget(5);
+  plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  CHECK(plan.chunks[0].draft.empty());
+  CHECK(plan.chunks[0].draft_from == 0);
+  CHECK(plan.chunks[0].draft_to == 4);
+  std::vector<model::DraftWork> drafts;
+  std::vector<engine::SeqId> sampled;
+  std::vector<std::int32_t> num_drafts;
+  auto step = engine::build_step_input(plan, s, &sampled, nullptr, &num_drafts, &drafts);
+  REQUIRE(drafts.size() == 1);
+  CHECK(drafts[0].tokens == std::vector<TokenId>{5, 6, 7, 8});
+  CHECK(drafts[0].num_proposals == 0);
+  std::vector<engine::SampledResult> next = {{21}};
+  s.update(plan, next);
+  CHECK(s.find(1)->num_draft_computed == 4);
+
+  // Room now: the rest of the unseen tokens, the last one, then 3 placeholders.
+  s.set_token_budget(64);
+  plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  const auto& chunk = plan.chunks[0];
+  CHECK(chunk.draft.size() == 3);
+  CHECK(chunk.num_new_tokens == 4);
+  CHECK(chunk.draft_from == 4);
+  CHECK(chunk.draft_to == 12);  // through the last token, position 11
+  step = engine::build_step_input(plan, s, &sampled, nullptr, &num_drafts, &drafts);
+  REQUIRE(drafts.size() == 1);
+  CHECK(drafts[0].first_position == 4);
+  CHECK(drafts[0].tokens == std::vector<TokenId>{9, 10, 11, 12, 13, 14, 20, 21});
+  CHECK(drafts[0].num_proposals == 3);
+  CHECK(drafts[0].seq == 0);
+  REQUIRE(num_drafts == std::vector<std::int32_t>{3});
+  // All three accepted, and the model's own: the draft ran through the second proposal.
+  std::vector<engine::SampledResult> all = {{30, {31, 32, 33}}};
+  s.update(plan, all);
+  const engine::Sequence* seq = s.find(1);
+  CHECK(seq->num_computed_tokens == 15);
+  CHECK(seq->num_draft_computed == 14);
+  // One accepted: the draft has seen what the model has.
+  plan = s.schedule();
+  REQUIRE(plan.chunks[0].draft.size() == 3);
+  CHECK(plan.chunks[0].draft_from == 14);
+  std::vector<engine::SampledResult> one = {{40, {41}}};
+  s.update(plan, one);
+  CHECK(s.find(1)->num_draft_computed == s.find(1)->num_computed_tokens);
+  REQUIRE(s.check_invariants().has_value());
+
+  // A preemption loses the draft's cache with the model's.
+  s.reset_kv_cache();
+  CHECK(s.find(1)->num_draft_computed == 0);
+  CHECK(s.find(1)->num_computed_tokens == 0);
 }
