@@ -149,7 +149,11 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
     const std::int32_t later_decodes =
         std::max<std::int32_t>(0, num_decodes - 1 - plan.num_decodes);
     ScheduledChunk chunk{id};
-    if (speculate) plan_draft(seq, budget - later_decodes, chunk);
+    if (speculate && seq.draft_pause > 0 && seq.num_tokens() - seq.num_computed_tokens == 1) {
+      --seq.draft_pause;  // its drafts were poor lately: a plain decode
+    } else if (speculate) {
+      plan_draft(seq, budget - later_decodes, chunk);
+    }
     // A draft takes only free blocks: it never preempts anyone.
     if (!chunk.draft.empty() &&
         !kv_.allocate_slots(seq, 1 + static_cast<std::int32_t>(chunk.draft.size()))) {
@@ -209,6 +213,20 @@ void Scheduler::plan_draft(const Sequence& seq, std::int32_t budget, ScheduledCh
   } else {
     // No room to propose this step: catch up as far as the budget goes.
     chunk.draft_to = chunk.draft_from + std::max(0, std::min(unseen, budget - 1));
+  }
+}
+
+void Scheduler::note_acceptance(Sequence& seq, std::int32_t accepted, std::int32_t proposed) {
+  const float rate = static_cast<float>(accepted) / static_cast<float>(proposed);
+  seq.draft_acceptance = 0.7f * seq.draft_acceptance + 0.3f * rate;
+  if (seq.draft_acceptance < kPoorAcceptance) {
+    seq.draft_backoff = std::clamp(seq.draft_backoff * 2, kFirstDraftPause, kLongestDraftPause);
+    seq.draft_pause = seq.draft_backoff;
+    // After the pause it tries again from a middling average: a poor draft then pauses it
+    // again (for longer), a good one keeps it going.
+    seq.draft_acceptance = 0.5f;
+  } else if (rate >= 0.5f) {
+    seq.draft_backoff = 0;
   }
 }
 
@@ -329,6 +347,9 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
           reason = FinishReason::length;
         }
       }
+    }
+    if (num_draft > 0 && result->token != kNoToken) {
+      note_acceptance(seq, static_cast<std::int32_t>(result->more.size()), num_draft);
     }
     seq.num_computed_tokens = std::min(start + num_back, seq.num_tokens() - 1);
     kv_.cache_full_blocks(seq);

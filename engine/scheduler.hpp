@@ -154,6 +154,21 @@ class Scheduler {
   // The draft for `seq` (empty: none) within `budget`; with a draft model, k placeholders
   // and the unseen tokens it runs first (`chunk`'s draft range), or only some of those.
   void plan_draft(const Sequence& seq, std::int32_t budget, ScheduledChunk& chunk) const;
+  // After a verified draft with `accepted` of its `proposed` tokens: a sequence whose drafts
+  // are mostly wrong pauses its proposals (a draft costs a verification step's extra rows,
+  // and with a draft model its passes, for nothing).
+  static void note_acceptance(Sequence& seq, std::int32_t accepted, std::int32_t proposed);
+
+ public:
+  // A moving average of a sequence's acceptance below this pauses its proposals, for
+  // kFirstDraftPause decodes, then twice as long each time it is still poor, up to
+  // kLongestDraftPause. At batch 1 a 4-token verification costs about 1.8 decode steps
+  // (BENCHMARKS.md), so a draft pays from about 45% accepted: below 30% it surely does not.
+  static constexpr float kPoorAcceptance = 0.3f;
+  static constexpr std::int32_t kFirstDraftPause = 8;
+  static constexpr std::int32_t kLongestDraftPause = 64;
+
+ private:
   bool reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& plan, std::int32_t& budget);
   void preempt(Sequence& victim, BatchPlan& plan, std::int32_t& budget);
   Sequence* pick_victim();

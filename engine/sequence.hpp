@@ -47,6 +47,11 @@ struct Sequence {
   std::optional<std::int32_t> prompt_logprobs = std::nullopt;
   // Whether its decodes may carry proposed tokens to verify (speculative decoding).
   bool may_speculate = true;
+  // Its recent drafts' acceptance (accepted of proposed, a moving average from 1), and
+  // while that is poor, the decodes left without proposals and the next such pause.
+  float draft_acceptance = 1.0f;
+  std::int32_t draft_pause = 0;
+  std::int32_t draft_backoff = 0;
 
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
   std::int32_t num_generated() const { return num_tokens() - num_prompt_tokens; }

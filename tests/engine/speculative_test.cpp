@@ -588,3 +588,48 @@ TEST_CASE(
   CHECK(s.find(1)->num_draft_computed == 0);
   CHECK(s.find(1)->num_computed_tokens == 0);
 }
+
+TEST_CASE(
+    "a sequence whose drafts are mostly rejected pauses its proposals, longer each time, and "
+    "one whose drafts are good keeps them",
+    "[engine][speculative]") {
+  auto config = spec_config(3);
+  config.max_model_len = 512;
+  config.num_blocks = 160;
+  engine::Scheduler s(config);
+  const std::vector<TokenId> prompt = {1, 2, 3, 1, 2, 3, 1, 2};
+  REQUIRE(s.add({1, prompt, 400}).has_value());
+  auto plan = s.schedule();
+  std::vector<engine::SampledResult> first = {{3}};
+  s.update(plan, first);
+  // The tokens go on "1 2 3 1 2 3 ...", so the lookup always proposes; every draft is
+  // rejected (no token after the first) or, later, all accepted.
+  TokenId next = 1;
+  auto step = [&](bool accept) {
+    plan = s.schedule();
+    REQUIRE(plan.chunks.size() == 1);
+    const bool drafted = !plan.chunks[0].draft.empty();
+    std::vector<engine::SampledResult> result = {{next}};
+    next = next % 3 + 1;
+    if (drafted && accept) {
+      for (std::size_t i = 0; i < plan.chunks[0].draft.size(); ++i) {
+        result[0].more.push_back(next);
+        next = next % 3 + 1;
+      }
+    }
+    s.update(plan, result);
+    return drafted;
+  };
+  // Four rejected drafts bring the average (from 1, weight 0.3) under 30%: 0.7, 0.49,
+  // 0.34, 0.24.
+  for (int i = 0; i < 4; ++i) CHECK(step(false));
+  for (int i = 0; i < engine::Scheduler::kFirstDraftPause; ++i) CHECK_FALSE(step(false));
+  // It tries again from 0.5: two more rejections (0.35, 0.245) pause it twice as long.
+  CHECK(step(false));
+  CHECK(step(false));
+  for (int i = 0; i < 2 * engine::Scheduler::kFirstDraftPause; ++i) CHECK_FALSE(step(false));
+  // Good drafts from then on: proposals in every step.
+  for (int i = 0; i < 10; ++i) CHECK(step(true));
+  CHECK(s.find(1)->draft_backoff == 0);
+  REQUIRE(s.check_invariants().has_value());
+}
