@@ -146,9 +146,9 @@ TEST_CASE("a server with speculation exports vLLM's spec-decode counters",
       R"( -d '{"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0, "ignore_eos": true}')");
   CHECK(answer.find("\"completion_tokens\":100") != std::string::npos);
   const std::string metrics = curl(url + "/metrics");
-  auto value = [&](const std::string& name) {
+  auto value = [&](const std::string& name, const std::string& label = "") {
     std::smatch m;
-    const std::regex line(name + R"(\{[^}]*\} ([0-9.e+]+))");
+    const std::regex line(name + R"(\{[^}]*)" + label + R"([^}]*\} ([0-9.e+]+))");
     return std::regex_search(metrics, m, line) ? std::stod(m[1]) : -1.0;
   };
   const double drafts = value("troupe_spec_decode_num_drafts_total");
@@ -159,5 +159,6 @@ TEST_CASE("a server with speculation exports vLLM's spec-decode counters",
   CHECK(proposed >= drafts);
   CHECK(accepted > 0);
   CHECK(accepted <= proposed);
-  CHECK(value("troupe_spec_decode_num_accepted_tokens_per_pos_total") > 0);
+  // Accepted at the first position: every accepted draft has its first token accepted.
+  CHECK(value("troupe_spec_decode_num_accepted_tokens_per_pos_total", R"(position="0")") > 0);
 }
