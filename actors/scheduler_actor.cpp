@@ -64,11 +64,18 @@ void publish_step(Self self, const engine::AppliedStep& step, double round_trip_
   e.step_ms = step.worker_seconds * 1e3;
   e.round_trip_ms = round_trip_seconds * 1e3;
   e.batch.reserve(step.plan.chunks.size());
+  std::size_t sampled = 0;
   for (const auto& chunk : step.plan.chunks) {
-    // As the metrics count them: a decode is one token that samples.
+    // As the metrics count them: a decode is one token that samples (and its draft's).
     const bool decode = chunk.is_decode();
-    e.batch.push_back({chunk.id, chunk.num_new_tokens, !decode});
+    const auto drafted = static_cast<std::int32_t>(chunk.draft.size());
+    const std::int32_t accepted =
+        chunk.samples && sampled < step.num_accepted.size() ? step.num_accepted[sampled] : 0;
+    if (chunk.samples) ++sampled;
+    e.batch.push_back({chunk.id, chunk.num_new_tokens, !decode, drafted, accepted});
     (decode ? e.num_decode_tokens : e.num_prefill_tokens) += chunk.num_new_tokens;
+    e.num_drafted_tokens += drafted;
+    e.num_accepted_tokens += accepted;
   }
   e.num_generated_tokens = step.num_generated;
   for (const auto& f : step.first_tokens) e.first_tokens.push_back({f.id, f.seconds * 1e3});

@@ -261,6 +261,7 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
       sampled.push_back(std::move(result));
     }
     note_speculation(step, output);
+    if (step.plan.num_draft_tokens > 0) applied.num_accepted = output.num_more;
     // Read before update(): a finished sequence is gone after it.
     std::vector<std::int32_t> cached(step.sampled_ids.size(), 0);
     std::vector<std::int32_t> num_before(step.sampled_ids.size(), 0);

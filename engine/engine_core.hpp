@@ -61,6 +61,9 @@ struct AppliedStep {
   std::int32_t num_tokens = 0;           // run through the model
   std::int32_t num_decodes = 0;          // of which one-token decodes
   std::int32_t num_generated = 0;        // tokens sampled (a prompt's first token included)
+  // Speculative decoding: per chunk of `plan` that samples, in plan order, the proposed
+  // tokens verification accepted (empty when the step had no draft).
+  std::vector<std::int32_t> num_accepted;
   double worker_seconds = 0.0;
   bool worker_lost = false;  // the worker must be replaced (then call reset_worker)
 };

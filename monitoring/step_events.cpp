@@ -75,12 +75,18 @@ std::string render_step_event(const StepEvent& e) {
   w.key("prefill_tokens").integer(e.num_prefill_tokens);
   w.key("decode_tokens").integer(e.num_decode_tokens);
   w.key("generated_tokens").integer(e.num_generated_tokens);
+  if (e.num_drafted_tokens > 0) {
+    w.key("drafted_tokens").integer(e.num_drafted_tokens);
+    w.key("accepted_tokens").integer(e.num_accepted_tokens);
+  }
   w.key("batch").open('[');
   bool first = true;
   for (const auto& b : e.batch) {
     w.next(first);
     w.open('{').key("id").integer(static_cast<std::int64_t>(b.id));
-    w.key(b.prefill ? "prefill" : "decode").integer(b.num_tokens).close('}');
+    w.key(b.prefill ? "prefill" : "decode").integer(b.num_tokens);
+    if (b.drafted > 0) w.key("drafted").integer(b.drafted).key("accepted").integer(b.accepted);
+    w.close('}');
   }
   w.close(']').key("first_tokens").open('[');
   first = true;

@@ -23,6 +23,9 @@ struct StepEvent {
     std::uint64_t id = 0;  // the engine's request id
     std::int32_t num_tokens = 0;
     bool prefill = false;  // a prompt chunk; else one decode token
+    // Speculative decoding: of num_tokens, the proposed ones, and of those the accepted.
+    std::int32_t drafted = 0;
+    std::int32_t accepted = 0;
   };
   struct FirstToken {
     std::uint64_t id = 0;
@@ -44,6 +47,8 @@ struct StepEvent {
   // one-token chunk counts as a decode above when it samples: a prompt the prefix cache
   // held but for its last token).
   std::int32_t num_generated_tokens = 0;
+  std::int32_t num_drafted_tokens = 0;   // proposed tokens verified (in num_decode_tokens)
+  std::int32_t num_accepted_tokens = 0;  // of which accepted
   std::vector<Entry> batch;
   std::vector<FirstToken> first_tokens;
   std::vector<Finished> finished;

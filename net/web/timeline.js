@@ -17,6 +17,7 @@ function cssColors() {
   return {
     prefill: get('--c-prefill'), decode: get('--c-decode'),
     minePrefill: get('--c-mine-prefill'), mineDecode: get('--c-mine-decode'),
+    accepted: get('--c-accepted'),
     end: get('--c-end'), abort: get('--c-abort'), gap: get('--c-gap'),
     barPrefill: get('--c-bar-prefill'), barDecode: get('--c-bar-decode'),
     strip: get('--c-strip'), text: get('--c-muted'), select: get('--c-select'),
@@ -60,7 +61,7 @@ class Group {
       const row = this.rowOf.has(id) ? this.rowOf.get(id) : this.take(id);
       this.lastSeen.set(id, index);
       const prefill = item.prefill || 0;
-      cells.push({ row, id, prefill, decode: item.decode || 0 });
+      cells.push({ row, id, prefill, decode: item.decode || 0, drafted: item.drafted || 0, accepted: item.accepted || 0 });
     }
     const ends = [];
     for (const f of event.finished || []) {
@@ -72,6 +73,7 @@ class Group {
     this.columns.push({
       step: event.step, time: event.time_ms, stepMs: event.step_ms, roundTripMs: event.round_trip_ms,
       prefill: event.prefill_tokens || 0, decode: event.decode_tokens || 0,
+      drafted: event.drafted_tokens || 0, accepted: event.accepted_tokens || 0,
       running: event.running, waiting: event.waiting, kv: event.kv_usage,
       cells, ends, firsts, gap: gap || (event.dropped || 0) > 0, dropped: event.dropped || 0,
     });
@@ -255,6 +257,12 @@ export class Timeline {
             const h = full >= 4 ? Math.max(2, Math.round(full * 0.45)) : full;
             ctx.fillStyle = mine ? colors.mineDecode : colors.decode;
             ctx.fillRect(x, y + (full - h) / 2, w, h);
+            if (cell.accepted > 0) {
+              // Speculative decoding: a line under the decode, as long as the share of its
+              // proposed tokens the model accepted.
+              ctx.fillStyle = colors.accepted;
+              ctx.fillRect(x, y + (full + h) / 2, Math.max(1, w * cell.accepted / cell.drafted), Math.max(1, Math.min(2, (full - h) / 2)));
+            }
           }
         }
         for (const end of c.ends) {
@@ -323,14 +331,17 @@ export class Timeline {
     const parts = [];
     const shown = c.cells.slice(0, 8).map(cell => {
       const label = this.mine(cell.id);
-      const what = cell.prefill > 0 ? `prefill ${cell.prefill} tokens` : `decode ${cell.decode} token${cell.decode === 1 ? '' : 's'}`;
+      const what = cell.prefill > 0 ? `prefill ${cell.prefill} tokens`
+        : cell.drafted > 0 ? `decode 1 token + ${cell.drafted} proposed, ${cell.accepted} accepted`
+          : `decode ${cell.decode} token${cell.decode === 1 ? '' : 's'}`;
       return `#${cell.id}${label ? ` (yours: ${label})` : ''} ${what}`;
     });
     if (c.cells.length > 8) shown.push(`and ${c.cells.length - 8} more`);
     parts.push(`${this.groups.length > 1 ? `replica ${gi}, ` : ''}step ${c.step}` +
       ` at ${new Date(c.time).toLocaleTimeString('en-GB')}: ${c.cells.length} request${c.cells.length === 1 ? '' : 's'}, ` +
       `${c.prefill} prefill + ${c.decode} decode tokens, ${c.stepMs.toFixed(2)} ms compute, ` +
-      `${c.roundTripMs.toFixed(2)} ms round trip, ${c.running} running, ${c.waiting} waiting, KV ${(c.kv * 100).toFixed(1)} %.`);
+      `${c.roundTripMs.toFixed(2)} ms round trip, ${c.running} running, ${c.waiting} waiting, KV ${(c.kv * 100).toFixed(1)} %.` +
+      (c.drafted > 0 ? ` Speculative decoding: ${c.accepted} of ${c.drafted} proposed tokens accepted.` : ''));
     if (shown.length) parts.push(shown.join('; ') + '.');
     if (c.firsts.size) parts.push('First tokens: ' + [...c.firsts].map(([id, ms]) => `#${id} ${ms.toFixed(1)} ms`).join(', ') + '.');
     if (c.ends.length) parts.push('Finished: ' + c.ends.map(e => `#${e.id} ${e.reason}`).join(', ') + '.');

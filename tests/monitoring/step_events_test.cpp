@@ -49,6 +49,18 @@ TEST_CASE("a step event renders as one JSON object with every field", "[monitori
         R"("first_tokens":[{"id":17,"ttft_ms":12.500}],"finished":[{"id":12,"reason":"length"}],)"
         R"("running":4,"waiting":1,"kv_usage":0.25000,"kv_blocks":128,)"
         R"("prefix_hit_tokens":120,"prefix_queried_tokens":400,"preemptions":2})");
+  SECTION("a decode with a draft says how many tokens it proposed and how many were accepted") {
+    e.batch = {{12, 5, false, 4, 3}, {13, 1, false}};
+    e.num_decode_tokens = 6;
+    e.num_drafted_tokens = 4;
+    e.num_accepted_tokens = 3;
+    const std::string text = monitoring::render_step_event(e);
+    CHECK(text.find(R"("generated_tokens":2,"drafted_tokens":4,"accepted_tokens":3,)") !=
+          std::string::npos);
+    CHECK(text.find(
+              R"("batch":[{"id":12,"decode":5,"drafted":4,"accepted":3},{"id":13,"decode":1}])") !=
+          std::string::npos);
+  }
   SECTION("an idle step has empty lists, and a number that is not one is 0") {
     StepEvent idle;
     idle.step_ms = std::numeric_limits<double>::quiet_NaN();

@@ -28,7 +28,8 @@ constexpr std::int32_t kBlocks = 256;
 
 // A server and its engine publishing into one hub.
 struct Watched {
-  explicit Watched(std::string api_key = {}, std::int32_t num_replicas = 1) {
+  // `draft`: the model is its own draft model (speculative decoding, 3 tokens a step).
+  explicit Watched(std::string api_key = {}, std::int32_t num_replicas = 1, bool draft = false) {
     EngineConfig e;
     e.data_parallel_size = num_replicas;
     e.model_path = test::write_small_model("events-model");
@@ -38,6 +39,11 @@ struct Watched {
     e.max_model_len = 512;
     e.max_num_batched_tokens = 4;  // a 10-token prompt runs in chunks of 4, 4 and 2
     e.step_events = events;
+    if (draft) {
+      e.max_num_batched_tokens = 64;
+      e.speculative.num_speculative_tokens = 3;
+      e.speculative.draft_model = e.model_path;
+    }
     auto created = Engine::create(e);
     INFO((created ? std::string() : created.error().message));
     REQUIRE(created.has_value());
@@ -226,6 +232,36 @@ TEST_CASE("the event stream shows a request's prefill chunks, its decodes and it
 
   viewer.close();
   CHECK(w.unwatched_soon());  // seen at once, though the engine is idle
+}
+
+TEST_CASE("a decode with a draft shows how many tokens it proposed and how many were accepted",
+          "[net][integration][speculative]") {
+  Watched w({}, 1, /*draft=*/true);
+  test::RawClient viewer(w.server->port());
+  REQUIRE(viewer.send(events_request()));
+  viewer.read_until(R"("type":"hello")", 5s);
+  REQUIRE(w.events->watched());
+  const RequestId id = w.generate({5, 12, 19, 26, 33}, 24);
+  const auto objects = data_objects(
+      read_event(viewer, R"("finished":[{"id":)" + std::to_string(id) + R"(,"reason")", 5s));
+  int drafted = 0, accepted = 0, steps_with_drafts = 0;
+  for (const auto& e : objects) {
+    if (e["type"].string != "step") continue;
+    for (const auto& b : e["batch"].array) {
+      if (b["id"].number != static_cast<double>(id) || !b.object.count("drafted")) continue;
+      ++steps_with_drafts;
+      // The decode runs its own token and the proposed ones.
+      CHECK(b["decode"].number == 1 + b["drafted"].number);
+      CHECK(b["accepted"].number <= b["drafted"].number);
+      CHECK(e["drafted_tokens"].number >= b["drafted"].number);
+      drafted += static_cast<int>(b["drafted"].number);
+      accepted += static_cast<int>(b["accepted"].number);
+    }
+  }
+  CHECK(steps_with_drafts > 0);
+  // The model is its own draft and decodes greedily: it accepts every proposal.
+  CHECK(accepted == drafted);
+  CHECK(accepted > 0);
 }
 
 TEST_CASE("a viewer that reads nothing never holds the engine up", "[net][integration]") {
