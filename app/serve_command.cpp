@@ -75,6 +75,7 @@ void group_serve_flags(CLI::App* cmd) {
       {"Server",
        {"--host", "--port", "--api-key", "--max-concurrent-requests", "--max-requests-per-socket",
         "--max-connections", "--max-buffered-output-bytes", "--disable-web-page", "--web-dir"}},
+      {"HTTPS", {"--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-cert-reqs"}},
       {"CORS",
        {"--allowed-origins", "--allowed-methods", "--allowed-headers", "--allow-credentials"}},
       {"Scheduler",
@@ -206,6 +207,20 @@ void add_serve_command(CLI::App& app) {
                   "logprobs, prompt_logprobs)")
       ->check(CLI::Range(0, 20));
   cmd->add_option("--api-key", opts->server.api_key, "require this key on /v1 routes");
+  // HTTPS, as vLLM's (uvicorn's) flags: HTTP, SSE and the WebSocket (wss://) all over TLS.
+  cmd->add_option("--ssl-keyfile", opts->server.tls.keyfile,
+                  "serve HTTPS: the PEM private key (default: in --ssl-certfile)")
+      ->type_name("PATH");
+  cmd->add_option("--ssl-certfile", opts->server.tls.certfile,
+                  "serve HTTPS: the PEM certificate chain, the server's own first")
+      ->type_name("PATH");
+  cmd->add_option("--ssl-ca-certs", opts->server.tls.ca_certs,
+                  "PEM CAs that client certificates are checked against (--ssl-cert-reqs)")
+      ->type_name("PATH");
+  cmd->add_option("--ssl-cert-reqs", opts->server.tls.cert_reqs,
+                  "client certificates, as Python's ssl.CERT_*: 0 none asked, 1 checked when "
+                  "given, 2 required")
+      ->check(CLI::Range(0, 2));
   cmd->add_option("--chat-template", opts->chat_template,
                   "Jinja chat template, a file or the text itself (default: the model's own)");
   one_of(cmd->add_option("--tool-call-parser", opts->server.tool_call_parser,
@@ -346,6 +361,16 @@ void add_serve_command(CLI::App& app) {
     if (auto fits = net::HttpServer::prepare_descriptor_limit(opts->server); !fits) {
       fail(fits.error().message);
     }
+    // HTTPS's files are read now: a missing or bad key fails at once, not after the load.
+    if (opts->server.tls.enabled()) {
+      if (auto tls = net::check_tls_config(opts->server.tls); !tls) fail(tls.error().message);
+      if (!opts->server.tls.ca_certs.empty() && opts->server.tls.cert_reqs == 0) {
+        monitoring::log_info(
+            "--ssl-ca-certs is read, but no client certificate is asked for (--ssl-cert-reqs 0)");
+      }
+    } else if (cmd->count("--ssl-ca-certs") > 0 || cmd->count("--ssl-cert-reqs") > 0) {
+      fail("--ssl-ca-certs and --ssl-cert-reqs need --ssl-certfile: they are for HTTPS");
+    }
     // The port is bound now, and held while the model loads: a port in use is found at
     // once, not minutes later (the server takes the socket over when it starts).
     auto listener = net::bind_listener(opts->server.host, opts->server.port);
@@ -471,7 +496,8 @@ void add_serve_command(CLI::App& app) {
                               : "; thinking read as " + opts->server.reasoning_parser));
     if (auto started = server.start(); !started) fail(started.error().message);
     monitoring::log_info(
-        "serving '" + opts->server.served_model_name + "' at http://" + opts->server.host + ":" +
+        "serving '" + opts->server.served_model_name + "' at " +
+        (opts->server.tls.enabled() ? "https://" : "http://") + opts->server.host + ":" +
         std::to_string(server.port()) +
         (opts->server.web_page ? " (the live page is at /; Ctrl-C stops)" : " (Ctrl-C stops)"));
     std::optional<monitoring::StatsLogger> stats_logger;

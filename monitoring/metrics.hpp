@@ -91,7 +91,7 @@ class Metrics {
   // (kConnectionErrorReasons).
   void count_connection_error(std::string_view reason);
   static constexpr std::string_view kConnectionErrorReasons[] = {"exception", "slow_reader",
-                                                                 "bad_request"};
+                                                                 "bad_request", "tls_handshake"};
   // accept() failed (descriptor limit, aborted handshake); the server retries.
   void count_accept_error();
 

@@ -63,8 +63,8 @@ std::string hello_json(const ServerConfig& config, const Engine& engine) {
 
 }  // namespace
 
-asio::awaitable<bool> HttpServer::Impl::engine_events(beast::tcp_stream& stream,
-                                                      const Request& request, AccessEntry& entry) {
+asio::awaitable<bool> HttpServer::Impl::engine_events(ServerStream& stream, const Request& request,
+                                                      AccessEntry& entry) {
   if (!config.step_events) {
     const ApiError error{404, "no route /v1/engine/events", "NotFoundError", ""};
     const bool alive = co_await refuse(stream, request, error, entry);

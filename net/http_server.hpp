@@ -27,6 +27,24 @@ struct CorsConfig {
   bool allow_credentials = false;
 };
 
+// HTTPS (vLLM's --ssl-keyfile, --ssl-certfile, --ssl-ca-certs, --ssl-cert-reqs): on when a
+// key or a certificate is given (net/tls_stream.hpp).
+struct TlsConfig {
+  std::string keyfile;   // PEM private key; empty: the certfile holds it (as Python reads it)
+  std::string certfile;  // PEM certificate chain, the server's own first
+  std::string ca_certs;  // PEM CAs that client certificates are checked against
+  // Python's ssl.CERT_NONE (0: no client certificate asked), CERT_OPTIONAL (1: asked, and
+  // checked when one is given) or CERT_REQUIRED (2: a client without one is refused).
+  int cert_reqs = 0;
+  // A connection that has not finished its handshake by then is closed.
+  std::chrono::seconds handshake_timeout{10};
+  bool enabled() const { return !keyfile.empty() || !certfile.empty(); }
+};
+
+// The TLS configuration's files read and checked as HttpServer::start reads them: an
+// error naming the flag and the file, for `troupe serve` to fail on before the model loads.
+Result<void> check_tls_config(const TlsConfig& config);
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8000;  // 0: any free port (see HttpServer::port)
@@ -71,6 +89,7 @@ struct ServerConfig {
   // Threads that parse and tokenize request bodies, off the I/O threads.
   int num_tokenizer_threads = 2;
   CorsConfig cors;
+  TlsConfig tls;
   // One line per request in the log (route, status, tokens, times, client); the log's
   // level must be info or lower for it to show.
   bool access_log = true;

@@ -1,5 +1,7 @@
-// The server's insides, shared by its two session files (http_server.cpp: accept loop,
-// HTTP and SSE; websocket_session.cpp: /v1/ws). Not for other rooms: it pulls in Beast.
+// The server's insides, shared by its session files (http_server.cpp: accept loop, TLS
+// handshake, plain routes; completion_session.cpp: generation, JSON or SSE;
+// engine_events.cpp: the live page's stream; websocket_session.cpp: /v1/ws;
+// access_log.cpp: the log). Not for other rooms: it pulls in Beast and OpenSSL.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "net/http_routes.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_api.hpp"
+#include "net/tls_stream.hpp"
 
 namespace troupe::net {
 
@@ -112,6 +115,10 @@ asio::awaitable<T> run_on(asio::thread_pool& pool, std::function<T()> work) {
 
 struct WsConnection;
 
+// Writes a response; false when the client is gone or the connection ends with it.
+asio::awaitable<bool> write_response(ServerStream& stream, Response res,
+                                     std::chrono::seconds timeout);
+
 // What one HTTP request was and what became of it: its line in the access log.
 struct AccessEntry {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -174,6 +181,8 @@ struct HttpServer::Impl {
   std::shared_ptr<Admission> admission;
   asio::io_context io;
   std::unique_ptr<tcp::acceptor> acceptor;
+  // Set when the server speaks HTTPS (config.tls): every connection's handshake uses it.
+  std::shared_ptr<asio::ssl::context> tls;
   std::vector<std::thread> threads;
   // Declared after io: it is destroyed first, so no tokenizing outlives the io_context.
   asio::thread_pool tokenizer_pool;
@@ -189,26 +198,27 @@ struct HttpServer::Impl {
 
   asio::awaitable<void> listen();
   asio::awaitable<void> session(tcp::socket socket);
+  // The TLS handshake of a connection to an HTTPS server; false (and logged, and a plain
+  // HTTP client answered) when it failed: the connection ends.
+  asio::awaitable<bool> tls_handshake(ServerStream& stream, const std::string& client);
   // Reads one request into `parser` (answering Expect: 100-continue); the error it ended on.
-  asio::awaitable<error_code> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  asio::awaitable<error_code> read_request(ServerStream& stream, beast::flat_buffer& buffer,
                                            RequestParser& parser);
-  asio::awaitable<bool> handle(beast::tcp_stream& stream, Request& request, AccessEntry& entry);
-  asio::awaitable<bool> completions(beast::tcp_stream& stream, Request& request,
-                                    AccessEntry& entry);
+  asio::awaitable<bool> handle(ServerStream& stream, Request& request, AccessEntry& entry);
+  asio::awaitable<bool> completions(ServerStream& stream, Request& request, AccessEntry& entry);
   // The request's output constraint, if any, checked on grammar_pool: its first token mask
   // within the work budget (first_mask_refusal). A 400 naming its field, or nothing.
   asio::awaitable<std::optional<ApiError>> check_constraint(const CompletionRequest& request);
   // Answers with an error and counts it; false when the connection ends with it. The
   // error must be a named local of the caller: GCC 12 destroys temporaries in co_await twice.
-  asio::awaitable<bool> refuse(beast::tcp_stream& stream, const Request& request,
-                               const ApiError& error, AccessEntry& entry);
+  asio::awaitable<bool> refuse(ServerStream& stream, const Request& request, const ApiError& error,
+                               AccessEntry& entry);
   // GET /v1/engine/events: the engine's steps as server-sent events until the client
   // leaves (false: the connection ends with it).
-  asio::awaitable<bool> engine_events(beast::tcp_stream& stream, const Request& request,
+  asio::awaitable<bool> engine_events(ServerStream& stream, const Request& request,
                                       AccessEntry& entry);
   // The socket's requests are logged one line each, like HTTP's, from `client`.
-  asio::awaitable<void> websocket_session(beast::tcp_stream stream, Request request,
-                                          std::string client);
+  asio::awaitable<void> websocket_session(ServerStream stream, Request request, std::string client);
   asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
   asio::awaitable<void> websocket_command(std::shared_ptr<WsConnection> connection,
                                           std::string text);

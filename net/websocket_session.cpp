@@ -41,9 +41,9 @@ struct WsOutput {
 // One WebSocket connection: the reader submits and cancels, the writer sends frames in
 // order; both hold it.
 struct WsConnection {
-  WsConnection(beast::tcp_stream stream, std::string peer)
+  WsConnection(ServerStream stream, std::string peer)
       : ws(std::move(stream)), client(std::move(peer)) {}
-  websocket::stream<beast::tcp_stream> ws;
+  websocket::stream<ServerStream> ws;
   const std::string client;  // the peer's address, for the access log
   std::shared_ptr<WsOutput> out;
   // The connection's strand alone touches these.
@@ -63,7 +63,7 @@ void cancel_in_flight(Engine& engine, WsConnection& connection) {
 
 }  // namespace
 
-asio::awaitable<void> HttpServer::Impl::websocket_session(beast::tcp_stream stream, Request request,
+asio::awaitable<void> HttpServer::Impl::websocket_session(ServerStream stream, Request request,
                                                           std::string client) {
   stream.expires_never();  // the websocket's own timeouts take over
   auto executor = co_await asio::this_coro::executor;
