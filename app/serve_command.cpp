@@ -23,7 +23,7 @@
 #include "monitoring/stats_logger.hpp"
 #include "monitoring/step_events.hpp"
 #include "net/http_server.hpp"
-#include "text/jinja_template.hpp"
+#include "text/jinja/template.hpp"
 
 namespace troupe::app {
 

@@ -1,6 +1,7 @@
 #include "bench/cluster_sim.hpp"
 
 #include "bench/latency.hpp"
+#include "model/splitmix64.hpp"
 
 #include <algorithm>
 #include <boost/json/parse.hpp>
@@ -201,10 +202,8 @@ Result<Workload> make_workload(const ClusterSimOptions& o) {
 // The token the fake model samples at `position` of a request's answer: a function of the
 // request alone, so the next turn can repeat the answer and every policy sees the same text.
 TokenId fake_token(std::uint64_t request, std::int32_t position) {
-  std::uint64_t z = request * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(position) + 1;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64's finaliser
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  const std::uint64_t z = model::splitmix64_mix(request * model::kSplitMix64Step +
+                                                static_cast<std::uint64_t>(position) + 1);
   return kFirstToken + static_cast<TokenId>(z % std::uint64_t(kLastToken - kFirstToken + 1));
 }
 

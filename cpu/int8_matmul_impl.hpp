@@ -48,12 +48,13 @@
 
 #include <cstring>
 
+#include "cpu/prefetch.hpp"
+
 namespace troupe::cpu::TROUPE_INT8_NAMESPACE {
 
 using gguf::TensorType;
 
 inline constexpr std::int64_t kChunk = 256;
-inline constexpr std::size_t kPrefetchBytes = 4096;
 
 // One weight row's chunk, decoded.
 struct ChunkWeights {

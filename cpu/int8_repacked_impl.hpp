@@ -19,6 +19,8 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/prefetch.hpp"
+
 namespace troupe::cpu::TROUPE_REPACK_NAMESPACE {
 
 namespace {
@@ -27,8 +29,6 @@ using gguf::TensorType;
 using O = Ops;
 using V = Ops::V;
 using F = Ops::F;
-
-inline constexpr std::size_t kPrefetchBytes = 4096;
 
 // What the tile reads of the activations besides their bytes, per row: the integer offset
 // correction per block (-offset * sum q) and, for the minimums, s * sum q per block of 32.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/prefetch.hpp"
 #include "gguf/half.hpp"
 
 #undef HWY_TARGET_INCLUDE
@@ -24,7 +25,6 @@ using gguf::TensorType;
 // ---- float weights -------------------------------------------------------
 
 using DF = hn::CappedTag<float, 16>;
-inline constexpr std::int64_t kPrefetchBytes = 4096;
 
 template <TensorType kType>
 HWY_INLINE hn::Vec<DF> load_weights(DF d, const std::byte* w, std::int64_t k) {

@@ -1,7 +1,9 @@
 // Whether a sequence stops on a token: an end-of-generation or stop token id, once
-// min_tokens are out. Scheduler::update applies it, with max_tokens and the context
-// length: the engine's one place that decides a sequence ended. The sampler only
-// masks those ids until min_tokens (that is sampling).
+// min_tokens are out. Scheduler::update applies it, then max_tokens and the context
+// length: the engine ends a sequence on its tokens and lengths here. Stop strings (which
+// need the text) and deadlines end a request in the request actor
+// (actors/request_actor.cpp), which then aborts its sequence in the engine. The sampler
+// only masks those ids until min_tokens (that is sampling).
 #pragma once
 
 #include <algorithm>

@@ -4,14 +4,14 @@
 
 #include <cstdint>
 
+#include "model/splitmix64.hpp"
+
 namespace troupe::gpu::kernels {
 
-// splitmix64's step and finalizer: a bijection of 64 bits that scrambles a counter.
+// splitmix64's step and finaliser (model/splitmix64.hpp): a bijection of 64 bits that
+// scrambles a counter.
 __device__ __forceinline__ std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return model::splitmix64_mix(z + model::kSplitMix64Step);
 }
 
 }  // namespace troupe::gpu::kernels

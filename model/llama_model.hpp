@@ -1,6 +1,7 @@
 // The Llama-family forward pass, written once over the Backend ops: one call
 // runs one step (a flat batch of many sequences' tokens) and returns logits for
-// the rows the step asked for.
+// the rows the step asked for. llama_model.cpp loads the weights; llama_forward.cpp runs
+// the steps.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include "gguf/dequantize.hpp"
 #include "gguf/gguf_file.hpp"
 #include "gguf/gguf_writer.hpp"
+#include "model/splitmix64.hpp"
 
 namespace troupe::model {
 
@@ -17,12 +18,7 @@ namespace {
 class SplitMix {
  public:
   explicit SplitMix(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next() { return splitmix64_mix(state_ += kSplitMix64Step); }
   double uniform() {
     return (static_cast<double>(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
   }

@@ -1,8 +1,9 @@
 // Chooses a sequence's next token from its logits: penalties, temperature,
 // top-k / top-p / min-p, a per-sequence seeded generator, log-probabilities,
 // min_tokens (end-of-generation and stop ids masked until then), and a grammar's
-// token mask for structured outputs (grammar/). Whether a
-// sequence has ended is the engine's to say (engine/stop_rule.hpp).
+// token mask for structured outputs (grammar/). Whether a sequence has ended is not the
+// sampler's to say: stop and end-of-generation ids and lengths are the engine's
+// (engine/stop_rule.hpp), stop strings and deadlines the request actor's.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Chat templates: a conversation rendered into the prompt text. The model's own
 // Jinja template (the GGUF's tokenizer.chat_template, or --chat-template's) runs
-// through the interpreter of jinja_template.hpp; the hand-written family renderers
+// through the interpreter of jinja/template.hpp; the hand-written family renderers
 // below are the fallback for a model without one, or whose template does not parse
 // (without a template, or with one not recognised, ChatML, as llama.cpp does).
 #pragma once
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "text/jinja_template.hpp"
+#include "text/jinja/template.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::text {

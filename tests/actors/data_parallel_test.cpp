@@ -17,13 +17,8 @@ namespace {
 
 EngineConfig replicated(std::int32_t replicas, RoutingPolicy routing) {
   static const std::string path = test::write_small_model("data-parallel-model");
-  EngineConfig c;
-  c.model_path = path;
-  c.num_threads = 1;
-  c.block_size = 4;
-  c.num_kv_blocks = 128;
+  EngineConfig c = test::small_engine_config(path, 1, 128);
   c.max_model_len = 256;
-  c.max_num_batched_tokens = 64;
   c.data_parallel_size = replicas;
   c.routing = routing;
   return c;

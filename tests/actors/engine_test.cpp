@@ -29,13 +29,7 @@ std::string small_model() {
 }
 
 EngineConfig small_config() {
-  EngineConfig c;
-  c.model_path = small_model();
-  c.num_threads = 2;
-  c.block_size = 4;
-  c.num_kv_blocks = 256;
-  c.max_num_batched_tokens = 64;
-  return c;
+  return test::small_engine_config(small_model(), 2, 256);
 }
 
 using test::greedy;

@@ -19,13 +19,8 @@ namespace {
 
 EngineConfig split(std::int32_t replicas, std::int32_t ranks) {
   static const std::string path = test::write_small_model("tensor-parallel-model");
-  EngineConfig c;
-  c.model_path = path;
-  c.num_threads = 1;
-  c.block_size = 4;
-  c.num_kv_blocks = 128;
+  EngineConfig c = test::small_engine_config(path, 1, 128);
   c.max_model_len = 256;
-  c.max_num_batched_tokens = 64;
   c.data_parallel_size = replicas;
   c.tensor_parallel_size = ranks;
   c.collective_timeout = 3s;

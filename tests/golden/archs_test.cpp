@@ -30,8 +30,8 @@ Json arch_golden(const std::string& name) {
 }
 
 // Greedy, 32 tokens, no stop at end-of-generation: how the references were made.
-worker::GenerationRequest arch_request(const Json& prompt) {
-  worker::GenerationRequest r;
+test::GenerationRequest arch_request(const Json& prompt) {
+  test::GenerationRequest r;
   for (int id : prompt["prompt_ids"].ints()) r.prompt.push_back(id);
   r.params.temperature = 0.0f;
   r.params.max_tokens = 32;
@@ -68,8 +68,8 @@ void check_first_logits(const std::vector<float>& got, const Json& prompt, doubl
   CHECK(max_diff <= tolerance * max_ref);
 }
 
-std::vector<worker::GenerationRequest> requests_of(const Json& golden) {
-  std::vector<worker::GenerationRequest> all;
+std::vector<test::GenerationRequest> requests_of(const Json& golden) {
+  std::vector<test::GenerationRequest> all;
   for (const auto& p : golden["prompts"].array) all.push_back(arch_request(p));
   return all;
 }
@@ -82,9 +82,9 @@ void check_f32_cache(const std::string& name) {
   const double tolerance = golden["tolerance_advice"]["logits_first_rel"].number;
   auto m = test::LoadedTestModel::open(test::shared_file("models/archs/" + name + ".gguf"), 64, 16,
                                        2, model::KvCacheDtype::f32);
-  worker::BatchGenerator generator(*m.model, {});
+  test::BatchGenerator generator(*m.model, {});
   const auto requests = requests_of(golden);
-  std::vector<worker::GenerationResult> alone;
+  std::vector<test::GenerationResult> alone;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const Json& p = golden["prompts"].array[i];
     INFO(name << " prompt " << p["name"].string);
@@ -130,7 +130,7 @@ void check_f16_cache(const std::string& name) {
   const Json golden = arch_golden(name);
   auto m = test::LoadedTestModel::open(test::shared_file("models/archs/" + name + ".gguf"), 64);
   REQUIRE(m.kv_dtype == model::KvCacheDtype::f16);
-  worker::BatchGenerator generator(*m.model, {});
+  test::BatchGenerator generator(*m.model, {});
   const auto requests = requests_of(golden);
   auto together = generator.run(requests);
   REQUIRE(together.has_value());
@@ -160,8 +160,8 @@ void check_ik_reference(const std::string& name) {
     const bool f16 = kv_dtype == model::KvCacheDtype::f16;
     auto m = test::LoadedTestModel::open(test::shared_file("models/archs/" + name + ".gguf"), 64,
                                          16, 2, kv_dtype);
-    worker::BatchGenerator generator(*m.model, {});
-    std::vector<worker::GenerationResult> alone;
+    test::BatchGenerator generator(*m.model, {});
+    std::vector<test::GenerationResult> alone;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       const Json& p = golden["prompts"].array[i];
       const Json& exact = p["float64_cross_check"]["exact"];
@@ -237,7 +237,7 @@ void check_split(const std::string& name, model::KvCacheDtype kv_dtype) {
   const std::string path = test::shared_file("models/archs/" + name + ".gguf");
   const auto requests = requests_of(golden);
   auto whole = test::LoadedTestModel::open(path, 64, 16, 2, kv_dtype);
-  auto expected = worker::BatchGenerator(*whole.model, {}).run(requests);
+  auto expected = test::BatchGenerator(*whole.model, {}).run(requests);
   REQUIRE(expected.has_value());
   // The split reorders the all-reduced sums (~1e-7 each). With an F16 cache that can move
   // a key or value to the neighbouring half (2^-11 relative), which gemma2's 26 layers
@@ -248,7 +248,7 @@ void check_split(const std::string& name, model::KvCacheDtype kv_dtype) {
     auto ranks = load_group(path, size, kv_dtype);
     std::vector<model::LlamaModel*> models;
     for (auto& r : ranks) models.push_back(r.model.get());
-    auto result = worker::BatchGenerator(models, {}).run(requests);
+    auto result = test::BatchGenerator(models, {}).run(requests);
     REQUIRE(result.has_value());
     for (std::size_t i = 0; i < requests.size(); ++i) {
       CHECK((*result)[i].output == (*expected)[i].output);

@@ -37,8 +37,8 @@ TEST_CASE("golden prompts run together give exactly the outputs each gives alone
           "[golden][shared]") {
   const auto cases = test::golden_cases();
   auto m = test::LoadedTestModel::open(test::shared_file("models/stories260K.gguf"), 64);
-  worker::BatchGenerator generator(*m.model, {});
-  std::vector<worker::GenerationRequest> all;
+  test::BatchGenerator generator(*m.model, {});
+  std::vector<test::GenerationRequest> all;
   for (const auto& c : cases.array) all.push_back(test::golden_request(c));
   auto together = generator.run(all);
   REQUIRE(together.has_value());

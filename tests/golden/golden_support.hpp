@@ -5,9 +5,9 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
+#include "support/batch_generator.hpp"
 #include "support/mini_json.hpp"
 #include "support/test_support.hpp"
-#include "worker/batch_generator.hpp"
 
 namespace troupe::test {
 
@@ -33,8 +33,8 @@ inline Json golden_cases() {
 }
 
 // Greedy, 64 tokens, no stop at end-of-generation: how the golden outputs were made.
-inline worker::GenerationRequest golden_request(const Json& c) {
-  worker::GenerationRequest r;
+inline test::GenerationRequest golden_request(const Json& c) {
+  test::GenerationRequest r;
   for (int id : c["prompt_ids"].ints()) r.prompt.push_back(id);
   r.params.temperature = 0.0f;
   r.params.max_tokens = 64;

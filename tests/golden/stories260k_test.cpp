@@ -8,7 +8,7 @@ using namespace troupe;
 TEST_CASE("greedy output equals llama.cpp's for every golden prompt", "[golden][shared]") {
   const auto cases = test::golden_cases();
   auto m = test::LoadedTestModel::open(test::shared_file("models/stories260K.gguf"), 64);
-  worker::BatchGenerator generator(*m.model, m.tokenizer->vocabulary().end_of_generation);
+  test::BatchGenerator generator(*m.model, m.tokenizer->vocabulary().end_of_generation);
   for (const auto& c : cases.array) {
     INFO("prompt '" << c["prompt"].string << "'");
     // The tokenizer gives the golden prompt ids from the prompt text.

@@ -30,12 +30,8 @@ constexpr std::int32_t kBlocks = 256;
 struct Watched {
   // `draft`: the model is its own draft model (speculative decoding, 3 tokens a step).
   explicit Watched(std::string api_key = {}, std::int32_t num_replicas = 1, bool draft = false) {
-    EngineConfig e;
+    EngineConfig e = test::small_engine_config(test::write_small_model("events-model"), 2, kBlocks);
     e.data_parallel_size = num_replicas;
-    e.model_path = test::write_small_model("events-model");
-    e.num_threads = 2;
-    e.block_size = 4;
-    e.num_kv_blocks = kBlocks;
     e.max_model_len = 512;
     e.max_num_batched_tokens = 4;  // a 10-token prompt runs in chunks of 4, 4 and 2
     e.step_events = events;

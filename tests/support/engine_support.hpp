@@ -2,12 +2,29 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "troupe/engine.hpp"
 
 namespace troupe::test {
+
+// The engine settings the actor and server tests start from: the model at `model_path` on
+// `num_threads` CPU threads, `num_kv_blocks` KV blocks of 4 tokens, at most 64 tokens a
+// step. Each test changes what it needs from there.
+inline EngineConfig small_engine_config(std::string model_path, int num_threads,
+                                        std::int32_t num_kv_blocks) {
+  EngineConfig c;
+  c.model_path = std::move(model_path);
+  c.num_threads = num_threads;
+  c.block_size = 4;
+  c.num_kv_blocks = num_kv_blocks;
+  c.max_num_batched_tokens = 64;
+  return c;
+}
 
 // Polls until the engine holds no KV blocks and no sequences (up to two seconds).
 inline bool kv_drains(const Engine& engine) {

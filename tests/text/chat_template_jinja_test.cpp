@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "support/test_support.hpp"
-#include "text/jinja_template.hpp"
+#include "text/jinja/template.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "text/jinja_template.hpp"
+#include "text/jinja/template.hpp"
 
 namespace {
 

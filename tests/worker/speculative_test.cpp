@@ -26,9 +26,9 @@ TEST_CASE("with n-gram speculation, stories260K's greedy output still equals lla
           "[worker][speculative][shared]") {
   const auto cases = test::golden_cases();
   auto m = test::LoadedTestModel::open(test::shared_file("models/stories260K.gguf"), 64);
-  worker::BatchGenerator generator(*m.model, m.tokenizer->vocabulary().end_of_generation);
+  test::BatchGenerator generator(*m.model, m.tokenizer->vocabulary().end_of_generation);
   generator.set_speculation(ngram(4));
-  std::vector<worker::GenerationRequest> all;
+  std::vector<test::GenerationRequest> all;
   engine::SpecDecodeCounters alone;
   for (const auto& c : cases.array) {
     INFO("prompt '" << c["prompt"].string << "' alone");
@@ -56,9 +56,9 @@ TEST_CASE("with n-gram speculation, stories260K's greedy output still equals lla
 TEST_CASE("a random F16 model's greedy outputs are the same with and without n-gram speculation",
           "[worker][speculative][shared]") {
   auto m = test::LoadedTestModel::open(test::shared_file("models/rand15M-f16.gguf"), 64);
-  worker::BatchGenerator generator(*m.model, m.tokenizer->vocabulary().end_of_generation);
+  test::BatchGenerator generator(*m.model, m.tokenizer->vocabulary().end_of_generation);
   std::mt19937 rng(3);
-  std::vector<worker::GenerationRequest> requests(4);
+  std::vector<test::GenerationRequest> requests(4);
   for (auto& r : requests) {
     r.prompt.push_back(1);
     const int n = 4 + static_cast<int>(rng() % 24);

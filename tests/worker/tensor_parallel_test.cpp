@@ -79,10 +79,10 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 // output and down projections add their terms (float rounding, about 1e-7 per add).
 constexpr double kLogitTolerance = 1e-4;
 
-std::vector<worker::GenerationRequest> requests_for(std::int32_t vocab, int count, int length) {
-  std::vector<worker::GenerationRequest> requests;
+std::vector<test::GenerationRequest> requests_for(std::int32_t vocab, int count, int length) {
+  std::vector<test::GenerationRequest> requests;
   for (int i = 0; i < count; ++i) {
-    worker::GenerationRequest r;
+    test::GenerationRequest r;
     for (int t = 0; t < 5 + 3 * i; ++t) r.prompt.push_back(1 + (7 * t + 13 * i) % (vocab - 1));
     r.params.temperature = 0.0f;
     r.params.max_tokens = length;
@@ -93,10 +93,10 @@ std::vector<worker::GenerationRequest> requests_for(std::int32_t vocab, int coun
 }
 
 // The whole model's results for `requests` (one rank, two threads).
-std::vector<worker::GenerationResult> run_whole(
-    const std::string& path, const std::vector<worker::GenerationRequest>& requests) {
+std::vector<test::GenerationResult> run_whole(
+    const std::string& path, const std::vector<test::GenerationRequest>& requests) {
   auto whole = test::LoadedTestModel::open(path, 64);
-  worker::BatchGenerator reference(*whole.model, {});
+  test::BatchGenerator reference(*whole.model, {});
   auto expected = reference.run(requests);
   REQUIRE(expected.has_value());
   return *expected;
@@ -104,9 +104,9 @@ std::vector<worker::GenerationResult> run_whole(
 
 // A group's results are the whole model's: the same greedy tokens, and first-step logits
 // within the tolerance.
-void check_matches(worker::BatchGenerator& split,
-                   const std::vector<worker::GenerationRequest>& requests,
-                   const std::vector<worker::GenerationResult>& expected) {
+void check_matches(test::BatchGenerator& split,
+                   const std::vector<test::GenerationRequest>& requests,
+                   const std::vector<test::GenerationResult>& expected) {
   auto result = split.run(requests);
   REQUIRE(result.has_value());
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -213,8 +213,8 @@ TEST_CASE("stories260K split over 2 and 4 ranks gives llama.cpp's greedy output"
   const auto cases = test::golden_cases();
   const std::string path = test::shared_file("models/stories260K.gguf");
   auto whole = test::LoadedTestModel::open(path, 64);
-  worker::BatchGenerator reference(*whole.model, {});
-  std::vector<worker::GenerationRequest> all;
+  test::BatchGenerator reference(*whole.model, {});
+  std::vector<test::GenerationRequest> all;
   for (const auto& c : cases.array) all.push_back(test::golden_request(c));
   auto expected = reference.run(all);
   REQUIRE(expected.has_value());
@@ -225,7 +225,7 @@ TEST_CASE("stories260K split over 2 and 4 ranks gives llama.cpp's greedy output"
   REQUIRE(group.has_value());
   CHECK(group->ranks[0].model->local_config().num_heads == 8 / size);
   CHECK(group->ranks[0].kv_cache_shape(1, 16).num_kv_heads == std::max(1, 4 / size));
-  worker::BatchGenerator split(group->models(), {});
+  test::BatchGenerator split(group->models(), {});
   auto result = split.run(all);
   REQUIRE(result.has_value());
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -255,7 +255,7 @@ TEST_CASE("a larger GQA model split over 2 and 4 ranks matches the whole model",
   INFO(size << " ranks");
   auto group = load_group(path, size);
   REQUIRE(group.has_value());
-  worker::BatchGenerator split(group->models(), {});
+  test::BatchGenerator split(group->models(), {});
   check_matches(split, requests, expected);
   SECTION("a split model's outputs do not depend on the batch, bit for bit") {
     auto together = split.run(requests, /*prefill_chunk=*/3);
@@ -303,7 +303,7 @@ TEST_CASE("KV heads fewer than the ranks are replicated, and the output is the w
   for (std::int32_t r = 0; r < size; ++r) {
     CHECK(group->ranks[r].kv_cache_shape(1, 16).num_kv_heads == 1);
   }
-  worker::BatchGenerator split(group->models(), {});
+  test::BatchGenerator split(group->models(), {});
   check_matches(split, requests, expected);
 }
 
@@ -326,6 +326,6 @@ TEST_CASE(
   const auto expected = run_whole(path, requests);
   auto group = load_group(path, 4);
   REQUIRE(group.has_value());
-  worker::BatchGenerator split(group->models(), {});
+  test::BatchGenerator split(group->models(), {});
   check_matches(split, requests, expected);
 }

@@ -1,6 +1,6 @@
-#include "text/jinja_parser.hpp"
+#include "text/jinja/parser.hpp"
 
-#include "text/jinja_token_cursor.hpp"
+#include "text/jinja/token_cursor.hpp"
 
 #include <initializer_list>
 #include <string_view>

@@ -1,4 +1,4 @@
-#include "text/jinja_lexer.hpp"
+#include "text/jinja/lexer.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,9 +1,9 @@
-#include "text/jinja_builtins.hpp"
+#include "text/jinja/builtins.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "text/jinja_strings.hpp"
+#include "text/jinja/strings.hpp"
 
 namespace troupe::text::jinja {
 

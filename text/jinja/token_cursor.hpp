@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "text/jinja_ast.hpp"
-#include "text/jinja_lexer.hpp"
-#include "text/jinja_parser.hpp"
+#include "text/jinja/ast.hpp"
+#include "text/jinja/lexer.hpp"
+#include "text/jinja/parser.hpp"
 
 namespace troupe::text::jinja {
 

@@ -7,7 +7,7 @@
 
 #include "model/loaded_model.hpp"
 
-namespace troupe::app {
+namespace troupe::bench {
 
 // Profiles a prefill of prompt_len tokens and 16 decode steps at each batch size (no history),
 // printing each op's share; bandwidth_gb_s: the measured read bandwidth (0: not measured).
@@ -16,4 +16,4 @@ bool print_profile(model::LoadedModel& loaded, std::int32_t prompt_len,
                    const std::vector<std::int32_t>& batches, std::int32_t block_size, int threads,
                    double bandwidth_gb_s);
 
-}  // namespace troupe::app
+}  // namespace troupe::bench

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "text/jinja_value.hpp"
+#include "text/jinja/value.hpp"
 
 namespace troupe::text::jinja {
 

@@ -1,4 +1,4 @@
-#include "app/bench_profile.hpp"
+#include "bench/forward_profile.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include "cpu/cpu_backend.hpp"
 #include "cpu/int8_repack.hpp"
 
-namespace troupe::app {
+namespace troupe::bench {
 
 namespace {
 
@@ -159,4 +159,4 @@ bool print_profile(model::LoadedModel& loaded, std::int32_t prompt_len,
   return true;
 }
 
-}  // namespace troupe::app
+}  // namespace troupe::bench

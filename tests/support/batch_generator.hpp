@@ -13,7 +13,7 @@
 #include "model/llama_model.hpp"
 #include "troupe/sampling.hpp"
 
-namespace troupe::worker {
+namespace troupe::test {
 
 struct GenerationRequest {
   std::vector<TokenId> prompt;
@@ -50,4 +50,4 @@ class BatchGenerator {
   std::vector<TokenId> end_of_generation_;
 };
 
-}  // namespace troupe::worker
+}  // namespace troupe::test

@@ -1,11 +1,11 @@
-#include "text/jinja_filters.hpp"
+#include "text/jinja/filters.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
-#include "text/jinja_builtins.hpp"
-#include "text/jinja_strings.hpp"
+#include "text/jinja/builtins.hpp"
+#include "text/jinja/strings.hpp"
 
 namespace troupe::text::jinja {
 

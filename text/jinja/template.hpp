@@ -11,8 +11,8 @@
 #include <string>
 #include <string_view>
 
-#include "text/jinja_ast.hpp"
-#include "text/jinja_value.hpp"
+#include "text/jinja/ast.hpp"
+#include "text/jinja/value.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::text::jinja {

@@ -1,12 +1,12 @@
-#include "text/jinja_template.hpp"
+#include "text/jinja/template.hpp"
 
 #include <cmath>
 #include <new>
 
-#include "text/jinja_builtins.hpp"
-#include "text/jinja_filters.hpp"
-#include "text/jinja_lexer.hpp"
-#include "text/jinja_parser.hpp"
+#include "text/jinja/builtins.hpp"
+#include "text/jinja/filters.hpp"
+#include "text/jinja/lexer.hpp"
+#include "text/jinja/parser.hpp"
 
 namespace troupe::text::jinja {
 

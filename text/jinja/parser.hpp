@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "text/jinja_ast.hpp"
-#include "text/jinja_lexer.hpp"
+#include "text/jinja/ast.hpp"
+#include "text/jinja/lexer.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::text::jinja {

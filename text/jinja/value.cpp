@@ -1,4 +1,4 @@
-#include "text/jinja_value.hpp"
+#include "text/jinja/value.hpp"
 
 #include <algorithm>
 #include <charconv>

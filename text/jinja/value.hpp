@@ -145,7 +145,7 @@ std::string to_json(const Value& value, const JsonStyle& style = {});
 // Code points of a UTF-8 string (Python indexes and counts strings by them).
 std::vector<std::string_view> code_points(std::string_view text);
 
-// An error raised while rendering; jinja_template turns it into a troupe::Error.
+// An error raised while rendering; template.cpp turns it into a troupe::Error.
 struct Failure {
   std::string message;
   bool raised = false;  // raise_exception() from the template: its message as it is

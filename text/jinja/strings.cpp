@@ -1,4 +1,4 @@
-#include "text/jinja_strings.hpp"
+#include "text/jinja/strings.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "worker/batch_generator.hpp"
+#include "support/batch_generator.hpp"
 
 #include <algorithm>
 #include <future>
@@ -7,7 +7,7 @@
 #include "engine/engine_core.hpp"
 #include "worker/worker.hpp"
 
-namespace troupe::worker {
+namespace troupe::test {
 
 Result<std::vector<GenerationResult>> BatchGenerator::run(
     const std::vector<GenerationRequest>& requests, std::int32_t prefill_chunk) {
@@ -65,13 +65,14 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
                                                      std::to_string(cache.num_blocks) +
                                                      " blocks cannot run these sequences");
     }
-    // The other ranks run the same step beside rank 0: their collectives meet its.
+    // The other ranks run the same step at the same time as rank 0, a thread each: every
+    // collective of the step waits until all the ranks have called it.
     std::vector<std::future<engine::StepOutput>> others;
     for (std::size_t r = 1; r < runners.size(); ++r) {
       others.push_back(
-          std::async(std::launch::async, [&, r] { return run_step(*runners[r], *work); }));
+          std::async(std::launch::async, [&, r] { return worker::run_step(*runners[r], *work); }));
     }
-    const engine::StepOutput output = run_step(runner, *work);
+    const engine::StepOutput output = worker::run_step(runner, *work);
     for (auto& other : others) {
       const engine::StepOutput rank_output = other.get();
       if (rank_output.failed) return make_error(rank_output.error.code, rank_output.error.message);
@@ -87,4 +88,4 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
   return results;
 }
 
-}  // namespace troupe::worker
+}  // namespace troupe::test

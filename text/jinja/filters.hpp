@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "text/jinja_value.hpp"
+#include "text/jinja/value.hpp"
 
 namespace troupe::text::jinja {
 

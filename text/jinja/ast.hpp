@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "text/jinja_value.hpp"
+#include "text/jinja/value.hpp"
 
 namespace troupe::text::jinja {
 
