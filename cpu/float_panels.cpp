@@ -91,6 +91,18 @@ HWY_INLINE void panel_tile(const RepackedWeight& w, std::int64_t g, const float*
   }
 }
 
+// The last `rest` (< kTileRows) activation rows in one tile of that many: each weight column
+// is loaded and widened once for all of them, not once a row (a verification step's few
+// rows, a small batch's decodes).
+template <TensorType kType, int NP, int R = kTileRows - 1>
+HWY_INLINE void panel_rest(int rest, const RepackedWeight& w, std::int64_t g0, const float* x,
+                           std::int64_t x_stride, float* out, std::int64_t out_stride) {
+  if constexpr (R >= 1) {
+    if (rest == R) return panel_tile<kType, R, NP>(w, g0, x, x_stride, out, out_stride);
+    panel_rest<kType, NP, R - 1>(rest, w, g0, x, x_stride, out, out_stride);
+  }
+}
+
 // Every activation row against groups [g0, g0 + NP).
 template <TensorType kType, int NP>
 HWY_INLINE void panel_columns(const RepackedWeight& w, std::int64_t g0, const float* x,
@@ -101,8 +113,9 @@ HWY_INLINE void panel_columns(const RepackedWeight& w, std::int64_t g0, const fl
     panel_tile<kType, kTileRows, NP>(w, g0, x + t * x_stride, x_stride, out + t * out_stride,
                                      out_stride);
   }
-  for (; t < num_x; ++t) {
-    panel_tile<kType, 1, NP>(w, g0, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
+  if (t < num_x) {
+    panel_rest<kType, NP>(static_cast<int>(num_x - t), w, g0, x + t * x_stride, x_stride,
+                          out + t * out_stride, out_stride);
   }
 }
 

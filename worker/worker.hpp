@@ -1,7 +1,7 @@
 // A worker: one model on one device with its KV cache, running the engine's steps.
 // It speaks only the worker protocol (engine/worker_protocol.hpp): a spec in, a load
 // report out; a step's work in, its output out. The worker actor is a thin shell
-// around it; BatchGenerator and the GPU benchmark drive one directly.
+// around it; the tests' BatchGenerator and the GPU benchmark drive one directly.
 #pragma once
 
 #include <functional>

@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu/float_panels.hpp"
@@ -80,12 +81,20 @@ TEST_CASE("float panels equal the reference on every SIMD target, in any batch o
                    << (float_panels_fused() ? "yes" : "no"));
     for (const TensorType type : {TensorType::f32, TensorType::f16, TensorType::bf16}) {
       // Rows: a partial last group, and enough groups for the 3-panel and 4-panel tiles with
-      // remainders; 11 activation rows: a tile of 8 and three rows alone.
-      for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{85, 37}, {16, 64}}) {
-        INFO(gguf::tensor_type_name(type) << ", " << rows << " x " << cols);
+      // remainders; activation rows: whole tiles and every size of the last, short tile (8 a
+      // tile on AVX-512, 6 on AVX2, 3 on SSE4).
+      for (const auto& [rows, cols, n] :
+           {std::tuple<std::int64_t, std::int64_t, std::int64_t>{85, 37, 11},
+            {16, 64, 11},
+            {85, 37, 2},
+            {85, 37, 4},
+            {85, 37, 7},
+            {16, 64, 13},
+            {85, 37, 15}}) {
+        INFO(gguf::tensor_type_name(type)
+             << ", " << rows << " x " << cols << ", " << n << " activation rows");
         const FloatWeights w = make_weights(type, rows, cols, rng);
         const RepackedWeight packed = panels(w, type, rows, cols);
-        const std::int64_t n = 11;
         const std::vector<float> x = random_rows(n, cols, rng);
         std::vector<float> got(static_cast<std::size_t>(n * rows), -1.0f), want(got.size(), -2.0f);
         float_panels_matmul(packed, x.data(), cols, n, 0, packed.groups, got.data(), rows);
