@@ -41,8 +41,12 @@ bool has_float_kernel(TensorType type) {
 }  // namespace
 
 CpuBackend::CpuBackend(int num_threads)
-    : pool_(num_threads > 0 ? num_threads
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
+    : CpuBackend(std::make_shared<ThreadPool>(
+          num_threads > 0 ? num_threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {}
+
+CpuBackend::CpuBackend(std::shared_ptr<ThreadPool> pool)
+    : pool_holder_(std::move(pool)), pool_(*pool_holder_) {}
 
 CpuBackend::~CpuBackend() = default;
 

@@ -21,7 +21,13 @@ class CpuBackend final : public model::Backend {
  public:
   // num_threads <= 0: one per hardware thread.
   explicit CpuBackend(int num_threads = 0);
+  // Runs its ops on `pool`, which another backend may share where the two never run at
+  // once (a draft model's beside its model's): one set of threads, no second set spinning
+  // or waking up between the two models' passes.
+  explicit CpuBackend(std::shared_ptr<ThreadPool> pool);
   ~CpuBackend() override;
+
+  const std::shared_ptr<ThreadPool>& thread_pool() const { return pool_holder_; }
 
   int num_threads() const { return pool_.num_threads(); }
   std::string describe() const override;
@@ -91,7 +97,8 @@ class CpuBackend final : public model::Backend {
   }
 
   OpProfile* profile_ = nullptr;
-  ThreadPool pool_;
+  std::shared_ptr<ThreadPool> pool_holder_;
+  ThreadPool& pool_;
   struct Packing {
     bool tried = false;      // repacked (or failed to) on a first product
     bool looked_up = false;  // also an embedding table (tied output): keep its pages

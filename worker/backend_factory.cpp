@@ -41,8 +41,12 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
   return spec;
 }
 
-Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& spec) {
+Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& spec,
+                                                     const model::Backend* beside) {
   if (spec.device == engine::WorkerDevice::cpu) {
+    if (const auto* cpu = dynamic_cast<const cpu::CpuBackend*>(beside)) {
+      return std::make_unique<cpu::CpuBackend>(cpu->thread_pool());
+    }
     return std::make_unique<cpu::CpuBackend>(spec.num_threads);
   }
 #ifdef TROUPE_HAVE_CUDA
@@ -155,7 +159,8 @@ std::int64_t host_memory_bytes() {
 }  // namespace
 
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const GroupLink* link,
-                                      const model::LoadProgress& progress) {
+                                      const model::LoadProgress& progress,
+                                      const model::Backend* beside) {
   // Everything that can refuse the model comes before the weights are loaded.
   TROUPE_TRY(auto m, model::LoadedModel::open(spec.model_path));
   if (!spec.model_fingerprint.empty()) {
@@ -178,7 +183,7 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
                       "--kv-cache-dtype f32 is for the CPU; the CUDA backend keeps its KV cache "
                       "in F16");
   }
-  TROUPE_TRY(auto backend, make_backend(spec));
+  TROUPE_TRY(auto backend, make_backend(spec, beside));
   if (shard.is_split()) {
     if (link == nullptr) {
       return make_error(ErrorCode::invalid_argument, "rank " + std::to_string(spec.rank) + " of " +

@@ -20,7 +20,10 @@ namespace troupe::worker {
 engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
                             std::int32_t max_model_len);
 
-Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& spec);
+// With `beside`, a backend that runs only while `beside` does not (a draft model's) and
+// shares its threads where both are the CPU's.
+Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& spec,
+                                                     const model::Backend* beside = nullptr);
 
 // The GPUs this process can use (none without CUDA, a driver or a device): what a node
 // announces when it joins a cluster.
@@ -49,8 +52,10 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
 // checked first against the spec's fingerprint (when it has one) and the device's
 // limits, then loaded (its KV cache not yet allocated). A rank of a group loads its
 // shard, with its backend joined to the group through `link`.
+// `beside`: as make_backend's.
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec,
                                       const GroupLink* link = nullptr,
-                                      const model::LoadProgress& progress = {});
+                                      const model::LoadProgress& progress = {},
+                                      const model::Backend* beside = nullptr);
 
 }  // namespace troupe::worker

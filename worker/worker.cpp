@@ -164,7 +164,8 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
   draft_spec.model_path = spec.draft_model_path;
   draft_spec.model_fingerprint.clear();
   draft_spec.draft_model_path.clear();
-  TROUPE_TRY(draft_, open_model(draft_spec));
+  // The draft runs only between the model's steps: on the model's threads.
+  TROUPE_TRY(draft_, open_model(draft_spec, nullptr, {}, model_.backend.get()));
   // The same vocabulary: every id stands for the same bytes in both.
   const text::Tokenizer& mine = *model_.tokenizer;
   const text::Tokenizer& theirs = *draft_.tokenizer;
