@@ -43,7 +43,8 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
   return f(caf::meta::type_name("troupe.SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p,
            seed.has, seed.value, x.repetition_penalty, x.presence_penalty, x.frequency_penalty,
            logprobs.has, logprobs.value, x.max_tokens, x.min_tokens, x.stop_token_ids, x.ignore_eos,
-           x.grammar, x.logit_bias, prompt_logprobs.has, prompt_logprobs.value, load);
+           x.grammar, x.logit_bias, prompt_logprobs.has, prompt_logprobs.value, x.grammar_after,
+           load);
 }
 
 template <class Inspector>

@@ -73,6 +73,12 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
                  std::to_string(vocab_size));
     }
   }
+  for (TokenId id : params.grammar_after) {
+    if (id < 0 || id >= vocab_size) {
+      return bad("the grammar's start token id " + std::to_string(id) +
+                 " is outside the vocabulary of " + std::to_string(vocab_size));
+    }
+  }
   if (constraint.grammar && !constraint.masker) {
     return bad("a grammar needs the model's token masker");
   }
@@ -91,7 +97,8 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
   s.params_ = params;
   s.vocab_size_ = vocab_size;
   s.end_of_generation_ = std::move(end_of_generation);
-  if (s.constrained()) {
+  s.grammar_started_ = params.grammar_after.empty();
+  if (s.matcher_) {
     for (const std::vector<TokenId>* ids : {&s.end_of_generation_, &s.params_.stop_token_ids}) {
       for (const TokenId t : *ids) {
         if (t >= 0 && t < vocab_size) s.ends_.push_back(t);
@@ -368,6 +375,13 @@ SampledToken Sampler::sample(std::span<const float> logits) {
 void Sampler::record(TokenId id) {
   output_.push_back(id);
   ++output_counts_[id];
+  if (matcher_ && !grammar_started_) {
+    // The grammar holds from the token after grammar_after, once the output ends with it.
+    const auto& after = params_.grammar_after;
+    grammar_started_ = output_.size() >= after.size() &&
+                       std::equal(after.begin(), after.end(), output_.end() - after.size());
+    return;
+  }
   if (!constrained()) return;
   mask_ready_ = false;
   job_ = JobHandle{};  // a mask still computed for the position before is of no use now

@@ -96,7 +96,9 @@ class Sampler {
   std::int32_t num_generated() const { return static_cast<std::int32_t>(output_.size()); }
   const std::vector<TokenId>& output() const { return output_; }
 
-  bool constrained() const { return matcher_.has_value(); }
+  // Held to its grammar now: a grammar that starts after SamplingParams::grammar_after
+  // holds only once the output has written those tokens (before, the output is free).
+  bool constrained() const { return matcher_.has_value() && grammar_started_; }
 
   // Where the grammar's mask for the next position stands. ready: sample() may run (always,
   // for a free output); pending: a job computes it still; failed: the grammar cannot be
@@ -151,6 +153,7 @@ class Sampler {
   std::vector<std::uint64_t> device_mask_;  // sized once: device rows point into it
   bool mask_ready_ = false;
   bool grammar_broken_ = false;
+  bool grammar_started_ = true;  // false until the output wrote SamplingParams::grammar_after
   // The next mask's job while it runs: cancelled when replaced, or when the sampler goes.
   struct JobHandle {
     std::shared_ptr<MaskJob> job;

@@ -832,10 +832,14 @@ tl::expected<CompletionRequest, ApiError> chat_request(const json::object& o,
   if (!constrained && !r.generate.params.grammar.empty()) r.grammar_param = "tools";
   TROUPE_API_TRY(const auto include_reasoning, boolean(o, "include_reasoning"));
   r.include_reasoning = include_reasoning.value_or(true);
-  // An output constraint holds from the first token (not yet from the thinking's end, as
-  // vLLM's): the model writes no thinking, and the whole output is the answer.
-  if (context.reasoning_format && r.generate.params.grammar.empty()) {
+  // An output constraint (a response_format, required tools) holds for the answer: from
+  // the thinking's end marker on, as vLLM's, unless the prompt closed the thinking.
+  if (context.reasoning_format) {
     r.reasoning.emplace(*context.reasoning_format, prompt_text);
+    if (!r.generate.params.grammar.empty() && !r.reasoning->starts_in_answer()) {
+      r.generate.params.grammar_after = context.tokenizer->encode(
+          std::string(r.reasoning->answer_marker()), /*add_special=*/false, /*parse_special=*/true);
+    }
     if (reasoning_needs_special_tokens(*context.reasoning_format,
                                        context.tokenizer->vocabulary())) {
       r.generate.skip_special_tokens = false;  // the parser reads the markers and drops them

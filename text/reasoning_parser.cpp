@@ -61,6 +61,10 @@ std::string_view reasoning_format_name(ReasoningFormat format) {
   return "qwen3";
 }
 
+std::string_view ReasoningParser::answer_marker() const {
+  return format_ == ReasoningFormat::gpt_oss ? "<|channel|>final<|message|>" : kThinkClose;
+}
+
 ReasoningParser::ReasoningParser(ReasoningFormat format, std::string_view prompt)
     : format_(format) {
   const std::string_view end = trim_right(prompt);

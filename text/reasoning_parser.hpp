@@ -41,6 +41,11 @@ class ReasoningParser {
   ReasoningSplit split(std::string_view output) &&;
 
   ReasoningFormat format() const { return format_; }
+  // Whether the output starts in its answer (the prompt closed the thinking), before any
+  // text was taken.
+  bool starts_in_answer() const { return state_ == State::content; }
+  // The text after which the output is the answer: "</think>", or harmony's final channel.
+  std::string_view answer_marker() const;
 
  private:
   enum class State {

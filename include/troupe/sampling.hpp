@@ -35,6 +35,9 @@ struct SamplingParams {
   // A grammar the output must match, as GBNF text (net/ writes it from a JSON schema, a
   // regex, a choice or GBNF); empty: free. Its end ends the output even with ignore_eos.
   std::string grammar;
+  // The grammar holds from after these tokens, once the output has written them (a
+  // reasoning model's end of thinking, such as "</think>"); empty: from the first token.
+  std::vector<TokenId> grammar_after;
   // OpenAI's logit_bias: (token, bias in [-100, 100]) added to the token's logit before
   // penalties and sampling; sorted by token.
   std::vector<std::pair<TokenId, float>> logit_bias;

@@ -266,3 +266,29 @@ TEST_CASE("a mask job stops when cancelled, and workers going away end theirs", 
   CHECK(queued->failed());
   CHECK(queued->steps() == 0);  // never started
 }
+
+TEST_CASE(
+    "a grammar that starts after the thinking's end marker leaves the output free until the "
+    "marker, and holds after it",
+    "[sampler]") {
+  // "x" stands for the end of the thinking here (a reasoning model's "</think>").
+  auto p = greedy();
+  p.grammar_after = {kX};
+  auto s = make(p, R"(root ::= "ab" "c")");
+  CHECK_FALSE(s.constrained());
+  // Before the marker the model's favourite comes, whatever the grammar says, and an end
+  // token is allowed as in a free output.
+  CHECK(s.sample(logits(kB)).id == kB);
+  CHECK(s.sample(logits(kC)).id == kC);
+  CHECK(s.mask_state() == Sampler::MaskState::ready);
+  CHECK(s.sample(logits(kX)).id == kX);  // the marker: the grammar holds from the next token
+  CHECK(s.constrained());
+  CHECK(s.sample(logits(kX, kAB)).id == kAB);  // x is the favourite, the grammar allows "ab"
+  CHECK(s.sample(logits(kB, kC)).id == kC);
+  CHECK(s.sample(logits(kX)).id == kEos);  // the grammar is done: only its end remains
+  SECTION("a marker id outside the vocabulary is refused") {
+    auto bad = greedy();
+    bad.grammar_after = {kVocab};
+    CHECK_FALSE(Sampler::create(bad, {}, {kEos}, kVocab, constraint(R"(root ::= "a")")));
+  }
+}

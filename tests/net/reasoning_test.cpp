@@ -141,11 +141,25 @@ TEST_CASE("the answer gives the thinking apart as reasoning_content", "[net][rea
   REQUIRE(called["tool_calls"].array.size() == 1);
   CHECK(called["tool_calls"].array.at(0)["function"]["name"].string == "f");
   CHECK(called["content"].kind == test::Json::Kind::null);
-  // An output constraint holds from the first token: no thinking is looked for.
+  // An output constraint holds for the answer: from the thinking's end marker on.
   const auto constrained =
       net::parse_chat_request(hi + R"(,"response_format":{"type":"json_object"}})", context);
   REQUIRE(constrained.has_value());
-  CHECK_FALSE(constrained->reasoning.has_value());
+  CHECK(constrained->reasoning.has_value());
+  CHECK_FALSE(constrained->generate.params.grammar.empty());
+  CHECK(constrained->generate.params.grammar_after ==
+        s.engine->tokenizer().encode("</think>", false, true));
+  const auto json_thought = answer(hi + R"(,"response_format":{"type":"json_object"}})",
+                                   "Braces then.</think>{\"a\": 1}");
+  CHECK(json_thought["reasoning_content"].string == "Braces then.");
+  CHECK(json_thought["content"].string == R"({"a": 1})");
+  // Thinking turned off in the prompt: the grammar holds from the first token.
+  const auto closed =
+      net::parse_chat_request(hi + R"(,"response_format":{"type":"json_object"},)" +
+                                  R"("chat_template_kwargs":{"enable_thinking":false}})",
+                              context);
+  REQUIRE(closed.has_value());
+  CHECK(closed->generate.params.grammar_after.empty());
   // Without a parser the message is as before: no reasoning_content, the text whole.
   context.reasoning_format.reset();
   const auto plain = answer(hi + "}", "Hmm</think>Hello!");
