@@ -296,7 +296,9 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
     counters_.num_generated_tokens += num_sampled;
     applied.num_generated = num_sampled;
     if (token_budget_) {
-      token_budget_->observe({step.plan.num_tokens, step.plan.num_decodes, output.seconds});
+      // A draft model's catching up is in the step's time: it counts as tokens run.
+      token_budget_->observe({step.plan.num_tokens + step.plan.num_catch_up_tokens,
+                              step.plan.num_decodes, output.seconds});
     }
     if (step.plan.num_tokens > 0 && step.plan.num_tokens == step.plan.num_decodes) {
       ++counters_.num_decode_steps;

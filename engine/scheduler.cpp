@@ -139,6 +139,11 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
   const SpeculationConfig& spec = config_.speculation;
   const bool speculate = spec.enabled() && config_.mode == BatchingMode::continuous &&
                          num_decodes <= spec.disable_by_batch_size;
+  // With prompts to prefill, a draft model's catching up takes a share of the budget only.
+  const bool prompts_wait =
+      !waiting_.empty() || static_cast<std::size_t>(num_decodes) < order.size();
+  const std::int32_t most_catch_up =
+      prompts_wait ? std::max(2, token_budget_ / kCatchUpShare) : token_budget_;
   for (SeqId id : order) {
     if (budget <= 0) break;
     const auto it = sequences_.find(id);
@@ -152,13 +157,15 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
     if (speculate && seq.draft_pause > 0 && seq.num_tokens() - seq.num_computed_tokens == 1) {
       --seq.draft_pause;  // its drafts were poor lately: a plain decode
     } else if (speculate) {
-      plan_draft(seq, budget - later_decodes, chunk);
+      plan_draft(seq, budget - later_decodes, most_catch_up, chunk);
     }
     // A draft takes only free blocks: it never preempts anyone.
     if (!chunk.draft.empty() &&
         !kv_.allocate_slots(seq, 1 + static_cast<std::int32_t>(chunk.draft.size()))) {
+      // No blocks for the draft: the draft model still catches up (it writes only blocks
+      // the sequence holds), short of the decode's own token.
       chunk.draft.clear();
-      chunk.draft_to = chunk.draft_from;
+      chunk.draft_to = std::max(chunk.draft_from, chunk.draft_to - 1);
     }
     const auto num_draft = static_cast<std::int32_t>(chunk.draft.size());
     chunk.num_new_tokens = num_draft == 0
@@ -171,6 +178,7 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
     const std::int32_t num_catch_up =
         chunk.draft_to - chunk.draft_from - (num_draft > 0 && chunk.runs_draft_model() ? 1 : 0);
     plan.num_draft_tokens += num_draft;
+    plan.num_catch_up_tokens += num_catch_up;
     plan.num_tokens += chunk.num_new_tokens;
     budget -= chunk.num_new_tokens + num_catch_up;
     plan.chunks.push_back(std::move(chunk));
@@ -193,7 +201,8 @@ std::int32_t Scheduler::proposal_room(const Sequence& seq, std::int32_t budget) 
                                config_.max_model_len - seq.num_tokens()}));
 }
 
-void Scheduler::plan_draft(const Sequence& seq, std::int32_t budget, ScheduledChunk& chunk) const {
+void Scheduler::plan_draft(const Sequence& seq, std::int32_t budget, std::int32_t most_catch_up,
+                           ScheduledChunk& chunk) const {
   const SpeculationConfig& spec = config_.speculation;
   const std::int32_t room = proposal_room(seq, budget);
   if (room <= 0) return;
@@ -202,29 +211,34 @@ void Scheduler::plan_draft(const Sequence& seq, std::int32_t budget, ScheduledCh
     return;
   }
   // The draft model first runs what it has not seen before the decode's own token (after
-  // the prefill, a preemption or steps without proposals); the budget holds those too.
+  // the prefill, a preemption or steps without proposals); the budget holds those too, and
+  // one sequence's catching up takes at most a share of the step's.
   const std::int32_t last = seq.num_tokens() - 1;
   const std::int32_t unseen = last - seq.num_draft_computed;
   chunk.draft_from = seq.num_draft_computed;
   const std::int32_t k = std::min(room, budget - 1 - unseen);
-  if (k > 0) {
+  if (k > 0 && unseen <= most_catch_up) {
     chunk.draft.assign(static_cast<std::size_t>(k), TokenId{0});
     chunk.draft_to = last + 1;
-  } else {
-    // No room to propose this step: catch up as far as the budget goes.
-    chunk.draft_to = chunk.draft_from + std::max(0, std::min(unseen, budget - 1));
+    return;
   }
+  // No room to propose this step: catch up as far as the budget and the share go; by two
+  // tokens at least, or not at all (the sequence grows by one a step).
+  const std::int32_t catch_up = std::min({unseen, budget - 1, most_catch_up});
+  chunk.draft_to = chunk.draft_from + (catch_up >= 2 ? catch_up : 0);
 }
 
-void Scheduler::note_acceptance(Sequence& seq, std::int32_t accepted, std::int32_t proposed) {
+void Scheduler::note_acceptance(Sequence& seq, std::int32_t accepted, std::int32_t proposed) const {
   const float rate = static_cast<float>(accepted) / static_cast<float>(proposed);
   seq.draft_acceptance = 0.7f * seq.draft_acceptance + 0.3f * rate;
-  if (seq.draft_acceptance < kPoorAcceptance) {
+  const float poor =
+      config_.speculation.draft_model ? kPoorDraftModelAcceptance : kPoorNgramAcceptance;
+  if (seq.draft_acceptance < poor) {
     seq.draft_backoff = std::clamp(seq.draft_backoff * 2, kFirstDraftPause, kLongestDraftPause);
     seq.draft_pause = seq.draft_backoff;
-    // After the pause it tries again from a middling average: a poor draft then pauses it
+    // After the pause it tries again from just above the bar: a poor draft then pauses it
     // again (for longer), a good one keeps it going.
-    seq.draft_acceptance = 0.5f;
+    seq.draft_acceptance = poor + 0.2f;
   } else if (rate >= 0.5f) {
     seq.draft_backoff = 0;
   }

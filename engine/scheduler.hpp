@@ -81,7 +81,9 @@ struct BatchPlan {
   std::int32_t num_tokens = 0;         // drafts' tokens included
   std::int32_t num_decodes = 0;
   std::int32_t num_draft_tokens = 0;  // proposed tokens to verify
-  std::vector<SeqId> preempted;       // in this iteration
+  // Tokens a draft model runs to catch up (outside num_tokens, inside the step's budget).
+  std::int32_t num_catch_up_tokens = 0;
+  std::vector<SeqId> preempted;  // in this iteration
 };
 
 // What the model produced for one sampling chunk of a plan: `token`, and after it, for a
@@ -153,18 +155,27 @@ class Scheduler {
   std::int32_t proposal_room(const Sequence& seq, std::int32_t budget) const;
   // The draft for `seq` (empty: none) within `budget`; with a draft model, k placeholders
   // and the unseen tokens it runs first (`chunk`'s draft range), or only some of those.
-  void plan_draft(const Sequence& seq, std::int32_t budget, ScheduledChunk& chunk) const;
+  // `most_catch_up`: the most tokens it may run to catch a draft model up.
+  void plan_draft(const Sequence& seq, std::int32_t budget, std::int32_t most_catch_up,
+                  ScheduledChunk& chunk) const;
   // After a verified draft with `accepted` of its `proposed` tokens: a sequence whose drafts
   // are mostly wrong pauses its proposals (a draft costs a verification step's extra rows,
   // and with a draft model its passes, for nothing).
-  static void note_acceptance(Sequence& seq, std::int32_t accepted, std::int32_t proposed);
+  void note_acceptance(Sequence& seq, std::int32_t accepted, std::int32_t proposed) const;
 
  public:
   // A moving average of a sequence's acceptance below this pauses its proposals, for
-  // kFirstDraftPause decodes, then twice as long each time it is still poor, up to
-  // kLongestDraftPause. At batch 1 a 4-token verification costs about 1.8 decode steps
-  // (BENCHMARKS.md), so a draft pays from about 45% accepted: below 30% it surely does not.
-  static constexpr float kPoorAcceptance = 0.3f;
+  // kFirstDraftPause of its decodes that could propose, then twice as long each time it is
+  // still poor, up to kLongestDraftPause. Measured at batch 1 (BENCHMARKS.md, 110M F16): a
+  // verification of a few tokens costs about 1.0-1.2 decode steps, so n-gram proposals
+  // (free to make) pay from about 20% accepted; a draft model's passes cost about half a
+  // decode step each, so with k = 2 its proposals pay from about 60%.
+  static constexpr float kPoorNgramAcceptance = 0.25f;
+  static constexpr float kPoorDraftModelAcceptance = 0.5f;
+  // The most of a step's budget one sequence's catching up takes while prompts wait for it
+  // (prefill chunks, new sequences): they keep the rest, and a draft that has not seen a
+  // long prompt catches up over several steps instead of holding them off.
+  static constexpr std::int32_t kCatchUpShare = 4;  // a quarter
   static constexpr std::int32_t kFirstDraftPause = 8;
   static constexpr std::int32_t kLongestDraftPause = 64;
 

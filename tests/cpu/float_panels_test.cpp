@@ -90,6 +90,7 @@ TEST_CASE("float panels equal the reference on every SIMD target, in any batch o
             {85, 37, 4},
             {85, 37, 7},
             {16, 64, 13},
+            {85, 37, 14},
             {85, 37, 15}}) {
         INFO(gguf::tensor_type_name(type)
              << ", " << rows << " x " << cols << ", " << n << " activation rows");

@@ -475,7 +475,8 @@ TEST_CASE(
       CHECK(out.tokens.at(i) == reference.at(i));
       CHECK(out.logprobs.at(i) == reference_logprobs.at(i));
     }
-    CHECK(out.spec.num_drafts > 10);
+    // Another model's drafts are mostly wrong: its proposals pause after a few.
+    CHECK(out.spec.num_drafts > (same ? 10 : 0));
     if (same) CHECK(out.spec.num_accepted_tokens > 10);
   };
   SECTION("alone") {
@@ -501,6 +502,36 @@ TEST_CASE(
     auto some = spec;
     some.speculation.disable_by_batch_size = 2;
     check(serve(runner, some, requests, /*staggered=*/true, &draft->proposer));
+  }
+  SECTION(
+      "greedy requests only, in a batch beside prefills and in a tight pool with the prefix "
+      "cache: its own copy has every proposal accepted") {
+    if (!same) return;
+    // Acceptance shows the draft's cache is right: a draft that ran wrong positions, blocks
+    // or tokens (multi-sequence passes, catching up after a preemption, on prefix-cached
+    // blocks) would propose other tokens than the model's.
+    std::vector<Request> greedy;
+    for (const Request& r : requests) {
+      const SamplingParams& p = r.params;
+      if (p.temperature == 0.0f && p.frequency_penalty == 0.0f && p.repetition_penalty == 1.0f) {
+        greedy.push_back(r);
+      }
+    }
+    // Each twice: the second finds the first's prompt in the prefix cache.
+    const std::size_t n = greedy.size();
+    for (std::size_t i = 0; i < n; ++i) greedy.push_back(greedy[i]);
+    auto tight = spec;
+    tight.num_blocks = 40;
+    tight.max_num_batched_tokens = 24;
+    tight.enable_prefix_caching = true;
+    for (const bool staggered : {true, false}) {
+      const Served out =
+          serve(runner, staggered ? spec : tight, greedy, staggered, &draft->proposer);
+      INFO((staggered ? "staggered" : "tight pool"));
+      CHECK(out.spec.num_drafts > 10);
+      CHECK(out.spec.num_accepted_tokens == out.spec.num_draft_tokens);
+      if (!staggered) CHECK(out.num_preemptions > 0);
+    }
   }
   SECTION("in a pool too small for all of them: preemptions, recomputes and the prefix cache") {
     auto tight = spec;
@@ -534,24 +565,25 @@ TEST_CASE(
   std::vector<engine::SampledResult> first = {{20}};
   s.update(plan, first);  // 11 tokens, 10 computed; the draft has seen none
 
-  // A budget too small for the unseen 10 and a proposal: it catches up 4 of them (the
-  // decode's own token is the fifth), proposing nothing.
-  s.set_token_budget(5);
+  // A budget too small for the unseen 10 and a proposal: it catches up 7 of them (the
+  // decode's own token is the eighth), proposing nothing.
+  s.set_token_budget(8);
   plan = s.schedule();
   REQUIRE(plan.chunks.size() == 1);
   CHECK(plan.chunks[0].draft.empty());
   CHECK(plan.chunks[0].draft_from == 0);
-  CHECK(plan.chunks[0].draft_to == 4);
+  CHECK(plan.chunks[0].draft_to == 7);
+  CHECK(plan.num_catch_up_tokens == 7);
   std::vector<model::DraftWork> drafts;
   std::vector<engine::SeqId> sampled;
   std::vector<std::int32_t> num_drafts;
   auto step = engine::build_step_input(plan, s, &sampled, nullptr, &num_drafts, &drafts);
   REQUIRE(drafts.size() == 1);
-  CHECK(drafts[0].tokens == std::vector<TokenId>{5, 6, 7, 8});
+  CHECK(drafts[0].tokens == std::vector<TokenId>{5, 6, 7, 8, 9, 10, 11});
   CHECK(drafts[0].num_proposals == 0);
   std::vector<engine::SampledResult> next = {{21}};
   s.update(plan, next);
-  CHECK(s.find(1)->num_draft_computed == 4);
+  CHECK(s.find(1)->num_draft_computed == 7);
 
   // Room now: the rest of the unseen tokens, the last one, then 3 placeholders.
   s.set_token_budget(64);
@@ -560,12 +592,13 @@ TEST_CASE(
   const auto& chunk = plan.chunks[0];
   CHECK(chunk.draft.size() == 3);
   CHECK(chunk.num_new_tokens == 4);
-  CHECK(chunk.draft_from == 4);
+  CHECK(chunk.draft_from == 7);
   CHECK(chunk.draft_to == 12);  // through the last token, position 11
+  CHECK(plan.num_catch_up_tokens == 4);
   step = engine::build_step_input(plan, s, &sampled, nullptr, &num_drafts, &drafts);
   REQUIRE(drafts.size() == 1);
-  CHECK(drafts[0].first_position == 4);
-  CHECK(drafts[0].tokens == std::vector<TokenId>{9, 10, 11, 12, 13, 14, 20, 21});
+  CHECK(drafts[0].first_position == 7);
+  CHECK(drafts[0].tokens == std::vector<TokenId>{12, 13, 14, 20, 21});
   CHECK(drafts[0].num_proposals == 3);
   CHECK(drafts[0].seq == 0);
   REQUIRE(num_drafts == std::vector<std::int32_t>{3});
@@ -749,4 +782,28 @@ TEST_CASE(
     CHECK(chi < chi_square_quantile(df, 3.72));
   }
   std::filesystem::remove(path);
+}
+
+TEST_CASE("while prompts wait, a draft model catches up by a quarter of the budget at most",
+          "[engine][speculative]") {
+  auto config = spec_config(3);
+  config.speculation.draft_model = true;
+  config.num_blocks = 64;
+  engine::Scheduler s(config);
+  REQUIRE(s.add({1, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 30}).has_value());
+  auto plan = s.schedule();
+  std::vector<engine::SampledResult> first = {{20}};
+  s.update(plan, first);  // the draft has seen none of its 11 tokens
+  std::vector<TokenId> long_prompt(40, 3);
+  REQUIRE(s.add({2, long_prompt, 4}).has_value());
+  s.set_token_budget(16);
+  plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 2);
+  // The decode catches its draft up by 4 (16 / 4), proposing nothing; the prompt gets the
+  // other 11 tokens of the step.
+  CHECK(plan.chunks[0].id == 1);
+  CHECK(plan.chunks[0].draft.empty());
+  CHECK(plan.chunks[0].draft_to - plan.chunks[0].draft_from == 4);
+  CHECK(plan.chunks[1].id == 2);
+  CHECK(plan.chunks[1].num_new_tokens == 11);
 }
