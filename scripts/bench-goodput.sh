@@ -8,7 +8,8 @@
 # TPOT p50/p99, the budget the server started with, and the CPU time of every other
 # process during the run (cores, from /proc/stat less the server's and the client's).
 # A budget "slo" is auto with --target-tpot-ms 250; TROUPE_OLD=path adds "old-auto", the
-# default of another build (e.g. main before the budget's probes) on the same file.
+# default of another build (e.g. main before the budget's probes) on the same file; a
+# budget "llama" serves the same file with $LLAMA_SERVER (llama-server, --parallel 16).
 #   RATES="3 5" BUDGETS="auto slo 256 2048" NUM=60 DISTURB=1 scripts/bench-goodput.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,13 +38,25 @@ run() {
   if [ -n "$disturbed" ]; then
     for _ in 1 2; do timeout 8 sh -c 'while :; do :; done' & spinners+=($!); done
   fi
-  local binary=$troupe flags=(--max-num-batched-tokens "$budget")
+  local binary=$troupe flags=(--max-num-batched-tokens "$budget") client_flags=()
   case $budget in
     slo) flags=(--max-num-batched-tokens auto --target-tpot-ms 250) ;;
     old-auto) binary=$TROUPE_OLD flags=(--max-num-batched-tokens auto) ;;
   esac
-  "$binary" serve --model "$model" --port "$port" --threads 2 "${flags[@]}" 2>"$log" &
-  local server=$!
+  local server
+  if [ "$budget" = llama ]; then
+    # LLAMA_SERVER: llama.cpp's (or ik_llama.cpp's) llama-server, 16 slots of 512 tokens.
+    "$LLAMA_SERVER" -m "$model" --port "$port" -t 2 --parallel 16 -c 8192 -fa on 2>"$log" >&2 &
+    server=$!
+    client_flags=(--vocab-size "${VOCAB_SIZE:-32000}")
+    for _ in $(seq 1 600); do
+      curl -s "http://127.0.0.1:$port/health" | grep -q ok && { echo "serving '$model'" >>"$log"; break; }
+      sleep 0.1
+    done
+  else
+    "$binary" serve --model "$model" --port "$port" --threads 2 "${flags[@]}" 2>"$log" &
+    server=$!
+  fi
   pids=("$server" "${spinners[@]}")
   for _ in $(seq 1 600); do grep -qs "serving '" "$log" && break; sleep 0.1; done
   local j0 s0 t0
@@ -52,7 +65,7 @@ run() {
     --num-prompts "$num" --input-len 80 --output-len 96 --range-ratio 0.33 \
     --request-rate "$rate" --seed 1 --goodput ttft:4000 tpot:250 \
     --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 \
-    --disable-tqdm --output-json "$json" >"$out/goodput-$tag.txt"
+    --disable-tqdm --output-json "$json" "${client_flags[@]}" >"$out/goodput-$tag.txt"
   local j1 s1 t1
   j1=$(busy_jiffies); s1=$(proc_jiffies "$server"); t1=$(date +%s.%N)
   kill "$server"; wait "$server" 2>/dev/null || true
