@@ -66,9 +66,8 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
       refused = added.error();
     }
   }
-  // Run even so: a rank of a group that skipped its forward pass would leave the others
-  // waiting in their collectives.
-  // The draft model fills in the proposals of a copy of the step.
+  // The draft model fills in the proposals of a copy of the step (never in a group: a
+  // draft model beside a split model is refused at load).
   std::optional<model::StepInput> drafted;
   if (!work.drafts.empty()) {
     if (draft == nullptr) {
@@ -80,6 +79,8 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
       return fail(proposed.error());
     }
   }
+  // Run even if a sampler was refused: a rank of a group that skipped its forward pass
+  // would leave the others waiting in their collectives.
   std::vector<model::PromptLogprobs> prompt_scores;
   std::vector<std::vector<model::SampledToken>> more;
   auto tokens = runner.execute(drafted ? *drafted : work.step, work.sampled_ids, work.prompt_rows,

@@ -292,27 +292,41 @@ std::vector<Request> mixed_requests() {
   return requests;
 }
 
+// The small model a test verifies with: its file, a KV cache of kBlocks blocks of
+// kBlockSize tokens, a runner, and the scheduler settings without speculation that the
+// reference outputs run under. The file goes with it.
+struct Target {
+  static constexpr std::int32_t kBlockSize = 4, kBlocks = 160;
+
+  explicit Target(const std::string& name)
+      : path(test::write_small_model(name)),
+        file(gguf::GgufFile::open(path).value()),
+        llama(model::LlamaModel::load(file, backend).value()) {
+    REQUIRE(backend.allocate_kv_cache({2, kBlocks, kBlockSize, 2, 16}).has_value());
+    plain.block_size = kBlockSize;
+    plain.num_blocks = kBlocks;
+    plain.max_model_len = 256;
+    plain.max_num_batched_tokens = 48;
+    plain.max_num_seqs = 16;
+  }
+  ~Target() { std::filesystem::remove(path); }
+
+  std::string path;
+  gguf::GgufFile file;
+  cpu::CpuBackend backend{2};
+  model::LlamaModel llama;
+  model::ModelRunner runner{llama, {2}};
+  engine::SchedulerConfig plain;
+};
+
 }  // namespace
 
 TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and in a mixed batch",
           "[engine][speculative]") {
-  const std::string path = test::write_small_model("speculative");
-  auto file = gguf::GgufFile::open(path);
-  REQUIRE(file.has_value());
-  cpu::CpuBackend backend(2);
-  auto llama = model::LlamaModel::load(*file, backend);
-  REQUIRE(llama.has_value());
-  const std::int32_t block_size = 4, num_blocks = 160;
-  REQUIRE(backend.allocate_kv_cache({2, num_blocks, block_size, 2, 16}).has_value());
-  model::ModelRunner runner(*llama, {2});
-
+  Target target("speculative");
+  model::ModelRunner& runner = target.runner;
   const std::vector<Request> requests = mixed_requests();
-  engine::SchedulerConfig plain;
-  plain.block_size = block_size;
-  plain.num_blocks = num_blocks;
-  plain.max_model_len = 256;
-  plain.max_num_batched_tokens = 48;
-  plain.max_num_seqs = 16;
+  const engine::SchedulerConfig& plain = target.plain;
   auto spec = plain;
   spec.speculation.num_speculative_tokens = 4;
   spec.speculation.prompt_lookup_max = 3;
@@ -381,7 +395,6 @@ TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and
     CHECK(out.spec.num_drafts > 0);
     CHECK(out.spec.num_accepted_tokens > 0);
   }
-  std::filesystem::remove(path);
 }
 
 TEST_CASE("drafts count in the token budget but never crowd out another decode of the step",
@@ -433,26 +446,13 @@ TEST_CASE(
     "outputs with a draft model's proposals are the outputs without them, whether the draft is "
     "good or bad",
     "[engine][speculative]") {
-  const std::string path = test::write_small_model("speculative-target");
+  Target target("speculative-target");
   // The other draft: the same shape and vocabulary, other weights, so it is mostly wrong.
   const std::string other_path = test::write_small_model(
       "speculative-other", [](model::RandomModelSpec& spec) { spec.seed = 99; });
-  auto file = gguf::GgufFile::open(path);
-  REQUIRE(file.has_value());
-  cpu::CpuBackend backend(2);
-  auto llama = model::LlamaModel::load(*file, backend);
-  REQUIRE(llama.has_value());
-  const std::int32_t block_size = 4, num_blocks = 160;
-  REQUIRE(backend.allocate_kv_cache({2, num_blocks, block_size, 2, 16}).has_value());
-  model::ModelRunner runner(*llama, {2});
+  model::ModelRunner& runner = target.runner;
   const std::vector<Request> requests = mixed_requests();
-
-  engine::SchedulerConfig plain;
-  plain.block_size = block_size;
-  plain.num_blocks = num_blocks;
-  plain.max_model_len = 256;
-  plain.max_num_batched_tokens = 48;
-  plain.max_num_seqs = 16;
+  const engine::SchedulerConfig& plain = target.plain;
   std::map<engine::SeqId, std::vector<TokenId>> reference;
   std::map<engine::SeqId, std::vector<float>> reference_logprobs;
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -467,7 +467,8 @@ TEST_CASE(
 
   const bool same = GENERATE(true, false);
   INFO((same ? "the model as its own draft" : "another model as the draft"));
-  auto draft = DraftModel::load(same ? path : other_path, num_blocks, block_size);
+  auto draft =
+      DraftModel::load(same ? target.path : other_path, Target::kBlocks, Target::kBlockSize);
 
   auto check = [&](const Served& out) {
     for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -546,7 +547,6 @@ TEST_CASE(
     CHECK(out.num_preemptions > 0);
     CHECK(out.spec.num_drafts > 0);
   }
-  std::filesystem::remove(path);
   std::filesystem::remove(other_path);
 }
 
