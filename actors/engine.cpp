@@ -1,6 +1,6 @@
-// Engine: the C++ API over the actors. It opens the model (tokenizer and shape),
-// starts a worker and waits for its load report, builds the scheduler from it, and
-// turns calls into messages.
+// Engine: the C++ API over the actors. It opens the model (tokenizer and shape), opens
+// a cluster's port when it heads one, starts each replica (actors/replica/replica_start)
+// and the router in front of several, and turns calls into messages.
 #include "troupe/engine.hpp"
 #include "monitoring/log.hpp"
 
@@ -11,14 +11,12 @@
 #include <thread>
 
 #include "actors/cluster/cluster_port.hpp"
-#include "actors/cluster/group_actor.hpp"
 #include "actors/cluster/registry_actor.hpp"
-#include "actors/cluster/router_actor.hpp"
 #include "actors/engine_hooks.hpp"
 #include "actors/messages.hpp"
+#include "actors/parallel/router_actor.hpp"
+#include "actors/replica/replica_start.hpp"
 #include "actors/request_actor.hpp"
-#include "actors/scheduler_actor.hpp"
-#include "actors/worker_actor.hpp"
 #include "model/loaded_model.hpp"
 #include "model/sampler.hpp"
 #include "model/tensor_parallel.hpp"
@@ -37,7 +35,7 @@ struct Engine::Impl {
   std::string token_budget_description;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
-  actors::scheduler_actor scheduler;                   // the one replica's, or the router
+  actors::front_actor front;                           // the one replica's, or the router
   actors::cluster::registry_actor registry;            // a cluster's head: where nodes join
   std::shared_ptr<actors::cluster::ClusterGate> gate;  // what its port lets in
   std::uint16_t cluster_port = 0;                      // where it is published (0: not yet)
@@ -61,71 +59,6 @@ struct ForgetLogger {
   ForgetLogger& operator=(const ForgetLogger&) = delete;
   ~ForgetLogger() { caf::logger::set_current_actor_system(nullptr); }
 };
-
-engine::SchedulerConfig scheduler_config(const EngineConfig& config, std::int32_t max_model_len,
-                                         std::int32_t num_blocks) {
-  engine::SchedulerConfig sc;
-  sc.max_num_batched_tokens = config.max_num_batched_tokens;
-  sc.max_num_seqs = config.max_num_seqs;
-  sc.max_model_len = max_model_len;
-  sc.num_blocks = num_blocks;
-  sc.block_size = config.block_size;
-  sc.enable_prefix_caching = config.enable_prefix_caching;
-  sc.speculation.num_speculative_tokens = config.speculative.num_speculative_tokens;
-  sc.speculation.prompt_lookup_max = config.speculative.prompt_lookup_max;
-  sc.speculation.prompt_lookup_min = config.speculative.prompt_lookup_min;
-  sc.speculation.disable_by_batch_size = config.speculative.disable_by_batch_size;
-  sc.speculation.draft_model = !config.speculative.draft_model.empty();
-  sc.policy = config.policy == BatchingPolicy::priority ? engine::SchedulingPolicy::priority
-                                                        : engine::SchedulingPolicy::fcfs;
-  sc.mode = config.mode == BatchingMode::static_batch ? engine::BatchingMode::static_batch
-                                                      : engine::BatchingMode::continuous;
-  return sc;
-}
-
-std::optional<engine::TokenBudgetConfig> token_budget_config(const EngineConfig& config) {
-  if (!config.auto_token_budget || config.mode != BatchingMode::continuous) return std::nullopt;
-  engine::TokenBudgetConfig tb;
-  tb.target_step_seconds = config.target_itl_ms / 1000.0;
-  tb.decode_step_multiple = config.itl_decode_step_multiple;
-  tb.target_tpot_seconds = config.target_tpot_ms / 1000.0;
-  tb.max_tokens = config.max_num_batched_tokens;
-  tb.granularity = std::min(config.block_size, config.max_num_batched_tokens);
-  tb.initial_tokens = std::min(256, config.max_num_batched_tokens);
-  return tb;
-}
-
-// The budget a replica starts with, for people: what it chose and from what.
-std::string describe_token_budget(const EngineConfig& config,
-                                  const std::optional<engine::TokenBudgetConfig>& auto_config,
-                                  const std::vector<engine::StepCost>& step_costs) {
-  if (config.mode == BatchingMode::static_batch) return "none (static batching)";
-  if (!auto_config) return std::to_string(config.max_num_batched_tokens) + " tokens per step";
-  engine::TokenBudget budget(*auto_config);
-  budget.calibrate(step_costs);
-  char measured[128];
-  if (step_costs.empty()) {
-    std::snprintf(measured, sizeof measured, "not measured at load: learnt from the first steps");
-  } else {
-    std::snprintf(measured, sizeof measured, "measured %.1f ms + %.3f ms per token",
-                  budget.model().fixed_seconds * 1000.0, budget.model().seconds_per_token * 1000.0);
-  }
-  char target[96];
-  if (config.target_tpot_ms > 0) {
-    std::snprintf(target, sizeof target, "the running streams' slack under a TPOT of %.0f ms",
-                  config.target_tpot_ms);
-  } else if (config.itl_decode_step_multiple > 0) {
-    std::snprintf(target, sizeof target, "%.3g x the decodes' own step, at most %.0f ms",
-                  config.itl_decode_step_multiple, config.target_itl_ms);
-  } else {
-    std::snprintf(target, sizeof target, "%.0f ms", config.target_itl_ms);
-  }
-  char text[320];
-  std::snprintf(text, sizeof text,
-                "auto, %d tokens per step beside a decode, %d with none (target %s; %s)",
-                budget.budget(1), config.max_num_batched_tokens, target, measured);
-  return text;
-}
 
 actors::cluster::TlsFiles tls_of(const ClusterConfig& cluster) {
   return {cluster.tls_certificate, cluster.tls_key, cluster.tls_ca};
@@ -201,107 +134,14 @@ Result<void> start_head(Engine::Impl& impl, const ClusterConfig& cluster) {
   return {};
 }
 
-// A worker on a node for replica `index`: waits for a free node up to the cluster's wait.
-Result<actors::cluster::Placement> place_replica(Engine::Impl& impl, std::int32_t index) {
-  const ClusterConfig& cluster = *impl.config.cluster;
-  const std::int32_t nodes_needed =
-      impl.config.data_parallel_size - (cluster.head_hosts_replica ? 1 : 0);
-  Result<actors::cluster::Placement> result = make_error(ErrorCode::internal, "");
-  const ForgetLogger forget;
-  caf::scoped_actor self{*impl.system};
-  self->request(impl.registry, cluster.wait, actors::cluster::place_atom::value, index,
-                impl.config.tensor_parallel_size)
-      .receive([&](actors::cluster::Placement& p) { result = std::move(p); },
-               [&](const caf::error&) {
-                 std::vector<std::string> names;
-                 self->request(impl.registry, std::chrono::seconds(5),
-                               actors::cluster::nodes_atom::value)
-                     .receive(
-                         [&](const std::vector<actors::cluster::NodeView>& nodes) {
-                           for (const auto& n : nodes) names.push_back(n.info.name);
-                         },
-                         [](const caf::error&) {});
-                 std::string joined;
-                 for (const auto& n : names) joined += (joined.empty() ? "" : ", ") + n;
-                 result = make_error(ErrorCode::unavailable,
-                                     "no node to place replica " + std::to_string(index) +
-                                         " on within " + std::to_string(cluster.wait.count()) +
-                                         " s: " + std::to_string(impl.config.data_parallel_size) +
-                                         " replica(s) of " +
-                                         std::to_string(impl.config.tensor_parallel_size) +
-                                         " rank(s) need " + std::to_string(nodes_needed) +
-                                         " node(s) at least, and " + std::to_string(names.size()) +
-                                         " joined" + (joined.empty() ? "" : " (" + joined + ")"));
-               });
-  return result;
-}
-
-// One replica: a worker (here, or on a node of the cluster) loaded from `spec`, and the
-// scheduler sized from its report.
-Result<actors::replica_actor> start_replica(Engine::Impl& impl, std::int32_t index,
-                                            const engine::WorkerSpec& spec,
-                                            const EngineHooks& hooks) {
-  actors::ReplicaSetup setup;
-  setup.index = index;
-  setup.spec = spec;
-  setup.before_step = hooks.before_step;
-  setup.metrics = impl.config.metrics;
-  setup.step_events = impl.config.step_events;
-  setup.replicas_up = impl.replicas_up;
-  setup.end_of_generation = impl.tokenizer->vocabulary().end_of_generation;
-  setup.tensor_parallel_size = impl.config.tensor_parallel_size;
-  setup.collective_timeout = impl.config.collective_timeout;
-  caf::duration load_timeout = caf::infinite;
-  const bool on_node =
-      impl.config.cluster && !(impl.config.cluster->head_hosts_replica && index == 0);
-  if (on_node) {
-    TROUPE_TRY(auto placed, place_replica(impl, index));
-    setup.nodes = placed.nodes;
-    setup.node = actors::cluster::node_label(placed.nodes);
-    setup.worker = actors::cluster::worker_for(*impl.system, std::move(placed),
-                                               impl.config.collective_timeout);
-    setup.registry = impl.registry;
-    setup.step_timeout = caf::duration{impl.config.cluster->step_timeout};
-    load_timeout = caf::duration{actors::kGroupLoadTimeout};
-  } else {
-    setup.worker =
-        actors::cluster::spawn_local_worker(*impl.system, impl.config.tensor_parallel_size,
-                                            hooks.before_step, impl.config.collective_timeout);
-  }
-  auto report = actors::load_and_wait(*impl.system, setup.worker, spec, load_timeout);
-  if (!report) {
-    caf::anon_send_exit(setup.worker, caf::exit_reason::kill);
-    Error e = report.error();
-    if (!setup.node.empty()) {
-      e.message = "node " + setup.node + ": " + e.message;
-      // Said at once, as a replica placed later says it: the engine's end may take a while.
-      monitoring::logf(monitoring::LogLevel::warning, "replica %d cannot load on %s", index,
-                       e.message.c_str());
-    }
-    return tl::unexpected(e);
-  }
-  impl.device_description = report->device_name;
-  impl.weight_bytes = report->weight_bytes;
-  impl.kv_cache_bytes = static_cast<std::int64_t>(report->num_kv_blocks) * report->bytes_per_block;
-  setup.config = scheduler_config(impl.config, impl.max_model_len, report->num_kv_blocks);
-  setup.token_budget = token_budget_config(impl.config);
-  setup.step_costs = report->step_costs;
-  impl.token_budget_description =
-      describe_token_budget(impl.config, setup.token_budget, setup.step_costs);
-  // Counted up as it starts with a worker; the scheduler counts itself down and up again
-  // as it loses and regains one (while later replicas are still being placed).
-  ++*impl.replicas_up;
-  return impl.system->spawn(actors::scheduler, std::move(setup));
-}
-
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
   if (!impl_ || !impl_->system) return;
-  caf::anon_send_exit(impl_->scheduler, caf::exit_reason::user_shutdown);
-  impl_->scheduler = nullptr;
+  caf::anon_send_exit(impl_->front, caf::exit_reason::user_shutdown);
+  impl_->front = nullptr;
   close_head(*impl_);
   impl_->system->await_all_actors_done();
   impl_->system.reset();
@@ -400,19 +240,33 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     spec.num_threads = std::max(1, cores / local_workers);
   }
   for (std::int32_t i = 0; i < num_replicas; ++i) {
-    auto replica = start_replica(*impl, i, spec, hooks);
+    actors::ReplicaStart start;
+    start.index = i;
+    start.spec = spec;
+    start.max_model_len = impl->max_model_len;
+    start.end_of_generation = impl->tokenizer->vocabulary().end_of_generation;
+    start.registry = impl->registry;
+    start.before_step = hooks.before_step;
+    start.replicas_up = impl->replicas_up;
+    auto replica = actors::start_replica(*impl->system, config, std::move(start));
     if (!replica) {
       abandon(replicas);
       return tl::unexpected(replica.error());
     }
-    replicas.push_back(std::move(*replica));
+    // Every replica has the same shape: the last one's report stands for all.
+    impl->device_description = replica->report.device_name;
+    impl->weight_bytes = replica->report.weight_bytes;
+    impl->kv_cache_bytes =
+        static_cast<std::int64_t>(replica->report.num_kv_blocks) * replica->report.bytes_per_block;
+    impl->token_budget_description = std::move(replica->token_budget_description);
+    replicas.push_back(std::move(replica->scheduler));
   }
   if (num_replicas == 1) {
-    impl->scheduler = std::move(replicas.front());
+    impl->front = std::move(replicas.front());
   } else {
     engine::RouterConfig routing;
     routing.policy = config.routing;
-    impl->scheduler = impl->system->spawn(actors::router, std::move(replicas), routing);
+    impl->front = impl->system->spawn(actors::parallel::router, std::move(replicas), routing);
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -460,11 +314,11 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
   setup->include_stop_str_in_output = request.include_stop_str_in_output;
   setup->num_prompt_tokens = n;
   setup->timeout = request.timeout;
-  setup->scheduler = impl.scheduler;
+  setup->front = impl.front;
   setup->metrics = impl.config.metrics;
   setup->submitted = std::chrono::steady_clock::now();
   auto requester = impl.system->spawn(actors::request, setup);
-  caf::anon_send(impl.scheduler, actors::submit_atom::value,
+  caf::anon_send(impl.front, actors::submit_atom::value,
                  actors::Submission{id, std::move(request.prompt), request.params, request.priority,
                                     std::move(requester)});
   return id;
@@ -472,7 +326,7 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
 
 void Engine::cancel(RequestId id) {
   const ForgetLogger forget;
-  caf::anon_send(impl_->scheduler, actors::abort_atom::value, id, FinishReason::abort);
+  caf::anon_send(impl_->front, actors::abort_atom::value, id, FinishReason::abort);
 }
 
 EngineStats Engine::stats() const {
@@ -481,7 +335,7 @@ EngineStats Engine::stats() const {
   // the same moment, the log's periodic line, say, would move the count).
   const ForgetLogger forget;
   caf::scoped_actor self{*impl_->system, /*hide=*/true};
-  self->request(impl_->scheduler, caf::infinite, actors::stats_atom::value)
+  self->request(impl_->front, caf::infinite, actors::stats_atom::value)
       .receive([&](const EngineStats& s) { result = s; }, [](const caf::error&) {});
   result.num_live_actors = static_cast<std::int64_t>(impl_->system->registry().running());
   return result;
@@ -491,7 +345,7 @@ std::vector<ReplicaStats> Engine::replicas() const {
   std::vector<ReplicaStats> result;
   const ForgetLogger forget;
   caf::scoped_actor self{*impl_->system, /*hide=*/true};
-  self->request(impl_->scheduler, caf::infinite, actors::replicas_atom::value)
+  self->request(impl_->front, caf::infinite, actors::replicas_atom::value)
       .receive([&](std::vector<ReplicaStats>& r) { result = std::move(r); },
                [](const caf::error&) {});
   return result;
@@ -544,7 +398,7 @@ std::int64_t Engine::weight_bytes() const {
   return impl_->weight_bytes;
 }
 
-BatchingPolicy Engine::scheduling_policy() const {
+SchedulingPolicy Engine::scheduling_policy() const {
   return impl_->config.policy;
 }
 

@@ -27,6 +27,7 @@ using replicas_atom = caf::atom_constant<caf::atom("replicas")>;
 using router_atom = caf::atom_constant<caf::atom("router")>;
 using store_set_atom = caf::atom_constant<caf::atom("storeset")>;
 using store_get_atom = caf::atom_constant<caf::atom("storeget")>;
+using supplied_atom = caf::atom_constant<caf::atom("supplied")>;
 
 // How long a worker may take to load (a large model from a slow disk). Whoever waits on
 // a group waits a minute more: the group's own answer, naming its failing rank, comes first.
@@ -58,12 +59,21 @@ using worker_actor = caf::typed_actor<
     // Runs one step: forward pass and sampling; answers the sampled tokens.
     caf::replies_to<step_atom, engine::StepWork>::with<engine::StepOutput>>;
 
-// What the scheduler tells a request actor: a token, its end, or both.
-using TokenUpdate = engine::RequestEvent;
+// What a supply tells its replica, in order: `placed` (a worker loads on `nodes`) for each
+// node tried, then `loaded` or `failed` once.
+struct SupplyNews {
+  enum class Stage : std::uint8_t { placed, loaded, failed };
+  std::uint64_t number = 0;  // which supply of the replica (a stale one's news is ignored)
+  Stage stage = Stage::failed;
+  worker_actor worker;             // loaded: the worker, monitored by no one yet
+  std::vector<std::string> nodes;  // each rank's node (empty: this process)
+  engine::LoadReport report;       // loaded: what it holds
+  Error error;                     // failed: why (a node's failure names the node)
+};
 
 // The end of request `id`, with no token: for a request that ends before it runs.
-inline TokenUpdate end_of(RequestId id, FinishReason reason, std::string why) {
-  TokenUpdate end;
+inline engine::RequestEvent end_of(RequestId id, FinishReason reason, std::string why) {
+  engine::RequestEvent end;
   end.id = id;
   end.finish_reason = reason;
   end.error = std::move(why);
@@ -73,7 +83,7 @@ inline TokenUpdate end_of(RequestId id, FinishReason reason, std::string why) {
 // One per request: turns tokens into text events for its caller.
 using request_actor = caf::typed_actor<
     // A token sampled for this request, or its end.
-    caf::reacts_to<token_atom, TokenUpdate>,
+    caf::reacts_to<token_atom, engine::RequestEvent>,
     // The request's deadline passed.
     caf::reacts_to<timeout_atom>>;
 
@@ -85,8 +95,9 @@ struct Submission {
   request_actor requester;
 };
 
-// What the engine talks to: one replica's scheduler, or the router in front of several.
-using scheduler_actor = caf::typed_actor<
+// The engine's front, which it sends requests to: one replica's scheduler, or the router
+// in front of several.
+using front_actor = caf::typed_actor<
     // Queues a request.
     caf::reacts_to<submit_atom, Submission>,
     // Ends a request now (cancelled, stop string, deadline); frees its blocks.
@@ -110,16 +121,24 @@ struct ReplicaProbe {
 
 // One replica's scheduler: runs the iteration loop (plans each step, sends it to the
 // worker, fans out tokens), and answers the router's probes.
-using replica_actor = scheduler_actor::extend<
+using replica_actor = front_actor::extend<
     // Its load, and how much of this prompt its prefix cache holds.
     caf::replies_to<probe_atom, std::vector<TokenId>>::with<ReplicaProbe>,
     // The router in front of it, which takes back the requests of a lost worker (once).
-    caf::reacts_to<router_atom, scheduler_actor>>;
+    caf::reacts_to<router_atom, front_actor>,
+    // News of the worker supply it asked for (worker_supply.hpp).
+    caf::reacts_to<supplied_atom, SupplyNews>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {
   return f(caf::meta::type_name("troupe.Submission"), x.id, x.prompt, x.params, x.priority,
            x.requester);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SupplyNews& x) {
+  return f(caf::meta::type_name("troupe.SupplyNews"), x.number, x.stage, x.worker, x.nodes,
+           x.report, x.error.code, x.error.message);
 }
 
 template <class Inspector>

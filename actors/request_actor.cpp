@@ -71,7 +71,7 @@ void finish(Self self, TokenEvent event, FinishReason reason, const std::string&
   self->quit();
 }
 
-void on_token(Self self, TokenUpdate& update) {
+void on_token(Self self, engine::RequestEvent& update) {
   auto& state = self->state;
   if (state.done) return;
   state.num_cached_tokens = std::max(state.num_cached_tokens, update.num_cached_tokens);
@@ -99,9 +99,7 @@ void on_token(Self self, TokenUpdate& update) {
     ++state.num_generated;
     event.token = update.token.id;
     event.logprob = update.token.logprob;
-    for (const auto& top : update.token.top_logprobs) {
-      event.top_logprobs.push_back({top.id, top.logprob});
-    }
+    event.top_logprobs = update.token.top_logprobs;
     // A control token shows unless skip_special_tokens; the EOS or stop token that ends
     // the sequence only with include_stop_str_in_output.
     const bool ends_here = update.finish_reason == FinishReason::stop;
@@ -110,7 +108,7 @@ void on_token(Self self, TokenUpdate& update) {
     event.text = shown(state, state.detokenizer->push(update.token.id, render));
     if (state.stop->stopped()) {
       // A stop string: the sequence ends here, whatever the scheduler planned.
-      self->send(state.scheduler, abort_atom::value, state.id, FinishReason::stop);
+      self->send(state.front, abort_atom::value, state.id, FinishReason::stop);
       finish(self, std::move(event), FinishReason::stop);
       return;
     }
@@ -134,17 +132,17 @@ request_actor::behavior_type request(request_actor::stateful_pointer<RequestStat
   state.stop = std::make_unique<text::StopStringFilter>(setup->stop);
   state.skip_special_tokens = setup->skip_special_tokens;
   state.include_stop_str_in_output = setup->include_stop_str_in_output;
-  state.scheduler = setup->scheduler;
+  state.front = setup->front;
   state.num_prompt_tokens = setup->num_prompt_tokens;
   state.metrics = setup->metrics;
   state.submitted = setup->submitted;
   state.keep_alive = caf::actor_cast<request_actor>(self);
   if (setup->timeout.count() > 0) self->delayed_send(self, setup->timeout, timeout_atom::value);
   return {
-      [self](token_atom, TokenUpdate& update) { on_token(self, update); },
+      [self](token_atom, engine::RequestEvent& update) { on_token(self, update); },
       [self](timeout_atom) {
         if (self->state.done) return;
-        self->send(self->state.scheduler, abort_atom::value, self->state.id, FinishReason::timeout);
+        self->send(self->state.front, abort_atom::value, self->state.id, FinishReason::timeout);
         TokenEvent event;
         event.request_id = self->state.id;
         finish(self, std::move(event), FinishReason::timeout);

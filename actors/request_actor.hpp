@@ -20,8 +20,8 @@ struct RequestState {
   std::unique_ptr<text::StopStringFilter> stop;
   bool skip_special_tokens = true;          // GenerateRequest's
   bool include_stop_str_in_output = false;  // GenerateRequest's
-  scheduler_actor scheduler;
-  request_actor keep_alive;  // itself, until it ends: nobody else must hold it
+  front_actor front;                        // where its aborts go
+  request_actor keep_alive;                 // itself, until it ends: nobody else must hold it
   std::int32_t num_prompt_tokens = 0;
   std::int32_t num_generated = 0;
   std::int32_t num_cached_tokens = 0;
@@ -40,7 +40,7 @@ struct RequestSetup {
   bool include_stop_str_in_output = false;
   std::int32_t num_prompt_tokens = 0;
   std::chrono::milliseconds timeout{0};
-  scheduler_actor scheduler;
+  front_actor front;  // where its aborts go
   std::shared_ptr<monitoring::Metrics> metrics;
   std::chrono::steady_clock::time_point submitted;
 };

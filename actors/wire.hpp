@@ -48,8 +48,8 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TokenLogprobEntry& x) {
-  return f(caf::meta::type_name("troupe.TokenLogprobEntry"), x.id, x.logprob);
+typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
+  return f(caf::meta::type_name("troupe.TokenLogprob"), x.id, x.logprob);
 }
 
 template <class Inspector>
@@ -84,11 +84,6 @@ typename Inspector::result_type inspect(Inspector& f, StepInput& x) {
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
-  return f(caf::meta::type_name("troupe.TokenLogprob"), x.id, x.logprob);
-}
-
-template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
   return f(caf::meta::type_name("troupe.SampledToken"), x.id, x.logprob, x.top_logprobs, x.error);
 }
@@ -96,12 +91,6 @@ typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PromptRows& x) {
   return f(caf::meta::type_name("troupe.PromptRows"), x.id, x.first_position, x.top_n, x.targets);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, PromptTokenLogprob& x) {
-  return f(caf::meta::type_name("troupe.PromptTokenLogprob"), x.token, x.logprob, x.rank,
-           x.top_logprobs);
 }
 
 template <class Inspector>
@@ -121,11 +110,13 @@ namespace engine {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerSpec& x) {
+  wire::OptionalField<KvCacheDtype> kv_cache_dtype(x.kv_cache_dtype);
+  auto load = caf::meta::load_callback([&]() -> caf::error { return kv_cache_dtype.store(); });
   return f(caf::meta::type_name("troupe.WorkerSpec"), x.model_path, x.model_fingerprint, x.device,
            x.num_threads, x.cuda_graphs, x.block_size, x.max_model_len, x.max_num_seqs,
            x.max_num_batched_tokens, x.num_kv_blocks, x.kv_cache_bytes, x.gpu_memory_utilization,
-           x.rank, x.world_size, x.device_index, x.kv_cache_dtype, x.calibrate_step_cost,
-           x.draft_model_path);
+           x.rank, x.world_size, x.device_index, kv_cache_dtype.has, kv_cache_dtype.value,
+           x.calibrate_step_cost, x.draft_model_path, load);
 }
 
 template <class Inspector>

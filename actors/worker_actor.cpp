@@ -124,33 +124,4 @@ worker_actor::behavior_type worker(Self self, std::function<void()> before_step,
   };
 }
 
-Result<engine::LoadReport> load_and_wait(caf::actor_system& system, const worker_actor& worker,
-                                         const engine::WorkerSpec& spec, caf::duration timeout) {
-  // A blocking request hears only its answer: an event-based actor hears the worker's end too.
-  auto answer = std::make_shared<std::promise<Result<engine::LoadReport>>>();
-  auto answered = answer->get_future();
-  system.spawn([answer, worker, spec, timeout](caf::event_based_actor* self) {
-    auto reply = [self, answer](Result<engine::LoadReport> result) {
-      answer->set_value(std::move(result));
-      self->quit();  // nothing more is heard: the value is set once
-    };
-    self->monitor(worker);
-    self->set_down_handler([self, reply](const caf::down_msg& down) {
-      reply(make_error(ErrorCode::unavailable, "the worker went away while it loaded: " +
-                                                   self->system().render(down.reason)));
-    });
-    self->request(worker, timeout, load_atom::value, spec)
-        .then(
-            [reply](const engine::LoadReport& report) {
-              if (report.failed) return reply(make_error(report.error.code, report.error.message));
-              reply(report);
-            },
-            [self, reply](const caf::error& err) {
-              reply(make_error(ErrorCode::internal,
-                               "the worker stopped: " + self->system().render(err)));
-            });
-  });
-  return answered.get();
-}
-
 }  // namespace troupe::actors

@@ -25,10 +25,4 @@ struct WorkerState {
 worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self,
                                    std::function<void()> before_step, std::string collective_host);
 
-// Loads `worker` and waits, from a thread that is no actor's, for its report: or why there
-// is none (its load failed, it did not answer within `timeout`, or it went away meanwhile,
-// as a node killed while it loads: noticed when it goes, not at the timeout).
-Result<engine::LoadReport> load_and_wait(caf::actor_system& system, const worker_actor& worker,
-                                         const engine::WorkerSpec& spec, caf::duration timeout);
-
 }  // namespace troupe::actors

@@ -193,7 +193,7 @@ void add_bench_cluster_sim_command(CLI::App& bench) {
       }
       o.step_model = std::move(*model);
     }
-    std::vector<engine::RoutingPolicy> policies;
+    std::vector<RoutingPolicy> policies;
     for (const std::string& name : opts->policies) {
       const auto policy = engine::parse_routing_policy(name);
       if (!policy) fail("unknown policy " + name + " (prefix, least-loaded, round-robin)");
@@ -202,7 +202,7 @@ void add_bench_cluster_sim_command(CLI::App& bench) {
 
     print_header(o);
     std::vector<Run> runs;
-    for (const engine::RoutingPolicy policy : policies) {
+    for (const RoutingPolicy policy : policies) {
       runs.push_back(timed([&] { return bench::simulate_cluster(o, policy); }));
       print_row(runs.back());
       std::fflush(stdout);

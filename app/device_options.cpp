@@ -36,7 +36,8 @@ void add_scheduling_policy_option(CLI::App* cmd, EngineConfig& engine) {
   cmd->add_option_function<std::string>(
          "--scheduling-policy",
          [&engine](const std::string& policy) {
-           engine.policy = policy == "priority" ? BatchingPolicy::priority : BatchingPolicy::fcfs;
+           engine.policy =
+               policy == "priority" ? SchedulingPolicy::priority : SchedulingPolicy::fcfs;
          },
          "the order waiting requests run in: fcfs (first come, first served), or priority (a "
          "request's `priority`, lower first; a more urgent arrival preempts the least urgent "
@@ -59,11 +60,13 @@ void add_device_options(CLI::App* cmd, EngineConfig& engine) {
   cmd->add_flag_callback(
       "--enforce-eager", [&engine] { engine.cuda_graphs = false; },
       "cuda: run every step eagerly (no CUDA graphs)");
-  static const std::map<std::string, KvCacheType> kKvTypes = {
-      {"auto", KvCacheType::automatic}, {"f32", KvCacheType::f32}, {"f16", KvCacheType::f16}};
-  cmd->add_option("--kv-cache-dtype", engine.kv_cache_dtype,
-                  "how the KV cache stores keys and values: auto (f16), f16, or f32 (exact; "
-                  "CPU only)")
+  // auto leaves the dtype unset: the device's default.
+  static const std::map<std::string, std::optional<KvCacheDtype>> kKvTypes = {
+      {"auto", std::nullopt}, {"f32", KvCacheDtype::f32}, {"f16", KvCacheDtype::f16}};
+  cmd->add_option_function<std::string>(
+         "--kv-cache-dtype",
+         [&engine](const std::string& name) { engine.kv_cache_dtype = kKvTypes.at(name); },
+         "how the KV cache stores keys and values: auto (f16), f16, or f32 (exact; CPU only)")
       ->transform(CLI::CheckedTransformer(kKvTypes, CLI::ignore_case).description(""))
       ->type_name("auto|f16|f32")
       ->default_str("auto");

@@ -242,7 +242,7 @@ struct RequestState {
 class Simulation {
  public:
   Simulation(const ClusterSimOptions& o, const Workload& w, const engine::SchedulerConfig& replica,
-             std::int32_t num_replicas, engine::RoutingPolicy policy, const StepTimeModel& model)
+             std::int32_t num_replicas, RoutingPolicy policy, const StepTimeModel& model)
       : workload_(w), model_(model), router_([&] {
           engine::RouterConfig c = o.router;
           c.policy = policy;
@@ -443,8 +443,7 @@ class Simulation {
 
 }  // namespace
 
-Result<SimRunResult> simulate_cluster(const ClusterSimOptions& options,
-                                      engine::RoutingPolicy policy) {
+Result<SimRunResult> simulate_cluster(const ClusterSimOptions& options, RoutingPolicy policy) {
   TROUPE_TRY(const Workload workload, make_workload(options));
   Simulation sim(options, workload, options.replica, options.num_replicas, policy,
                  options.step_model);
@@ -463,7 +462,7 @@ Result<SimRunResult> simulate_single_replica(const ClusterSimOptions& options) {
   StepTimeModel model = options.step_model;
   model.b /= n;
   model.c /= n;
-  Simulation sim(options, workload, whole, 1, engine::RoutingPolicy::least_loaded, model);
+  Simulation sim(options, workload, whole, 1, RoutingPolicy::least_loaded, model);
   TROUPE_TRY(SimRunResult result, sim.run());
   result.name = "single replica";
   return result;

@@ -115,8 +115,7 @@ struct SimRunResult {
 // One run: options.num_replicas replicas behind a router of `policy`. Errors: options that
 // make no workload, a request no replica can hold, or a scheduler whose invariants are
 // broken at the end (the message names the replica).
-Result<SimRunResult> simulate_cluster(const ClusterSimOptions& options,
-                                      engine::RoutingPolicy policy);
+Result<SimRunResult> simulate_cluster(const ClusterSimOptions& options, RoutingPolicy policy);
 
 // The reference for the hit rate: the same workload on ONE replica holding the whole
 // cluster's KV blocks, sequence slots, token budget and compute (its per-token and

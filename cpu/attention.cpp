@@ -272,7 +272,7 @@ void partition(const PartitionJob& j) {
 }
 
 void AttentionPartition(const PartitionJob& job) {
-  if (job.dtype == model::KvCacheDtype::f32) {
+  if (job.dtype == KvCacheDtype::f32) {
     partition<float>(job);
   } else {
     partition<hwy::float16_t>(job);

@@ -25,7 +25,7 @@ inline constexpr std::int32_t kQueryTile = 16;
 struct KvLayerView {
   const std::byte* keys = nullptr;    // [num_blocks, num_kv_heads, head_dim, block_size]
   const std::byte* values = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
-  model::KvCacheDtype dtype = model::KvCacheDtype::f16;
+  KvCacheDtype dtype = KvCacheDtype::f16;
   std::int32_t block_size = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
@@ -54,7 +54,7 @@ struct PartitionJob {
   float scale = 1.0f;
   float softcap = 0.0f;     // score = softcap * tanh(scale * q.k / softcap); 0: none
   std::int32_t window = 0;  // 0: none
-  model::KvCacheDtype dtype = model::KvCacheDtype::f16;
+  KvCacheDtype dtype = KvCacheDtype::f16;
   const std::byte* const* k_blocks = nullptr;  // [num_blocks] one KV head's part of each block
   const std::byte* const* v_blocks = nullptr;
   std::int32_t num_blocks = 0;

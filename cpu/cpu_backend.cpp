@@ -144,7 +144,7 @@ Result<void> CpuBackend::supports(const model::ArchFeatures& features) const {
   return {};
 }
 
-Result<model::StepPlan> CpuBackend::begin_step(const model::StepInput& step) {
+Result<model::StepShape> CpuBackend::begin_step(const model::StepInput& step) {
   if (k_cache_.empty()) return make_error(ErrorCode::invalid_argument, "no KV cache allocated");
   step_ = &step;
   step_error_.reset();
@@ -152,8 +152,8 @@ Result<model::StepPlan> CpuBackend::begin_step(const model::StepInput& step) {
   for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
     for (std::int32_t i = step.query_start[s]; i < step.query_start[s + 1]; ++i) token_seq_[i] = s;
   }
-  return model::StepPlan{step.num_tokens(), static_cast<std::int64_t>(step.logit_rows.size()),
-                         false};
+  return model::StepShape{step.num_tokens(), static_cast<std::int64_t>(step.logit_rows.size()),
+                          false};
 }
 
 Result<void> CpuBackend::end_step() {
@@ -357,7 +357,7 @@ void CpuBackend::rope(Tensor x, std::int32_t head_dim, const model::RopeParams& 
 void CpuBackend::store_kv(std::int32_t layer, Tensor k, Tensor v) {
   const OpTimer timer = time_op([] { return "store_kv"; });
   const auto& s = kv_shape_;
-  const bool half = s.dtype == model::KvCacheDtype::f16;
+  const bool half = s.dtype == KvCacheDtype::f16;
   pool_.parallel_for(k.rows, [&](std::int64_t t) {
     const std::int32_t seq = token_seq_[t];
     const std::int32_t pos = step_->positions[t];

@@ -41,7 +41,7 @@ class CpuBackend final : public model::Backend {
   // Every feature of every architecture troupe reads.
   Result<void> supports(const model::ArchFeatures& features) const override;
 
-  Result<model::StepPlan> begin_step(const model::StepInput& step) override;
+  Result<model::StepShape> begin_step(const model::StepInput& step) override;
   Result<void> end_step() override;
   void embed(const model::Weight& table, model::Tensor out) override;
   void rms_norm(model::Tensor x, const model::Weight& weight, float eps,

@@ -84,23 +84,18 @@ void EngineCore::keep_scores(const StepOutput& output) {
     if (it == requests_.end()) continue;  // cancelled while the step ran
     LiveRequest& request = it->second;
     auto position = static_cast<std::size_t>(scores.first_position);
-    for (const model::PromptTokenLogprob& entry : scores.entries) {
+    for (const PromptLogprob& entry : scores.entries) {
       if (position >= request.prompt_logprobs.size()) break;
-      PromptLogprob& kept = request.prompt_logprobs[position++];
-      kept.token = entry.token;
-      kept.logprob = entry.logprob;
-      kept.rank = entry.rank;
-      kept.top_logprobs.clear();
-      for (const auto& top : entry.top_logprobs) kept.top_logprobs.push_back({top.id, top.logprob});
+      request.prompt_logprobs[position++] = entry;
     }
     // Chunks run in order from position 0, so what lies below the furthest is known.
     request.num_scored = std::max(request.num_scored, static_cast<std::int32_t>(position));
   }
 }
 
-RequestUpdate EngineCore::end_update(SeqId id, LiveRequest& request, FinishReason reason,
-                                     std::string error, ErrorCode error_code) {
-  RequestUpdate update;
+AddressedEvent EngineCore::end_update(SeqId id, LiveRequest& request, FinishReason reason,
+                                      std::string error, ErrorCode error_code) {
+  AddressedEvent update;
   update.id = id;
   update.reply_to = std::move(request.reply_to);
   update.finish_reason = reason;
@@ -118,8 +113,8 @@ void EngineCore::forget(SeqId id) {
   requests_.erase(it);
 }
 
-std::optional<RequestUpdate> EngineCore::cancel(SeqId id, FinishReason reason, std::string error,
-                                                ErrorCode error_code) {
+std::optional<AddressedEvent> EngineCore::cancel(SeqId id, FinishReason reason, std::string error,
+                                                 ErrorCode error_code) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return std::nullopt;
   scheduler_.abort(id);
@@ -128,12 +123,12 @@ std::optional<RequestUpdate> EngineCore::cancel(SeqId id, FinishReason reason, s
   return update;
 }
 
-std::vector<RequestUpdate> EngineCore::end_all(FinishReason reason, const std::string& error) {
+std::vector<AddressedEvent> EngineCore::end_all(FinishReason reason, const std::string& error) {
   std::vector<SeqId> ids;
   ids.reserve(requests_.size());
   for (const auto& [id, request] : requests_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
-  std::vector<RequestUpdate> updates;
+  std::vector<AddressedEvent> updates;
   for (SeqId id : ids) updates.push_back(*cancel(id, reason, error));
   return updates;
 }
@@ -321,7 +316,7 @@ AppliedStep EngineCore::apply(const StepOutput& output) {
                                     [id](const FinishedSequence& f) { return f.id == id; });
       const std::int32_t count = std::max(num_taken[i], 1);
       for (std::int32_t t = 0; t < count; ++t) {
-        RequestUpdate update;
+        AddressedEvent update;
         update.id = id;
         update.token = t == 0 ? output.tokens[i] : output.more_tokens[more_start[i] + t - 1];
         update.num_cached_tokens = cached[i];

@@ -16,7 +16,8 @@
 #include "engine/scheduler.hpp"
 #include "engine/token_budget.hpp"
 #include "engine/worker_protocol.hpp"
-#include "troupe/engine.hpp"
+#include "troupe/logprobs.hpp"
+#include "troupe/stats.hpp"
 
 namespace troupe::engine {
 
@@ -44,7 +45,7 @@ struct RequestEvent {
 };
 
 // An event with the driver's handle for its listener.
-struct RequestUpdate : RequestEvent {
+struct AddressedEvent : RequestEvent {
   std::any reply_to;
 };
 
@@ -55,7 +56,7 @@ struct FirstToken {
 };
 
 struct AppliedStep {
-  std::vector<RequestUpdate> updates;
+  std::vector<AddressedEvent> updates;
   BatchPlan plan;                        // the step's work (who ran, how many tokens each)
   std::vector<FirstToken> first_tokens;  // requests whose first token came in this step
   std::int32_t num_tokens = 0;           // run through the model
@@ -106,10 +107,10 @@ class EngineCore {
   Result<void> add(CoreRequest request);
   // Ends a request now: its blocks are free when this returns, and the worker forgets
   // it with the next step. Nothing when it is unknown or over.
-  std::optional<RequestUpdate> cancel(SeqId id, FinishReason reason, std::string error = {},
-                                      ErrorCode error_code = ErrorCode::internal);
+  std::optional<AddressedEvent> cancel(SeqId id, FinishReason reason, std::string error = {},
+                                       ErrorCode error_code = ErrorCode::internal);
   // Ends every request (shutdown, or no worker can be made).
-  std::vector<RequestUpdate> end_all(FinishReason reason, const std::string& error);
+  std::vector<AddressedEvent> end_all(FinishReason reason, const std::string& error);
 
   // The next step's work, or nothing when a step is in flight or nothing can run.
   std::optional<StepWork> next_step();
@@ -127,7 +128,7 @@ class EngineCore {
   // unseen by their callers, to run elsewhere; the others end with `error`.
   struct LostWorker {
     std::vector<CoreRequest> unstarted;  // in arrival order
-    std::vector<RequestUpdate> ended;
+    std::vector<AddressedEvent> ended;
   };
   LostWorker lose_worker(const std::string& error);
 
@@ -171,8 +172,8 @@ class EngineCore {
   // Counts the step's drafts and what verification accepted of them.
   void note_speculation(const InFlight& step, const StepOutput& output);
 
-  RequestUpdate end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error,
-                           ErrorCode error_code = ErrorCode::internal);
+  AddressedEvent end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error,
+                            ErrorCode error_code = ErrorCode::internal);
   // Whether the worker's prompt scores are the ones the step asked for.
   static bool scores_match(const InFlight& step, const StepOutput& output);
   // The request's first token, once: its time from add() goes to `applied`.

@@ -18,11 +18,9 @@
 #include <span>
 #include <string_view>
 
-#include "troupe/engine.hpp"
+#include "troupe/config.hpp"
 
 namespace troupe::engine {
-
-using troupe::RoutingPolicy;
 
 std::optional<RoutingPolicy> parse_routing_policy(std::string_view name);
 std::string_view to_string(RoutingPolicy policy);

@@ -136,7 +136,7 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
   }
   // Speculative decoding: only while the decodes are few enough that a step's cost is
   // reading the weights, not computing with them.
-  const SpeculationConfig& spec = config_.speculation;
+  const SpeculativeConfig& spec = config_.speculation;
   const bool speculate = spec.enabled() && config_.mode == BatchingMode::continuous &&
                          num_decodes <= spec.disable_by_batch_size;
   // With prompts to prefill, a draft model's catching up takes a share of the budget only.
@@ -203,10 +203,10 @@ std::int32_t Scheduler::proposal_room(const Sequence& seq, std::int32_t budget) 
 
 void Scheduler::plan_draft(const Sequence& seq, std::int32_t budget, std::int32_t most_catch_up,
                            ScheduledChunk& chunk) const {
-  const SpeculationConfig& spec = config_.speculation;
+  const SpeculativeConfig& spec = config_.speculation;
   const std::int32_t room = proposal_room(seq, budget);
   if (room <= 0) return;
-  if (!spec.draft_model) {
+  if (!spec.uses_draft_model()) {
     chunk.draft = propose_ngram(seq.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, room);
     return;
   }
@@ -232,7 +232,7 @@ void Scheduler::note_acceptance(Sequence& seq, std::int32_t accepted, std::int32
   const float rate = static_cast<float>(accepted) / static_cast<float>(proposed);
   seq.draft_acceptance = 0.7f * seq.draft_acceptance + 0.3f * rate;
   const float poor =
-      config_.speculation.draft_model ? kPoorDraftModelAcceptance : kPoorNgramAcceptance;
+      config_.speculation.uses_draft_model() ? kPoorDraftModelAcceptance : kPoorNgramAcceptance;
   if (seq.draft_acceptance < poor) {
     seq.draft_backoff = std::clamp(seq.draft_backoff * 2, kFirstDraftPause, kLongestDraftPause);
     seq.draft_pause = seq.draft_backoff;

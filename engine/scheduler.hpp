@@ -19,16 +19,10 @@
 #include "engine/ngram_proposer.hpp"
 #include "engine/sequence.hpp"
 #include "engine/stop_rule.hpp"
+#include "troupe/config.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::engine {
-
-enum class SchedulingPolicy { fcfs, priority };
-
-enum class BatchingMode {
-  continuous,    // the batch is re-formed every iteration
-  static_batch,  // admit up to max_num_seqs when the batch is empty; run them all to the end
-};
 
 struct SchedulerConfig {
   // Token budget of one iteration; with a budget set per iteration, its ceiling.
@@ -41,7 +35,7 @@ struct SchedulerConfig {
   SchedulingPolicy policy = SchedulingPolicy::fcfs;
   BatchingMode mode = BatchingMode::continuous;
   // Speculative decoding (n-gram proposals verified in the step); off by default.
-  SpeculationConfig speculation = {};
+  SpeculativeConfig speculation = {};
 };
 
 struct SequenceRequest {

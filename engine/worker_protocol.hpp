@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,11 @@
 
 namespace troupe::engine {
 
-enum class WorkerDevice : std::int32_t { cpu, cuda };
-
 // Everything a worker needs to load its share of a model and size its KV cache.
 struct WorkerSpec {
   std::string model_path;
   std::string model_fingerprint;  // model::file_fingerprint(): the worker checks its copy
-  WorkerDevice device = WorkerDevice::cpu;
+  Device device = Device::cpu;
   std::int32_t device_index = 0;  // which GPU of its machine (a node gives each rank its own)
   std::int32_t num_threads = 0;   // compute threads (0: all cores)
   bool cuda_graphs = true;
@@ -37,7 +36,7 @@ struct WorkerSpec {
   std::int32_t num_kv_blocks = 0;
   std::int64_t kv_cache_bytes = std::int64_t{1} << 30;
   double gpu_memory_utilization = 0.9;
-  KvCacheType kv_cache_dtype = KvCacheType::automatic;
+  std::optional<KvCacheDtype> kv_cache_dtype;  // unset: F16
   std::int32_t rank = 0;
   std::int32_t world_size = 1;
   // Time a prefill and a decode at load (LoadReport::step_costs), for a token budget

@@ -66,7 +66,7 @@ class CheckingBackend final : public Backend {
     return {};
   }
   const KvCacheShape& kv_cache_shape() const override { return shape_; }
-  Result<StepPlan> begin_step(const StepInput&) override {
+  Result<StepShape> begin_step(const StepInput&) override {
     return make_error(ErrorCode::unsupported, "the fuzz backend runs no steps");
   }
   void embed(const Weight&, Tensor) override {}

@@ -101,10 +101,10 @@ class CudaBackend final : public model::Backend {
   Result<void> allocate_kv_cache(const model::KvCacheShape& shape) override;
   const model::KvCacheShape& kv_cache_shape() const override { return kv_shape_; }
 
-  model::StepPlan step_shape(const model::StepInput& step) const override;
+  model::StepShape step_shape(const model::StepInput& step) const override;
   // Every feature of every architecture troupe reads.
   Result<void> supports(const model::ArchFeatures& features) const override;
-  Result<model::StepPlan> begin_step(const model::StepInput& step) override;
+  Result<model::StepShape> begin_step(const model::StepInput& step) override;
   Result<void> end_step() override;
   void embed(const model::Weight& table, model::Tensor out) override;
   void rms_norm(model::Tensor x, const model::Weight& weight, float eps,

@@ -177,7 +177,7 @@ Result<void> CudaBackend::allocate_kv_cache(const model::KvCacheShape& shape) {
     return make_error(ErrorCode::invalid_argument, "KV cache dimensions must be positive");
   }
   TROUPE_TRY_VOID(check_heads(shape.num_kv_heads, shape.num_kv_heads, shape.head_dim));
-  if (shape.dtype != model::KvCacheDtype::f16) {
+  if (shape.dtype != KvCacheDtype::f16) {
     return make_error(ErrorCode::unsupported, "the CUDA backend keeps its KV cache in F16");
   }
   cudaStreamSynchronize(as_stream(stream_));

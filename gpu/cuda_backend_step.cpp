@@ -15,11 +15,11 @@ void CudaBackend::invalidate_graphs() {
   warmed_.clear();
 }
 
-model::StepPlan CudaBackend::step_shape(const model::StepInput& step) const {
+model::StepShape CudaBackend::step_shape(const model::StepInput& step) const {
   const std::int32_t rows = planned_rows(step, graph_policy_);
   const bool padded = rows != step.num_tokens();
-  return model::StepPlan{rows, padded ? rows : static_cast<std::int64_t>(step.logit_rows.size()),
-                         false};
+  return model::StepShape{rows, padded ? rows : static_cast<std::int64_t>(step.logit_rows.size()),
+                          false};
 }
 
 Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
@@ -70,7 +70,7 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
   return {};
 }
 
-Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
+Result<model::StepShape> CudaBackend::begin_step(const model::StepInput& step) {
   if (step_open_) return make_error(ErrorCode::internal, "a step began before the last one ended");
   if (!lost_) error_.clear();  // the last step's failure (not sticky) was its own
   TROUPE_TRY_VOID(status());
@@ -110,8 +110,8 @@ Result<model::StepPlan> CudaBackend::begin_step(const model::StepInput& step) {
   upload(m.tables, l.block_tables.data(), l.block_tables.size() * 4);
   TROUPE_TRY_VOID(status());
 
-  model::StepPlan plan{l.rows, l.graph ? l.rows : static_cast<std::int64_t>(step.logit_rows.size()),
-                       false};
+  model::StepShape plan{
+      l.rows, l.graph ? l.rows : static_cast<std::int64_t>(step.logit_rows.size()), false};
   step_open_ = true;
   capturing_ = replaying_ = false;
   if (l.graph) {

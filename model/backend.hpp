@@ -101,7 +101,7 @@ struct MoeLayer {
 };
 
 // How the recipe runs a step its backend has begun.
-struct StepPlan {
+struct StepShape {
   std::int64_t rows = 0;        // rows every op runs on: num_tokens, or more where a GPU pads a
                                 // decode step to the batch size of a recorded CUDA graph
   std::int64_t logit_rows = 0;  // rows of logits computed (>= the step's logit_rows)
@@ -160,11 +160,11 @@ class Backend {
 
   // --- one step ---
   // The rows a step will run on, before it begins (the recipe sizes its buffers by it).
-  virtual StepPlan step_shape(const StepInput& step) const {
-    return StepPlan{step.num_tokens(), static_cast<std::int64_t>(step.logit_rows.size()), false};
+  virtual StepShape step_shape(const StepInput& step) const {
+    return StepShape{step.num_tokens(), static_cast<std::int64_t>(step.logit_rows.size()), false};
   }
   // Takes the step's tokens, positions and block tables (a GPU uploads them once).
-  virtual Result<StepPlan> begin_step(const StepInput& step) = 0;
+  virtual Result<StepShape> begin_step(const StepInput& step) = 0;
   // Ends the step's ops (a GPU launches the step's graph here); reports a failed op.
   virtual Result<void> end_step() { return {}; }
   // out[t] = table row of the step's token t.          out: [num_tokens, table.cols]

@@ -79,14 +79,14 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
   if (step.num_tokens() == 0) return Tensor{};
   Backend& b = *backend_;
   // Buffers first: a backend that records steps must see them settled before it begins.
-  const StepPlan shape = b.step_shape(step);
+  const StepShape shape = b.step_shape(step);
   const std::int64_t n = shape.rows;
   // Every rank of a vocabulary-split LM head computes its slice of the logits.
   const bool logits_here = shard_.computes_logits() || vocab_split_;
   const std::int64_t num_logits =
       step.logit_rows.empty() || !logits_here ? 0 : std::max<std::int64_t>(shape.logit_rows, 1);
   TROUPE_TRY_VOID(reserve(n, num_logits));
-  TROUPE_TRY(const StepPlan plan, b.begin_step(step));
+  TROUPE_TRY(const StepShape plan, b.begin_step(step));
   TROUPE_ASSERT(plan.rows == shape.rows && plan.logit_rows == shape.logit_rows,
                 "a backend began a step of another shape than it announced");
   const Tensor x = view(ws_.x, n), h = view(ws_.h, n), q = view(ws_.q, n), k = view(ws_.k, n),

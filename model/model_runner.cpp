@@ -103,7 +103,7 @@ void ModelRunner::score_prompt_rows(std::span<const PromptRows> prompt_rows, std
     const float* logits;
     TokenId target;
     std::int32_t top_n;
-    PromptTokenLogprob* entry;
+    PromptLogprob* entry;
   };
   std::vector<Job> jobs;
   out->clear();

@@ -4,9 +4,9 @@
 
 namespace troupe::model {
 
-PromptTokenLogprob score_prompt_token(std::span<const float> logits, TokenId target,
-                                      std::int32_t top_n) {
-  PromptTokenLogprob out;
+PromptLogprob score_prompt_token(std::span<const float> logits, TokenId target,
+                                 std::int32_t top_n) {
+  PromptLogprob out;
   out.token = target;
   const float own = logits[static_cast<std::size_t>(target)];
   // As Sampler::sample computes a sampled token's: the same bits for the same logits.

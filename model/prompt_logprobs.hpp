@@ -24,21 +24,12 @@ struct PromptRows {
   bool operator==(const PromptRows&) const = default;
 };
 
-struct PromptTokenLogprob {
-  TokenId token = kNoToken;
-  float logprob = 0.0f;
-  std::int32_t rank = 0;  // 1 + the number of tokens with a strictly greater logit
-  std::vector<TokenLogprob> top_logprobs;
-
-  bool operator==(const PromptTokenLogprob&) const = default;
-};
-
 // One sequence's scores from one step: entries[i] scores the prompt token at position
 // first_position + 1 + i.
 struct PromptLogprobs {
   std::uint64_t id = 0;
   std::int32_t first_position = 0;
-  std::vector<PromptTokenLogprob> entries;
+  std::vector<PromptLogprob> entries;
 
   bool operator==(const PromptLogprobs&) const = default;
 };
@@ -46,7 +37,6 @@ struct PromptLogprobs {
 // Scores `target` under one row of logits: its log-softmax computed as the sampler
 // computes a sampled token's (so teacher forcing gives the same number), its rank, and
 // the `top_n` most likely (ties: lowest id first).
-PromptTokenLogprob score_prompt_token(std::span<const float> logits, TokenId target,
-                                      std::int32_t top_n);
+PromptLogprob score_prompt_token(std::span<const float> logits, TokenId target, std::int32_t top_n);
 
 }  // namespace troupe::model

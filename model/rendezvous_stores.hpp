@@ -1,6 +1,6 @@
 // Rendezvous stores for ranks outside a cluster: a map for threads of one process (tests),
 // files for processes of one machine (the benchmarks). A cluster's ranks meet through
-// their group actor instead (actors/cluster/group_actor).
+// their group actor instead (actors/parallel/group_actor).
 #pragma once
 
 #include <condition_variable>

@@ -19,17 +19,11 @@
 #include "grammar/matcher.hpp"
 #include "grammar/token_masker.hpp"
 #include "model/mask_workers.hpp"
+#include "troupe/logprobs.hpp"
 #include "troupe/result.hpp"
 #include "troupe/sampling.hpp"
 
 namespace troupe::model {
-
-struct TokenLogprob {
-  TokenId id = kNoToken;
-  float logprob = 0.0f;
-
-  bool operator==(const TokenLogprob&) const = default;
-};
 
 struct SampledToken {
   // kNoToken: the row has no token this step. Its grammar's mask was not ready when the

@@ -12,10 +12,6 @@
 
 namespace troupe::model {
 
-// How keys and values are stored. F16 halves the bytes a long context reads per token
-// (llama.cpp's default too); F32 keeps them exact.
-enum class KvCacheDtype : std::uint8_t { f32, f16 };
-
 constexpr std::int64_t kv_element_bytes(KvCacheDtype dtype) {
   return dtype == KvCacheDtype::f32 ? 4 : 2;
 }

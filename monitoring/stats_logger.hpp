@@ -11,7 +11,7 @@
 #include <optional>
 #include <thread>
 
-#include "troupe/engine.hpp"
+#include "troupe/stats.hpp"
 
 namespace troupe::monitoring {
 

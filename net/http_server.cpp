@@ -91,7 +91,7 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
   for (const auto& name : config.other_model_names) {
     context.other_model_names.push_back(text::to_valid_utf8(name));
   }
-  context.priority_scheduling = engine.scheduling_policy() == BatchingPolicy::priority;
+  context.priority_scheduling = engine.scheduling_policy() == SchedulingPolicy::priority;
   context.max_logprobs = config.max_logprobs;
 }
 

@@ -142,7 +142,7 @@ json::object logprobs_json(const text::Tokenizer& tokenizer, const std::vector<T
     token_logprobs.emplace_back(std::move(logprob));
     top.emplace_back(std::move(entries));
   };
-  auto top_entries = [&](TokenId token, float logprob, const std::vector<TokenLogprobEntry>& list) {
+  auto top_entries = [&](TokenId token, float logprob, const std::vector<TokenLogprob>& list) {
     json::object entries;
     for (const auto& t : list) entries[text::to_valid_utf8(tokenizer.piece(t.id))] = t.logprob;
     const std::string own = text::to_valid_utf8(tokenizer.piece(token));

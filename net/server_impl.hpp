@@ -92,7 +92,7 @@ inline void drop_scoring_token(TokenEvent& e) {
 
 inline std::int64_t event_bytes(const TokenEvent& e) {
   return static_cast<std::int64_t>(sizeof(TokenEvent) + e.text.size() + e.error.size() +
-                                   e.top_logprobs.size() * sizeof(TokenLogprobEntry));
+                                   e.top_logprobs.size() * sizeof(TokenLogprob));
 }
 
 // Runs `work` on `pool` and resumes the calling coroutine on its own executor with the

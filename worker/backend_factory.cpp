@@ -24,8 +24,7 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
                             std::int32_t max_model_len) {
   engine::WorkerSpec spec;
   spec.model_path = std::move(model_path);
-  spec.device =
-      config.device == Device::cuda ? engine::WorkerDevice::cuda : engine::WorkerDevice::cpu;
+  spec.device = config.device;
   spec.num_threads = config.num_threads;
   spec.cuda_graphs = config.cuda_graphs;
   spec.block_size = config.block_size;
@@ -43,7 +42,7 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
 
 Result<std::unique_ptr<model::Backend>> make_backend(const engine::WorkerSpec& spec,
                                                      const model::Backend* beside) {
-  if (spec.device == engine::WorkerDevice::cpu) {
+  if (spec.device == Device::cpu) {
     if (const auto* cpu = dynamic_cast<const cpu::CpuBackend*>(beside)) {
       return std::make_unique<cpu::CpuBackend>(cpu->thread_pool());
     }
@@ -77,7 +76,7 @@ std::vector<GpuInfo> list_gpus() {
 
 Result<void> check_model(const engine::WorkerSpec& spec, const model::LlamaConfig& config) {
 #ifdef TROUPE_HAVE_CUDA
-  if (spec.device == engine::WorkerDevice::cuda) {
+  if (spec.device == Device::cuda) {
     return gpu::CudaBackend::check_heads(config.num_heads, config.num_kv_heads, config.head_dim);
   }
 #endif
@@ -90,7 +89,7 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
   if (link.store == nullptr) {
     return make_error(ErrorCode::invalid_argument, "a rank of a group needs a rendezvous store");
   }
-  if (spec.device == engine::WorkerDevice::cuda) {
+  if (spec.device == Device::cuda) {
 #if defined(TROUPE_HAVE_CUDA) && defined(TROUPE_HAVE_NCCL)
     TROUPE_TRY(auto group,
                gpu::NcclCommunicator::connect(*link.store, spec.rank, spec.world_size,
@@ -174,11 +173,11 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
   const model::Shard shard{spec.rank, spec.world_size};
   TROUPE_TRY(const auto layout, model::shard_layout(m.config, shard));
   TROUPE_TRY_VOID(check_model(spec, model::local_config(m.config, layout)));
-  if (spec.device == engine::WorkerDevice::cpu) {  // mapped weights live in host memory
+  if (spec.device == Device::cpu) {  // mapped weights live in host memory
     TROUPE_TRY_VOID(
         model::check_weights_fit(*m.file, m.config, spec.world_size, host_memory_bytes()));
   }
-  if (spec.device == engine::WorkerDevice::cuda && spec.kv_cache_dtype == KvCacheType::f32) {
+  if (spec.device == Device::cuda && spec.kv_cache_dtype == KvCacheDtype::f32) {
     return make_error(ErrorCode::unsupported,
                       "--kv-cache-dtype f32 is for the CPU; the CUDA backend keeps its KV cache "
                       "in F16");
@@ -194,8 +193,7 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
     TROUPE_TRY_VOID(backend->join_group(std::move(group)));
   }
   TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard, progress));
-  m.kv_dtype =
-      spec.kv_cache_dtype == KvCacheType::f32 ? model::KvCacheDtype::f32 : model::KvCacheDtype::f16;
+  m.kv_dtype = spec.kv_cache_dtype.value_or(KvCacheDtype::f16);
   return m;
 }
 

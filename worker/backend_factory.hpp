@@ -12,7 +12,7 @@
 #include "model/backend.hpp"
 #include "model/llama_config.hpp"
 #include "model/loaded_model.hpp"
-#include "troupe/engine.hpp"
+#include "troupe/config.hpp"
 
 namespace troupe::worker {
 

@@ -124,7 +124,7 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
     block_bytes += w->draft_.backend->kv_block_bytes(w->draft_.kv_cache_shape(0, spec.block_size));
   }
   std::optional<std::int64_t> free_bytes;
-  if (spec.device == engine::WorkerDevice::cuda && spec.num_kv_blocks <= 0) {
+  if (spec.device == Device::cuda && spec.num_kv_blocks <= 0) {
     TROUPE_TRY(free_bytes, backend.free_memory_bytes());
   }
   TROUPE_TRY(const std::int32_t num_blocks, kv_blocks_for_budget(spec, block_bytes, free_bytes));
@@ -158,7 +158,7 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
   if (spec.world_size > 1) {
     return refused("cannot run beside a tensor-parallel model (not supported yet)");
   }
-  if (spec.device != engine::WorkerDevice::cpu) {
+  if (spec.device != Device::cpu) {
     return refused("runs on the CPU only for now");
   }
   engine::WorkerSpec draft_spec = spec;

@@ -66,8 +66,8 @@ struct NodeWorkerState {
 // The node's settings applied to the head's spec: they win.
 void apply_settings(const NodeSettings& settings, engine::WorkerSpec& spec) {
   spec.num_threads = settings.num_threads;
-  spec.device = settings.device == "cuda" ? engine::WorkerDevice::cuda : engine::WorkerDevice::cpu;
-  if (spec.device == engine::WorkerDevice::cuda) {
+  spec.device = settings.device == "cuda" ? Device::cuda : Device::cpu;
+  if (spec.device == Device::cuda) {
     // A group's ranks here are consecutive and no more than its GPUs: one GPU each.
     auto gpus = static_cast<std::int32_t>(worker::list_gpus().size());
     if (settings.num_gpus >= 0) gpus = std::min(gpus, settings.num_gpus);

@@ -112,12 +112,12 @@ TEST_CASE(
     "[actors]") {
   auto config = small_config();
   config.max_num_seqs = 1;  // one seat: the urgent request must take it
-  config.policy = BatchingPolicy::priority;
+  config.policy = SchedulingPolicy::priority;
   EngineHooks hooks;
   hooks.before_step = [] { std::this_thread::sleep_for(1ms); };
   auto engine = Engine::create(config, hooks);
   REQUIRE(engine.has_value());
-  CHECK((*engine)->scheduling_policy() == BatchingPolicy::priority);
+  CHECK((*engine)->scheduling_policy() == SchedulingPolicy::priority);
   Collector alone;
   const auto solo = (*engine)->submit(greedy({1, 2, 3}, 120), alone.callback());
   REQUIRE(solo.has_value());

@@ -253,7 +253,7 @@ TEST_CASE("a model split over two local ranks scores a prompt as one worker does
   // F32 keys and values: in F16 the ranks' other rounding can land a value on the other
   // side of an F16 step, and the scores then differ by ~1e-3.
   auto one = stories_config(8);
-  one.kv_cache_dtype = KvCacheType::f32;
+  one.kv_cache_dtype = KvCacheDtype::f32;
   const auto whole = score_alone(one, scoring(prompt, 3));
   auto config = one;
   config.tensor_parallel_size = 2;  // the LM head split by vocabulary: rank 0 gathers

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "actors/cluster/router_actor.hpp"
+#include "actors/parallel/router_actor.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -34,7 +34,8 @@ replica_actor::behavior_type stand_in(replica_actor::stateful_pointer<StandInSta
         const auto waiting = static_cast<std::int32_t>(s.num_received);
         return actors::ReplicaProbe{true, waiting, 0, 0.0, s.cached_prefix_tokens, s.num_received};
       },
-      [](actors::router_atom, const actors::scheduler_actor&) {},
+      [](actors::router_atom, const actors::front_actor&) {},
+      [](actors::supplied_atom, const actors::SupplyNews&) {},
   };
 }
 
@@ -50,7 +51,7 @@ TEST_CASE("a burst is routed by what the router sent, not only by what replicas 
   engine::RouterConfig routing;
   routing.policy = RoutingPolicy::prefix;
   routing.max_load_gap = 2;
-  auto router = system.spawn(actors::router, replicas, routing);
+  auto router = system.spawn(actors::parallel::router, replicas, routing);
   for (RequestId id = 1; id <= 8; ++id) {
     actors::Submission s;
     s.id = id;

@@ -109,7 +109,7 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     engine::WorkerSpec spec;
     spec.model_path = "/models/llama-3-8b.Q4_K_M.gguf";
     spec.model_fingerprint = "4920733184-0123456789abcdef";
-    spec.device = engine::WorkerDevice::cuda;
+    spec.device = Device::cuda;
     spec.num_threads = 6;
     spec.cuda_graphs = false;
     spec.block_size = 32;
@@ -119,7 +119,7 @@ TEST_CASE("every worker-protocol message round-trips through CAF's binary serial
     spec.num_kv_blocks = 1234;
     spec.kv_cache_bytes = std::int64_t{3} << 32;
     spec.gpu_memory_utilization = 0.85;
-    spec.kv_cache_dtype = KvCacheType::f32;
+    spec.kv_cache_dtype = KvCacheDtype::f32;
     spec.rank = 1;
     spec.world_size = 2;
     spec.calibrate_step_cost = true;

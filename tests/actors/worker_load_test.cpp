@@ -6,7 +6,8 @@
 #include <catch2/catch.hpp>
 #include <optional>
 
-#include "actors/cluster/group_actor.hpp"
+#include "actors/parallel/group_actor.hpp"
+#include "actors/replica/worker_supply.hpp"
 #include "actors/worker_actor.hpp"
 
 using namespace troupe;
@@ -78,7 +79,7 @@ Loaded load_group(std::optional<engine::LoadReport> rank0,
   caf::actor_system system{config};
   std::vector<worker_actor> ranks{system.spawn(stand_in, std::move(rank0)),
                                   system.spawn(stand_in, std::move(rank1))};
-  auto group = system.spawn(actors::cluster::group, ranks, std::vector<std::string>{"n0", "n1"},
+  auto group = system.spawn(actors::parallel::group, ranks, std::vector<std::string>{"n0", "n1"},
                             std::chrono::milliseconds(kCollectiveTimeout));
   caf::scoped_actor self{system};
   Loaded loaded;
@@ -146,15 +147,24 @@ TEST_CASE("a rank's own failure is the group's at once, and names it", "[actors]
   }
 }
 
-TEST_CASE("a load waited for from outside the actors ends when its worker goes", "[actors][tp]") {
+// A replica's worker supply with this worker standing in for the one it would spawn.
+Result<actors::SupplyNews> supply_with(caf::actor_system& system, worker_actor worker,
+                                       caf::duration load_timeout) {
+  actors::WorkerSource source;
+  source.load_timeout = load_timeout;
+  source.spawn_local = [worker](caf::actor_system&) { return worker; };
+  return actors::supply_and_wait(system, source, engine::WorkerSpec{});
+}
+
+TEST_CASE("a worker supply waited for from outside the actors ends when its worker goes",
+          "[actors][tp]") {
   caf::actor_system_config config;
   actors::add_message_types(config);
   caf::actor_system system{config};
   const caf::duration ten_minutes{std::chrono::minutes(10)};
   SECTION("a worker that goes while it loads: at once, not at the timeout") {
     const auto start = std::chrono::steady_clock::now();
-    const auto loaded =
-        actors::load_and_wait(system, system.spawn(vanishing), engine::WorkerSpec{}, ten_minutes);
+    const auto loaded = supply_with(system, system.spawn(vanishing), ten_minutes);
     REQUIRE_FALSE(loaded.has_value());
     CHECK_THAT(loaded.error().message, Catch::StartsWith("the worker went away while it loaded"));
     CHECK(std::chrono::steady_clock::now() - start < 5s);
@@ -163,10 +173,9 @@ TEST_CASE("a load waited for from outside the actors ends when its worker goes",
     auto silent = system.spawn(stand_in, std::optional<engine::LoadReport>());
     // Only a group's load is held by the stand-in; a plain load it answers at once.
     const auto group =
-        system.spawn(actors::cluster::group, std::vector<worker_actor>{silent},
+        system.spawn(actors::parallel::group, std::vector<worker_actor>{silent},
                      std::vector<std::string>{"n0"}, std::chrono::milliseconds(kCollectiveTimeout));
-    const auto loaded =
-        actors::load_and_wait(system, group, engine::WorkerSpec{}, caf::duration{200ms});
+    const auto loaded = supply_with(system, group, caf::duration{200ms});
     REQUIRE_FALSE(loaded.has_value());
     CHECK_THAT(loaded.error().message, Catch::Contains("timeout"));
     caf::anon_send_exit(group, caf::exit_reason::kill);
@@ -175,9 +184,9 @@ TEST_CASE("a load waited for from outside the actors ends when its worker goes",
     auto failing =
         system.spawn(stand_in, std::optional(failure(ErrorCode::invalid_file, "truncated")));
     const auto group =
-        system.spawn(actors::cluster::group, std::vector<worker_actor>{failing},
+        system.spawn(actors::parallel::group, std::vector<worker_actor>{failing},
                      std::vector<std::string>{"n0"}, std::chrono::milliseconds(kCollectiveTimeout));
-    const auto loaded = actors::load_and_wait(system, group, engine::WorkerSpec{}, ten_minutes);
+    const auto loaded = supply_with(system, group, ten_minutes);
     REQUIRE_FALSE(loaded.has_value());
     CHECK(loaded.error().code == ErrorCode::invalid_file);
     CHECK(loaded.error().message == "rank 0 (node n0): truncated");

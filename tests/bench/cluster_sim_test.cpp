@@ -8,7 +8,6 @@
 
 using namespace troupe;
 using bench::ClusterSimOptions;
-using engine::RoutingPolicy;
 
 namespace {
 

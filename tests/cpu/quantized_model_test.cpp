@@ -74,7 +74,7 @@ std::string decoded_to_f32(const std::string& path) {
 std::vector<float> prompt_logits(const std::string& path) {
   auto loaded = model::LoadedModel::open(path, std::make_unique<cpu::CpuBackend>(2));
   REQUIRE(loaded.has_value());
-  loaded->kv_dtype = model::KvCacheDtype::f32;
+  loaded->kv_dtype = KvCacheDtype::f32;
   REQUIRE(loaded->allocate_kv_cache(3, 16).has_value());
   const std::vector<std::vector<TokenId>> prompts = {
       {1, 300, 17, 42, 511, 260, 99, 3, 128},
@@ -184,7 +184,7 @@ TEST_CASE("a quantized mixture of experts gives each prompt the same logits alon
   const std::string path = write_model("moe-batch", TensorType::f32, Mix::q4_k_m, 256, 256, 8);
   auto loaded = model::LoadedModel::open(path, std::make_unique<cpu::CpuBackend>(2));
   REQUIRE(loaded.has_value());
-  loaded->kv_dtype = model::KvCacheDtype::f32;
+  loaded->kv_dtype = KvCacheDtype::f32;
   REQUIRE(loaded->allocate_kv_cache(8, 16).has_value());
   const std::vector<std::vector<TokenId>> prompts = {
       {1, 300, 17, 42, 511, 260, 99, 3, 128}, {1, 5, 6, 7, 8}, {1, 400, 401, 12, 13, 14, 200}};

@@ -32,7 +32,7 @@ CoreRequest request(SeqId id, std::int32_t prompt_len, std::optional<std::int32_
 }
 
 // What a worker would answer: a made-up score per prompt row, named by its position.
-model::PromptTokenLogprob fake_score(std::int32_t position, TokenId target) {
+PromptLogprob fake_score(std::int32_t position, TokenId target) {
   return {target, -0.25f * static_cast<float>(position + 1), position + 1, {{target, -0.5f}}};
 }
 
@@ -57,7 +57,7 @@ TEST_CASE("a scored prompt's chunks ask logits for every row whose next token is
           "[engine][prompt_logprobs]") {
   EngineCore core(config(4), {2});
   REQUIRE(core.add(request(1, 10, 3)).has_value());
-  std::vector<RequestUpdate> updates;
+  std::vector<AddressedEvent> updates;
   // Chunks [0, 4), [4, 8), [8, 10): the last one's row 9 samples instead.
   const std::int32_t firsts[] = {0, 4, 8};
   const std::int32_t counts[] = {4, 4, 1};
@@ -91,7 +91,7 @@ TEST_CASE("a scored prompt's chunks ask logits for every row whose next token is
     CHECK(s.token == 101 + p + 1);
     CHECK(s.logprob == -0.25f * static_cast<float>(p + 1));
     CHECK(s.rank == p + 1);
-    CHECK(s.top_logprobs == std::vector<TokenLogprobEntry>{{s.token, -0.5f}});
+    CHECK(s.top_logprobs == std::vector<TokenLogprob>{{s.token, -0.5f}});
   }
   // The decode after it scores nothing and carries nothing.
   auto decode = core.next_step();
@@ -124,7 +124,7 @@ TEST_CASE("the prefix cache does not serve a prompt being scored, and still lear
     auto r = request(0, 13, top_n);
     r.id = id;  // the same prompt for every id
     REQUIRE(core.add(r).has_value());
-    std::vector<RequestUpdate> updates;
+    std::vector<AddressedEvent> updates;
     while (auto work = core.next_step()) {
       for (auto& u : core.apply(answer(*work)).updates) updates.push_back(std::move(u));
     }
@@ -166,7 +166,7 @@ TEST_CASE("a scored prompt preempted before its first token is scored again from
   REQUIRE(first.has_value());
   core.apply(answer(*first));
   core.reset_worker();  // a new worker: the sequence recomputes
-  std::vector<RequestUpdate> updates;
+  std::vector<AddressedEvent> updates;
   bool restarted = false;
   while (auto work = core.next_step()) {
     if (!work->prompt_rows.empty() && work->prompt_rows.front().first_position == 0) {

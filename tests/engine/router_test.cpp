@@ -3,6 +3,7 @@
 
 #include "engine/router.hpp"
 
+using namespace troupe;
 using namespace troupe::engine;
 
 namespace {

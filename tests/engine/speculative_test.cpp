@@ -235,7 +235,7 @@ Served serve(model::ModelRunner& runner, const engine::SchedulerConfig& config,
     ++steps;
     const auto work = core.next_step();
     if (!work) continue;
-    if (!config.speculation.draft_model) REQUIRE(work->drafts.empty());
+    if (!config.speculation.uses_draft_model()) REQUIRE(work->drafts.empty());
     const auto output = worker::run_step(runner, *work, draft);
     INFO(output.error.message);
     REQUIRE_FALSE(output.failed);
@@ -462,7 +462,7 @@ TEST_CASE(
   }
   auto spec = plain;
   spec.speculation.num_speculative_tokens = 4;
-  spec.speculation.draft_model = true;
+  spec.speculation.draft_model = "draft.gguf";
   spec.speculation.disable_by_batch_size = 64;
 
   const bool same = GENERATE(true, false);
@@ -555,7 +555,7 @@ TEST_CASE(
     "budget, and a preemption makes it see them again",
     "[engine][speculative]") {
   auto config = spec_config(3);
-  config.speculation.draft_model = true;
+  config.speculation.draft_model = "draft.gguf";
   engine::Scheduler s(config);
   const std::vector<TokenId> prompt = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
   REQUIRE(s.add({1, prompt, 30}).has_value());
@@ -764,7 +764,7 @@ TEST_CASE(
   auto spec = plain;
   spec.speculation.num_speculative_tokens = 3;
   spec.speculation.disable_by_batch_size = 1 << 20;
-  spec.speculation.draft_model = with_draft;
+  spec.speculation.draft_model = with_draft ? "draft.gguf" : "";
   spec.speculation.prompt_lookup_max = 3;
   spec.speculation.prompt_lookup_min = 1;
   const Served served =
@@ -787,7 +787,7 @@ TEST_CASE(
 TEST_CASE("while prompts wait, a draft model catches up by a quarter of the budget at most",
           "[engine][speculative]") {
   auto config = spec_config(3);
-  config.speculation.draft_model = true;
+  config.speculation.draft_model = "draft.gguf";
   config.num_blocks = 64;
   engine::Scheduler s(config);
   REQUIRE(s.add({1, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 30}).has_value());

@@ -81,7 +81,7 @@ void check_f32_cache(const std::string& name) {
   const Json golden = arch_golden(name);
   const double tolerance = golden["tolerance_advice"]["logits_first_rel"].number;
   auto m = test::LoadedTestModel::open(test::shared_file("models/archs/" + name + ".gguf"), 64, 16,
-                                       2, model::KvCacheDtype::f32);
+                                       2, KvCacheDtype::f32);
   test::BatchGenerator generator(*m.model, {});
   const auto requests = requests_of(golden);
   std::vector<test::GenerationResult> alone;
@@ -129,7 +129,7 @@ void check_f32_cache(const std::string& name) {
 void check_f16_cache(const std::string& name) {
   const Json golden = arch_golden(name);
   auto m = test::LoadedTestModel::open(test::shared_file("models/archs/" + name + ".gguf"), 64);
-  REQUIRE(m.kv_dtype == model::KvCacheDtype::f16);
+  REQUIRE(m.kv_dtype == KvCacheDtype::f16);
   test::BatchGenerator generator(*m.model, {});
   const auto requests = requests_of(golden);
   auto together = generator.run(requests);
@@ -156,8 +156,8 @@ void check_ik_reference(const std::string& name) {
   const Json golden = arch_golden(name);
   const double tolerance = golden["tolerance_advice"]["logits_first_rel"].number;
   const auto requests = requests_of(golden);
-  for (const auto kv_dtype : {model::KvCacheDtype::f16, model::KvCacheDtype::f32}) {
-    const bool f16 = kv_dtype == model::KvCacheDtype::f16;
+  for (const auto kv_dtype : {KvCacheDtype::f16, KvCacheDtype::f32}) {
+    const bool f16 = kv_dtype == KvCacheDtype::f16;
     auto m = test::LoadedTestModel::open(test::shared_file("models/archs/" + name + ".gguf"), 64,
                                          16, 2, kv_dtype);
     test::BatchGenerator generator(*m.model, {});
@@ -197,7 +197,7 @@ void check_ik_reference(const std::string& name) {
 // The ranks of a tensor-parallel group (threads of this process, Gloo on loopback), each
 // with a default (F16) KV cache.
 std::vector<model::LoadedModel> load_group(const std::string& path, std::int32_t size,
-                                           model::KvCacheDtype kv_dtype) {
+                                           KvCacheDtype kv_dtype) {
   model::InProcessStore store;
   static int formation = 0;
   worker::GroupLink link;
@@ -232,7 +232,7 @@ std::vector<model::LoadedModel> load_group(const std::string& path, std::int32_t
 // Split over 2 and 4 ranks (4: each KV head held by two ranks), the model gives the whole
 // model's ids, and its first-step logits within a tolerance of max |logit| (only the
 // order of the all-reduced sums differs).
-void check_split(const std::string& name, model::KvCacheDtype kv_dtype) {
+void check_split(const std::string& name, KvCacheDtype kv_dtype) {
   const Json golden = arch_golden(name);
   const std::string path = test::shared_file("models/archs/" + name + ".gguf");
   const auto requests = requests_of(golden);
@@ -242,7 +242,7 @@ void check_split(const std::string& name, model::KvCacheDtype kv_dtype) {
   // The split reorders the all-reduced sums (~1e-7 each). With an F16 cache that can move
   // a key or value to the neighbouring half (2^-11 relative), which gemma2's 26 layers
   // carry to ~6e-4 of the logits.
-  const double tolerance = kv_dtype == model::KvCacheDtype::f32 ? 1e-4 : 1e-3;
+  const double tolerance = kv_dtype == KvCacheDtype::f32 ? 1e-4 : 1e-3;
   for (const std::int32_t size : {2, 4}) {
     INFO(name << " split over " << size << " ranks");
     auto ranks = load_group(path, size, kv_dtype);
@@ -350,8 +350,8 @@ TEST_CASE("qwen2, phi3 and gemma2 split over ranks compute what the whole model 
           "[golden][shared][tp]") {
   // Biases cut with their heads, fused QKV and gate-up cut in each of their parts, and
   // gemma2's head_dim != dim / heads.
-  for (const auto kv_dtype : {model::KvCacheDtype::f32, model::KvCacheDtype::f16}) {
-    INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
+  for (const auto kv_dtype : {KvCacheDtype::f32, KvCacheDtype::f16}) {
+    INFO((kv_dtype == KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
     check_split("qwen2", kv_dtype);
     check_split("phi3", kv_dtype);
     check_split("gemma2", kv_dtype);
@@ -372,8 +372,8 @@ TEST_CASE(
 
 TEST_CASE("qwen3 and gemma3 split over ranks compute what the whole model computes",
           "[golden][shared][tp]") {
-  for (const auto kv_dtype : {model::KvCacheDtype::f32, model::KvCacheDtype::f16}) {
-    INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
+  for (const auto kv_dtype : {KvCacheDtype::f32, KvCacheDtype::f16}) {
+    INFO((kv_dtype == KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
     check_split("qwen3", kv_dtype);
     check_split("gemma3", kv_dtype);
   }
@@ -395,8 +395,8 @@ TEST_CASE(
 TEST_CASE("mixtral and qwen3moe split over ranks compute what the whole model computes",
           "[golden][shared][tp][moe]") {
   // Each rank holds its slice of every expert: one all-reduce after the layer.
-  for (const auto kv_dtype : {model::KvCacheDtype::f32, model::KvCacheDtype::f16}) {
-    INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
+  for (const auto kv_dtype : {KvCacheDtype::f32, KvCacheDtype::f16}) {
+    INFO((kv_dtype == KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
     check_split("mixtral", kv_dtype);
     check_split("qwen3moe", kv_dtype);
   }
@@ -412,8 +412,8 @@ TEST_CASE(
 TEST_CASE("gpt-oss split over ranks computes what the whole model computes",
           "[golden][shared][tp][moe]") {
   // Sinks cut with their heads; the experts' down bias added by rank 0 alone.
-  for (const auto kv_dtype : {model::KvCacheDtype::f32, model::KvCacheDtype::f16}) {
-    INFO((kv_dtype == model::KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
+  for (const auto kv_dtype : {KvCacheDtype::f32, KvCacheDtype::f16}) {
+    INFO((kv_dtype == KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
     check_split("gpt-oss", kv_dtype);
   }
 }

@@ -15,7 +15,7 @@ namespace troupe::test {
 struct LoadedTestModel : model::LoadedModel {
   static LoadedTestModel open(const std::string& path, std::int32_t kv_blocks,
                               std::int32_t block_size = 16, int threads = 2,
-                              model::KvCacheDtype kv_dtype = model::KvCacheDtype::f16) {
+                              KvCacheDtype kv_dtype = KvCacheDtype::f16) {
     auto loaded = model::LoadedModel::open(path, std::make_unique<cpu::CpuBackend>(threads));
     if (!loaded) throw std::runtime_error(loaded.error().message);
     LoadedTestModel m;

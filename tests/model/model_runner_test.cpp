@@ -31,7 +31,7 @@ class SamplingCpuBackend final : public model::Backend {
     return cpu_.allocate_kv_cache(s);
   }
   const model::KvCacheShape& kv_cache_shape() const override { return cpu_.kv_cache_shape(); }
-  Result<model::StepPlan> begin_step(const model::StepInput& s) override {
+  Result<model::StepShape> begin_step(const model::StepInput& s) override {
     return cpu_.begin_step(s);
   }
   void embed(const model::Weight& t, Tensor o) override { cpu_.embed(t, o); }

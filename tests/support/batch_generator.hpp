@@ -40,11 +40,11 @@ class BatchGenerator {
                                             std::int32_t prefill_chunk = 0);
 
   // Speculative decoding for the runs from now on (off by default); the last run's counts.
-  void set_speculation(const engine::SpeculationConfig& speculation) { speculation_ = speculation; }
+  void set_speculation(const SpeculativeConfig& speculation) { speculation_ = speculation; }
   const engine::SpecDecodeCounters& last_speculation() const { return last_spec_; }
 
  private:
-  engine::SpeculationConfig speculation_;
+  SpeculativeConfig speculation_;
   engine::SpecDecodeCounters last_spec_;
   std::vector<model::LlamaModel*> ranks_;
   std::vector<TokenId> end_of_generation_;

@@ -11,8 +11,8 @@ using namespace troupe;
 
 namespace {
 
-engine::SpeculationConfig ngram(std::int32_t k) {
-  engine::SpeculationConfig s;
+SpeculativeConfig ngram(std::int32_t k) {
+  SpeculativeConfig s;
   s.num_speculative_tokens = k;
   s.prompt_lookup_max = 3;
   s.prompt_lookup_min = 1;

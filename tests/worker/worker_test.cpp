@@ -48,7 +48,7 @@ TEST_CASE("a worker loads from a spec and reports what it holds", "[worker]") {
   CHECK(report.vocab_size == 512);
   CHECK(report.device_name.find("CPU") != std::string::npos);
   // F32 keys and values take twice the bytes: half the blocks in the same budget.
-  spec.kv_cache_dtype = KvCacheType::f32;
+  spec.kv_cache_dtype = KvCacheDtype::f32;
   auto exact = worker::Worker::load(spec);
   REQUIRE(exact.has_value());
   CHECK((*exact)->report().bytes_per_block == 2 * 2 * 2 * 16 * 4 * 4);

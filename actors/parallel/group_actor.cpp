@@ -1,11 +1,11 @@
-#include "actors/cluster/group_actor.hpp"
+#include "actors/parallel/group_actor.hpp"
 
 #include <algorithm>
 #include <memory>
 
 #include "actors/worker_actor.hpp"
 
-namespace troupe::actors::cluster {
+namespace troupe::actors::parallel {
 
 namespace {
 
@@ -137,8 +137,7 @@ caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
     rank_spec.world_size = size;
     // A GPU each: NCCL refuses two ranks of a group on one device. (A node sets its own
     // ranks' GPUs again from what it has.)
-    if (spec.device == engine::WorkerDevice::cuda)
-      rank_spec.device_index = static_cast<std::int32_t>(r);
+    if (spec.device == Device::cuda) rank_spec.device_index = static_cast<std::int32_t>(r);
     self->request(state.ranks[r], kLoadTimeout, load_atom::value, rank_spec, join)
         .then([done, r](engine::LoadReport& report) { done(r, std::move(report)); },
               [self, done, r](const caf::error& e) {
@@ -292,11 +291,11 @@ worker_actor spawn_local_worker(caf::actor_system& system, std::int32_t world_si
                       collective_timeout);
 }
 
-worker_actor worker_for(caf::actor_system& system, Placement placed,
+worker_actor worker_for(caf::actor_system& system, cluster::Placement placed,
                         std::chrono::milliseconds collective_timeout) {
   if (placed.workers.size() == 1) return std::move(placed.workers.front());
   return system.spawn(group, std::move(placed.workers), std::move(placed.nodes),
                       collective_timeout);
 }
 
-}  // namespace troupe::actors::cluster
+}  // namespace troupe::actors::parallel

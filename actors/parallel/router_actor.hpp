@@ -14,7 +14,7 @@
 #include "actors/messages.hpp"
 #include "engine/router.hpp"
 
-namespace troupe::actors {
+namespace troupe::actors::parallel {
 
 struct RouterState {
   struct Replica {
@@ -39,11 +39,10 @@ struct RouterState {
   static inline const char* name = "troupe.router";
 };
 
-scheduler_actor::behavior_type router(scheduler_actor::stateful_pointer<RouterState> self,
-                                      std::vector<replica_actor> replicas,
-                                      engine::RouterConfig config);
+front_actor::behavior_type router(front_actor::stateful_pointer<RouterState> self,
+                                  std::vector<replica_actor> replicas, engine::RouterConfig config);
 
 // The engine's numbers from its replicas': counts add up, KV usage is over all blocks.
 EngineStats sum_stats(const std::vector<ReplicaStats>& replicas);
 
-}  // namespace troupe::actors
+}  // namespace troupe::actors::parallel

@@ -19,7 +19,7 @@
 #include "actors/cluster/cluster_messages.hpp"
 #include "actors/messages.hpp"
 
-namespace troupe::actors::cluster {
+namespace troupe::actors::parallel {
 
 using blame_atom = caf::atom_constant<caf::atom("blame")>;
 
@@ -74,7 +74,7 @@ worker_actor spawn_local_worker(caf::actor_system& system, std::int32_t world_si
 
 // A replica's worker from the workers the registry placed for it: the one worker, or a
 // group (in this process) around its ranks.
-worker_actor worker_for(caf::actor_system& system, Placement placed,
+worker_actor worker_for(caf::actor_system& system, cluster::Placement placed,
                         std::chrono::milliseconds collective_timeout);
 
-}  // namespace troupe::actors::cluster
+}  // namespace troupe::actors::parallel

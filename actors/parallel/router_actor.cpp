@@ -1,13 +1,13 @@
-#include "actors/cluster/router_actor.hpp"
+#include "actors/parallel/router_actor.hpp"
 
 #include <algorithm>
 #include <memory>
 
-namespace troupe::actors {
+namespace troupe::actors::parallel {
 
 namespace {
 
-using Self = scheduler_actor::stateful_pointer<RouterState>;
+using Self = front_actor::stateful_pointer<RouterState>;
 
 // Probes answer at once (the replicas' schedulers never block); this only bounds a
 // replica that is wedged.
@@ -144,12 +144,12 @@ EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
   return sum;
 }
 
-scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> replicas,
-                                      engine::RouterConfig config) {
+front_actor::behavior_type router(Self self, std::vector<replica_actor> replicas,
+                                  engine::RouterConfig config) {
   auto& state = self->state;
   for (auto& r : replicas) {
     // Each replica hands back to the router the requests of a worker it lost.
-    self->send(r, router_atom::value, caf::actor_cast<scheduler_actor>(self));
+    self->send(r, router_atom::value, caf::actor_cast<front_actor>(self));
     state.replicas.push_back({std::move(r)});
   }
   state.router = engine::Router(config);
@@ -216,4 +216,4 @@ scheduler_actor::behavior_type router(Self self, std::vector<replica_actor> repl
   };
 }
 
-}  // namespace troupe::actors
+}  // namespace troupe::actors::parallel

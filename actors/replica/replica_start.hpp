@@ -1,0 +1,38 @@
+// A replica's start: its first worker supplied and loaded (here, or on nodes of a
+// cluster), then its scheduler sized from the worker's load report.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/replica/scheduler_actor.hpp"
+#include "troupe/config.hpp"
+
+namespace troupe::actors {
+
+struct ReplicaStart {
+  std::int32_t index = 0;
+  engine::WorkerSpec spec;
+  std::int32_t max_model_len = 0;
+  std::vector<TokenId> end_of_generation;
+  cluster::registry_actor registry;   // a cluster's head: workers go on nodes (null: here)
+  std::function<void()> before_step;  // tests only: handed to every local worker
+  std::shared_ptr<std::atomic<std::int32_t>> replicas_up;
+};
+
+struct StartedReplica {
+  replica_actor scheduler;
+  engine::LoadReport report;  // its first worker's
+  // The token budget it starts with, for people: "2048 tokens per step", or the auto
+  // budget with what it measured.
+  std::string token_budget_description;
+};
+
+// Starts replica `start.index` of an engine set up by `config`; waits for its worker.
+Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConfig& config,
+                                     ReplicaStart start);
+
+}  // namespace troupe::actors

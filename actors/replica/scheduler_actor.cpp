@@ -1,0 +1,151 @@
+#include "actors/replica/scheduler_actor.hpp"
+
+#include "actors/replica/worker_keeping.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using Self = SchedulerSelf;
+
+void on_output(Self self, const engine::StepOutput& output, double round_trip_seconds = 0.0) {
+  auto applied = self->state.core->apply(output);
+  deliver_all(self, applied.updates);
+  if (!output.failed) self->state.observer->on_step(*self->state.core, applied, round_trip_seconds);
+  if (applied.worker_lost) return lose_worker(self, "its worker answered another step");
+  maybe_step(self);
+}
+
+}  // namespace
+
+void maybe_step(Self self) {
+  auto& state = self->state;
+  if (!state.worker_ready) return;
+  if (!state.worker) {
+    // A local worker could not be made: the next step's work asks again.
+    if (state.core->scheduler().has_unfinished()) {
+      state.worker_ready = false;
+      supply_worker(self);
+    }
+    return;
+  }
+  auto work = state.core->next_step();
+  if (!work) return;
+  const std::uint64_t step_id = work->step_id;
+  const auto sent = std::chrono::steady_clock::now();
+  self->request(state.worker, state.setup.step_timeout, step_atom::value, std::move(*work))
+      .then(
+          [self, step_id, sent](const engine::StepOutput& output) {
+            if (self->state.core->step_in_flight_id() != step_id) return;  // its worker was lost
+            if (remote(self) && output.failed && output.error.fatal) {
+              return lose_worker(self, output.error.message);
+            }
+            on_output(
+                self, output,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+          },
+          [self, step_id](const caf::error& err) {
+            if (self->state.core->step_in_flight_id() != step_id) return;
+            const std::string why = "the worker stopped: " + self->system().render(err);
+            if (remote(self)) return lose_worker(self, why);
+            // A new local worker takes over; this step's requests fail.
+            on_output(self, engine::failed_step(step_id, {ErrorCode::internal, why, true}));
+          });
+}
+
+replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
+  auto& state = self->state;
+  state.core = std::make_unique<engine::EngineCore>(setup.config, setup.end_of_generation,
+                                                    setup.token_budget);
+  state.core->calibrate(setup.first.report.step_costs);
+  state.worker = std::move(setup.first.worker);
+  state.nodes = std::move(setup.first.nodes);
+  state.setup = std::move(setup);
+  state.observer = std::make_unique<StepObserver>(state.setup.index, state.setup.metrics,
+                                                  state.setup.step_events);
+  state.observer->on_ready(true);
+  // A node that dies or is cut off: its worker's proxy goes down at once. A local worker
+  // (or group) that ends under a step: the step fails, and a new one takes over.
+  self->monitor(state.worker);
+  self->set_down_handler([self](const caf::down_msg& down) {
+    auto& state = self->state;
+    if (state.router && down.source == state.router.address()) {
+      state.router = nullptr;  // shutting down: what it would have taken back ends here
+      return;
+    }
+    if (!state.worker || down.source != state.worker.address()) return;
+    const std::string reason = self->system().render(down.reason);
+    if (remote(self)) return lose_worker(self, "its node is gone (" + reason + ")");
+    const std::uint64_t step_id = state.core->step_in_flight_id();
+    if (step_id == 0) return;  // between steps: the next step's request fails instead
+    on_output(self, engine::failed_step(
+                        step_id, {ErrorCode::internal, "the worker stopped: " + reason, true}));
+  });
+  // On shutdown every open request hears of it, so that none waits forever.
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    auto ended = self->state.core->end_all(FinishReason::abort, "the engine is shutting down");
+    deliver_all(self, ended);
+    if (self->state.worker_ready) set_ready(self, false);
+    retire_worker(self);
+    self->quit(msg.reason);
+  });
+  return {
+      [self](submit_atom, Submission& s) {
+        auto& state = self->state;
+        ++state.num_received;
+        if (remote(self) && !state.worker_ready) {
+          // Routed here as its worker was lost: it moves on rather than wait for a node
+          // (the router ends it when no replica is up).
+          return hand_back(self, std::move(s), "its worker was lost");
+        }
+        const RequestId id = s.id;
+        const request_actor requester = s.requester;
+        auto added =
+            state.core->add({id, std::move(s.prompt), std::move(s.params), s.priority, requester});
+        if (!added) {
+          self->send(requester, token_atom::value,
+                     end_of(id, FinishReason::error, added.error().message));
+          return;
+        }
+        maybe_step(self);
+      },
+      [self](abort_atom, RequestId id, FinishReason reason) {
+        // Blocks are free before the next step is planned.
+        auto event = self->state.core->cancel(id, reason);
+        if (!event) return;
+        self->state.observer->on_cancel(id, reason);
+        std::vector<engine::AddressedEvent> one{std::move(*event)};
+        deliver_all(self, one);
+      },
+      [self](supplied_atom, SupplyNews& news) { on_supplied(self, news); },
+      [self](stats_atom) -> EngineStats { return self->state.core->stats(); },
+      [self](replicas_atom) -> std::vector<ReplicaStats> {
+        const auto& state = self->state;
+        ReplicaStats alone;
+        alone.index = state.setup.index;
+        alone.up = state.worker_ready;
+        // Down: a new worker loads (on its new node), or the replica waits for a node.
+        alone.state = state.worker_ready                    ? "up"
+                      : remote(self) && state.nodes.empty() ? "waiting"
+                                                            : "loading";
+        alone.node = cluster::node_label(state.nodes);
+        alone.stats = state.core->stats();
+        return {alone};
+      },
+      [self](probe_atom, const std::vector<TokenId>& prompt) -> ReplicaProbe {
+        const engine::Scheduler& s = self->state.core->scheduler();
+        return {self->state.worker_ready,
+                static_cast<std::int32_t>(s.num_waiting()),
+                static_cast<std::int32_t>(s.num_running()),
+                s.kv_cache().usage(),
+                s.kv_cache().cached_prefix_tokens(prompt),
+                self->state.num_received};
+      },
+      [self](router_atom, const front_actor& router) {
+        self->state.router = router;
+        self->monitor(router);
+      },
+  };
+}
+
+}  // namespace troupe::actors

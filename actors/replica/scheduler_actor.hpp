@@ -1,0 +1,60 @@
+// The scheduler actor: one replica, a shell around engine::EngineCore. One step is in
+// flight at a time; while it runs, submissions and aborts are taken in, and the next
+// step is planned when it returns.
+//
+// Its worker comes from the replica's worker supply (worker_supply.hpp): a thread of this
+// process, or workers on nodes of a cluster, perhaps a tensor-parallel group replaced as a
+// whole. A local worker whose step threw is replaced by a fresh one loaded from the same
+// spec, and the running sequences are recomputed. A remote worker that is lost (its node
+// died, its connection was cut, a step timed out, a rank of its group failed) takes its KV
+// cache and samplers with it: requests that have streamed nothing go back to the router
+// for another replica, the others end with an error, and the replica is down until the
+// registry places new workers on nodes.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/replica/step_observer.hpp"
+#include "actors/replica/worker_supply.hpp"
+#include "engine/engine_core.hpp"
+
+namespace troupe::actors {
+
+struct ReplicaSetup {
+  std::int32_t index = 0;
+  engine::SchedulerConfig config;  // sized from the first worker's load report
+  // A token budget sized to the machine (none: config.max_num_batched_tokens).
+  std::optional<engine::TokenBudgetConfig> token_budget;
+  std::vector<TokenId> end_of_generation;
+  SupplyNews first;  // the worker it starts with, loaded (its report's calibration steps)
+  engine::WorkerSpec spec;
+  WorkerSource source;                         // where its replacements come from
+  caf::duration step_timeout = caf::infinite;  // a remote worker slower than this is lost
+  std::shared_ptr<monitoring::Metrics> metrics;
+  std::shared_ptr<monitoring::StepEvents> step_events;  // each step, when someone watches
+  // How many replicas have a worker (the engine refuses requests at zero); counted
+  // with this one already, which gives it up when it loses its worker.
+  std::shared_ptr<std::atomic<std::int32_t>> replicas_up;
+};
+
+struct SchedulerState {
+  std::unique_ptr<engine::EngineCore> core;
+  ReplicaSetup setup;
+  std::unique_ptr<StepObserver> observer;
+  worker_actor worker;             // null while a replacement is supplied
+  std::vector<std::string> nodes;  // where it runs (empty: this process, or not placed yet)
+  bool worker_ready = true;        // false while a replacement is placed or loads
+  std::uint64_t supply = 0;        // the number of the latest supply asked for
+  front_actor router;              // where a lost worker's unstarted requests go (null: none)
+  std::int64_t num_received = 0;   // submissions (ReplicaProbe::num_received)
+  static inline const char* name = "troupe.scheduler";
+};
+
+replica_actor::behavior_type scheduler(replica_actor::stateful_pointer<SchedulerState> self,
+                                       ReplicaSetup setup);
+
+}  // namespace troupe::actors

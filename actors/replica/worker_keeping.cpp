@@ -1,0 +1,132 @@
+#include "actors/replica/worker_keeping.hpp"
+#include "monitoring/log.hpp"
+
+#include <any>
+
+namespace troupe::actors {
+
+namespace {
+
+const request_actor& requester_of(const std::any& reply_to) {
+  return std::any_cast<const request_actor&>(reply_to);
+}
+
+}  // namespace
+
+void deliver_all(SchedulerSelf self, std::vector<engine::AddressedEvent>& events) {
+  for (auto& e : events) {
+    self->send(requester_of(e.reply_to), token_atom::value,
+               static_cast<engine::RequestEvent&&>(std::move(e)));
+  }
+}
+
+bool remote(SchedulerSelf self) {
+  return self->state.setup.source.registry != nullptr;
+}
+
+void set_ready(SchedulerSelf self, bool ready) {
+  auto& state = self->state;
+  if (state.worker_ready == ready) return;
+  state.worker_ready = ready;
+  if (state.setup.replicas_up) *state.setup.replicas_up += ready ? 1 : -1;
+  state.observer->on_ready(ready);
+}
+
+// Stops the worker, which is no longer the replica's: whatever else comes of it (its down
+// notice, a late answer) is stale.
+void retire_worker(SchedulerSelf self) {
+  auto& state = self->state;
+  if (!state.worker) return;
+  self->demonitor(state.worker.address());
+  self->send_exit(state.worker, caf::exit_reason::kill);
+  state.worker = nullptr;
+  state.nodes.clear();
+}
+
+// Asks for a new worker; its news comes as supplied_atom messages.
+void supply_worker(SchedulerSelf self) {
+  auto& state = self->state;
+  const std::uint64_t number = ++state.supply;
+  replica_actor me = caf::actor_cast<replica_actor>(self);
+  actors::supply_worker(self->home_system(), state.setup.source, state.setup.spec,
+                        /*retry=*/remote(self), number, self->address(), [me](SupplyNews news) {
+                          caf::anon_send(me, supplied_atom::value, std::move(news));
+                        });
+}
+
+// A request this replica cannot run (its worker is gone): another replica takes it,
+// unseen by its caller, through the router; alone, it ends with `why`.
+void hand_back(SchedulerSelf self, Submission s, const std::string& why) {
+  if (self->state.router) return self->send(self->state.router, submit_atom::value, std::move(s));
+  self->send(s.requester, token_atom::value,
+             end_of(s.id, FinishReason::error, "no replica is up: " + why));
+}
+
+// The worker is gone. A local one's KV is recomputed on its replacement; a remote one
+// took its KV cache and samplers with it (a loss can be told twice: the first counts).
+void lose_worker(SchedulerSelf self, const std::string& why) {
+  auto& state = self->state;
+  if (!remote(self)) {
+    retire_worker(self);
+    state.core->reset_worker();
+    state.worker_ready = false;  // still counted up: it is back in a moment
+    return supply_worker(self);
+  }
+  if (!state.worker_ready) return;
+  const std::string node = cluster::node_label(state.nodes);
+  monitoring::logf(monitoring::LogLevel::warning, "replica %d lost its worker on node %s: %s",
+                   state.setup.index, node.c_str(), why.c_str());
+  retire_worker(self);
+  set_ready(self, false);
+  auto lost = state.core->lose_worker("replica " + std::to_string(state.setup.index) +
+                                      " lost its node " + node + ": " + why);
+  deliver_all(self, lost.ended);
+  for (auto& r : lost.unstarted) {
+    hand_back(
+        self,
+        {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to)},
+        why);
+  }
+  state.observer->on_worker_lost(
+      *state.core, state.router ? static_cast<std::int64_t>(lost.unstarted.size()) : 0);
+  // The same KV cache as before: the scheduler's block count does not change.
+  state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
+  supply_worker(self);
+}
+
+void on_supplied(SchedulerSelf self, SupplyNews& news) {
+  auto& state = self->state;
+  if (news.number != state.supply) {
+    if (news.worker) self->send_exit(news.worker, caf::exit_reason::kill);  // not wanted now
+    return;
+  }
+  const std::string node = cluster::node_label(news.nodes);
+  if (news.stage == SupplyNews::Stage::placed) {
+    state.nodes = std::move(news.nodes);
+  } else if (news.stage == SupplyNews::Stage::failed) {
+    monitoring::logf(monitoring::LogLevel::warning, "replica %d has no worker: %s",
+                     state.setup.index, news.error.message.c_str());
+    if (remote(self)) return;
+    // No local worker could be made: the open requests end with the reason; the next
+    // request's step asks for another.
+    auto ended = state.core->end_all(FinishReason::error, news.error.message);
+    deliver_all(self, ended);
+    state.worker_ready = true;
+  } else {
+    state.worker = std::move(news.worker);
+    state.nodes = std::move(news.nodes);
+    self->monitor(state.worker);
+    state.core->calibrate(news.report.step_costs);
+    if (!remote(self)) {
+      state.worker_ready = true;
+    } else {
+      set_ready(self, true);
+      // Said once it is so: a client that reads the line finds the replica up.
+      monitoring::logf(monitoring::LogLevel::info, "replica %d is up again on node %s",
+                       state.setup.index, node.c_str());
+    }
+    maybe_step(self);
+  }
+}
+
+}  // namespace troupe::actors
