@@ -5,8 +5,9 @@
 
 #include <cerrno>
 
-#include "net/choice_text.hpp"
 #include "net/cors.hpp"
+#include "net/event_stream.hpp"
+#include "net/generation_stream.hpp"
 #include "net/responses_api.hpp"
 #include "net/server_impl.hpp"
 #include "net/structured_output.hpp"
@@ -22,42 +23,29 @@ std::int64_t unix_time() {
       .count();
 }
 
-// One generation over HTTP: what its engine callbacks and its connection share.
-struct Generation {
-  std::shared_ptr<EventChannel> channel;
-  std::shared_ptr<Admission> admission;
-  std::atomic<int> num_open{0};  // choices not yet ended in the engine
-  OutputBound output;
-  // Touched on the connection's strand only.
-  std::vector<RequestId> ids;
-  ServerStream* stream = nullptr;  // while the coroutine holds it
-  bool done = false;               // the answer is complete: stop watching
+// What the watch on a generation's socket and its coroutine share (on the strand).
+struct Watch {
+  std::shared_ptr<GenerationStream> generation;
+  bool done = false;  // the answer is complete: stop watching
   bool client_gone = false;
-
-  explicit Generation(std::size_t max_output) : output(max_output) {}
 };
-
-// Cancels every request of a generation (on its strand).
-void cancel_all(Engine& engine, Generation& g) {
-  for (RequestId id : g.ids) engine.cancel(id);
-}
 
 // Watches the socket while a generation runs: EOF or a reset means the client is gone,
 // and its requests are cancelled now instead of when the answer cannot be written.
 // Bytes from the client (its next request, pipelined) mean it is still there.
-void watch_for_disconnect(Engine& engine, tcp::socket& socket, std::shared_ptr<Generation> g) {
+void watch_for_disconnect(tcp::socket& socket, std::shared_ptr<Watch> w) {
   // The socket outlives every completion but a cancelled one, which touches nothing.
-  auto on_readable = [&engine, &socket, g](error_code ec) {
-    if (ec || g->done) return;  // cancelled: the answer is complete, or the socket closed
+  auto on_readable = [&socket, w](error_code ec) {
+    if (ec || w->done) return;  // cancelled: the answer is complete, or the socket closed
     char byte = 0;
     const auto n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n > 0) return;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      watch_for_disconnect(engine, socket, g);
+      watch_for_disconnect(socket, w);
       return;
     }
-    g->client_gone = true;
-    cancel_all(engine, *g);
+    w->client_gone = true;
+    w->generation->cancel();
   };
   socket.async_wait(tcp::socket::wait_read, std::move(on_readable));
 }
@@ -117,78 +105,39 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
   for (int p = 0; p < completion.num_prompts(); ++p) {
     entry.prompt_tokens += static_cast<std::int64_t>(completion.prompt(p).size());
   }
-  // Sequences run, prompt-major.
   const int per_prompt = completion.sequences_per_prompt();
   const int num_sequences = completion.num_prompts() * per_prompt;
 
-  // Admission: past the limit, the client should come back later.
-  if (!admission->try_acquire()) {
-    const ApiError busy{429,
-                        "the server has " + std::to_string(config.max_concurrent_requests) +
-                            " requests in flight: try again later",
-                        "rate_limit_error", ""};
-    const bool alive = co_await refuse(stream, request, busy, entry);
+  // Admitted and submitted; the engine's events come back on this coroutine's strand.
+  GenerationStream::Options options;
+  options.streamed = completion.stream;
+  options.output = std::make_shared<OutputBound>(config.max_buffered_output_bytes);
+  options.busy_message = "the server has " + std::to_string(config.max_concurrent_requests) +
+                         " requests in flight: try again later";
+  options.on_overflow = [this, &stream] {  // detached before the stream is gone
+    if (config.metrics) config.metrics->count_connection_error("slow_reader");
+    stream.cancel();
+  };
+  auto strand = co_await asio::this_coro::executor;
+  auto started =
+      GenerationStream::start({engine, gate, admission}, completion, std::move(options), strand);
+  if (!started) {
+    const ApiError refused = started.error();
+    const bool alive = co_await refuse(stream, request, refused, entry);
     co_return alive;
   }
-
-  // Engine events cross into this coroutine through a channel; the engine never blocks.
-  auto g = std::make_shared<Generation>(config.max_buffered_output_bytes);
-  g->channel = std::make_shared<EventChannel>(co_await asio::this_coro::executor, 1024);
-  g->admission = admission;
-  g->num_open = num_sequences;
-  g->stream = &stream;
-  struct Detach {  // the callbacks may outlive this coroutine: they must not see the stream
-    Generation& g;
-    ~Detach() { g.stream = nullptr; }
-  } detach{*g};
-  auto strand = co_await asio::this_coro::executor;
-  TokenCallback on_event = [g, gate = gate, strand, this](const TokenEvent& e) {
-    // The slot is freed when the request ends here, in the engine, not when written.
-    if (e.finished && g->num_open.fetch_sub(1) == 1) g->admission->release();
-    std::lock_guard lock(gate->mutex);
-    if (!gate->open) return;
-    if (g->output.add(event_bytes(e))) {
-      // The client has fallen too far behind: cancel and close on its strand.
-      asio::post(strand, [g, this] {
-        if (config.metrics) config.metrics->count_connection_error("slow_reader");
-        cancel_all(engine, *g);
-        if (g->stream != nullptr) g->stream->cancel();
-      });
-    }
-    if (g->output.over()) return;
-    if (!g->channel->try_send(error_code{}, e))
-      g->channel->async_send(error_code{}, e, [](error_code) {});
-  };
-  // Each choice (or candidate) is an engine request of its prompt; their events share the
-  // channel. A prompt's i-th sequence has the seed plus i, as it would alone.
-  for (int s = 0; s < num_sequences; ++s) {
-    GenerateRequest generate = completion.generate;
-    const int i = s % per_prompt;
-    if (completion.num_prompts() > 1) {
-      generate.prompt = completion.prompt(static_cast<std::size_t>(s / per_prompt));
-    }
-    if (generate.params.seed && i > 0) *generate.params.seed += static_cast<std::uint64_t>(i);
-    auto submitted = engine.submit(std::move(generate), on_event);
-    if (!submitted) {
-      cancel_all(engine, *g);
-      // The sequences never submitted will never end: give their share back now.
-      if (g->num_open.fetch_sub(num_sequences - s) == num_sequences - s) admission->release();
-      const ApiError refused = api_error(submitted.error());
-      const bool alive = co_await refuse(stream, request, refused, entry);
-      co_return alive;
-    }
-    g->ids.push_back(*submitted);
-  }
-  auto index_of = [&g](RequestId rid) {
-    return static_cast<int>(std::find(g->ids.begin(), g->ids.end(), rid) - g->ids.begin());
-  };
-  watch_for_disconnect(engine, stream.socket(), g);
-  auto stop_watching = [&g, &stream] {
-    g->done = true;
+  const std::shared_ptr<GenerationStream> generation = *started;
+  struct Detach {  // its overflow may come after this coroutine: it must not see the stream
+    GenerationStream& generation;
+    ~Detach() { generation.detach(); }
+  } detach{*generation};
+  auto watch = std::make_shared<Watch>(Watch{generation});
+  watch_for_disconnect(stream.socket(), watch);
+  auto stop_watching = [&watch, &stream] {
+    watch->done = true;
     error_code ignored;
     stream.socket().cancel(ignored);
   };
-  int num_open = num_sequences;
 
   if (!completion.stream) {
     std::vector<CompletionOutput> outputs(static_cast<std::size_t>(num_sequences));
@@ -196,31 +145,26 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
       outputs[static_cast<std::size_t>(s)].prompt_index = static_cast<std::size_t>(s / per_prompt);
     }
     std::optional<ApiError> failure;
-    while (num_open > 0 && !g->output.over()) {
-      auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
-      if (ec) break;
-      g->output.remove(event_bytes(event));
-      if (completion.score_only) drop_scoring_token(event);
-      CompletionOutput& output = outputs[index_of(event.request_id)];
+    while (!generation->over()) {
+      std::optional<ChoiceEvent> next = co_await generation->next(entry);
+      if (!next) break;
+      generation->taken(*next);
+      TokenEvent& event = next->event;
+      CompletionOutput& output = outputs[static_cast<std::size_t>(next->index)];
       output.text += event.text;
       if (!event.prompt_logprobs.empty()) output.prompt_logprobs = std::move(event.prompt_logprobs);
-      if (event.token != kNoToken) {
-        entry.first_token();
-        output.cumulative_logprob += event.logprob;
-      }
+      if (event.token != kNoToken) output.cumulative_logprob += event.logprob;
       if (event.token != kNoToken && completion.want_logprobs) output.tokens.push_back(event);
       if (event.finished) {
-        entry.ended(event, openai_finish_reason(event.finish_reason));
         if (event.finish_reason == FinishReason::error) failure = api_error(event);
         output.end = std::move(event);
-        --num_open;
       }
     }
     stop_watching();
-    if (g->client_gone || g->output.over()) {
+    if (watch->client_gone || generation->over()) {
       entry.client_gone = true;
       entry.status = 499;  // nginx's "client closed request": no answer was sent
-      g->channel->close();
+      generation->close();
       co_return false;
     }
     if (failure) {
@@ -240,72 +184,38 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
   }
 
   // Server-sent events: one chunk per event, then usage and [DONE] after the last choice.
-  // HTTP/1.0 has no chunked encoding: its stream is the body up to the connection's close.
-  const bool chunked = request.version() >= 11;
-  http::response<http::empty_body> head{http::status::ok, request.version()};
-  head.set(http::field::server, "troupe");
-  head.set(http::field::content_type, "text/event-stream");
-  head.set(http::field::cache_control, "no-cache");
-  head.chunked(chunked);
-  head.keep_alive(chunked && request.keep_alive());
-  add_cors_headers(request, head, config.cors);
-  add_request_id_header(head, entry);
-  http::response_serializer<http::empty_body> serializer{head};
+  EventStreamWriter sse(stream, request, config.write_timeout);
   count(request, 200, entry);
-  stream.expires_after(config.write_timeout);
-  auto [head_ec, head_n] = co_await http::async_write_header(stream, serializer, kUseTuple);
-  bool alive = !head_ec;
+  bool alive = co_await sse.head(request, config.cors, entry, request.keep_alive());
   std::string data;
-  auto write_data = [&]() -> asio::awaitable<bool> {
-    stream.expires_after(config.write_timeout);
-    if (chunked) {
-      const auto chunk = http::make_chunk(asio::buffer(data));
-      auto [wec, wn] = co_await asio::async_write(stream, chunk, kUseTuple);
-      co_return !wec;
-    }
-    auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(data), kUseTuple);
-    co_return !wec;
-  };
   // A response streams its own events (net/responses_api.hpp), opened by response.created.
   std::optional<ResponsesStream> responses;
   if (completion.responses()) responses.emplace(context, id, created, completion);
   if (alive && responses) {
     data = responses->start();
-    alive = co_await write_data();
+    alive = co_await sse.write(data);
   } else if (alive && completion.chat) {  // a chat stream opens each choice with its role
     data.clear();
     for (int i = 0; i < num_sequences; ++i) {
       data += "data: " + chat_role_chunk(context, id, created, i) + "\n\n";
     }
-    alive = co_await write_data();
+    alive = co_await sse.write(data);
   }
   Usage usage;
-  // A chat whose text is read (thinking apart, tool calls) holds back what may be a marker
-  // or a call: a call until its choice ends.
-  std::vector<ChoiceTextStream> reads;
-  if (completion.chat && !responses && ChoiceTextStream(completion).reads()) {
-    reads.assign(static_cast<std::size_t>(num_sequences), ChoiceTextStream(completion));
-  }
   // echo: a choice's prompt goes out before its first token (with the prompt's logprobs,
   // which come with that first event).
   std::vector<bool> echoed(static_cast<std::size_t>(num_sequences), !completion.echo);
   std::vector<std::size_t> sent_bytes(static_cast<std::size_t>(num_sequences), 0);  // text_offset
-  while (alive && num_open > 0 && !g->output.over()) {
-    auto [ec, event] = co_await g->channel->async_receive(kUseTuple);
-    if (ec) break;
-    const int index = index_of(event.request_id);
-    const std::size_t bytes = event_bytes(event);
-    if (completion.score_only) drop_scoring_token(event);
-    if (event.token != kNoToken) entry.first_token();
+  while (alive && !generation->over()) {
+    std::optional<ChoiceEvent> next = co_await generation->next(entry);
+    if (!next) break;
+    const int index = next->index;
+    TokenEvent& event = next->event;
     data.clear();
     if (responses) {  // one sequence: its events say all, with no [DONE] after them
       data = responses->take(event);
-      if (event.finished) {
-        --num_open;
-        entry.ended(event, openai_finish_reason(event.finish_reason));
-      }
-      if (!data.empty()) alive = co_await write_data();
-      g->output.remove(bytes);
+      if (!data.empty()) alive = co_await sse.write(data);
+      generation->taken(*next);
       continue;
     }
     if (!echoed[static_cast<std::size_t>(index)]) {
@@ -317,12 +227,10 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
           "\n\n";
       sent_bytes[static_cast<std::size_t>(index)] = completion.prompt_texts[prompt_index].size();
     }
-    bool called = false;
+    const bool called = next->called;
     bool thought_only = false;  // the event's text was all thinking: its chunk carries it
-    if (!reads.empty()) {
-      ChoiceText shown = reads[static_cast<std::size_t>(index)].take(event.text, event.finished);
-      event.text = std::move(shown.content);
-      called = !shown.calls.empty();
+    if (next->read) {           // a read chat: what its text let out now (the rest is held back)
+      const ChoiceText& shown = *next->read;
       if (!shown.reasoning.empty()) {
         data += "data: " + reasoning_chunk(context, id, created, shown.reasoning, index) + "\n\n";
       }
@@ -331,7 +239,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
       }
       if (!called && !event.finished && event.text.empty() && !completion.want_logprobs) {
         if (data.empty()) {
-          g->output.remove(bytes);
+          generation->taken(*next);
           continue;  // held: nothing to send yet
         }
         thought_only = true;
@@ -345,39 +253,35 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
     }
     sent_bytes[static_cast<std::size_t>(index)] += event.text.size();
     if (event.finished) {
-      --num_open;
       usage.completion_tokens += event.num_generated_tokens;
       if (index % per_prompt == 0) {  // each prompt once
         usage.prompt_tokens += event.num_prompt_tokens;
         usage.cached_tokens += event.num_cached_tokens;
       }
-      entry.ended(event, openai_finish_reason(event.finish_reason, called));
       // Cut short by a failure (a lost node mid-stream): the client hears why, as an
       // error event after the choice's last chunk (finish_reason "error").
       if (event.finish_reason == FinishReason::error) {
         data += "data: " + error_json(api_error(event)) + "\n\n";
       }
-      if (num_open == 0 && completion.include_usage) {
+      const bool last = generation->num_open() == 0;
+      if (last && completion.include_usage) {
         data += "data: " + usage_chunk(context, id, created, completion, usage) + "\n\n";
       }
-      if (num_open == 0) data += "data: [DONE]\n\n";
+      if (last) data += "data: [DONE]\n\n";
     }
     // A client that went away is seen when a write fails (or by the watch): cancel then.
-    alive = co_await write_data();
-    g->output.remove(bytes);
+    alive = co_await sse.write(data);
+    generation->taken(*next);
   }
   stop_watching();
-  if (!alive || g->client_gone || g->output.over()) {
+  if (!alive || watch->client_gone || generation->over()) {
     entry.client_gone = true;
-    cancel_all(engine, *g);
-    g->channel->close();
+    generation->cancel();
+    generation->close();
     co_return false;
   }
-  if (!chunked) co_return false;  // the close ends the body
-  stream.expires_after(config.write_timeout);
-  const auto last = http::make_chunk_last();
-  auto [lec, ln] = co_await asio::async_write(stream, last, kUseTuple);
-  co_return !lec && request.keep_alive();
+  const bool finished = co_await sse.finish();  // HTTP/1.0: the close ends the body
+  co_return finished&& request.keep_alive();
 }
 
 }  // namespace troupe::net

@@ -7,7 +7,7 @@
 #include <cerrno>
 
 #include "monitoring/step_events.hpp"
-#include "net/cors.hpp"
+#include "net/event_stream.hpp"
 #include "net/server_impl.hpp"
 #include "text/unicode.hpp"
 
@@ -15,7 +15,6 @@ namespace troupe::net {
 
 namespace {
 
-namespace http = beast::http;
 using Doorbell = asio::experimental::concurrent_channel<void(error_code)>;
 
 constexpr std::size_t kViewerCapacity = 512;  // events, about 10 s of steps at 50/s
@@ -70,16 +69,7 @@ asio::awaitable<bool> HttpServer::Impl::engine_events(ServerStream& stream, cons
     const bool alive = co_await refuse(stream, request, error, entry);
     co_return alive;
   }
-  const bool chunked = request.version() >= 11;
-  http::response<http::empty_body> head{http::status::ok, request.version()};
-  head.set(http::field::server, "troupe");
-  head.set(http::field::content_type, "text/event-stream");
-  head.set(http::field::cache_control, "no-cache");
-  head.chunked(chunked);
-  head.keep_alive(false);  // the stream ends with the connection
-  add_cors_headers(request, head, config.cors);
-  add_request_id_header(head, entry);
-  http::response_serializer<http::empty_body> serializer{head};
+  EventStreamWriter sse(stream, request, config.write_timeout);
   count(request, 200, entry);
 
   auto bell = std::make_shared<Doorbell>(stream.get_executor(), 1);
@@ -92,22 +82,10 @@ asio::awaitable<bool> HttpServer::Impl::engine_events(ServerStream& stream, cons
   const WatchGuard guard{*config.step_events, viewer};
   asio::steady_timer keepalive(stream.get_executor());
 
-  std::string data;
-  auto write_data = [&]() -> asio::awaitable<bool> {
-    stream.expires_after(config.write_timeout);
-    if (chunked) {
-      const auto chunk = http::make_chunk(asio::buffer(data));
-      auto [wec, wn] = co_await asio::async_write(stream, chunk, kUseTuple);
-      co_return !wec;
-    }
-    auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(data), kUseTuple);
-    co_return !wec;
-  };
-
-  stream.expires_after(config.write_timeout);
-  auto [head_ec, head_n] = co_await http::async_write_header(stream, serializer, kUseTuple);
-  data = "data: " + hello_json(config, engine) + "\n\n";
-  bool alive = !head_ec && co_await write_data();
+  // The stream ends with the connection.
+  bool alive = co_await sse.head(request, config.cors, entry, /*keep_alive=*/false);
+  std::string data = "data: " + hello_json(config, engine) + "\n\n";
+  if (alive) alive = co_await sse.write(data);
   watch_for_close(stream.socket(), bell, state);
   while (alive) {
     keepalive.expires_after(kKeepalive);  // a pending wait is cancelled: it rings no more
@@ -127,7 +105,7 @@ asio::awaitable<bool> HttpServer::Impl::engine_events(ServerStream& stream, cons
       dropped = 0;
     }
     if (data.empty()) data = ": keepalive\n\n";
-    alive = co_await write_data();
+    alive = co_await sse.write(data);
   }
   keepalive.cancel();
   state->ended = true;

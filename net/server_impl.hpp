@@ -1,7 +1,9 @@
 // The server's insides, shared by its session files (http_server.cpp: accept loop, TLS
 // handshake, plain routes; completion_session.cpp: generation, JSON or SSE;
 // engine_events.cpp: the live page's stream; websocket_session.cpp: /v1/ws;
-// access_log.cpp: the log). Not for other rooms: it pulls in Beast and OpenSSL.
+// generation_stream.cpp: a generation's events, for SSE and the socket alike;
+// event_stream.cpp: an SSE response's head and chunks; access_log.cpp: the log). Not for other
+// rooms: it pulls in Beast and OpenSSL.
 #pragma once
 
 #include <algorithm>
@@ -114,6 +116,7 @@ asio::awaitable<T> run_on(asio::thread_pool& pool, std::function<T()> work) {
 }
 
 struct WsConnection;
+class GenerationStream;  // net/generation_stream.hpp
 
 // Writes a response; false when the client is gone or the connection ends with it.
 asio::awaitable<bool> write_response(ServerStream& stream, Response res,
@@ -222,6 +225,11 @@ struct HttpServer::Impl {
   asio::awaitable<void> websocket_writer(std::shared_ptr<WsConnection> connection);
   asio::awaitable<void> websocket_command(std::shared_ptr<WsConnection> connection,
                                           std::string text);
+  // One generate's events framed, in order, until it ends; then its line in the log.
+  asio::awaitable<void> websocket_stream(std::shared_ptr<WsConnection> connection,
+                                         std::shared_ptr<GenerationStream> generation,
+                                         std::string id, bool want_logprobs,
+                                         std::shared_ptr<AccessEntry> entry);
   void websocket_overflow(const std::shared_ptr<WsConnection>& connection);
 
   RouteContext route_context();

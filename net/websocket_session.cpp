@@ -1,9 +1,10 @@
 // WebSocket streaming at /v1/ws (protocol: docs/websocket.md): a reader coroutine that
-// parses and submits, a writer coroutine that sends frames in order, and the bound on
-// what a client may leave unread.
+// parses and submits, a coroutine per request that frames its events (a GenerationStream's,
+// on the connection's strand), a writer coroutine that sends the frames in order, and the
+// bound on what a client may leave unread.
 #include <unordered_map>
 
-#include "net/choice_text.hpp"
+#include "net/generation_stream.hpp"
 #include "net/server_impl.hpp"
 
 namespace troupe::net {
@@ -16,21 +17,21 @@ struct WsFrame {
 };
 using FrameChannel = asio::experimental::concurrent_channel<void(error_code, WsFrame)>;
 
-// What a connection's engine callbacks hold: its frames and their bound. Not the
-// connection itself, which must not outlive the server.
+// A connection's frames and their bound, which its requests' events share (an event's
+// memory until it is framed, then the frame's text until written).
 struct WsOutput {
   WsOutput(std::shared_ptr<FrameChannel> f, std::size_t most)
-      : frames(std::move(f)), output(most) {}
+      : frames(std::move(f)), output(std::make_shared<OutputBound>(most)) {}
   std::shared_ptr<FrameChannel> frames;
-  OutputBound output;
+  std::shared_ptr<OutputBound> output;
   // The client closed the socket, broke it, or fell too far behind: what ends now was
   // not taken (the access log's client_gone).
   std::atomic<bool> client_gone{false};
 
   // Queues a frame (never blocks); false when it crossed the bound: the caller closes.
   bool push(WsFrame frame) {
-    if (output.over()) return true;
-    if (output.add(static_cast<std::int64_t>(frame.text.size()))) return false;
+    if (output->over()) return true;
+    if (output->add(static_cast<std::int64_t>(frame.text.size()))) return false;
     if (!frames->try_send(error_code{}, frame)) {
       frames->async_send(error_code{}, std::move(frame), [](error_code) {});
     }
@@ -38,8 +39,8 @@ struct WsOutput {
   }
 };
 
-// One WebSocket connection: the reader submits and cancels, the writer sends frames in
-// order; both hold it.
+// One WebSocket connection: the reader submits and cancels, each request's coroutine
+// frames its events, the writer sends frames in order; all hold it.
 struct WsConnection {
   WsConnection(ServerStream stream, std::string peer)
       : ws(std::move(stream)), client(std::move(peer)) {}
@@ -47,7 +48,7 @@ struct WsConnection {
   const std::string client;  // the peer's address, for the access log
   std::shared_ptr<WsOutput> out;
   // The connection's strand alone touches these.
-  std::unordered_map<std::string, RequestId> in_flight;
+  std::unordered_map<std::string, std::shared_ptr<GenerationStream>> in_flight;
   bool closing = false;
 };
 
@@ -55,9 +56,9 @@ namespace {
 
 // Cancels every request still running on the connection (on its strand): the client
 // closed it, is gone, or fell too far behind (what ends now is logged client_gone).
-void cancel_in_flight(Engine& engine, WsConnection& connection) {
+void cancel_in_flight(WsConnection& connection) {
   connection.out->client_gone = true;
-  for (const auto& [id, request_id] : connection.in_flight) engine.cancel(request_id);
+  for (const auto& [id, generation] : connection.in_flight) generation->cancel();
   connection.in_flight.clear();
 }
 
@@ -93,7 +94,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_session(ServerStream stream, R
     co_await websocket_command(connection, std::move(text));
   }
   // Closing the socket cancels every request still running on it.
-  cancel_in_flight(engine, *connection);
+  cancel_in_flight(*connection);
   connection->out->frames->close();
 }
 
@@ -106,10 +107,10 @@ asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConne
     if (ec) co_return;  // closed: the reader has finished, or the client fell behind
     if (frame.final) connection->in_flight.erase(frame.id);
     auto [wec, wn] = co_await ws.async_write(asio::buffer(frame.text), kUseTuple);
-    out->output.remove(static_cast<std::int64_t>(frame.text.size()));
+    out->output->remove(static_cast<std::int64_t>(frame.text.size()));
     if (wec) {
       // The client is gone: cancel what it had asked for.
-      cancel_in_flight(engine, *connection);
+      cancel_in_flight(*connection);
       co_return;
     }
   }
@@ -120,7 +121,7 @@ void HttpServer::Impl::websocket_overflow(const std::shared_ptr<WsConnection>& c
   if (connection->closing) return;
   connection->closing = true;
   if (config.metrics) config.metrics->count_connection_error("slow_reader");
-  cancel_in_flight(engine, *connection);
+  cancel_in_flight(*connection);
   connection->out->frames->close();  // what is queued is dropped
   // Say why (1008), unless the client cannot even take that: then drop the connection.
   auto timer = std::make_shared<asio::steady_timer>(connection->ws.get_executor(), 2s);
@@ -168,7 +169,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   const std::string& id = parsed->id;
   if (parsed->type == "cancel") {
     if (const auto it = connection->in_flight.find(id); it != connection->in_flight.end()) {
-      engine.cancel(it->second);  // its "done" frame, finish_reason "abort", follows
+      it->second->cancel();  // its "done" frame, finish_reason "abort", follows
     }
     co_return;
   }
@@ -197,59 +198,47 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
     refuse(id, *costly);
     co_return;
   }
-  // The same admission limit as HTTP requests.
-  if (!admission->try_acquire()) {
-    refuse(id,
-           ApiError{429, "too many requests in flight: try again later", "rate_limit_error", ""});
-    co_return;
-  }
-  auto strand = co_await asio::this_coro::executor;
-  entry->request_id = id;
-  // A chat whose text is read (thinking apart, tool calls) holds back what may be a marker
-  // or a call, as over HTTP; the engine's thread alone feeds it.
-  std::shared_ptr<ChoiceTextStream> reads;
-  if (request.chat && ChoiceTextStream(request).reads()) {
-    reads = std::make_shared<ChoiceTextStream>(request);
-  }
-  TokenCallback on_event = [out, gate = gate, admission = admission, ctx = &context, id,
-                            want_logprobs = request.want_logprobs, strand,
-                            weak = std::weak_ptr<WsConnection>(connection), entry,
-                            logged = access_logged(), client = connection->client, reads,
-                            this](const TokenEvent& e) {
-    std::optional<ChoiceText> held;
-    if (reads) held = reads->take(e.text, e.finished);
-    if (logged) {
-      if (e.token != kNoToken) entry->first_token();
-      if (e.finished) {
-        entry->status = e.finish_reason == FinishReason::error ? api_error(e).status : 200;
-        entry->prompt_tokens = e.num_prompt_tokens;
-        entry->ended(e, openai_finish_reason(e.finish_reason, held && !held->calls.empty()));
-        entry->client_gone = out->client_gone.load();
-      }
-    }
-    // The slot is freed when the request ends here, in the engine, not when written.
-    if (e.finished) admission->release();
-    std::lock_guard lock(gate->mutex);
-    if (!gate->open) return;
-    if (logged && e.finished) {
-      // Written from the connection's strand: the engine's thread only hands it over.
-      asio::post(strand, [this, entry, client] { log_access("WS", "/v1/ws", *entry, client); });
-    }
-    if (out->output.over()) return;
-    const ChoiceText* shown = held ? &*held : nullptr;
-    if (!out->push({id, websocket_event(*ctx, id, e, want_logprobs, shown), e.finished})) {
-      asio::post(strand, [weak, this] {
-        if (auto connection = weak.lock()) websocket_overflow(connection);
-      });
-    }
+  // The same admission limit as HTTP requests; the events come back on this strand.
+  GenerationStream::Options options;
+  options.output = out->output;
+  options.busy_message = "too many requests in flight: try again later";
+  options.on_overflow = [this, weak = std::weak_ptr<WsConnection>(connection)] {
+    if (auto connection = weak.lock()) websocket_overflow(connection);
   };
-  auto submitted = engine.submit(request.generate, std::move(on_event));
-  if (!submitted) {
-    admission->release();
-    refuse(id, api_error(submitted.error()));  // the status HTTP gives the same error
+  auto strand = co_await asio::this_coro::executor;
+  auto started =
+      GenerationStream::start({engine, gate, admission}, request, std::move(options), strand);
+  if (!started) {
+    refuse(id, started.error());  // the status HTTP gives the same error
     co_return;
   }
-  connection->in_flight.emplace(id, *submitted);
+  entry->request_id = id;
+  connection->in_flight.emplace(id, *started);
+  asio::co_spawn(strand, websocket_stream(connection, *started, id, request.want_logprobs, entry),
+                 [this](std::exception_ptr e) { on_session_exception(e); });
+}
+
+asio::awaitable<void> HttpServer::Impl::websocket_stream(
+    std::shared_ptr<WsConnection> connection, std::shared_ptr<GenerationStream> generation,
+    std::string id, bool want_logprobs, std::shared_ptr<AccessEntry> entry) {
+  // Every request ends with an event (a cancelled one's finish_reason "abort"), even past
+  // the bound, so that its line is written, once, after it.
+  while (true) {
+    std::optional<ChoiceEvent> next = co_await generation->next(*entry);
+    if (!next) break;
+    const TokenEvent& e = next->event;
+    if (e.finished) {
+      entry->status = e.finish_reason == FinishReason::error ? api_error(e).status : 200;
+      entry->prompt_tokens = e.num_prompt_tokens;
+      entry->client_gone = connection->out->client_gone.load();
+    }
+    const ChoiceText* shown = next->read ? &*next->read : nullptr;
+    WsFrame frame{id, websocket_event(context, id, e, want_logprobs, shown), e.finished};
+    generation->taken(*next);
+    if (!connection->out->push(std::move(frame))) websocket_overflow(connection);
+  }
+  generation->detach();
+  log_access("WS", "/v1/ws", *entry, connection->client);
 }
 
 }  // namespace troupe::net
