@@ -14,11 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define TROUPE_HOST_DEVICE __host__ __device__
-#else
-#define TROUPE_HOST_DEVICE
-#endif
+#include "model/host_device.hpp"
 
 namespace troupe::gpu::sampling_rules {
 

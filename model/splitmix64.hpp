@@ -8,11 +8,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TROUPE_HOST_DEVICE __host__ __device__
-#else
-#define TROUPE_HOST_DEVICE
-#endif
+#include "model/host_device.hpp"
 
 namespace troupe::model {
 
@@ -27,5 +23,3 @@ TROUPE_HOST_DEVICE constexpr std::uint64_t splitmix64_mix(std::uint64_t z) {
 }
 
 }  // namespace troupe::model
-
-#undef TROUPE_HOST_DEVICE
