@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu/cpu_backend.hpp"
 #include "gguf/gguf_writer.hpp"
 #include "gguf/half.hpp"
+#include "model/llama_model.hpp"
 #include "model/lora_adapter.hpp"
+#include "model/step_input.hpp"
 #include "support/test_support.hpp"
 
 using namespace troupe;
@@ -234,5 +237,96 @@ TEST_CASE("a broken or mismatched adapter is an error that names what is wrong",
     auto a = LoraAdapter::open("/nonexistent/adapter.gguf", llama.file, llama.config);
     REQUIRE_FALSE(a.has_value());
     CHECK(contains(a.error().message, "/nonexistent/adapter.gguf"));
+  }
+}
+
+TEST_CASE("an adapter attaches to a slot of a CPU model", "[lora][shared]") {
+  const Base llama = open_base("llama");
+  cpu::CpuBackend backend(1);
+  auto model = LlamaModel::load(llama.file, backend);
+  REQUIRE(model.has_value());
+  auto adapter = LoraAdapter::open(test::shared_file("models/lora/llama-attn-r8.gguf"), llama.file,
+                                   llama.config);
+  REQUIRE(adapter.has_value());
+  auto shared = std::make_shared<const LoraAdapter>(std::move(*adapter));
+  CHECK(model->attach_adapter(shared).value() == 1);
+  CHECK(model->attach_adapter(shared).value() == 2);
+  CHECK(model->num_adapters() == 2);
+  CHECK_FALSE(model->attach_adapter(nullptr).has_value());
+}
+
+TEST_CASE("a step's adapter slots: one per sequence, empty while all run the base model",
+          "[lora]") {
+  const KvCacheShape cache{1, 8, 4, 1, 2};
+  StepInput step;
+  const std::vector<TokenId> tokens = {1, 2};
+  const std::vector<std::int32_t> table = {0};
+  append_sequence(step, tokens, 0, table, true);
+  CHECK(step.adapters.empty());
+  append_sequence(step, tokens, 0, table, true, 2);
+  append_sequence(step, tokens, 0, table, true);
+  CHECK(step.adapters == std::vector<std::int32_t>{0, 2, 0});
+  CHECK(validate_step(step, cache, 10).has_value());
+  step.adapters.pop_back();
+  CHECK_FALSE(validate_step(step, cache, 10).has_value());
+  step.adapters = {0, -1, 0};
+  CHECK_FALSE(validate_step(step, cache, 10).has_value());
+}
+
+TEST_CASE("the CPU's lora_add: each group's rows get their own adapter's update, others none",
+          "[lora]") {
+  cpu::CpuBackend backend(2);
+  constexpr std::int64_t n = 11, n_in = 24, n_out = 19;
+  std::vector<float> x(n * n_in), y(n * n_out);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::cos(0.11f * static_cast<float>(i));
+  const std::vector<float> y0 = y;
+  struct Adapter {
+    std::int64_t rank;
+    float scale;
+    std::vector<std::int32_t> rows;
+    std::vector<float> a, b;
+  };
+  // Group 1 has more rows than one tile of 8; row 5 is in no group (the base model).
+  std::vector<Adapter> adapters = {{3, 0.5f, {0, 2, 3, 4, 6, 7, 8, 9, 10}, {}, {}},
+                                   {5, 2.0f, {1}, {}, {}}};
+  std::vector<LoraGroup> groups;
+  for (auto& ad : adapters) {
+    ad.a = ramp(static_cast<std::size_t>(ad.rank * n_in), 0.03f);
+    ad.b = ramp(static_cast<std::size_t>(n_out * ad.rank), 0.05f);
+    groups.push_back({Weight{ad.a.data(), gguf::TensorType::f32, ad.rank, n_in},
+                      Weight{ad.b.data(), gguf::TensorType::f32, n_out, ad.rank}, ad.scale,
+                      ad.rows});
+  }
+  backend.lora_add(Tensor{x.data(), n, n_in}, groups, Tensor{y.data(), n, n_out});
+  std::vector<int> group_of(n, -1);
+  for (std::size_t g = 0; g < adapters.size(); ++g) {
+    for (auto r : adapters[g].rows) group_of[static_cast<std::size_t>(r)] = static_cast<int>(g);
+  }
+  for (std::int64_t r = 0; r < n; ++r) {
+    const int g = group_of[static_cast<std::size_t>(r)];
+    for (std::int64_t j = 0; j < n_out; ++j) {
+      double want = y0[static_cast<std::size_t>(r * n_out + j)];
+      if (g >= 0) {
+        const Adapter& ad = adapters[static_cast<std::size_t>(g)];
+        double update = 0.0;
+        for (std::int64_t k = 0; k < ad.rank; ++k) {
+          double ax = 0.0;
+          for (std::int64_t i = 0; i < n_in; ++i) {
+            ax += static_cast<double>(ad.a[static_cast<std::size_t>(k * n_in + i)]) *
+                  x[static_cast<std::size_t>(r * n_in + i)];
+          }
+          update += static_cast<double>(ad.b[static_cast<std::size_t>(j * ad.rank + k)]) * ax;
+        }
+        want += ad.scale * update;
+      }
+      INFO("row " << r << " column " << j);
+      if (g < 0) {
+        REQUIRE(y[static_cast<std::size_t>(r * n_out + j)] ==
+                y0[static_cast<std::size_t>(r * n_out + j)]);
+      } else {
+        REQUIRE(y[static_cast<std::size_t>(r * n_out + j)] == Approx(want).margin(1e-5));
+      }
+    }
   }
 }
