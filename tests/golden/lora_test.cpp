@@ -2,8 +2,9 @@
 // random adapters of ../shared/models/lora on their archs/ base models, llama.cpp b4747 at
 // scale 1, F32 KV cache, 32 greedy tokens; the tolerances of ../shared/golden/archs), the
 // base model beside them still computes its own outputs, and every prompt of every adapter
-// and of the base model as one mixed batch gives what each gives alone. The model is driven
-// directly here (a greedy loop over LlamaModel::forward), each sequence with its slot.
+// and of the base model as one mixed batch gives what each gives alone: driven directly (a
+// greedy loop over LlamaModel::forward, each sequence with its slot) and through the
+// engine's step loop (BatchGenerator, each request with its slot).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -169,6 +170,33 @@ void check_base_and_adapters(const std::string& base, const std::vector<std::str
     const auto& b = alone[i].first_logits;
     REQUIRE(a.size() == b.size());
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  }
+  // The same through the engine's step loop (EngineCore, run_step): each request's slot
+  // reaches its sequence's rows, whole prompts and in prefill chunks of 5.
+  std::vector<test::GenerationRequest> requests;
+  for (const auto& seq : all) {
+    test::GenerationRequest r;
+    r.prompt = seq.prompt;
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = kSteps;
+    r.params.ignore_eos = true;
+    r.adapter = seq.slot;
+    requests.push_back(std::move(r));
+  }
+  test::BatchGenerator generator(*m.loaded.model, {});
+  for (const std::int32_t chunk : {0, 5}) {
+    INFO("through the engine, prefill chunk " << chunk);
+    auto engine = generator.run(requests, chunk);
+    REQUIRE(engine.has_value());
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      CHECK(std::vector<int>((*engine)[i].output.begin(), (*engine)[i].output.end()) ==
+            alone[i].ids);
+      if (chunk == 0) {
+        const auto& a = (*engine)[i].first_logits;
+        REQUIRE(a.size() == alone[i].first_logits.size());
+        CHECK(std::memcmp(a.data(), alone[i].first_logits.data(), a.size() * sizeof(float)) == 0);
+      }
+    }
   }
 }
 
