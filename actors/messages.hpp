@@ -83,6 +83,7 @@ struct Submission {
   SamplingParams params;
   std::int32_t priority = 0;
   request_actor requester;
+  std::int32_t adapter = 0;  // GenerateRequest::lora_adapter
 };
 
 // What the engine talks to: one replica's scheduler, or the router in front of several.
@@ -119,7 +120,7 @@ using replica_actor = scheduler_actor::extend<
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {
   return f(caf::meta::type_name("troupe.Submission"), x.id, x.prompt, x.params, x.priority,
-           x.requester);
+           x.requester, x.adapter);
 }
 
 template <class Inspector>

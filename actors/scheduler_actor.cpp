@@ -179,10 +179,10 @@ void lose_remote_worker(Self self, const std::string& why) {
                                       " lost its node " + lost_node + ": " + why);
   deliver_all(self, lost.ended);
   for (auto& r : lost.unstarted) {
-    hand_back(
-        self,
-        {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to)},
-        why);
+    hand_back(self,
+              {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to),
+               r.adapter},
+              why);
   }
   if (state.setup.metrics) {
     const EngineStats now = state.core->stats();
@@ -375,7 +375,7 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
         const RequestId id = s.id;
         const request_actor requester = s.requester;
         auto added = self->state.core->add(
-            {id, std::move(s.prompt), std::move(s.params), s.priority, requester});
+            {id, std::move(s.prompt), std::move(s.params), s.priority, requester, s.adapter});
         if (!added) {
           self->send(requester, token_atom::value,
                      end_of(id, FinishReason::error, added.error().message));

@@ -38,6 +38,7 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
   spec.gpu_memory_utilization = config.gpu_memory_utilization;
   spec.kv_cache_dtype = config.kv_cache_dtype;
   if (config.speculative.enabled()) spec.draft_model_path = config.speculative.draft_model;
+  spec.lora_adapters = config.lora_adapters;
   return spec;
 }
 

@@ -111,6 +111,9 @@ struct EngineConfig {
   std::int32_t max_model_len = 0;  // 0: the model's context length
   bool enable_prefix_caching = true;
   SpeculativeConfig speculative;  // off unless num_speculative_tokens > 0
+  // LoRA adapter files (llama.cpp's GGUF layout) the workers load beside the model: the
+  // i-th is GenerateRequest::lora_adapter i + 1. CPU only, and not split, for now.
+  std::vector<std::string> lora_adapters;
   BatchingPolicy policy = BatchingPolicy::fcfs;
   BatchingMode mode = BatchingMode::continuous;
   // Requests without a seed of their own get one derived from this and their id,
@@ -146,6 +149,9 @@ struct GenerateRequest {
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
   std::int32_t priority = 0;  // lower is more urgent (policy priority)
+  // Which LoRA adapter computes it: EngineConfig::lora_adapters[lora_adapter - 1]; 0: the
+  // base model. The request's, not SamplingParams': it picks the model, not the draw.
+  std::int32_t lora_adapter = 0;
   std::chrono::milliseconds timeout{
       0};  // 0: none; else the request ends with FinishReason::timeout
 };
