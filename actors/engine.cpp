@@ -293,6 +293,12 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
             " tokens, but " + std::to_string(wanted) + " were requested (" + std::to_string(n) +
             " in the prompt, " + std::to_string(request.params.max_tokens) + " to generate)");
   }
+  if (request.lora_adapter < 0 ||
+      request.lora_adapter > static_cast<std::int32_t>(impl.config.lora_adapters.size())) {
+    return make_error(ErrorCode::invalid_argument,
+                      "LoRA adapter " + std::to_string(request.lora_adapter) + " of " +
+                          std::to_string(impl.config.lora_adapters.size()) + " loaded");
+  }
   // The sampler's own checks, now, so that bad parameters are the caller's error.
   TROUPE_TRY_VOID(model::Sampler::create(request.params, {}, {}, vocab).map([](auto&&) {}));
   if (!on_event) return make_error(ErrorCode::invalid_argument, "no event callback");
@@ -320,7 +326,7 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
   auto requester = impl.system->spawn(actors::request, setup);
   caf::anon_send(impl.front, actors::submit_atom::value,
                  actors::Submission{id, std::move(request.prompt), request.params, request.priority,
-                                    std::move(requester)});
+                                    std::move(requester), request.lora_adapter});
   return id;
 }
 

@@ -93,6 +93,7 @@ struct Submission {
   SamplingParams params;
   std::int32_t priority = 0;
   request_actor requester;
+  std::int32_t adapter = 0;  // GenerateRequest::lora_adapter
 };
 
 // The engine's front, which it sends requests to: one replica's scheduler, or the router
@@ -132,7 +133,7 @@ using replica_actor = front_actor::extend<
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {
   return f(caf::meta::type_name("troupe.Submission"), x.id, x.prompt, x.params, x.priority,
-           x.requester);
+           x.requester, x.adapter);
 }
 
 template <class Inspector>

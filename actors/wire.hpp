@@ -80,7 +80,7 @@ namespace model {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepInput& x) {
   return f(caf::meta::type_name("troupe.StepInput"), x.tokens, x.positions, x.query_start,
-           x.context_lens, x.max_blocks_per_seq, x.block_tables, x.logit_rows);
+           x.context_lens, x.max_blocks_per_seq, x.block_tables, x.logit_rows, x.adapters);
 }
 
 template <class Inspector>
@@ -116,7 +116,7 @@ typename Inspector::result_type inspect(Inspector& f, WorkerSpec& x) {
            x.num_threads, x.cuda_graphs, x.block_size, x.max_model_len, x.max_num_seqs,
            x.max_num_batched_tokens, x.num_kv_blocks, x.kv_cache_bytes, x.gpu_memory_utilization,
            x.rank, x.world_size, x.device_index, kv_cache_dtype.has, kv_cache_dtype.value,
-           x.calibrate_step_cost, x.draft_model_path, load);
+           x.calibrate_step_cost, x.draft_model_path, x.lora_adapters, load);
 }
 
 template <class Inspector>

@@ -23,6 +23,7 @@ void add_generate_command(CLI::App& app) {
     SamplingParams params;
     double kv_cache_gb = 0.25;
     TokenBudgetFlags budget;
+    std::string lora;
   };
   auto opts = std::make_shared<Options>();
   opts->params.temperature = 0.0f;
@@ -42,6 +43,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--frequency-penalty", opts->params.frequency_penalty, "0: off");
   cmd->add_option("--stop", opts->stop, "stop strings (repeatable)");
   cmd->add_flag("--ignore-eos", opts->params.ignore_eos, "do not stop at end-of-generation tokens");
+  cmd->add_option("--lora", opts->lora,
+                  "a LoRA adapter (llama.cpp's GGUF) for the model, applied at scale 1 (CPU)");
   cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)")
       ->check(CLI::Range(0, kMostThreads));
   add_device_options(cmd, opts->engine);
@@ -61,6 +64,7 @@ void add_generate_command(CLI::App& app) {
     config.kv_cache_bytes = static_cast<std::int64_t>(opts->kv_cache_gb * (1 << 30));
     if (config.model_path.empty()) config.model_path = builtin_model_path();
     if (config.model_path.empty()) fail("the built-in model could not be written");
+    if (!opts->lora.empty()) config.lora_adapters = {opts->lora};
     auto engine = Engine::create(config);
     if (!engine) fail(engine.error().message);
     GenerateRequest request;
@@ -68,6 +72,7 @@ void add_generate_command(CLI::App& app) {
     request.params = opts->params;
     request.params.max_tokens = opts->num_tokens;
     request.stop = opts->stop;
+    if (!opts->lora.empty()) request.lora_adapter = 1;
     if (cmd->count("--seed")) request.params.seed = opts->seed;
 
     std::mutex mutex;

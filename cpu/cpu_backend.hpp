@@ -59,6 +59,10 @@ class CpuBackend final : public model::Backend {
   void softcap(model::Tensor x, float cap) override;
   // cpu_backend_moe.cpp
   void moe_ffn(model::Tensor x, const model::MoeLayer& layer, model::Tensor out) override;
+  // cpu_backend_lora.cpp
+  Result<void> supports_lora() const override { return {}; }
+  void lora_add(model::Tensor x, std::span<const model::LoraGroup> groups,
+                model::Tensor y) override;
   void gather_logit_rows(model::Tensor x, model::Tensor out) override;
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
   Result<void> join_group(std::shared_ptr<model::Communicator> group) override;

@@ -27,6 +27,9 @@ struct CoreRequest {
   SamplingParams params;
   std::int32_t priority = 0;
   std::any reply_to;  // the driver's handle for whoever hears of this request
+  // The LoRA adapter its sequence runs with: the worker model's slot
+  // (model::LlamaModel::attach_adapter), 0 for the base model.
+  std::int32_t adapter = 0;
 };
 
 // What happened to one request in a step (or when it was cancelled): what the one

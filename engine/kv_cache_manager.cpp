@@ -22,13 +22,14 @@ std::vector<BlockId> KvCacheManager::find_cached_prefix(const Sequence& seq) con
   // A prompt being scored runs every row; its blocks still enter the cache after.
   if (!enable_prefix_caching_ || seq.scores_prompt()) return {};
   const std::int32_t max_blocks = (seq.num_tokens() - 1) / block_size_;
-  return cache_.match(seq.tokens, max_blocks);
+  return cache_.match(seq.tokens, max_blocks, seq.adapter);
 }
 
-std::int32_t KvCacheManager::cached_prefix_tokens(std::span<const TokenId> prompt) const {
+std::int32_t KvCacheManager::cached_prefix_tokens(std::span<const TokenId> prompt,
+                                                  std::int32_t adapter) const {
   if (!enable_prefix_caching_ || prompt.empty()) return 0;
   const auto max_blocks = static_cast<std::int32_t>((prompt.size() - 1) / block_size_);
-  return static_cast<std::int32_t>(cache_.match(prompt, max_blocks).size()) * block_size_;
+  return static_cast<std::int32_t>(cache_.match(prompt, max_blocks, adapter).size()) * block_size_;
 }
 
 bool KvCacheManager::allocate_slots(Sequence& seq, std::int32_t num_new_tokens,
@@ -87,7 +88,7 @@ void KvCacheManager::cache_full_blocks(Sequence& seq) {
     const std::span<const TokenId> tokens(
         seq.tokens.data() + static_cast<std::size_t>(i) * block_size_,
         static_cast<std::size_t>(block_size_));
-    const BlockId in_tree = cache_.insert(parent, tokens, block);
+    const BlockId in_tree = cache_.insert(parent, tokens, block, seq.adapter);
     if (in_tree != block) {
       // Another sequence cached the same prefix first: this one keeps its own copy,
       // and its later blocks stay out (their parent in the tree is not ours to hold).

@@ -40,8 +40,10 @@ class KvCacheManager {
   // sequence that scores its prompt (Sequence::scores_prompt).
   std::vector<BlockId> find_cached_prefix(const Sequence& seq) const;
   // How many of `prompt`'s tokens a new sequence would find cached (whole blocks, never
-  // all of them): what a router compares across replicas. Counts in no statistic.
-  std::int32_t cached_prefix_tokens(std::span<const TokenId> prompt) const;
+  // all of them), under LoRA adapter slot `adapter`: what a router compares across
+  // replicas. Counts in no statistic.
+  std::int32_t cached_prefix_tokens(std::span<const TokenId> prompt,
+                                    std::int32_t adapter = 0) const;
 
   // Gives `seq` blocks for num_computed_tokens + num_new_tokens tokens. For a
   // sequence holding none, `cached_prefix` (from find_cached_prefix) is taken

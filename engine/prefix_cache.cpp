@@ -18,32 +18,35 @@ std::size_t PrefixCache::TokensHash::operator()(std::span<const TokenId> tokens)
 PrefixCache::PrefixCache(std::int32_t num_blocks, std::int32_t block_size)
     : block_size_(block_size), nodes_(num_blocks) {}
 
-std::vector<BlockId> PrefixCache::match(std::span<const TokenId> tokens,
-                                        std::int32_t max_blocks) const {
+std::vector<BlockId> PrefixCache::match(std::span<const TokenId> tokens, std::int32_t max_blocks,
+                                        std::int32_t adapter) const {
   std::vector<BlockId> blocks;
   BlockId parent = kNoBlock;
   const auto num_full = static_cast<std::int32_t>(tokens.size()) / block_size_;
   for (std::int32_t i = 0; i < std::min(num_full, max_blocks); ++i) {
-    const Children& children = children_of(parent);
+    const Children* children = children_of(parent, adapter);
+    if (children == nullptr) break;
     const auto it =
-        children.find(tokens.subspan(static_cast<std::size_t>(i) * block_size_, block_size_));
-    if (it == children.end()) break;
+        children->find(tokens.subspan(static_cast<std::size_t>(i) * block_size_, block_size_));
+    if (it == children->end()) break;
     parent = it->second;
     blocks.push_back(parent);
   }
   return blocks;
 }
 
-BlockId PrefixCache::insert(BlockId parent, std::span<const TokenId> block_tokens, BlockId block) {
+BlockId PrefixCache::insert(BlockId parent, std::span<const TokenId> block_tokens, BlockId block,
+                            std::int32_t adapter) {
   TROUPE_ASSERT(static_cast<std::int32_t>(block_tokens.size()) == block_size_, "a partial block");
   TROUPE_ASSERT(parent == kNoBlock || nodes_[parent].in_tree,
                 "inserting below a block not in the tree");
   TROUPE_ASSERT(!nodes_[block].in_tree, "a block cannot hold two prefixes");
-  Children& children = children_of(parent);
+  Children& children = children_of(parent, adapter);
   if (const auto it = children.find(block_tokens); it != children.end()) return it->second;
   Node& node = nodes_[block];
   node.in_tree = true;
   node.parent = parent;
+  node.adapter = parent == kNoBlock ? adapter : nodes_[parent].adapter;
   node.tokens.assign(block_tokens.begin(), block_tokens.end());
   children.emplace(node.tokens, block);
   ++num_nodes_;
@@ -52,7 +55,7 @@ BlockId PrefixCache::insert(BlockId parent, std::span<const TokenId> block_token
 
 void PrefixCache::erase(BlockId block, std::vector<BlockId>& removed) {
   TROUPE_ASSERT(nodes_[block].in_tree, "erasing a block that is not in the tree");
-  children_of(nodes_[block].parent).erase(nodes_[block].tokens);
+  children_of(nodes_[block].parent, nodes_[block].adapter).erase(nodes_[block].tokens);
   // Depth first over the subtree: every block below loses its prefix too.
   std::vector<BlockId> stack = {block};
   while (!stack.empty()) {

@@ -34,6 +34,9 @@ Result<void> Scheduler::add(SequenceRequest request) {
     return make_error(ErrorCode::invalid_argument,
                       "sequence " + std::to_string(request.id) + " is already queued");
   }
+  if (request.adapter < 0) {
+    return make_error(ErrorCode::invalid_argument, "a LoRA adapter slot is negative");
+  }
   if (request.max_tokens < 1) {
     return make_error(ErrorCode::invalid_argument, "max_tokens must be at least 1");
   }
@@ -59,6 +62,7 @@ Result<void> Scheduler::add(SequenceRequest request) {
   seq.arrival = next_arrival_++;
   seq.prompt_logprobs = request.prompt_logprobs;
   seq.may_speculate = request.may_speculate;
+  seq.adapter = request.adapter;
   sequences_.emplace(seq.id, std::move(seq));
   enqueue_waiting(request.id, false);
   return {};

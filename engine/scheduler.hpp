@@ -46,6 +46,7 @@ struct SequenceRequest {
   StopRule stop = {};                                          // stop and end-of-generation ids
   std::optional<std::int32_t> prompt_logprobs = std::nullopt;  // SamplingParams::prompt_logprobs
   bool may_speculate = true;  // false: never proposals (an output held to a grammar)
+  std::int32_t adapter = 0;   // its LoRA adapter slot (0: the base model)
 };
 
 // One sequence's share of an iteration: its next num_new_tokens tokens. A decode with a

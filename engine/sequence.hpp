@@ -43,6 +43,9 @@ struct Sequence {
   std::int32_t num_registered_blocks = 0;  // leading full blocks entered in the prefix cache
   bool prefix_cache_open = true;           // false once a block of it was a duplicate
   std::int32_t num_preemptions = 0;
+  // The LoRA adapter slot its rows run with (0: the base model); its prefix-cache blocks are
+  // that adapter's alone.
+  std::int32_t adapter = 0;
   // SamplingParams::prompt_logprobs: the prompt's rows are scored until the first token.
   std::optional<std::int32_t> prompt_logprobs = std::nullopt;
   // Whether its decodes may carry proposed tokens to verify (speculative decoding).

@@ -35,14 +35,14 @@ model::StepInput build_step_input(const BatchPlan& plan, const Scheduler& schedu
     if (num_draft == 0) {
       const std::span<const TokenId> tokens(seq->tokens.data() + first,
                                             static_cast<std::size_t>(chunk.num_new_tokens));
-      model::append_sequence(step, tokens, first, seq->block_table, chunk.samples);
+      model::append_sequence(step, tokens, first, seq->block_table, chunk.samples, seq->adapter);
     } else {
       // The sequence's last token, then the draft: logits at every one of them.
       tokens_and_draft.assign(seq->tokens.begin() + first, seq->tokens.end());
       tokens_and_draft.insert(tokens_and_draft.end(), chunk.draft.begin(), chunk.draft.end());
       TROUPE_ASSERT(static_cast<std::int32_t>(tokens_and_draft.size()) == chunk.num_new_tokens,
                     "a draft's chunk is the last token and the draft");
-      model::append_sequence(step, tokens_and_draft, first, seq->block_table, false);
+      model::append_sequence(step, tokens_and_draft, first, seq->block_table, false, seq->adapter);
       for (std::int32_t r = step.num_tokens() - 1 - num_draft; r < step.num_tokens(); ++r) {
         step.logit_rows.push_back(r);
       }

@@ -45,6 +45,9 @@ struct WorkerSpec {
   // Speculative decoding with a draft model: its file, loaded beside the model on the same
   // device and threads, with a KV cache of its own under the same block ids. Empty: none.
   std::string draft_model_path;
+  // LoRA adapter files (llama.cpp's GGUF layout) for the model, attached in this order:
+  // the i-th is slot i + 1 (CoreRequest::adapter). CPU only, and not split, for now.
+  std::vector<std::string> lora_adapters = {};
 
   bool operator==(const WorkerSpec&) const = default;
 };

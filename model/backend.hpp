@@ -100,6 +100,15 @@ struct MoeLayer {
   ExpertActivation activation = ExpertActivation::silu;
 };
 
+// One LoRA adapter's update of one matrix W [n_out, n_in] for the rows of a step that use
+// that adapter (model/lora_adapter.hpp): y[r] += scale * B (A x[r]).
+struct LoraGroup {
+  Weight a;                            // [rank, n_in] F32, in host memory
+  Weight b;                            // [n_out, rank] F32, in host memory
+  float scale = 0.0f;                  // s = scale * alpha / rank
+  std::span<const std::int32_t> rows;  // the rows of x and y it applies to, ascending
+};
+
 // How the recipe runs a step its backend has begun.
 struct StepShape {
   std::int64_t rows = 0;        // rows every op runs on: num_tokens, or more where a GPU pads a
@@ -225,6 +234,18 @@ class Backend {
   virtual void add_rms_norm(Tensor x, Tensor y, const Weight& weight, float eps, Tensor out) {
     add(x, y);
     rms_norm(x, weight, eps, out);
+  }
+  // Whether lora_add works (LoRA adapters can be attached to a model on this backend).
+  virtual Result<void> supports_lora() const {
+    return make_error(ErrorCode::unsupported, describe() + " cannot apply LoRA adapters yet");
+  }
+  // (lora) The low-rank updates of one matrix, one group per adapter of the step:
+  // y[r] += g.scale * g.b · (g.a · x[r]) for each row r of each group g; a row is in one
+  // group at most. The rows of a group are one gathered product (Punica's and S-LoRA's
+  // grouping), never one pass per adapter.            x: [n, a.cols], y: [n, b.rows]
+  virtual void lora_add(Tensor x, std::span<const LoraGroup> groups, Tensor y) {
+    (void)x, (void)groups, (void)y;
+    TROUPE_ASSERT(false, "lora_add on a backend that does not support it");
   }
   // out[i] = x[step.logit_rows[i]].                      out: [num_logits, x.cols]
   virtual void gather_logit_rows(Tensor x, Tensor out) = 0;

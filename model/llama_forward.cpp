@@ -86,6 +86,7 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
   const std::int64_t num_logits =
       step.logit_rows.empty() || !logits_here ? 0 : std::max<std::int64_t>(shape.logit_rows, 1);
   TROUPE_TRY_VOID(reserve(n, num_logits));
+  TROUPE_TRY_VOID(group_adapter_rows(step));
   TROUPE_TRY(const StepShape plan, b.begin_step(step));
   TROUPE_ASSERT(plan.rows == shape.rows && plan.logit_rows == shape.logit_rows,
                 "a backend began a step of another shape than it announced");
@@ -149,6 +150,9 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
   b.matmul(h, w.wq, q);
   b.matmul(h, w.wk, k);
   b.matmul(h, w.wv, v);
+  lora(layer, LoraTarget::attn_q, h, q);
+  lora(layer, LoraTarget::attn_k, h, k);
+  lora(layer, LoraTarget::attn_v, h, v);
   if (f.qkv_bias) {
     b.add_bias(q, w.bq);
     b.add_bias(k, w.bk);
@@ -167,6 +171,7 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
   b.rope_store_kv(layer, q, k, v, c.head_dim, rope);
   b.attention(layer, q, params, attn);  // per sequence, over its own blocks
   b.matmul(attn, w.wo, h);
+  lora(layer, LoraTarget::attn_output, attn, h);
   if (shard_.is_split()) b.all_reduce(h);  // each rank's heads' share of the projection
   if (f.attn_output_bias) b.add_bias(h, w.bo);
   if (f.post_norms) b.rms_norm(h, w.post_attn_norm, c.norm_eps, h);
@@ -186,6 +191,8 @@ Tensor LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor u
   }
   b.matmul(h, w.w_gate, gate);
   b.matmul(h, w.w_up, up);
+  lora(layer, LoraTarget::ffn_gate, h, gate);
+  lora(layer, LoraTarget::ffn_up, h, up);
   switch (f.activation) {
     case FfnActivation::silu:
       b.swiglu(gate, up, gate);
@@ -195,6 +202,7 @@ Tensor LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor u
       break;
   }
   b.matmul(gate, w.w_down, h);
+  lora(layer, LoraTarget::ffn_down, gate, h);
   if (shard_.is_split()) b.all_reduce(h);  // each rank's FFN slice's share
   if (f.post_norms) b.rms_norm(h, w.post_ffn_norm, c.norm_eps, h);
   return h;

@@ -168,7 +168,8 @@ LlamaModel::LlamaModel(LlamaModel&& other) noexcept
       vocab_split_(other.vocab_split_),
       layers_(std::move(other.layers_)),
       owned_weights_(std::move(other.owned_weights_)),
-      ws_(other.ws_) {
+      ws_(other.ws_),
+      adapters_(std::move(other.adapters_)) {
   other.ws_ = Workspace{};
 }
 
@@ -189,6 +190,7 @@ LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
     owned_weights_ = std::move(other.owned_weights_);
     ws_ = other.ws_;
     other.ws_ = Workspace{};
+    adapters_ = std::move(other.adapters_);
   }
   return *this;
 }

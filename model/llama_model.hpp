@@ -13,6 +13,7 @@
 
 #include "model/backend.hpp"
 #include "model/llama_config.hpp"
+#include "model/lora_adapter.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace troupe::model {
@@ -99,6 +100,13 @@ class LlamaModel {
                               std::vector<TokenId>& ids,
                               const std::function<void()>& before_sample = {});
 
+  // Puts a LoRA adapter read for this model (LoraAdapter::open) in the next slot, 1 for the
+  // first: a step's sequence runs with it where StepInput::adapters names that slot. Refused
+  // on a backend without lora_add (a GPU, for now), on a model split over ranks, and for an
+  // adapter of another shape.
+  Result<std::int32_t> attach_adapter(std::shared_ptr<const LoraAdapter> adapter);
+  std::int32_t num_adapters() const { return static_cast<std::int32_t>(adapters_.size()); }
+
   LlamaModel(LlamaModel&&) noexcept;
   LlamaModel& operator=(LlamaModel&&) noexcept;
   ~LlamaModel();
@@ -122,6 +130,10 @@ class LlamaModel {
                                        std::int32_t layer, std::int64_t ffn_begin,
                                        std::int64_t ffn_count, const Shard& shard);
   void release_workspace();
+  // llama_lora.cpp: the step's rows grouped by adapter slot (lora_rows_), checked against
+  // the slots attached; then y += each group's update of `layer`'s `target` matrix.
+  Result<void> group_adapter_rows(const StepInput& step);
+  void lora(std::int32_t layer, LoraTarget target, Tensor x, Tensor y);
 
   struct Workspace {
     std::int64_t capacity = 0;        // tokens
@@ -142,6 +154,12 @@ class LlamaModel {
   // not contiguous there); the backend's weights may point into them.
   std::vector<std::unique_ptr<std::byte[]>> owned_weights_;
   Workspace ws_;
+  // LoRA: slot s's adapter at s - 1; the running step's rows of each slot (empty lists
+  // where none; no lists when the step runs the base model alone); a layer's groups, reused.
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters_;
+  std::vector<std::vector<std::int32_t>> lora_rows_;
+  bool lora_step_ = false;
+  std::vector<LoraGroup> lora_groups_;
 };
 
 }  // namespace troupe::model

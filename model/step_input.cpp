@@ -71,12 +71,24 @@ Result<void> validate_step(const StepInput& step, const KvCacheShape& cache,
     if (row < 0 || row >= num_tokens)
       return tl::unexpected(bad_step("a logit row is outside the batch"));
   }
+  if (!step.adapters.empty() && step.adapters.size() != static_cast<std::size_t>(num_seqs)) {
+    return tl::unexpected(bad_step("adapters is neither empty nor one slot per sequence"));
+  }
+  for (std::int32_t slot : step.adapters) {
+    if (slot < 0) return tl::unexpected(bad_step("an adapter slot is negative"));
+  }
   return {};
 }
 
 void append_sequence(StepInput& step, std::span<const TokenId> tokens, std::int32_t first_position,
-                     std::span<const std::int32_t> block_table, bool wants_logits) {
+                     std::span<const std::int32_t> block_table, bool wants_logits,
+                     std::int32_t adapter) {
   if (step.query_start.empty()) step.query_start.push_back(0);
+  // Slots stay an empty list while every sequence runs the base model.
+  if (adapter != 0 || !step.adapters.empty()) {
+    step.adapters.resize(static_cast<std::size_t>(step.num_seqs()), 0);
+    step.adapters.push_back(adapter);
+  }
   const auto n = static_cast<std::int32_t>(tokens.size());
   for (std::int32_t i = 0; i < n; ++i) {
     step.tokens.push_back(tokens[i]);

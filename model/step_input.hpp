@@ -33,6 +33,9 @@ struct StepInput {
   std::int32_t max_blocks_per_seq = 0;
   std::vector<std::int32_t> block_tables;  // [num_seqs, max_blocks_per_seq] KV block ids
   std::vector<std::int32_t> logit_rows;    // [num_logits] flat-batch rows whose logits are wanted
+  // [num_seqs] the LoRA adapter slot each sequence's rows run with
+  // (LlamaModel::attach_adapter), 0 for the base model; empty: every row runs the base model.
+  std::vector<std::int32_t> adapters;
 
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
   std::int32_t num_seqs() const { return static_cast<std::int32_t>(context_lens.size()); }
@@ -51,8 +54,9 @@ Result<void> validate_step(const StepInput& step, const KvCacheShape& cache,
 
 // Appends one sequence to a step: `tokens` at positions [first_position, ...),
 // with its block table (which must cover every position up to the new end).
-// Marks the last token for logits when `wants_logits`.
+// Marks the last token for logits when `wants_logits`. `adapter`: its LoRA adapter slot.
 void append_sequence(StepInput& step, std::span<const TokenId> tokens, std::int32_t first_position,
-                     std::span<const std::int32_t> block_table, bool wants_logits);
+                     std::span<const std::int32_t> block_table, bool wants_logits,
+                     std::int32_t adapter = 0);
 
 }  // namespace troupe::model

@@ -37,6 +37,7 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
   spec.gpu_memory_utilization = config.gpu_memory_utilization;
   spec.kv_cache_dtype = config.kv_cache_dtype;
   if (config.speculative.enabled()) spec.draft_model_path = config.speculative.draft_model;
+  spec.lora_adapters = config.lora_adapters;
   return spec;
 }
 
@@ -157,6 +158,31 @@ std::int64_t host_memory_bytes() {
 
 }  // namespace
 
+namespace {
+
+// The spec's LoRA adapters, read and checked against the model before its weights load.
+Result<std::vector<std::shared_ptr<const model::LoraAdapter>>> read_adapters(
+    const engine::WorkerSpec& spec, const model::LoadedModel& m) {
+  std::vector<std::shared_ptr<const model::LoraAdapter>> adapters;
+  if (spec.lora_adapters.empty()) return adapters;
+  if (spec.device != Device::cpu) {
+    return make_error(ErrorCode::unsupported,
+                      "LoRA adapters run on the CPU backend only for now, not on CUDA");
+  }
+  if (spec.world_size > 1) {
+    return make_error(ErrorCode::unsupported,
+                      "LoRA adapters on a model split over ranks (tensor parallelism) are not "
+                      "supported yet");
+  }
+  for (const auto& path : spec.lora_adapters) {
+    TROUPE_TRY(auto adapter, model::LoraAdapter::open(path, *m.file, m.config));
+    adapters.push_back(std::make_shared<const model::LoraAdapter>(std::move(adapter)));
+  }
+  return adapters;
+}
+
+}  // namespace
+
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const GroupLink* link,
                                       const model::LoadProgress& progress,
                                       const model::Backend* beside) {
@@ -182,6 +208,7 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
                       "--kv-cache-dtype f32 is for the CPU; the CUDA backend keeps its KV cache "
                       "in F16");
   }
+  TROUPE_TRY(auto adapters, read_adapters(spec, m));
   TROUPE_TRY(auto backend, make_backend(spec, beside));
   if (shard.is_split()) {
     if (link == nullptr) {
@@ -193,6 +220,7 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
     TROUPE_TRY_VOID(backend->join_group(std::move(group)));
   }
   TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard, progress));
+  for (auto& adapter : adapters) TROUPE_TRY_VOID(m.model->attach_adapter(std::move(adapter)));
   m.kv_dtype = spec.kv_cache_dtype.value_or(KvCacheDtype::f16);
   return m;
 }

@@ -165,6 +165,7 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
   draft_spec.model_path = spec.draft_model_path;
   draft_spec.model_fingerprint.clear();
   draft_spec.draft_model_path.clear();
+  draft_spec.lora_adapters.clear();  // the draft proposes with its own weights alone
   // The draft runs only between the model's steps: on the model's threads.
   TROUPE_TRY(draft_, open_model(draft_spec, nullptr, {}, model_.backend.get()));
   // The same vocabulary: every id stands for the same bytes in both.

@@ -82,10 +82,10 @@ void lose_worker(SchedulerSelf self, const std::string& why) {
                                       " lost its node " + node + ": " + why);
   deliver_all(self, lost.ended);
   for (auto& r : lost.unstarted) {
-    hand_back(
-        self,
-        {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to)},
-        why);
+    hand_back(self,
+              {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to),
+               r.adapter},
+              why);
   }
   state.observer->on_worker_lost(
       *state.core, state.router ? static_cast<std::int64_t>(lost.unstarted.size()) : 0);

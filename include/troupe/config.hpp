@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "troupe/types.hpp"
 
@@ -110,6 +111,9 @@ struct EngineConfig {
   std::int32_t max_model_len = 0;  // 0: the model's context length
   bool enable_prefix_caching = true;
   SpeculativeConfig speculative;  // off unless num_speculative_tokens > 0
+  // LoRA adapter files (llama.cpp's GGUF layout) the workers load beside the model: the
+  // i-th is GenerateRequest::lora_adapter i + 1. CPU only, and not split, for now.
+  std::vector<std::string> lora_adapters;
   SchedulingPolicy policy = SchedulingPolicy::fcfs;
   BatchingMode mode = BatchingMode::continuous;
   // Requests without a seed of their own get one derived from this and their id,

@@ -24,6 +24,9 @@ struct GenerateRequest {
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
   std::int32_t priority = 0;  // lower is more urgent (policy priority)
+  // Which LoRA adapter computes it: EngineConfig::lora_adapters[lora_adapter - 1]; 0: the
+  // base model. The request's, not SamplingParams': it picks the model, not the draw.
+  std::int32_t lora_adapter = 0;
   std::chrono::milliseconds timeout{
       0};  // 0: none; else the request ends with FinishReason::timeout
 };

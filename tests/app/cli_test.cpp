@@ -101,6 +101,25 @@ TEST_CASE("troupe generate streams llama.cpp's greedy continuation of stories260
   }
 }
 
+TEST_CASE("troupe generate --lora applies an adapter, and refuses one of another model",
+          "[cli][lora][shared]") {
+  const std::string model = test::shared_file("models/archs/llama.gguf");
+  const std::string adapter = test::shared_file("models/lora/llama-attn-r8.gguf");
+  const std::string args = "generate -m " + model + " -p 'Lily and Ben' -n 12 --ignore-eos -t 2";
+  const std::string err = test::temp_path("generate-lora.err");
+  const Run base = run_troupe(args, err);
+  const Run adapted = run_troupe(args + " --lora " + adapter, err);
+  REQUIRE(base.exit_code == 0);
+  REQUIRE(adapted.exit_code == 0);
+  CHECK(adapted.out != base.out);  // the adapter changes the first token on (golden/lora)
+  CHECK(run_troupe(args + " --lora " + adapter, err).out == adapted.out);
+  const Run wrong =
+      run_troupe(args + " --lora " + test::shared_file("models/lora/qwen2-qv-r4.gguf"));
+  CHECK(wrong.exit_code == 1);
+  CHECK(wrong.out.find("the adapter is for architecture qwen2, the base model is llama") !=
+        std::string::npos);
+}
+
 TEST_CASE("troupe generate runs the built-in model when given none", "[cli]") {
   const Run run = run_troupe("generate -p 'Hello world' -n 8 --ignore-eos");
   CHECK(run.exit_code == 0);

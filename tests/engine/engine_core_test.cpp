@@ -512,3 +512,31 @@ TEST_CASE("a row whose worker says it cannot go on ends with the error, the requ
   CHECK(rest.ends.at(2) == FinishReason::length);
   CHECK(core.stats().kv_usage == 0.0);
 }
+
+TEST_CASE("a request's LoRA adapter slot reaches its rows of the step, and only its own",
+          "[engine][core][lora]") {
+  EngineCore core(small_config(), {kEos});
+  auto base = request(1, 2, 9);
+  auto adapted = request(2, 2, 9);  // the same prompt: two full blocks the cache could share
+  adapted.adapter = 3;
+  REQUIRE(core.add(base).has_value());
+  auto work = core.next_step();
+  REQUIRE(work.has_value());
+  CHECK(work->step.adapters.empty());  // the base model alone: no slots
+  core.apply(answer(*work));
+  REQUIRE(core.add(adapted).has_value());
+  auto negative = request(3, 2);
+  negative.adapter = -1;
+  CHECK_FALSE(core.add(negative).has_value());
+  work = core.next_step();
+  REQUIRE(work.has_value());
+  // The base sequence decodes one token; the adapter's prompt runs whole, none of it taken
+  // from the base's cached blocks.
+  CHECK(work->step.adapters == std::vector<std::int32_t>{0, 3});
+  CHECK(work->step.query_start == std::vector<std::int32_t>{0, 1, 10});
+  const auto updates = core.apply(answer(*work)).updates;
+  for (const auto& u : updates) {
+    if (u.id == 2) CHECK(u.num_cached_tokens == 0);
+  }
+  run_all(core);
+}

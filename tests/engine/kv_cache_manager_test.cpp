@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <numeric>
 
@@ -147,4 +148,52 @@ TEST_CASE("a router's question, how much of a prompt is cached, changes no stati
   Sequence again = make_seq(1, range(0, 10));
   run_prompt(off, again);
   CHECK(off.cached_prefix_tokens(range(0, 12)) == 0);
+}
+
+TEST_CASE("a prefix computed under one LoRA adapter is never reused under another",
+          "[engine][kv][lora]") {
+  KvCacheManager kv(32, 4, true);
+  Sequence base = make_seq(1, range(0, 13));  // 3 full blocks
+  run_prompt(kv, base);
+  Sequence adapted = make_seq(2, range(0, 13));
+  adapted.adapter = 1;
+  CHECK(kv.find_cached_prefix(adapted).empty());
+  CHECK(kv.cached_prefix_tokens(adapted.tokens, 1) == 0);
+  CHECK(kv.cached_prefix_tokens(adapted.tokens, 0) == 12);
+  run_prompt(kv, adapted);
+  // Its own blocks, cached under adapter 1: a second request of adapter 1 finds them, one
+  // of adapter 2 finds nothing, the base model still finds the base's.
+  for (BlockId b : adapted.block_table) {
+    CHECK(std::find(base.block_table.begin(), base.block_table.end(), b) == base.block_table.end());
+  }
+  Sequence again = make_seq(3, range(0, 13));
+  again.adapter = 1;
+  const auto hit = kv.find_cached_prefix(again);
+  CHECK(hit == std::vector<BlockId>(adapted.block_table.begin(), adapted.block_table.begin() + 3));
+  Sequence other = make_seq(4, range(0, 13));
+  other.adapter = 2;
+  CHECK(kv.find_cached_prefix(other).empty());
+  Sequence base_again = make_seq(5, range(0, 13));
+  CHECK(kv.find_cached_prefix(base_again) ==
+        std::vector<BlockId>(base.block_table.begin(), base.block_table.begin() + 3));
+}
+
+TEST_CASE("the prefix cache keeps a root per adapter, and erases from the right one",
+          "[engine][kv][lora]") {
+  PrefixCache cache(8, 4);
+  const auto tokens = range(0, 8);
+  const std::span<const TokenId> first(tokens.data(), 4), second(tokens.data() + 4, 4);
+  CHECK(cache.insert(kNoBlock, first, 0, 1) == 0);
+  CHECK(cache.insert(0, second, 1) == 1);  // below adapter 1's block: adapter 1's
+  CHECK(cache.insert(kNoBlock, first, 2, 0) == 2);
+  CHECK(cache.insert(kNoBlock, first, 3, 1) == 0);  // adapter 1 has it already
+  CHECK(cache.match(tokens, 2, 1) == std::vector<BlockId>{0, 1});
+  CHECK(cache.match(tokens, 2, 0) == std::vector<BlockId>{2});
+  CHECK(cache.match(tokens, 2, 5).empty());
+  std::vector<BlockId> removed;
+  cache.erase(0, removed);
+  CHECK(removed == std::vector<BlockId>{0, 1});
+  CHECK(cache.match(tokens, 2, 1).empty());
+  CHECK(cache.match(tokens, 2, 0) == std::vector<BlockId>{2});
+  CHECK(cache.size() == 1u);
 }

@@ -56,7 +56,8 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
     if (first.empty()) first.assign(logits.begin(), logits.end());
   });
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    TROUPE_TRY_VOID(core.add({i, requests[i].prompt, requests[i].params, 0, {}}));
+    TROUPE_TRY_VOID(
+        core.add({i, requests[i].prompt, requests[i].params, 0, {}, requests[i].adapter}));
   }
   while (core.has_work()) {
     auto work = core.next_step();

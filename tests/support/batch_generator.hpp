@@ -18,6 +18,7 @@ namespace troupe::test {
 struct GenerationRequest {
   std::vector<TokenId> prompt;
   SamplingParams params;
+  std::int32_t adapter = 0;  // the model's LoRA adapter slot (0: the base model)
 };
 
 struct GenerationResult {

@@ -2,12 +2,15 @@
 // its output out. The engine core drives it here as the scheduler actor would.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 
 #include "engine/engine_core.hpp"
 #include "gguf/gguf_file.hpp"
 #include "model/loaded_model.hpp"
+#include "support/mini_json.hpp"
 #include "support/small_model.hpp"
+#include "support/test_support.hpp"
 #include "worker/worker.hpp"
 
 using namespace troupe;
@@ -162,4 +165,73 @@ TEST_CASE("a worker asked to calibrate times a prefill and a decode and leaves n
   CHECK(no_costs.empty());
   CHECK(tokens == same_tokens);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("a worker attaches its spec's LoRA adapters in order, each request runs with its own",
+          "[worker][lora][shared]") {
+  const auto base = test::shared_file("models/archs/llama.gguf");
+  const auto lora = [](const std::string& name) {
+    return test::shared_file("models/lora/" + name + ".gguf");
+  };
+  auto spec = cpu_spec(base);
+  spec.max_model_len = 512;
+  spec.kv_cache_bytes = std::int64_t{16} << 20;
+  spec.kv_cache_dtype = KvCacheDtype::f32;
+  spec.lora_adapters = {lora("llama-attn-r8"), lora("llama-all-r16")};
+  auto worker = worker::Worker::load(spec);
+  INFO((worker ? std::string() : worker.error().message));
+  REQUIRE(worker.has_value());
+  engine::SchedulerConfig config;
+  config.num_blocks = (*worker)->report().num_kv_blocks;
+  config.block_size = spec.block_size;
+  config.max_model_len = 512;
+  engine::EngineCore core(config, {});
+  // llama.cpp's first greedy token for prompt [86] (../shared/golden: archs/llama.json and
+  // lora/*.json, prompt len1), all three in one step.
+  const std::vector<std::int32_t> slots = {0, 1, 2};
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    engine::CoreRequest request;
+    request.id = i;
+    request.prompt = {86};
+    request.params.temperature = 0.0f;
+    request.params.max_tokens = 1;
+    request.adapter = slots[i];
+    REQUIRE(core.add(request).has_value());
+  }
+  std::map<std::uint64_t, TokenId> first;
+  while (auto work = core.next_step()) {
+    const auto output = (*worker)->step(*work);
+    REQUIRE_FALSE(output.failed);
+    for (const auto& u : core.apply(output).updates) first[u.id] = u.token.id;
+  }
+  const auto golden_first = [](const std::string& relative) {
+    const auto json =
+        test::JsonParser(test::read_text(test::shared_file("golden/" + relative))).parse();
+    return static_cast<TokenId>(json["prompts"].array[0]["output_ids"].array[0].number);
+  };
+  CHECK(first.at(0) == golden_first("archs/llama.json"));
+  CHECK(first.at(1) == golden_first("lora/llama-attn-r8.json"));
+  CHECK(first.at(2) == golden_first("lora/llama-all-r16.json"));
+  CHECK(first.at(1) != first.at(0));
+
+  SECTION("an adapter of another architecture is refused, naming it") {
+    spec.lora_adapters = {lora("qwen2-qv-r4")};
+    auto refused = worker::Worker::load(spec);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().message.find("qwen2-qv-r4.gguf") != std::string::npos);
+    CHECK(refused.error().message.find("architecture qwen2") != std::string::npos);
+  }
+  SECTION("CUDA and tensor parallelism refuse adapters, saying so") {
+    spec.device = Device::cuda;
+    spec.kv_cache_dtype = std::nullopt;
+    auto cuda = worker::Worker::load(spec);
+    REQUIRE_FALSE(cuda.has_value());
+    CHECK(cuda.error().message.find("LoRA adapters run on the CPU backend only") !=
+          std::string::npos);
+    spec.device = Device::cpu;
+    spec.world_size = 2;
+    auto split = worker::Worker::load(spec);
+    REQUIRE_FALSE(split.has_value());
+    CHECK(split.error().message.find("tensor parallelism") != std::string::npos);
+  }
 }

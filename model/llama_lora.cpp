@@ -1,0 +1,80 @@
+// LlamaModel's LoRA adapters: attaching one to a slot, and a step's low-rank updates. Each
+// adapted matrix's product runs on all rows at once (llama_forward.cpp); then one lora_add
+// adds every adapter's update to the rows of that adapter, a gathered product per adapter
+// of the step (Punica's and S-LoRA's grouping), so a step mixes adapters and the base model.
+#include <string>
+
+#include "model/llama_model.hpp"
+
+namespace troupe::model {
+
+Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapter> adapter) {
+  if (adapter == nullptr) return make_error(ErrorCode::invalid_argument, "no adapter given");
+  TROUPE_TRY_VOID(backend_->supports_lora());
+  if (shard_.is_split()) {
+    return make_error(ErrorCode::unsupported,
+                      "LoRA adapters on a model split over ranks (tensor parallelism) are not "
+                      "supported yet");
+  }
+  if (adapter->architecture() != config_.architecture ||
+      adapter->num_layers() != config_.num_layers) {
+    return make_error(ErrorCode::invalid_argument,
+                      "the adapter was read for another model (" + adapter->architecture() + ", " +
+                          std::to_string(adapter->num_layers()) + " layers)");
+  }
+  // The shapes were checked against the base file; check them against what was loaded too.
+  for (std::int32_t layer = 0; layer < config_.num_layers; ++layer) {
+    const LayerWeights& w = layers_[static_cast<std::size_t>(layer)];
+    for (std::size_t t = 0; t < kNumLoraTargets; ++t) {
+      const auto target = static_cast<LoraTarget>(t);
+      const LoraMatrix* m = adapter->find(layer, target);
+      if (m == nullptr) continue;
+      const Weight* weights[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
+      const Weight& base = *weights[t];
+      if (base.data == nullptr || base.rows != m->n_out || base.cols != m->n_in) {
+        return make_error(ErrorCode::invalid_argument,
+                          "the adapter's blk." + std::to_string(layer) + "." +
+                              std::string(lora_target_name(target)) +
+                              " does not fit the loaded model's matrix");
+      }
+    }
+  }
+  adapters_.push_back(std::move(adapter));
+  return num_adapters();
+}
+
+Result<void> LlamaModel::group_adapter_rows(const StepInput& step) {
+  lora_step_ = false;
+  if (step.adapters.empty()) return {};
+  lora_rows_.resize(adapters_.size() + 1);
+  for (auto& rows : lora_rows_) rows.clear();
+  for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
+    const std::int32_t slot = step.adapters[static_cast<std::size_t>(s)];
+    if (slot > num_adapters()) {
+      return make_error(ErrorCode::invalid_argument,
+                        "a sequence names LoRA adapter slot " + std::to_string(slot) + " of " +
+                            std::to_string(num_adapters()) + " attached");
+    }
+    if (slot == 0) continue;
+    lora_step_ = true;
+    auto& rows = lora_rows_[static_cast<std::size_t>(slot)];
+    for (std::int32_t r = step.query_start[s]; r < step.query_start[s + 1]; ++r) rows.push_back(r);
+  }
+  return {};
+}
+
+void LlamaModel::lora(std::int32_t layer, LoraTarget target, Tensor x, Tensor y) {
+  if (!lora_step_) return;
+  lora_groups_.clear();
+  for (std::size_t slot = 1; slot < lora_rows_.size(); ++slot) {
+    if (lora_rows_[slot].empty()) continue;
+    const LoraMatrix* m = adapters_[slot - 1]->find(layer, target);
+    if (m == nullptr) continue;
+    lora_groups_.push_back(LoraGroup{Weight{m->a.data(), gguf::TensorType::f32, m->rank, m->n_in},
+                                     Weight{m->b.data(), gguf::TensorType::f32, m->n_out, m->rank},
+                                     m->scale, lora_rows_[slot]});
+  }
+  if (!lora_groups_.empty()) backend_->lora_add(x, lora_groups_, y);
+}
+
+}  // namespace troupe::model

@@ -1,0 +1,82 @@
+// A LoRA adapter in llama.cpp's GGUF layout (convert_lora_to_gguf.py): general.type
+// "adapter", adapter.type "lora", adapter.lora.alpha, and for each adapted matrix
+// blk.N.<w>.weight two tensors, .lora_a [n_in, rank] and .lora_b [rank, n_out] (ggml order).
+// An adapted matrix computes y = W x + s B (A x), with s = scale * alpha / rank (alpha 0:
+// s = scale), as llama.cpp's llm_build_lora_mm. Read once, checked against the base model
+// it is for, and kept in F32 host memory; LlamaModel::attach_adapter puts it in a slot.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/gguf_file.hpp"
+#include "model/llama_config.hpp"
+#include "troupe/result.hpp"
+
+namespace troupe::model {
+
+// The matrices an adapter may adapt: a layer's separate attention and FFN projections.
+enum class LoraTarget : std::uint8_t {
+  attn_q,
+  attn_k,
+  attn_v,
+  attn_output,
+  ffn_gate,
+  ffn_up,
+  ffn_down,
+};
+inline constexpr std::size_t kNumLoraTargets = 7;
+
+// "attn_q" ... "ffn_down": the matrix's name in blk.N.<name>.weight.
+std::string_view lora_target_name(LoraTarget target);
+// The target whose matrix is called `name` ("attn_q"), or nothing.
+std::optional<LoraTarget> lora_target_of(std::string_view name);
+
+// One adapted matrix W [n_out, n_in]: A [rank, n_in] and B [n_out, rank], row-major F32
+// (ggml's lora_a and lora_b as they are stored), and its s.
+struct LoraMatrix {
+  std::int64_t n_in = 0, n_out = 0, rank = 0;
+  float scale = 0.0f;    // s = scale * alpha / rank (alpha 0: scale)
+  std::vector<float> a;  // [rank * n_in]
+  std::vector<float> b;  // [n_out * rank]
+};
+
+class LoraAdapter {
+ public:
+  // Reads the adapter at `path` for the base model `base` (its file and config), at the
+  // adapter's `scale` (1 as llama.cpp's default). Every tensor is checked: its name
+  // (blk.N.<target>.weight.lora_a|b), its layer in range, its base matrix there, the
+  // shapes against that matrix and each other, its type (F32 or F16); the error names the
+  // tensor. A corrupt or truncated file is an error.
+  static Result<LoraAdapter> open(const std::string& path, const gguf::GgufFile& base,
+                                  const LlamaConfig& base_config, float scale = 1.0f);
+  // The same over a file already open.
+  static Result<LoraAdapter> read(const gguf::GgufFile& file, const gguf::GgufFile& base,
+                                  const LlamaConfig& base_config, float scale = 1.0f);
+
+  const std::string& architecture() const { return architecture_; }
+  float alpha() const { return alpha_; }
+  float scale() const { return scale_; }
+  std::int32_t num_layers() const { return static_cast<std::int32_t>(layers_.size()); }
+  // The adapted matrix of `layer`'s `target`, or null where the adapter leaves it alone.
+  const LoraMatrix* find(std::int32_t layer, LoraTarget target) const;
+  // How many matrices it adapts, and the largest rank among them.
+  std::int32_t num_matrices() const { return num_matrices_; }
+  std::int64_t max_rank() const { return max_rank_; }
+
+ private:
+  std::string architecture_;
+  float alpha_ = 0.0f;
+  float scale_ = 1.0f;
+  std::int32_t num_matrices_ = 0;
+  std::int64_t max_rank_ = 0;
+  // [num_layers][target], null where not adapted.
+  std::vector<std::array<std::unique_ptr<LoraMatrix>, kNumLoraTargets>> layers_;
+};
+
+}  // namespace troupe::model
