@@ -119,8 +119,8 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
     stream.cancel();
   };
   auto strand = co_await asio::this_coro::executor;
-  auto started =
-      GenerationStream::start({engine, gate, admission}, completion, std::move(options), strand);
+  auto started = GenerationStream::start({engine, gate, admission, drain}, completion,
+                                         std::move(options), strand);
   if (!started) {
     const ApiError refused = started.error();
     const bool alive = co_await refuse(stream, request, refused, entry);

@@ -206,8 +206,8 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
     if (auto connection = weak.lock()) websocket_overflow(connection);
   };
   auto strand = co_await asio::this_coro::executor;
-  auto started =
-      GenerationStream::start({engine, gate, admission}, request, std::move(options), strand);
+  auto started = GenerationStream::start({engine, gate, admission, drain}, request,
+                                         std::move(options), strand);
   if (!started) {
     refuse(id, started.error());  // the status HTTP gives the same error
     co_return;
