@@ -141,7 +141,10 @@ void HttpServer::Impl::begin_drain(const std::string& why) {
   std::lock_guard lock(idle_mutex);
   for (const auto& [key, waiting] : idle) {
     asio::post(waiting->strand, [waiting] {
-      if (waiting->stream == nullptr || !waiting->waiting || waiting->buffer->size() > 0) return;
+      // Gone, answering, or a request has begun to arrive (a part of its head buffered, or
+      // of its body parsed): not idle.
+      if (waiting->stream == nullptr || waiting->parser == nullptr) return;
+      if (waiting->buffer->size() > 0 || waiting->parser->got_some()) return;
       error_code ec;
       if (waiting->stream->socket().available(ec) > 0) return;
       waiting->stream->socket().cancel(ec);
@@ -274,9 +277,9 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     if (!first && draining() && buffer.size() == 0) break;
     RequestParser parser;
     configure_parser(parser, config);
-    waiting->waiting = true;
+    waiting->parser = &parser;
     const error_code ec = co_await read_request(stream, buffer, parser);
-    waiting->waiting = false;
+    waiting->parser = nullptr;
     AccessEntry entry;  // from a whole request read: the client's pace before it is its own
     if (ec) {
       const auto error = read_error(ec, config);

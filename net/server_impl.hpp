@@ -211,7 +211,7 @@ struct HttpServer::Impl {
     asio::any_io_executor strand;
     ServerStream* stream = nullptr;  // null once the connection is gone
     const beast::flat_buffer* buffer = nullptr;
-    bool waiting = false;  // in read_request
+    const RequestParser* parser = nullptr;  // set while in read_request
   };
   std::mutex idle_mutex;
   std::unordered_map<const Idle*, std::shared_ptr<Idle>> idle;

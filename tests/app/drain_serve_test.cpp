@@ -100,11 +100,17 @@ TEST_CASE("SIGTERM drains: 8 streams in flight end normally, new requests get 50
       "GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
       "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
   REQUIRE_THAT(socket.read_until("\r\n\r\n", 10s), Catch::StartsWith("HTTP/1.1 101"));
+  // A keep-alive connection that waits for its next request: closed when the drain starts.
+  test::RawClient idle(port);
+  REQUIRE(idle.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  REQUIRE(test::http_status(idle.read_until("\r\n\r\n", 10s)) == 200);
 
   // One sequence at a time: 8 x 300 tokens take seconds, so all 8 are in flight.
   auto streams = open_streams(port, 8, 300);
   server.kill(SIGTERM);
   REQUIRE(server.wait_for(kDraining, 10s));
+  idle.read_all(5s);
+  CHECK(idle.closed_by_peer());
 
   // The load balancer's check says so; new work is turned away with a time to retry.
   const std::string health = ask(port, get("/health"));
