@@ -57,7 +57,7 @@ tl::expected<std::shared_ptr<GenerationStream>, ApiError> GenerationStream::star
     auto submitted = shared.engine.submit(std::move(generate), on_event);
     if (!submitted) {
       stream->cancel();
-      stream->detach();
+      stream->finished();
       // The sequences never submitted will never end: give their share back now.
       if (stream->num_running_.fetch_sub(num_sequences - s) == num_sequences - s) {
         shared.admission->release();
@@ -100,10 +100,8 @@ void GenerationStream::cut() {
   cancel();
 }
 
-void GenerationStream::detach() {
-  options_.on_overflow = nullptr;
-  if (!registered_) return;
-  registered_ = false;
+void GenerationStream::finished() {
+  if (!registered_.exchange(false)) return;
   std::lock_guard lock(shared_.drain->mutex);
   shared_.drain->live.erase(this);
 }

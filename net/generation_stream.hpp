@@ -82,9 +82,16 @@ class GenerationStream : public std::enable_shared_from_this<GenerationStream> {
   void cut_on_strand() {
     asio::post(strand_, [self = shared_from_this()] { self->cut(); });
   }
-  // The transport is done with the stream: an overflow after this touches nothing of it,
-  // and the drain stops waiting for it. Once.
-  void detach();
+  // The transport is done with the stream: an overflow after this touches nothing of it.
+  void detach() { options_.on_overflow = nullptr; }
+  // Its last output is written (or never will be): the drain stops waiting for it. Once;
+  // from any thread.
+  void finished();
+  // What calls finished() when its last copy goes: the socket's last frame carries it,
+  // so that the drain waits until the writer has written (or dropped) that frame.
+  std::shared_ptr<void> finished_when_dropped() {
+    return std::shared_ptr<void>(nullptr, [self = shared_from_this()](void*) { self->finished(); });
+  }
 
   int num_choices() const { return static_cast<int>(ids_.size()); }
   int num_open() const { return num_open_; }
@@ -105,9 +112,9 @@ class GenerationStream : public std::enable_shared_from_this<GenerationStream> {
   asio::any_io_executor strand_;
   std::shared_ptr<EventChannel> channel_;
   bool score_only_ = false;
-  bool registered_ = false;          // in the drain's live set until detach()
-  bool cut_ = false;                 // on the strand: cut() ran
-  std::atomic<int> num_running_{0};  // sequences not yet ended in the engine
+  std::atomic<bool> registered_{false};  // in the drain's live set until finished()
+  bool cut_ = false;                     // on the strand: cut() ran
+  std::atomic<int> num_running_{0};      // sequences not yet ended in the engine
   // Touched on the strand only.
   std::vector<RequestId> ids_;
   std::vector<ChoiceTextStream> reads_;  // one per choice when a streamed chat is read

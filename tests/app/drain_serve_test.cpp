@@ -105,6 +105,11 @@ TEST_CASE("SIGTERM drains: 8 streams in flight end normally, new requests get 50
   REQUIRE(idle.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
   REQUIRE(test::http_status(idle.read_until("\r\n\r\n", 10s)) == 200);
 
+  // A socket's generate running when the drain starts: it ends with its done frame.
+  REQUIRE(socket.send(ws_text_frame(
+      R"({"type":"generate","id":"early","prompt":"Hi","max_tokens":300,"ignore_eos":true})")));
+  REQUIRE_THAT(socket.read_until(R"("type":"token","id":"early")", 20s),
+               Catch::Contains(R"("type":"token","id":"early")"));
   // One sequence at a time: 8 x 300 tokens take seconds, so all 8 are in flight.
   auto streams = open_streams(port, 8, 300);
   server.kill(SIGTERM);
@@ -127,6 +132,10 @@ TEST_CASE("SIGTERM drains: 8 streams in flight end normally, new requests get 50
       ws_text_frame(R"({"type":"generate","id":"late","prompt":"Hi","max_tokens":2})")));
   const std::string frame = socket.read_until(R"("type":"error")", 10s);
   CHECK_THAT(frame, Catch::Contains(R"("id":"late")") && Catch::Contains(R"("code":503)"));
+  const std::string early = socket.read_until(R"("type":"done","id":"early")", 30s);
+  CHECK_THAT(early, Catch::Contains(R"("type":"done","id":"early")"));
+  CHECK_THAT(early.substr(early.find(R"("type":"done","id":"early")")),
+             Catch::Contains(R"("finish_reason":"length")"));
 
   // Every stream admitted before the signal runs to its end.
   for (auto& stream : streams) {

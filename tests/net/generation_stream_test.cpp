@@ -187,6 +187,14 @@ TEST_CASE(
   // The transport is done with it: the drain stops waiting for it.
   CHECK(streams.drain->num_live() == 1);
   (*started)->detach();
+  CHECK(streams.drain->num_live() == 1);
+  {
+    // The socket's way: its last frame holds the stream until the writer drops the frame.
+    auto last = (*started)->finished_when_dropped();
+    CHECK(streams.drain->num_live() == 1);
+  }
+  CHECK(streams.drain->num_live() == 0);
+  (*started)->finished();  // once: a second time changes nothing
   CHECK(streams.drain->num_live() == 0);
   CHECK(streams.admission->in_flight.load() == 0);
   CHECK(f.kv_drains());
