@@ -542,11 +542,12 @@ void add_serve_command(CLI::App& app) {
                               ? std::string()
                               : "; thinking read as " + opts->server.reasoning_parser));
     if (auto started = server.start(); !started) fail(started.error().message);
-    monitoring::log_info(
-        "serving '" + opts->server.served_model_name + "' at " +
-        (opts->server.tls.enabled() ? "https://" : "http://") + opts->server.host + ":" +
-        std::to_string(server.port()) +
-        (opts->server.web_page ? " (the live page is at /; Ctrl-C stops)" : " (Ctrl-C stops)"));
+    monitoring::log_info("serving '" + opts->server.served_model_name + "' at " +
+                         (opts->server.tls.enabled() ? "https://" : "http://") + opts->server.host +
+                         ":" + std::to_string(server.port()) +
+                         (opts->server.web_page
+                              ? " (the live page is at /; Ctrl-C drains and stops)"
+                              : " (Ctrl-C drains and stops)"));
     std::optional<monitoring::StatsLogger> stats_logger;
     if (!opts->disable_log_stats) {
       stats_logger.emplace([&engine] { return (*engine)->stats(); },

@@ -75,7 +75,7 @@ struct Drain {
   std::mutex mutex;
   bool draining = false;  // under the mutex
   std::atomic<bool> started{false};
-  // Running generations, registered by start() and dropped by detach().
+  // Running generations, registered by start() and dropped by finished().
   std::unordered_map<const GenerationStream*, std::weak_ptr<GenerationStream>> live;
   int num_live() {
     std::lock_guard lock(mutex);
