@@ -87,7 +87,7 @@ std::string ws_text_frame(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("SIGTERM drains: 8 streams in flight end normally, new requests get 503, exit 0",
+TEST_CASE("SIGTERM drains: 8 streams in flight end normally and new requests get 503 and exit 0",
           "[app][serve][drain]") {
   test::ChildProcess server(serve_args("30"));
   const auto port_text = server.wait_for(kServing, 60s);
@@ -149,7 +149,7 @@ TEST_CASE("SIGTERM drains: 8 streams in flight end normally, new requests get 50
   CHECK_THAT(server.output(), !Catch::Contains("shutdown timeout: cutting"));
 }
 
-TEST_CASE("a drain out of time cuts what runs: an error event and [DONE], or a 503 answer",
+TEST_CASE("a drain out of time cuts what runs: an error event and DONE or a 503 answer",
           "[app][serve][drain]") {
   test::ChildProcess server(serve_args("0"));
   const auto port_text = server.wait_for(kServing, 60s);
@@ -202,7 +202,7 @@ TEST_CASE("a second SIGTERM stops a draining server at once", "[app][serve][drai
   CHECK_THAT(server.output(), Catch::Contains("second signal: stopping at once"));
 }
 
-TEST_CASE("POST /v1/admin/drain drains behind the API key, and the server exits 0",
+TEST_CASE("POST /v1/admin/drain drains behind the API key and the server exits 0",
           "[app][serve][drain]") {
   test::ChildProcess server(serve_args("30", {"--api-key", "sk-drain"}));
   const auto port_text = server.wait_for(kServing, 60s);

@@ -154,7 +154,7 @@ TEST_CASE("past the output bound a generation is cancelled once, and each choice
 }
 
 TEST_CASE(
-    "a drain refuses new generations with 503, knows the running ones, and a cut ends them "
+    "a drain refuses new generations with 503 and knows the running ones and a cut ends them "
     "as errors",
     "[net][generation_stream][drain]") {
   Fixture f;
