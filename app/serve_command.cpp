@@ -74,7 +74,8 @@ void group_serve_flags(CLI::App* cmd) {
         "--reasoning-parser", "--max-model-len", "--max-logprobs", "--seed"}},
       {"Server",
        {"--host", "--port", "--api-key", "--max-concurrent-requests", "--max-requests-per-socket",
-        "--max-connections", "--max-buffered-output-bytes", "--disable-web-page", "--web-dir"}},
+        "--max-connections", "--max-buffered-output-bytes", "--shutdown-timeout",
+        "--disable-web-page", "--web-dir"}},
       {"HTTPS", {"--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-cert-reqs"}},
       {"CORS",
        {"--allowed-origins", "--allowed-methods", "--allowed-headers", "--allow-credentials"}},
@@ -151,9 +152,48 @@ std::string model_summary(const std::string& path) {
          " parameters, weights mostly " + std::string(type);
 }
 
-volatile std::sig_atomic_t g_stop = 0;
+// SIGTERM and SIGINT received: the first drains, the second stops at once.
+volatile std::sig_atomic_t g_signals = 0;
 void on_signal(int) {
-  g_stop = 1;
+  if (g_signals < 2) g_signals = g_signals + 1;
+}
+
+// After a drain's cut, how long the cut generations have to write their ends.
+constexpr auto kCutGrace = std::chrono::seconds(5);
+
+// Waits (polling) until `done`, the deadline, or a second signal; false when a second
+// signal came.
+template <class Done>
+bool wait_until(Done done, std::chrono::steady_clock::time_point deadline) {
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    if (g_signals >= 2) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return g_signals < 2;
+}
+
+// The one way `troupe serve` ends once it serves: on the first SIGTERM or SIGINT (or
+// POST /v1/admin/drain) the server drains: it admits nothing new, and the generations
+// that run have `timeout` to end; what is left then is cut (each ends with its error),
+// and the server stops. A second signal stops it at once.
+void drain_and_stop(net::HttpServer& server, std::chrono::seconds timeout) {
+  while (g_signals == 0 && !server.draining()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  server.drain(g_signals > 0 ? "signal" : "request");
+  monitoring::log_info("the running requests have " + std::to_string(timeout.count()) +
+                       " s to end (--shutdown-timeout); a second SIGTERM or Ctrl-C stops now");
+  auto idle = [&server] { return server.num_generations() == 0; };
+  bool patient = wait_until(idle, std::chrono::steady_clock::now() + timeout);
+  if (patient && !idle()) {
+    monitoring::log_warning("shutdown timeout: cutting " +
+                            std::to_string(server.num_generations()) + " running generation(s)");
+    server.cut_generations();
+    patient = wait_until(idle, std::chrono::steady_clock::now() + kCutGrace);
+  }
+  if (!patient) monitoring::log_warning("second signal: stopping at once");
+  monitoring::log_info("stopping");
+  server.stop();
 }
 }  // namespace
 
@@ -171,6 +211,7 @@ void add_serve_command(CLI::App& app) {
     int cluster_wait_s = 60;
     double cluster_handshake_timeout_s = 10.0;
     int step_timeout_s = 60;
+    int shutdown_timeout_s = 30;
     TokenBudgetFlags budget;
     SloFlags slo;
     std::string chat_template;  // --chat-template: a file's path or the template's text
@@ -322,6 +363,11 @@ void add_serve_command(CLI::App& app) {
                   "read at each request, without the API key (for developing the page: net/web)")
       ->check(CLI::ExistingDirectory)
       ->excludes(no_page);
+  cmd->add_option("--shutdown-timeout", opts->shutdown_timeout_s,
+                  "seconds the running requests have to end once SIGTERM, SIGINT or POST "
+                  "/v1/admin/drain drains the server (new ones get 503); then they are cut "
+                  "with an error (0: at once)")
+      ->check(CLI::Range(0, kMostSeconds));
   cmd->add_option("--max-buffered-output-bytes", opts->server.max_buffered_output_bytes,
                   "output a connection may leave unread before it is closed (1008 on a socket)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 34));
@@ -353,6 +399,7 @@ void add_serve_command(CLI::App& app) {
       opts->server.served_model_name = std::move(name);
     }
     opts->server.access_log = !opts->disable_access_log;
+    opts->server.shutdown_timeout = std::chrono::seconds(opts->shutdown_timeout_s);
     opts->server.web_page = !opts->disable_web_page;
     opts->server.cors.allowed_origins = cors_list(opts->allowed_origins);
     opts->server.cors.allowed_methods = cors_list(opts->allowed_methods);
@@ -495,11 +542,12 @@ void add_serve_command(CLI::App& app) {
                               ? std::string()
                               : "; thinking read as " + opts->server.reasoning_parser));
     if (auto started = server.start(); !started) fail(started.error().message);
-    monitoring::log_info(
-        "serving '" + opts->server.served_model_name + "' at " +
-        (opts->server.tls.enabled() ? "https://" : "http://") + opts->server.host + ":" +
-        std::to_string(server.port()) +
-        (opts->server.web_page ? " (the live page is at /; Ctrl-C stops)" : " (Ctrl-C stops)"));
+    monitoring::log_info("serving '" + opts->server.served_model_name + "' at " +
+                         (opts->server.tls.enabled() ? "https://" : "http://") + opts->server.host +
+                         ":" + std::to_string(server.port()) +
+                         (opts->server.web_page
+                              ? " (the live page is at /; Ctrl-C drains and stops)"
+                              : " (Ctrl-C drains and stops)"));
     std::optional<monitoring::StatsLogger> stats_logger;
     if (!opts->disable_log_stats) {
       stats_logger.emplace([&engine] { return (*engine)->stats(); },
@@ -508,10 +556,8 @@ void add_serve_command(CLI::App& app) {
     }
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
-    while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    monitoring::log_info("stopping");
+    drain_and_stop(server, opts->server.shutdown_timeout);
     stats_logger.reset();
-    server.stop();
     monitoring::flush_logging();
   });
 }

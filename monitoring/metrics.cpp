@@ -172,6 +172,9 @@ struct Metrics::Impl {
   p::Gauge& requests_in_flight =
       gauge("troupe_http_requests_in_flight",
             "Generation requests admitted and not yet ended in the engine");
+  p::Gauge& draining = gauge("troupe_server_draining",
+                             "1 while the server drains (SIGTERM or POST /v1/admin/drain): "
+                             "it admits no new generation and ends what runs");
   p::Gauge& live_actors = gauge("troupe_live_actors", "Actors alive in the engine's actor system");
   p::Family<p::Counter>& connection_errors = counter_family(
       "troupe_http_connection_errors_total", "Connections the server ended on its own, by reason");
@@ -347,6 +350,10 @@ void Metrics::set_server_state(std::int64_t num_connections, std::int64_t num_re
   impl_->connections.Set(static_cast<double>(num_connections));
   impl_->requests_in_flight.Set(static_cast<double>(num_requests_in_flight));
   impl_->live_actors.Set(static_cast<double>(num_live_actors));
+}
+
+void Metrics::set_draining(bool draining) {
+  impl_->draining.Set(draining ? 1.0 : 0.0);
 }
 
 void Metrics::count_connection_error(std::string_view reason) {

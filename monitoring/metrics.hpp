@@ -86,6 +86,8 @@ class Metrics {
   // not yet ended in the engine, and actors alive in the engine's actor system.
   void set_server_state(std::int64_t num_connections, std::int64_t num_requests_in_flight,
                         std::int64_t num_live_actors);
+  // The server drains (troupe_server_draining): set once, when the drain begins.
+  void set_draining(bool draining);
   // A connection the server ended on its own: "exception" (a defect caught at the
   // connection's top frame), "slow_reader" (output past its bound), "bad_request"
   // (kConnectionErrorReasons).

@@ -13,6 +13,9 @@ struct ApiError {
   std::string message;
   std::string type = "invalid_request_error";
   std::string param;
+  // When to try again, in seconds, as the answer's Retry-After header (0: none): a server
+  // that drains says so with its 503s.
+  int retry_after_s = 0;
 };
 
 // A 400 about `param` (the request field at fault, when there is one).

@@ -119,8 +119,8 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
     stream.cancel();
   };
   auto strand = co_await asio::this_coro::executor;
-  auto started =
-      GenerationStream::start({engine, gate, admission}, completion, std::move(options), strand);
+  auto started = GenerationStream::start({engine, gate, admission, drain}, completion,
+                                         std::move(options), strand);
   if (!started) {
     const ApiError refused = started.error();
     const bool alive = co_await refuse(stream, request, refused, entry);
@@ -129,7 +129,10 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
   const std::shared_ptr<GenerationStream> generation = *started;
   struct Detach {  // its overflow may come after this coroutine: it must not see the stream
     GenerationStream& generation;
-    ~Detach() { generation.detach(); }
+    ~Detach() {
+      generation.detach();
+      generation.finished();  // its answer is written, or never will be
+    }
   } detach{*generation};
   auto watch = std::make_shared<Watch>(Watch{generation});
   watch_for_disconnect(stream.socket(), watch);

@@ -13,13 +13,27 @@ GenerationStream::GenerationStream(const Shared& shared, const CompletionRequest
 tl::expected<std::shared_ptr<GenerationStream>, ApiError> GenerationStream::start(
     const Shared& shared, const CompletionRequest& request, Options options,
     asio::any_io_executor strand) {
-  // Admission: past the limit, the client should come back later.
-  if (!shared.admission->try_acquire()) {
-    return tl::unexpected(ApiError{429, options.busy_message, "rate_limit_error", ""});
-  }
   const bool streamed = options.streamed;
-  auto stream =
-      std::make_shared<GenerationStream>(shared, request, std::move(options), std::move(strand));
+  std::shared_ptr<GenerationStream> stream;
+  {
+    // Under the drain's lock: once the drain has started no stream joins its live set,
+    // so the cut at its timeout misses none.
+    std::lock_guard lock(shared.drain->mutex);
+    if (shared.drain->draining) {
+      return tl::unexpected(ApiError{503,
+                                     "the server is shutting down and takes no new requests: "
+                                     "try again (another server) shortly",
+                                     "service_unavailable", "", kDrainRetryAfterSeconds});
+    }
+    // Admission: past the limit, the client should come back later.
+    if (!shared.admission->try_acquire()) {
+      return tl::unexpected(ApiError{429, options.busy_message, "rate_limit_error", ""});
+    }
+    stream =
+        std::make_shared<GenerationStream>(shared, request, std::move(options), std::move(strand));
+    shared.drain->live.emplace(stream.get(), stream);
+    stream->registered_ = true;
+  }
   // Sequences run prompt-major. A chat whose text is read (thinking apart, tool calls)
   // holds back what may be a marker or a call while it streams: a call until its choice
   // ends.
@@ -43,6 +57,7 @@ tl::expected<std::shared_ptr<GenerationStream>, ApiError> GenerationStream::star
     auto submitted = shared.engine.submit(std::move(generate), on_event);
     if (!submitted) {
       stream->cancel();
+      stream->finished();
       // The sequences never submitted will never end: give their share back now.
       if (stream->num_running_.fetch_sub(num_sequences - s) == num_sequences - s) {
         shared.admission->release();
@@ -80,6 +95,17 @@ void GenerationStream::cancel() {
   for (RequestId id : ids_) shared_.engine.cancel(id);
 }
 
+void GenerationStream::cut() {
+  cut_ = true;
+  cancel();
+}
+
+void GenerationStream::finished() {
+  if (!registered_.exchange(false)) return;
+  std::lock_guard lock(shared_.drain->mutex);
+  shared_.drain->live.erase(this);
+}
+
 void GenerationStream::close() {
   channel_->close();
 }
@@ -93,6 +119,12 @@ asio::awaitable<std::optional<ChoiceEvent>> GenerationStream::next(AccessEntry& 
   out.index =
       static_cast<int>(std::find(ids_.begin(), ids_.end(), event.request_id) - ids_.begin());
   if (score_only_) drop_scoring_token(event);
+  if (cut_ && event.finished && event.finish_reason == FinishReason::abort) {
+    // Cancelled by the drain's end, not by its client: the client hears why.
+    event.finish_reason = FinishReason::error;
+    event.error_code = ErrorCode::unavailable;
+    event.error = "the server shut down before this request ended (--shutdown-timeout)";
+  }
   if (event.token != kNoToken) entry.first_token();
   if (!reads_.empty()) {
     ChoiceText shown = reads_[static_cast<std::size_t>(out.index)].take(event.text, event.finished);

@@ -36,6 +36,8 @@ class GenerationStream : public std::enable_shared_from_this<GenerationStream> {
     Engine& engine;
     std::shared_ptr<CallbackGate> gate;
     std::shared_ptr<Admission> admission;
+    // Refuses every generation once the server drains, and knows the ones that run.
+    std::shared_ptr<Drain> drain;
   };
   // How one transport runs it.
   struct Options {
@@ -53,9 +55,10 @@ class GenerationStream : public std::enable_shared_from_this<GenerationStream> {
   };
 
   // Takes an admission slot and submits the request's sequences (a prompt's i-th with the
-  // seed plus i, as it would alone), their events bound for `strand`. A 429 when the
-  // server is full, or the engine's refusal as the client sees it (api_error); nothing
-  // keeps running then.
+  // seed plus i, as it would alone), their events bound for `strand`. A 503 with
+  // Retry-After once the server drains, a 429 when it is full, or the engine's refusal
+  // as the client sees it (api_error); nothing keeps running then. The one admission
+  // check of HTTP and the socket alike.
   static tl::expected<std::shared_ptr<GenerationStream>, ApiError> start(
       const Shared& shared, const CompletionRequest& request, Options options,
       asio::any_io_executor strand);
@@ -71,8 +74,24 @@ class GenerationStream : public std::enable_shared_from_this<GenerationStream> {
   void cancel();
   // Stops reading: a pending next() returns none. What the engine still sends is dropped.
   void close();
+  // The server's drain ran out of time (posted to the strand): every sequence still
+  // running is cancelled, and its end comes out of next() as an error (503, "the server
+  // shut down"), finish reason "error", so each transport ends it as it ends a failure.
+  void cut();
+  // cut() posted to the strand, from any thread.
+  void cut_on_strand() {
+    asio::post(strand_, [self = shared_from_this()] { self->cut(); });
+  }
   // The transport is done with the stream: an overflow after this touches nothing of it.
   void detach() { options_.on_overflow = nullptr; }
+  // Its last output is written (or never will be): the drain stops waiting for it. Once;
+  // from any thread.
+  void finished();
+  // What calls finished() when its last copy goes: the socket's last frame carries it,
+  // so that the drain waits until the writer has written (or dropped) that frame.
+  std::shared_ptr<void> finished_when_dropped() {
+    return std::shared_ptr<void>(nullptr, [self = shared_from_this()](void*) { self->finished(); });
+  }
 
   int num_choices() const { return static_cast<int>(ids_.size()); }
   int num_open() const { return num_open_; }
@@ -93,7 +112,9 @@ class GenerationStream : public std::enable_shared_from_this<GenerationStream> {
   asio::any_io_executor strand_;
   std::shared_ptr<EventChannel> channel_;
   bool score_only_ = false;
-  std::atomic<int> num_running_{0};  // sequences not yet ended in the engine
+  std::atomic<bool> registered_{false};  // in the drain's live set until finished()
+  bool cut_ = false;                     // on the strand: cut() ran
+  std::atomic<int> num_running_{0};      // sequences not yet ended in the engine
   // Touched on the strand only.
   std::vector<RequestId> ids_;
   std::vector<ChoiceTextStream> reads_;  // one per choice when a streamed chat is read

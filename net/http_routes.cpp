@@ -53,9 +53,14 @@ struct RouteSpec {
 
 // Every route the server knows, once. Paths under /v1/ that are not here need the key
 // as well (401 before 404).
-constexpr std::array<RouteSpec, 12> kRoutes = {{
+constexpr std::array<RouteSpec, 13> kRoutes = {{
     {"/health", http::verb::get, RouteKind::plain, false,
      [](const Request& request, const RouteContext& context) {
+       // A draining server asks its load balancer to send no more (and says why).
+       if (context.draining && context.draining()) {
+         return make_response(request, http::status::service_unavailable,
+                              R"({"status":"draining"})");
+       }
        if (!context.replicas_up) return ok(request, "");
        const auto [up, all] = context.replicas_up();
        return make_response(request, up > 0 ? http::status::ok : http::status::service_unavailable,
@@ -91,6 +96,11 @@ constexpr std::array<RouteSpec, 12> kRoutes = {{
     {"/v1/responses", http::verb::post, RouteKind::responses, true, nullptr},
     {"/v1/ws", http::verb::get, RouteKind::websocket, true, nullptr},
     {"/v1/engine/events", http::verb::get, RouteKind::engine_events, true, nullptr},
+    // The drain SIGTERM starts, asked over HTTP (behind the key when one is set): 202.
+    {"/v1/admin/drain", http::verb::post, RouteKind::plain, true,
+     [](const Request& request, const RouteContext& context) {
+       return make_response(request, http::status::accepted, context.start_drain());
+     }},
 }};
 
 const RouteSpec* find_route(std::string_view path) {
@@ -103,7 +113,8 @@ const RouteSpec* find_route(std::string_view path) {
 // upgrade alone, and /metrics only when there are metrics to serve.
 bool is_routed(const RouteSpec& r, const RouteContext& context) {
   return r.kind != RouteKind::websocket && (r.path != "/metrics" || context.metrics_text) &&
-         (r.path != "/v1/cluster" || context.cluster_json);
+         (r.path != "/v1/cluster" || context.cluster_json) &&
+         (r.path != "/v1/admin/drain" || context.start_drain);
 }
 
 }  // namespace
@@ -254,7 +265,10 @@ Response make_response(const Request& request, http::status status, std::string 
 }
 
 Response error_response(const Request& request, const ApiError& error) {
-  return make_response(request, static_cast<http::status>(error.status), error_json(error));
+  Response res = make_response(request, static_cast<http::status>(error.status), error_json(error));
+  if (error.retry_after_s > 0)
+    res.set(http::field::retry_after, std::to_string(error.retry_after_s));
+  return res;
 }
 
 namespace {

@@ -80,11 +80,16 @@ struct RouteContext {
   std::function<std::pair<std::int32_t, std::int32_t>()> replicas_up;
   // GET /v1/cluster's body: nodes and replicas; empty: a 404.
   std::function<std::string()> cluster_json;
+  // Whether the server drains (/health answers 503 then); empty: never.
+  std::function<bool()> draining;
+  // POST /v1/admin/drain: starts the drain (once) and says what is left; empty: a 404.
+  std::function<std::string()> start_drain;
 };
 
 // Every route but generation, the event stream and the WebSocket upgrade: CORS
 // preflights, the built-in page (GET / and its files, no key needed), the API key,
-// /health, /version, /metrics, /v1/models, /tokenize, /detokenize, 404 and 405.
+// /health, /version, /metrics, /v1/models, /tokenize, /detokenize, /v1/admin/drain, 404
+// and 405.
 Response route(const Request& request, const RouteContext& context);
 
 }  // namespace troupe::net

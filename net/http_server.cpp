@@ -15,6 +15,7 @@
 
 #include "monitoring/log.hpp"
 #include "net/cors.hpp"
+#include "net/generation_stream.hpp"
 #include "net/server_impl.hpp"
 #include "text/unicode.hpp"
 
@@ -112,7 +113,54 @@ RouteContext HttpServer::Impl::route_context() {
     };
     r.cluster_json = [this] { return cluster_json(engine.nodes(), engine.replicas()); };
   }
+  r.draining = [this] { return draining(); };
+  r.start_drain = [this] {
+    begin_drain("POST /v1/admin/drain");
+    boost::json::object answer{
+        {"status", "draining"},
+        {"requests_in_flight", admission->in_flight.load()},
+        {"shutdown_timeout_s", static_cast<std::int64_t>(config.shutdown_timeout.count())}};
+    return boost::json::serialize(answer);
+  };
   return r;
+}
+
+void HttpServer::Impl::begin_drain(const std::string& why) {
+  {
+    std::lock_guard lock(drain->mutex);
+    if (drain->draining) return;
+    drain->draining = true;
+    drain->started = true;
+  }
+  if (config.metrics) config.metrics->set_draining(true);
+  monitoring::log_info("draining (" + why + "): no new requests; " +
+                           std::to_string(drain->num_live()) + " generation(s) running",
+                       {{"generations", drain->num_live()}});
+  // Connections waiting for a next request are closed now (on their strands), unless a
+  // request has begun to arrive: that one is answered, and its connection closes after.
+  std::lock_guard lock(idle_mutex);
+  for (const auto& [key, waiting] : idle) {
+    asio::post(waiting->strand, [waiting] {
+      // Gone, answering, or a request has begun to arrive (a part of its head buffered, or
+      // of its body parsed): not idle.
+      if (waiting->stream == nullptr || waiting->parser == nullptr) return;
+      if (waiting->buffer->size() > 0 || waiting->parser->got_some()) return;
+      error_code ec;
+      if (waiting->stream->socket().available(ec) > 0) return;
+      waiting->stream->socket().cancel(ec);
+    });
+  }
+}
+
+void HttpServer::Impl::cut_generations() {
+  std::vector<std::shared_ptr<GenerationStream>> running;
+  {
+    std::lock_guard lock(drain->mutex);
+    for (const auto& [key, weak] : drain->live) {
+      if (auto generation = weak.lock()) running.push_back(std::move(generation));
+    }
+  }
+  for (auto& generation : running) generation->cut_on_strand();
 }
 
 namespace {
@@ -206,10 +254,32 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
   }
   // Capped: a header section, a chunk line or trailers past the header limit are a 431.
   beast::flat_buffer buffer(max_unparsed_bytes(config));
-  while (true) {
+  // Known to the drain while it waits for a request: an idle connection is closed then.
+  auto waiting = std::make_shared<Idle>();
+  waiting->strand = co_await asio::this_coro::executor;
+  waiting->stream = &stream;
+  waiting->buffer = &buffer;
+  {
+    std::lock_guard lock(idle_mutex);
+    idle.emplace(waiting.get(), waiting);
+  }
+  struct Forget {  // before stream and buffer are gone (declared after them)
+    Impl& impl;
+    std::shared_ptr<Idle> waiting;
+    ~Forget() {
+      waiting->stream = nullptr;
+      std::lock_guard lock(impl.idle_mutex);
+      impl.idle.erase(waiting.get());
+    }
+  } forget{*this, waiting};
+  for (bool first = true;; first = false) {
+    // Draining: no waiting for another request on this connection (its first is read).
+    if (!first && draining() && buffer.size() == 0) break;
     RequestParser parser;
     configure_parser(parser, config);
+    waiting->parser = &parser;
     const error_code ec = co_await read_request(stream, buffer, parser);
+    waiting->parser = nullptr;
     AccessEntry entry;  // from a whole request read: the client's pace before it is its own
     if (ec) {
       const auto error = read_error(ec, config);
@@ -236,6 +306,10 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       if (!refused && !is_allowed_origin(request, config.cors)) {
         refused = ApiError{403, "this origin may not open the socket (--allowed-origins)",
                            "permission_error", ""};
+      }
+      if (!refused && draining()) {  // its generates would all be refused
+        refused = ApiError{503, "the server is shutting down and takes no new sockets",
+                           "service_unavailable", "", kDrainRetryAfterSeconds};
       }
       if (refused) {
         count(request, refused->status, entry);
@@ -278,6 +352,8 @@ asio::awaitable<bool> HttpServer::Impl::tls_handshake(ServerStream& stream,
 // GCC 12 destroys temporaries inside co_await expressions twice.
 asio::awaitable<bool> HttpServer::Impl::handle(ServerStream& stream, Request& request,
                                                AccessEntry& entry) {
+  // A draining server closes each connection after its answer (Connection: close).
+  if (draining()) request.keep_alive(false);
   if (is_generation(request) && is_authorized(request, config)) {
     const bool alive = co_await completions(stream, request, entry);
     co_return alive;
@@ -425,6 +501,22 @@ void HttpServer::stop() {
   impl.tokenizer_pool.join();
   impl.grammar_pool.stop();
   impl.grammar_pool.join();
+}
+
+void HttpServer::drain(const std::string& why) {
+  impl_->begin_drain(why);
+}
+
+bool HttpServer::draining() const {
+  return impl_->draining();
+}
+
+int HttpServer::num_generations() const {
+  return impl_->drain->num_live();
+}
+
+void HttpServer::cut_generations() {
+  impl_->cut_generations();
 }
 
 std::uint16_t HttpServer::port() const {

@@ -85,6 +85,9 @@ struct ServerConfig {
   // Output a connection may have waiting for its client, in bytes: a client that falls
   // further behind has its requests cancelled and its connection closed (WebSocket 1008).
   std::size_t max_buffered_output_bytes = std::size_t{1} << 20;
+  // How long a drain (SIGTERM, POST /v1/admin/drain) lets running generations go on
+  // before it cuts them (`troupe serve --shutdown-timeout`; the admin call's answer says it).
+  std::chrono::seconds shutdown_timeout{30};
   int num_threads = 1;  // I/O threads (each connection keeps to one strand)
   // Threads that parse and tokenize request bodies, off the I/O threads.
   int num_tokenizer_threads = 2;
@@ -125,6 +128,18 @@ class HttpServer {
   Result<void> start();
   // Closes the listener and every connection; waits for the threads.
   void stop();
+  // Starts the drain (once; POST /v1/admin/drain does the same): new generation requests
+  // get 503 with Retry-After (HTTP) or an error frame (the socket), /health answers 503
+  // {"status":"draining"}, idle connections close and every answer closes its connection.
+  // Running generations go on. `why` is logged.
+  void drain(const std::string& why);
+  bool draining() const;
+  // Generations running, or still being written to their clients.
+  int num_generations() const;
+  // Ends every generation still running: a stream with its choices' finish reason
+  // "error", an error event and [DONE]; a socket's with its error and done frames; a
+  // JSON answer as a 503 error. The drain's last step at its timeout.
+  void cut_generations();
   std::uint16_t port() const;
   int num_connections() const;
   // What chat requests render through (the startup log names it).

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "monitoring/metrics.hpp"
@@ -58,6 +59,28 @@ struct Admission {
   void release() { in_flight.fetch_sub(1); }
   const int limit;
   std::atomic<int> in_flight{0};
+};
+
+class GenerationStream;  // net/generation_stream.hpp
+
+// What a draining server tells the clients it refuses: try again after this many seconds
+// (their load balancer sends them elsewhere meanwhile).
+inline constexpr int kDrainRetryAfterSeconds = 5;
+
+// The server's drain (SIGTERM, POST /v1/admin/drain). From its start no generation is
+// admitted (GenerationStream::start, under the mutex, so that none slips in after); the
+// generations that run are known until their transport is done with them, so that what
+// is left at the shutdown timeout can be cut, each still ending properly.
+struct Drain {
+  std::mutex mutex;
+  bool draining = false;  // under the mutex
+  std::atomic<bool> started{false};
+  // Running generations, registered by start() and dropped by finished().
+  std::unordered_map<const GenerationStream*, std::weak_ptr<GenerationStream>> live;
+  int num_live() {
+    std::lock_guard lock(mutex);
+    return static_cast<int>(live.size());
+  }
 };
 
 // Output of one connection that its client has not taken yet, in bytes: engine callbacks
@@ -116,7 +139,6 @@ asio::awaitable<T> run_on(asio::thread_pool& pool, std::function<T()> work) {
 }
 
 struct WsConnection;
-class GenerationStream;  // net/generation_stream.hpp
 
 // Writes a response; false when the client is gone or the connection ends with it.
 asio::awaitable<bool> write_response(ServerStream& stream, Response res,
@@ -182,6 +204,17 @@ struct HttpServer::Impl {
   ApiContext context;
   std::shared_ptr<CallbackGate> gate = std::make_shared<CallbackGate>();
   std::shared_ptr<Admission> admission;
+  std::shared_ptr<Drain> drain = std::make_shared<Drain>();
+  // Connections waiting for their next request, closed when the drain starts (on their
+  // strands, and only when nothing of a request has arrived).
+  struct Idle {
+    asio::any_io_executor strand;
+    ServerStream* stream = nullptr;  // null once the connection is gone
+    const beast::flat_buffer* buffer = nullptr;
+    const RequestParser* parser = nullptr;  // set while in read_request
+  };
+  std::mutex idle_mutex;
+  std::unordered_map<const Idle*, std::shared_ptr<Idle>> idle;
   asio::io_context io;
   std::unique_ptr<tcp::acceptor> acceptor;
   // Set when the server speaks HTTPS (config.tls): every connection's handshake uses it.
@@ -233,6 +266,12 @@ struct HttpServer::Impl {
   void websocket_overflow(const std::shared_ptr<WsConnection>& connection);
 
   RouteContext route_context();
+  // Starts the drain, once: no generation is admitted from now on, /health answers 503,
+  // idle connections close and every answer closes its connection. `why` is logged.
+  void begin_drain(const std::string& why);
+  // Cuts every generation still running (on its strand): each ends as an error (503).
+  void cut_generations();
+  bool draining() const { return drain->started.load(); }
   // Counts a response in troupe_http_requests_total and keeps its status for the log.
   void count(const Request& request, int status, AccessEntry& entry);
   // The request's line in the access log (info), when it is on.

@@ -14,6 +14,9 @@ struct WsFrame {
   std::string id;
   std::string text;
   bool final = false;
+  // A request's last frame: holds its stream in the drain's live set until written or
+  // dropped (GenerationStream::finished_when_dropped).
+  std::shared_ptr<void> last;
 };
 using FrameChannel = asio::experimental::concurrent_channel<void(error_code, WsFrame)>;
 
@@ -145,7 +148,7 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
   };
   // An error frame for the message with this id; it ends nothing that runs.
   auto refuse = [this, &push, &connection, &entry](const std::string& id, const ApiError& error) {
-    push({id, websocket_error(id, error), false});
+    push({id, websocket_error(id, error), false, nullptr});
     entry->status = error.status;
     entry->error = error.message;
     entry->request_id = id;
@@ -206,8 +209,8 @@ asio::awaitable<void> HttpServer::Impl::websocket_command(std::shared_ptr<WsConn
     if (auto connection = weak.lock()) websocket_overflow(connection);
   };
   auto strand = co_await asio::this_coro::executor;
-  auto started =
-      GenerationStream::start({engine, gate, admission}, request, std::move(options), strand);
+  auto started = GenerationStream::start({engine, gate, admission, drain}, request,
+                                         std::move(options), strand);
   if (!started) {
     refuse(id, started.error());  // the status HTTP gives the same error
     co_return;
@@ -233,11 +236,15 @@ asio::awaitable<void> HttpServer::Impl::websocket_stream(
       entry->client_gone = connection->out->client_gone.load();
     }
     const ChoiceText* shown = next->read ? &*next->read : nullptr;
-    WsFrame frame{id, websocket_event(context, id, e, want_logprobs, shown), e.finished};
+    WsFrame frame{id, websocket_event(context, id, e, want_logprobs, shown), e.finished, nullptr};
+    if (e.finished && generation->num_open() == 0) frame.last = generation->finished_when_dropped();
     generation->taken(*next);
     if (!connection->out->push(std::move(frame))) websocket_overflow(connection);
   }
   generation->detach();
+  // Ended without a last frame (closed): the drain waits for nothing more of it. Else
+  // this does nothing, and the frame's writing ends its wait.
+  if (generation->num_open() > 0) generation->finished();
   log_access("WS", "/v1/ws", *entry, connection->client);
 }
 

@@ -378,7 +378,9 @@ TEST_CASE("a number out of its flag's range, NaN or infinite is the flag's error
       {"--max-concurrent-requests", "-1"},
       {"--max-connections", "-1"},
       {"--max-buffered-output-bytes", "-1"},
-      {"--max-buffered-output-bytes", "0"}};
+      {"--max-buffered-output-bytes", "0"},
+      {"--shutdown-timeout", "-1"},
+      {"--shutdown-timeout", "x"}};
   for (const auto& [flag, value] : serve) {
     INFO(flag << " " << value);
     const std::string port = flag == "--port" ? "" : " --port 0";

@@ -49,7 +49,8 @@ struct Run {
 struct Streams {
   explicit Streams(Engine& engine, int most_in_flight = 1024)
       : admission(std::make_shared<net::Admission>(most_in_flight)),
-        shared{engine, std::make_shared<net::CallbackGate>(), admission} {}
+        drain(std::make_shared<net::Drain>()),
+        shared{engine, std::make_shared<net::CallbackGate>(), admission, drain} {}
 
   static net::GenerationStream::Options options(bool streamed = true,
                                                 std::size_t most_bytes = 1 << 20) {
@@ -87,6 +88,7 @@ struct Streams {
   asio::io_context io;
   asio::strand<asio::io_context::executor_type> strand = asio::make_strand(io);
   std::shared_ptr<net::Admission> admission;
+  std::shared_ptr<net::Drain> drain;
   net::GenerationStream::Shared shared;
 };
 
@@ -148,6 +150,53 @@ TEST_CASE("past the output bound a generation is cancelled once, and each choice
   CHECK(run.entry.finish_reason == "abort");
   CHECK(streams.admission->in_flight.load() == 0);
   CHECK(test::num_aborted_is(*f.metrics, 2));
+  CHECK(f.kv_drains());
+}
+
+TEST_CASE(
+    "a drain refuses new generations with 503 and knows the running ones and a cut ends them "
+    "as errors",
+    "[net][generation_stream][drain]") {
+  Fixture f;
+  Streams streams(*f.engine);
+  auto started = streams.start(completion(2, 200), Streams::options());
+  REQUIRE(started.has_value());
+  CHECK(streams.drain->num_live() == 1);
+  {
+    std::lock_guard lock(streams.drain->mutex);
+    streams.drain->draining = true;
+  }
+  // Draining: refused before any slot is taken, with a time to come back.
+  const auto refused = streams.start(completion(1, 4), Streams::options());
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().status == 503);
+  CHECK(refused.error().retry_after_s == net::kDrainRetryAfterSeconds);
+  CHECK(streams.admission->in_flight.load() == 1);
+  // The drain's time is up: what runs is cancelled, and each choice ends as a failure the
+  // transports turn into an error event (503), not as a client's abort.
+  (*started)->cut();
+  const Run run = streams.read(*started);
+  REQUIRE(run.ended);
+  CHECK(ends_per_choice(run) == std::map<int, int>{{0, 1}, {1, 1}});
+  for (const auto& e : run.events) {
+    if (!e.event.finished) continue;
+    CHECK(e.event.finish_reason == FinishReason::error);
+    CHECK(net::api_error(e.event).status == 503);
+  }
+  CHECK(run.entry.output_tokens < 400);
+  // The transport is done with it: the drain stops waiting for it.
+  CHECK(streams.drain->num_live() == 1);
+  (*started)->detach();
+  CHECK(streams.drain->num_live() == 1);
+  {
+    // The socket's way: its last frame holds the stream until the writer drops the frame.
+    auto last = (*started)->finished_when_dropped();
+    CHECK(streams.drain->num_live() == 1);
+  }
+  CHECK(streams.drain->num_live() == 0);
+  (*started)->finished();  // once: a second time changes nothing
+  CHECK(streams.drain->num_live() == 0);
+  CHECK(streams.admission->in_flight.load() == 0);
   CHECK(f.kv_drains());
 }
 
