@@ -321,11 +321,13 @@ TEST_CASE("each request gets one access-log line, over SSE, as JSON and on the s
     const std::uint16_t port = f.server->port();
     {
       test::RawClient http(port);
-      REQUIRE(http.send(post("/v1/completions", "sse-once",
-                             R"({"prompt":"Hi","max_tokens":3,"n":2,"stream":true})")));
+      REQUIRE(http.send(
+          post("/v1/completions", "sse-once",
+               R"({"prompt":"Hi","max_tokens":3,"n":2,"stream":true,"ignore_eos":true})")));
       CHECK_THAT(http.read_until("[DONE]", 30s), Catch::Contains("[DONE]"));
-      REQUIRE(http.send(post("/v1/chat/completions", "json-once",
-                             R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":3})")));
+      REQUIRE(http.send(post(
+          "/v1/chat/completions", "json-once",
+          R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"ignore_eos":true})")));
       CHECK_THAT(http.read_until("\"usage\"", 30s), Catch::Contains("chat.completion"));
     }
     {
@@ -333,8 +335,8 @@ TEST_CASE("each request gets one access-log line, over SSE, as JSON and on the s
       boost::beast::websocket::stream<asio::ip::tcp::socket> ws(io);
       ws.next_layer().connect({asio::ip::make_address("127.0.0.1"), port});
       ws.handshake("127.0.0.1", "/v1/ws");
-      ws.write(asio::buffer(
-          std::string(R"({"type":"generate","id":"ws-once","prompt":"Hi","max_tokens":3})")));
+      ws.write(asio::buffer(std::string(
+          R"({"type":"generate","id":"ws-once","prompt":"Hi","max_tokens":3,"ignore_eos":true})")));
       std::string frames;
       while (frames.find(R"("type":"done")") == std::string::npos) {
         boost::beast::flat_buffer buffer;
