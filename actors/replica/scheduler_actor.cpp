@@ -114,8 +114,7 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
         auto event = self->state.core->cancel(id, reason);
         if (!event) return;
         self->state.observer->on_cancel(id, reason);
-        std::vector<engine::AddressedEvent> one{std::move(*event)};
-        deliver_all(self, one);
+        deliver(self, *event);
       },
       [self](supplied_atom, SupplyNews& news) { on_supplied(self, news); },
       [self](stats_atom) -> EngineStats { return self->state.core->stats(); },

@@ -13,11 +13,13 @@ const request_actor& requester_of(const std::any& reply_to) {
 
 }  // namespace
 
+void deliver(SchedulerSelf self, engine::AddressedEvent& event) {
+  self->send(requester_of(event.reply_to), token_atom::value,
+             static_cast<engine::RequestEvent&&>(std::move(event)));
+}
+
 void deliver_all(SchedulerSelf self, std::vector<engine::AddressedEvent>& events) {
-  for (auto& e : events) {
-    self->send(requester_of(e.reply_to), token_atom::value,
-               static_cast<engine::RequestEvent&&>(std::move(e)));
-  }
+  for (auto& e : events) deliver(self, e);
 }
 
 bool remote(SchedulerSelf self) {

@@ -12,7 +12,8 @@ namespace troupe::actors {
 
 using SchedulerSelf = replica_actor::stateful_pointer<SchedulerState>;
 
-// Each event to its request actor.
+// The event to its request actor; each of them.
+void deliver(SchedulerSelf self, engine::AddressedEvent& event);
 void deliver_all(SchedulerSelf self, std::vector<engine::AddressedEvent>& events);
 // Whether the worker runs on nodes (placed by the registry), not in this process.
 bool remote(SchedulerSelf self);
