@@ -40,7 +40,8 @@ stray=$(cd "$prefix" && find . -type f ! -path './share/*' ! -path './bin/troupe
 [ -z "$stray" ] || fail "files outside bin/troupe and share/: $stray"
 # Its libraries resolve, and no RPATH points back into the build or source tree.
 if command -v ldd >/dev/null; then
-  ! ldd "$prefix/bin/troupe" | grep -q 'not found' || { ldd "$prefix/bin/troupe"; fail "a library is not found"; }
+  libraries=$(ldd "$prefix/bin/troupe") # whole, not piped into grep -q (pipefail, SIGPIPE)
+  [[ $libraries != *"not found"* ]] || { echo "$libraries"; fail "a library is not found"; }
 fi
 if command -v readelf >/dev/null; then
   runpath=$(readelf -d "$prefix/bin/troupe" | grep -E 'RPATH|RUNPATH' || true)

@@ -33,7 +33,11 @@ grep -qF "\$(sed 's/#.*//' /tmp/runtime-packages.txt)" "$dockerfile" ||
 
 mapfile -t packages < <(sed 's/#.*//' "$list" | tr -s ' \t' '\n' | grep -v '^$')
 [ "${#packages[@]}" -gt 0 ] || fail "runtime-packages.txt lists no package"
-listed() { printf '%s\n' "${packages[@]}" | grep -qx -- "$1"; }
+# Membership by associative array, not `printf | grep -q`: under pipefail grep's early
+# exit can kill printf with SIGPIPE and turn a match into a failure.
+declare -A in_list=()
+for package in "${packages[@]}"; do in_list[$package]=1; done
+listed() { [ -n "${in_list[$1]:-}" ]; }
 
 # CUDA's libraries come with NVIDIA's toolkit, not from Debian: a build with CUDA links
 # them, and the image's build (-DTROUPE_CUDA=OFF) does not.
@@ -55,7 +59,7 @@ package_of() {
 needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 [ -n "$needed" ] || fail "readelf found no NEEDED entry in $binary"
 loader=$(ldd "$binary")
-used=()
+declare -A used=()
 for library in $needed; do
   path=$(awk -v l="$library" '$1 == l && $2 == "=>" { print $3 }' <<<"$loader")
   if [ -z "$path" ] || [ "$path" = "not" ]; then
@@ -73,14 +77,14 @@ for library in $needed; do
   fi
   if listed "$package"; then
     echo "ok: $library <- $package"
-    used+=("$package")
+    used[$package]=1
   else
     fail "$library comes from the package $package, which runtime-packages.txt lacks"
   fi
 done
 
 for package in "${packages[@]}"; do
-  printf '%s\n' "${used[@]}" | grep -qx -- "$package" ||
+  [ -n "${used[$package]:-}" ] ||
     fail "$package is in runtime-packages.txt, but the binary links no library of it"
 done
 
