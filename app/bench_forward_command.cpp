@@ -19,6 +19,7 @@
 #include "app/speculative_options.hpp"
 #include "bench/forward.hpp"
 #include "bench/forward_profile.hpp"
+#include "model/lora_adapter.hpp"
 #include "model/rendezvous_stores.hpp"
 #include "troupe/engine.hpp"
 #include "worker/backend_factory.hpp"
@@ -38,6 +39,7 @@ struct Options {
   bool profile = false;           // also time each op of a prefill and of decode steps
   std::int32_t rank = 0;          // a rank's process, spawned by rank 0
   std::string rendezvous;         // its rendezvous directory
+  std::vector<std::string> lora;  // LoRA adapters to time beside the base model
 };
 
 [[noreturn]] void fail(const Error& e) {
@@ -129,6 +131,9 @@ void add_bench_forward_command(CLI::App& bench) {
                 "then time each op of one prefill and of 16 decode steps at each --batch (CPU): "
                 "its share, and the int8 matmuls' rate against the processor's int8 peak and "
                 "the weights' read rate against --memory-bandwidth's measure");
+  cmd->add_option("--lora", opts->lora,
+                  "LoRA adapter files (GGUF): also time each step with its sequences spread "
+                  "over them, in turn with the base model's steps (the overhead as a ratio)");
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {
     auto& run = opts->run;
@@ -162,10 +167,23 @@ void add_bench_forward_command(CLI::App& bench) {
     if (tp > 1 && opts->engine.device != Device::cpu) {
       fail(Error{ErrorCode::unsupported, "--tensor-parallel-size runs on CPU ranks only"});
     }
+    if (tp > 1 && !opts->lora.empty()) {
+      fail(Error{ErrorCode::unsupported,
+                 "--lora runs on the whole model (no --tensor-parallel-size)"});
+    }
     Options whole = *opts;
     if (tp > 1) whole.engine.num_threads = opts->engine.num_threads * tp;
     auto loaded = open_model(whole.model, whole.engine, max_model_len);
     if (!loaded) fail(loaded.error());
+    for (const auto& path : opts->lora) {
+      auto adapter = model::LoraAdapter::open(path, *loaded->file, loaded->model->config());
+      if (!adapter) fail(adapter.error());
+      auto attached = loaded->model->attach_adapter(
+          std::make_shared<const model::LoraAdapter>(std::move(*adapter)));
+      if (!attached) fail(attached.error());
+    }
+    run.num_adapters = static_cast<std::int32_t>(opts->lora.size());
+    whole.run.num_adapters = run.num_adapters;
     std::fprintf(stderr, "model %s: %s, %s\n", loaded->path.c_str(),
                  loaded->model->config().architecture.c_str(), loaded->backend->describe().c_str());
     if (tp > 1) std::printf("whole model, one process, %d threads\n", whole.engine.num_threads);
@@ -202,8 +220,8 @@ void add_bench_forward_command(CLI::App& bench) {
       const int threads = whole.engine.num_threads > 0
                               ? whole.engine.num_threads
                               : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
-      bench::print_profile(*loaded, run.prompt_len, run.batches, run.block_size, threads,
-                           bandwidth);
+      bench::print_profile(*loaded, run.prompt_len, run.batches, run.block_size, threads, bandwidth,
+                           run.num_adapters);
     }
     loaded = Result<model::LoadedModel>(model::LoadedModel{});  // its memory, before the ranks
     std::vector<bench::ForwardResult> split;

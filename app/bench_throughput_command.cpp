@@ -69,6 +69,8 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--grammar", opts->grammar_file,
                   "hold every output to this GBNF grammar (a file)")
       ->excludes(schema);
+  cmd->add_option("--lora", r.engine.lora_adapters,
+                  "LoRA adapter files (GGUF); request i runs under adapter i mod their number");
   cmd->add_option("--batching", opts->batching, "continuous or static");
   add_scheduling_policy_option(cmd, r.engine);
   add_engine_size_options(cmd, r.engine, opts->kv_cache_gb);

@@ -106,6 +106,7 @@ void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_node_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
+void add_make_lora_command(CLI::App& app);
 void add_bench_forward_command(CLI::App& bench);
 void add_bench_throughput_command(CLI::App& bench);
 void add_bench_serve_command(CLI::App& bench);

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   troupe::app::add_node_command(app);
   troupe::app::add_generate_command(app);
   troupe::app::add_make_model_command(app);
+  troupe::app::add_make_lora_command(app);
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   troupe::app::add_bench_forward_command(*bench);

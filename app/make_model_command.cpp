@@ -133,4 +133,36 @@ void add_make_model_command(CLI::App& app) {
   });
 }
 
+void add_make_lora_command(CLI::App& app) {
+  struct Options {
+    std::string out, type = "f16";
+    model::RandomAdapterSpec spec;
+  };
+  auto opts = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(
+      "make-lora", "write a random LoRA adapter (llama.cpp's GGUF layout) for a model file");
+  cmd->add_option("--base", opts->spec.base_path, "the base model's GGUF file")->required();
+  cmd->add_option("--out,-o", opts->out, "file to write")->required();
+  cmd->add_option("--rank,-r", opts->spec.rank, "the adapter's rank")->check(CLI::Range(1, 4096));
+  cmd->add_option("--alpha", opts->spec.alpha, "adapter.lora.alpha (s = alpha / rank)");
+  cmd->add_option("--targets", opts->spec.targets,
+                  "matrices to adapt: attn_q attn_k attn_v attn_output ffn_gate ffn_up "
+                  "ffn_down (default: all the base has)");
+  cmd->add_option("--type", opts->type, "tensor type: f16 (the usual type of converted adapters) or f32");
+  cmd->add_option("--seed", opts->spec.seed, "values seed");
+  cmd->add_option("--stddev", opts->spec.stddev, "spread of A's and B's values");
+  cmd->callback([opts] {
+    if (opts->type != "f32" && opts->type != "f16") {
+      throw CLI::ValidationError("--type", "f32 or f16");
+    }
+    opts->spec.type = opts->type == "f16" ? gguf::TensorType::f16 : gguf::TensorType::f32;
+    const auto written = model::write_random_adapter(opts->spec, opts->out);
+    if (!written) {
+      std::fprintf(stderr, "troupe make-lora: %s\n", written.error().message.c_str());
+      throw CLI::RuntimeError(1);
+    }
+    std::fprintf(stderr, "wrote %s\n", opts->out.c_str());
+  });
+}
+
 }  // namespace troupe::app

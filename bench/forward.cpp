@@ -87,13 +87,23 @@ Result<ForwardResult> measure(model::LoadedModel& loaded, const ForwardOptions& 
   for (auto& t : prompt) t = any_token(rng);
   model::StepInput prefill;
   model::append_sequence(prefill, prompt, context, table_of(0, prompt_blocks), true);
-  std::vector<double> times;
+  model::StepInput prefill_lora;
+  model::append_sequence(prefill_lora, prompt, context, table_of(0, prompt_blocks), true,
+                         opts.num_adapters > 0 ? 1 : 0);
+  std::vector<double> times, lora_times;
   double all_reduce = 0.0, total = 0.0;
   for (int rep = 0; rep <= opts.repetitions; ++rep) {
     const double before = backend.all_reduce_seconds();
     const auto start = Clock::now();
     TROUPE_TRY_VOID(loaded.model->forward(prefill, logits));
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (opts.num_adapters > 0) {
+      const auto lora_start = Clock::now();
+      TROUPE_TRY_VOID(loaded.model->forward(prefill_lora, logits));
+      if (rep > 0) {
+        lora_times.push_back(std::chrono::duration<double>(Clock::now() - lora_start).count());
+      }
+    }
     if (rep == 0) continue;
     times.push_back(seconds);
     total += seconds;
@@ -101,31 +111,47 @@ Result<ForwardResult> measure(model::LoadedModel& loaded, const ForwardOptions& 
   }
   out.prefill_tokens_per_second = opts.prompt_len / median(times);
   out.prefill_all_reduce_share = all_reduce / total;
+  if (!lora_times.empty())
+    out.prefill_lora_tokens_per_second = opts.prompt_len / median(lora_times);
 
   // Decode: `batch` sequences each generate gen_len tokens after the history, one token
   // per sequence per step (as llama-bench's tg).
   for (const std::int32_t batch : opts.batches) {
     TROUPE_TRY_VOID(fill_up_to(batch));
-    auto run_steps = [&](std::int32_t num_steps) -> Result<void> {
+    // With `lora`, sequence s runs under adapter 1 + s % num_adapters.
+    auto run_steps = [&](std::int32_t num_steps, bool lora) -> Result<void> {
       for (std::int32_t i = 0; i < num_steps; ++i) {
         model::StepInput step;
         for (std::int32_t s = 0; s < batch; ++s) {
           const TokenId token = any_token(rng);
           model::append_sequence(step, std::span(&token, 1), context + i, table_of(s, gen_blocks),
-                                 true);
+                                 true, lora ? 1 + s % opts.num_adapters : 0);
         }
         TROUPE_TRY_VOID(loaded.model->forward(step, logits));
       }
       return {};
     };
-    TROUPE_TRY_VOID(run_steps(std::min(opts.gen_len, 4)));  // warm-up
-    const double before = backend.all_reduce_seconds();
-    const auto start = Clock::now();
-    TROUPE_TRY_VOID(run_steps(opts.gen_len));
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    TROUPE_TRY_VOID(run_steps(std::min(opts.gen_len, 4), false));  // warm-up
+    double seconds = 0.0, lora_seconds = 0.0, step_all_reduce = 0.0;
+    // In rounds of 16 steps, base and adapted in turn (one kind alone without adapters).
+    for (std::int32_t done = 0; done < opts.gen_len;) {
+      const std::int32_t n = std::min(16, opts.gen_len - done);
+      const double round_before = backend.all_reduce_seconds();
+      const auto start = Clock::now();
+      TROUPE_TRY_VOID(run_steps(n, false));
+      seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      step_all_reduce += backend.all_reduce_seconds() - round_before;
+      if (opts.num_adapters > 0) {
+        if (done == 0) TROUPE_TRY_VOID(run_steps(std::min(opts.gen_len, 4), true));  // warm-up
+        const auto lora_start = Clock::now();
+        TROUPE_TRY_VOID(run_steps(n, true));
+        lora_seconds += std::chrono::duration<double>(Clock::now() - lora_start).count();
+      }
+      done += n;
+    }
     out.decode.push_back({batch, static_cast<double>(batch) * opts.gen_len / seconds,
-                          1000.0 * seconds / opts.gen_len,
-                          (backend.all_reduce_seconds() - before) / seconds});
+                          1000.0 * seconds / opts.gen_len, step_all_reduce / seconds});
+    out.decode.back().lora_ms_per_step = 1000.0 * lora_seconds / opts.gen_len;
     if (draft > 0) {
       // The same steps with a draft of k tokens per sequence: 1 + k rows each, all scored.
       auto run_verify = [&](std::int32_t num_steps) -> Result<void> {
@@ -158,15 +184,20 @@ boost::json::object result_json(const ForwardResult& m) {
   boost::json::object o;
   o["context"] = m.context;
   o["prefill_tokens_per_second"] = m.prefill_tokens_per_second;
-  boost::json::object per_batch, ms_per_step, verify;  // keyed by the batch size
+  if (m.prefill_lora_tokens_per_second > 0) {
+    o["prefill_lora_tokens_per_second"] = m.prefill_lora_tokens_per_second;
+  }
+  boost::json::object per_batch, ms_per_step, verify, lora;  // keyed by the batch size
   for (const auto& d : m.decode) {
     per_batch[std::to_string(d.batch)] = d.tokens_per_second;
     ms_per_step[std::to_string(d.batch)] = d.ms_per_step;
     if (d.verify_ms_per_step > 0) verify[std::to_string(d.batch)] = d.verify_ms_per_step;
+    if (d.lora_ms_per_step > 0) lora[std::to_string(d.batch)] = d.lora_ms_per_step;
   }
   o["decode_tokens_per_second"] = std::move(per_batch);
   o["decode_ms_per_step"] = std::move(ms_per_step);
   if (!verify.empty()) o["verify_ms_per_step"] = std::move(verify);
+  if (!lora.empty()) o["lora_ms_per_step"] = std::move(lora);
   return o;
 }
 
@@ -188,11 +219,23 @@ void print(const ForwardOptions& opts, const ForwardResult& m, bool split) {
               m.prefill_tokens_per_second);
   if (split) std::printf("  (all-reduce %4.1f%%)", 100.0 * m.prefill_all_reduce_share);
   std::printf("\n");
+  if (m.prefill_lora_tokens_per_second > 0) {
+    std::printf("prefill  %5d tokens, LoRA    %10.1f tokens/s  (%.2fx the base model)\n",
+                opts.prompt_len, m.prefill_lora_tokens_per_second,
+                m.prefill_lora_tokens_per_second / m.prefill_tokens_per_second);
+  }
   for (const auto& d : m.decode) {
     std::printf("decode   batch %3d x %4d     %10.1f tokens/s  (%.2f ms/step", d.batch,
                 opts.gen_len, d.tokens_per_second, d.ms_per_step);
     if (split) std::printf(", all-reduce %4.1f%%", 100.0 * d.all_reduce_share);
     std::printf(")\n");
+    if (d.lora_ms_per_step > 0) {
+      std::printf(
+          "LoRA     batch %3d x %4d     %2d adapter(s)     %.2f ms/step (%.3fx the base "
+          "step)\n",
+          d.batch, opts.gen_len, std::min(opts.num_adapters, d.batch), d.lora_ms_per_step,
+          d.lora_ms_per_step / d.ms_per_step);
+    }
     if (d.verify_ms_per_step > 0) {
       std::printf(
           "verify   batch %3d x %4d     %2d tokens/seq     %.2f ms/step (%.2fx the decode step)\n",

@@ -23,6 +23,11 @@ struct ForwardOptions {
   // --speculative-config's k: also time verification steps of 1 + k tokens per sequence,
   // each scored (0: none).
   std::int32_t num_speculative_tokens = 0;
+  // LoRA adapters attached to the model (LlamaModel::attach_adapter; 0: none): each prefill
+  // and decode step is also timed with its sequences spread over them (sequence s under
+  // adapter 1 + s % num_adapters), the two kinds of step taking turns, so that the overhead
+  // is a ratio measured in one run.
+  std::int32_t num_adapters = 0;
 };
 
 // One context's measures.
@@ -30,6 +35,7 @@ struct ForwardResult {
   std::int32_t context = 0;
   double prefill_tokens_per_second = 0.0;
   double prefill_all_reduce_share = 0.0;
+  double prefill_lora_tokens_per_second = 0.0;  // under adapter 1 (num_adapters > 0)
   struct Decode {
     std::int32_t batch = 0;
     double tokens_per_second = 0.0;
@@ -38,6 +44,7 @@ struct ForwardResult {
     // --speculative-config's k: a verification step, each sequence 1 + k tokens with
     // logits at each (what a step whose every sequence carries a full draft costs).
     double verify_ms_per_step = 0.0;
+    double lora_ms_per_step = 0.0;  // the sequences spread over the adapters (num_adapters > 0)
   };
   std::vector<Decode> decode;
 };

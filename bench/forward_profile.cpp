@@ -63,7 +63,7 @@ void print_ops(const cpu::OpProfile& profile, int steps, bool decode) {
 
 bool print_profile(model::LoadedModel& loaded, std::int32_t prompt_len,
                    const std::vector<std::int32_t>& batches, std::int32_t block_size, int threads,
-                   double bandwidth_gb_s) {
+                   double bandwidth_gb_s, std::int32_t num_adapters) {
   auto* cpu = dynamic_cast<cpu::CpuBackend*>(loaded.backend.get());
   if (cpu == nullptr) {
     std::printf("--profile: op timings come from the CPU backend only\n");
@@ -123,7 +123,7 @@ bool print_profile(model::LoadedModel& loaded, std::int32_t prompt_len,
       for (std::int32_t s = 0; s < batch; ++s) {
         const TokenId token = any_token(rng);
         model::append_sequence(step, std::span(&token, 1), i, blocks_from(s * per_seq, per_seq),
-                               true);
+                               true, num_adapters > 0 ? 1 + s % num_adapters : 0);
       }
       if (i == 2) cpu->set_profile(&decode);  // after two warm-up steps
       const auto r = loaded.model->forward(step, logits);

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <optional>
 
+#include "model/loaded_model.hpp"
+#include "model/lora_adapter.hpp"
 #include "text/tokenizer.hpp"
 
 namespace troupe::bench {
@@ -14,6 +16,19 @@ namespace troupe::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The mean time LoraAdapter::open takes for each adapter, against the model's file.
+Result<double> mean_lora_load_ms(const EngineConfig& engine) {
+  if (engine.lora_adapters.empty()) return 0.0;
+  TROUPE_TRY(const auto model, model::LoadedModel::open(engine.model_path));
+  double total_ms = 0.0;
+  for (const auto& path : engine.lora_adapters) {
+    const Clock::time_point start = Clock::now();
+    TROUPE_TRY(const auto adapter, model::LoraAdapter::open(path, *model.file, model.config));
+    total_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
+  return total_ms / static_cast<double>(engine.lora_adapters.size());
+}
 
 struct Timing {
   Clock::time_point first, last;
@@ -38,6 +53,7 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
         ErrorCode::invalid_argument,
         "num-prompts, input-len and output-len must be positive; range-ratio in [0, 1)");
   }
+  TROUPE_TRY(const double lora_load_ms, mean_lora_load_ms(o.engine));
   TROUPE_TRY(auto engine, Engine::create(o.engine));
   WorkloadOptions workload = w;
   workload.dataset = *dataset;
@@ -50,6 +66,8 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
   std::int32_t num_done = 0;
   ThroughputResult result;
   result.token_budget = engine->token_budget_description();
+  result.mean_lora_load_ms = lora_load_ms;
+  const auto num_adapters = static_cast<std::int32_t>(o.engine.lora_adapters.size());
   RequestTotals& totals = result.totals;
   const Clock::time_point start = Clock::now();
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -60,6 +78,7 @@ Result<ThroughputResult> run_throughput(const ThroughputOptions& o) {
     g.params.max_tokens = requests[i].output_len;
     g.params.ignore_eos = true;
     g.params.grammar = o.grammar;
+    if (num_adapters > 0) g.lora_adapter = 1 + static_cast<std::int32_t>(i) % num_adapters;
     totals.total_input_tokens += static_cast<std::int64_t>(g.prompt.size());
     auto submitted = engine->submit(std::move(g), [&, i](const TokenEvent& e) {
       const auto now = Clock::now();
@@ -145,6 +164,8 @@ std::string to_json(const ThroughputOptions& o, const ThroughputResult& r) {
   json["num_prompts"] = o.workload.num_prompts;
   json["temperature"] = o.temperature;
   json["constraint"] = o.constraint;
+  json["num_lora_adapters"] = static_cast<std::int64_t>(o.engine.lora_adapters.size());
+  if (!o.engine.lora_adapters.empty()) json["mean_lora_load_ms"] = r.mean_lora_load_ms;
   add_totals(json, r.totals);
   json["mean_output_len"] = r.mean_output_len;
   json["num_grammar_ends"] = r.num_grammar_ends;
@@ -173,6 +194,10 @@ void print(const ThroughputOptions& o, const ThroughputResult& r) {
               o.engine.mode == BatchingMode::continuous ? "continuous" : "static");
   std::printf("%-36s %s\n", "Token budget:", r.token_budget.c_str());
   std::printf("%-36s %s\n", "Output constraint:", o.constraint.c_str());
+  if (!o.engine.lora_adapters.empty()) {
+    std::printf("%-36s %zu, requests spread evenly; %.1f ms to load each\n",
+                "LoRA adapters:", o.engine.lora_adapters.size(), r.mean_lora_load_ms);
+  }
   std::printf("%-36s %d / %d\n", "Completed / failed requests:", r.totals.completed,
               r.totals.failed);
   std::printf("%-36s %.2f\n", "Duration (s):", r.totals.duration_s);

@@ -8,6 +8,7 @@
 
 #include "cpu/prefetch.hpp"
 #include "gguf/half.hpp"
+#include "troupe/result.hpp"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kernels.cpp"
@@ -221,6 +222,95 @@ void F32ToF16Saturated(const float* in, std::uint16_t* out, std::int64_t n) {
   for (; i < n; ++i) out[i] = gguf::f32_to_f16_saturated(in[i]);
 }
 
+// LoRA's expansion (cpu/kernels.hpp lora_expand): y_t[j] += scale * sum_k ax[t][k] *
+// b_t[k][j] over B transposed ([rank][n_out]), so that columns are vector lanes and no
+// horizontal sum is needed; NT rows and 4 vectors of columns in registers, each element one
+// chain of multiply-adds over k in order. Tails past the last full block take the scalar
+// path, with the same fused multiply-adds where the target has them.
+HWY_INLINE float fused_multiply_add(float a, float b, float c) {
+#if HWY_NATIVE_FMA
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+template <TensorType kType, int NT>
+HWY_INLINE void lora_expand_rows(const float* ax, std::int64_t rank, const std::byte* b_t,
+                                 std::int64_t n_out, std::int64_t j_begin, std::int64_t j_end,
+                                 float scale, float* const* y) {
+  const DF d;
+  const auto lanes = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto s = hn::Set(d, scale);
+  constexpr int NJ = 4;
+  constexpr std::int64_t kBytes = kType == TensorType::f32 ? 4 : 2;
+  std::int64_t j = j_begin;
+  for (; j + NJ * lanes <= j_end; j += NJ * lanes) {
+    hn::Vec<DF> acc[NT][NJ];
+    for (int t = 0; t < NT; ++t)
+      for (int v = 0; v < NJ; ++v) acc[t][v] = hn::Zero(d);
+    for (std::int64_t k = 0; k < rank; ++k) {
+      hn::Vec<DF> b[NJ];
+      const std::byte* row = b_t + k * n_out * kBytes;
+      for (int v = 0; v < NJ; ++v) b[v] = load_weights<kType>(d, row, j + v * lanes);
+      for (int t = 0; t < NT; ++t) {
+        const auto a = hn::Set(d, ax[t * rank + k]);
+        for (int v = 0; v < NJ; ++v) acc[t][v] = hn::MulAdd(a, b[v], acc[t][v]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      for (int v = 0; v < NJ; ++v) {
+        float* out = y[t] + j + v * lanes;
+        hn::StoreU(hn::MulAdd(s, acc[t][v], hn::LoadU(d, out)), d, out);
+      }
+    }
+  }
+  for (; j < j_end; ++j) {
+    for (int t = 0; t < NT; ++t) {
+      float acc = 0.0f;
+      for (std::int64_t k = 0; k < rank; ++k) {
+        acc = fused_multiply_add(ax[t * rank + k],
+                                 weight_scalar<kType>(b_t + k * n_out * kBytes, j), acc);
+      }
+      y[t][j] = fused_multiply_add(scale, acc, y[t][j]);
+    }
+  }
+}
+
+template <TensorType kType>
+void lora_expand_typed(const float* ax, std::int64_t num_rows, std::int64_t rank,
+                       const std::byte* b_t, std::int64_t n_out, std::int64_t j_begin,
+                       std::int64_t j_end, float scale, float* const* y) {
+  std::int64_t t = 0;
+  for (; t + 4 <= num_rows; t += 4) {
+    lora_expand_rows<kType, 4>(ax + t * rank, rank, b_t, n_out, j_begin, j_end, scale, y + t);
+  }
+  switch (num_rows - t) {
+    case 3:
+      return lora_expand_rows<kType, 3>(ax + t * rank, rank, b_t, n_out, j_begin, j_end, scale,
+                                        y + t);
+    case 2:
+      return lora_expand_rows<kType, 2>(ax + t * rank, rank, b_t, n_out, j_begin, j_end, scale,
+                                        y + t);
+    case 1:
+      return lora_expand_rows<kType, 1>(ax + t * rank, rank, b_t, n_out, j_begin, j_end, scale,
+                                        y + t);
+    default:
+      return;
+  }
+}
+
+void LoraExpand(TensorType type, const float* ax, std::int64_t num_rows, std::int64_t rank,
+                const std::byte* b_t, std::int64_t n_out, std::int64_t j_begin, std::int64_t j_end,
+                float scale, float* const* y) {
+  if (type == TensorType::f16) {
+    return lora_expand_typed<TensorType::f16>(ax, num_rows, rank, b_t, n_out, j_begin, j_end, scale,
+                                              y);
+  }
+  return lora_expand_typed<TensorType::f32>(ax, num_rows, rank, b_t, n_out, j_begin, j_end, scale,
+                                            y);
+}
+
 const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
@@ -236,6 +326,15 @@ HWY_EXPORT(TargetName);
 HWY_EXPORT(QuantizeRowInt8);
 HWY_EXPORT(SwigluRow);
 HWY_EXPORT(F32ToF16Saturated);
+HWY_EXPORT(LoraExpand);
+
+void lora_expand(gguf::TensorType type, const float* ax, std::int64_t num_rows, std::int64_t rank,
+                 const std::byte* b_t, std::int64_t n_out, std::int64_t j_begin, std::int64_t j_end,
+                 float scale, float* const* y) {
+  TROUPE_ASSERT(type == gguf::TensorType::f32 || type == gguf::TensorType::f16,
+                "lora_expand takes F32 or F16");
+  HWY_DYNAMIC_DISPATCH(LoraExpand)(type, ax, num_rows, rank, b_t, n_out, j_begin, j_end, scale, y);
+}
 
 void f32_to_f16_saturated_row(const float* in, std::uint16_t* out, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(F32ToF16Saturated)(in, out, n);

@@ -36,6 +36,16 @@ void swiglu_row_simd(const float* gate, const float* up, float* out, std::int64_
 // out[i] = gguf::f32_to_f16_saturated(in[i]) for i < n, vectorised (the KV cache's stores).
 void f32_to_f16_saturated_row(const float* in, std::uint16_t* out, std::int64_t n);
 
+// LoRA's expansion for num_rows rows (cpu_backend_lora.cpp): y[t][j] += scale * sum_k
+// ax[t * rank + k] * b_t[k * n_out + j] for j in [j_begin, j_end), over B transposed
+// ([rank][n_out]) so that columns are vector lanes and can be shared out. Each element is one
+// chain of fused multiply-adds in k's order, so a row's result never depends on the rows
+// beside it. (The shrinking A x is matmul_tile_float's, over A as stored.)
+// b_t's elements are `type`'s: F32 or F16.
+void lora_expand(gguf::TensorType type, const float* ax, std::int64_t num_rows, std::int64_t rank,
+                 const std::byte* b_t, std::int64_t n_out, std::int64_t j_begin, std::int64_t j_end,
+                 float scale, float* const* y);
+
 // The SIMD target the dispatcher picked, for logs and benchmarks.
 const char* simd_target_name();
 

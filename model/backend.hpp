@@ -101,10 +101,10 @@ struct MoeLayer {
 };
 
 // One LoRA adapter's update of one matrix W [n_out, n_in] for the rows of a step that use
-// that adapter (model/lora_adapter.hpp): y[r] += scale * B (A x[r]).
+// that adapter (model/lora_adapter.hpp): y[r] += scale * B (A x[r]), from A and B transposed.
 struct LoraGroup {
-  Weight a;                            // [rank, n_in] F32, in host memory
-  Weight b;                            // [n_out, rank] F32, in host memory
+  Weight a;                            // A [rank, n_in] F32 or F16, in host memory
+  Weight b_t;                          // B^T [rank, n_out], of a's type, in host memory
   float scale = 0.0f;                  // s = scale * alpha / rank
   std::span<const std::int32_t> rows;  // the rows of x and y it applies to, ascending
 };

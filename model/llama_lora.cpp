@@ -70,9 +70,9 @@ void LlamaModel::lora(std::int32_t layer, LoraTarget target, Tensor x, Tensor y)
     if (lora_rows_[slot].empty()) continue;
     const LoraMatrix* m = adapters_[slot - 1]->find(layer, target);
     if (m == nullptr) continue;
-    lora_groups_.push_back(LoraGroup{Weight{m->a.data(), gguf::TensorType::f32, m->rank, m->n_in},
-                                     Weight{m->b.data(), gguf::TensorType::f32, m->n_out, m->rank},
-                                     m->scale, lora_rows_[slot]});
+    lora_groups_.push_back(LoraGroup{Weight{m->a.data(), m->type, m->rank, m->n_in},
+                                     Weight{m->b_t.data(), m->type, m->rank, m->n_out}, m->scale,
+                                     lora_rows_[slot]});
   }
   if (!lora_groups_.empty()) backend_->lora_add(x, lora_groups_, y);
 }

@@ -49,28 +49,53 @@ std::optional<TensorName> parse_name(std::string_view name) {
   return out;
 }
 
-// A 2-D F32 or F16 tensor's values as F32, row-major [dims[1], dims[0]].
-Result<std::vector<float>> to_f32(const gguf::GgufTensorInfo& t) {
+// A 2-D F32 or F16 tensor's elements, row-major [dims[1], dims[0]], in `type` (F32 or F16;
+// its own, or F32).
+Result<std::vector<std::byte>> elements(const gguf::GgufTensorInfo& t, gguf::TensorType type) {
   if (t.dims[2] != 1 || t.dims[3] != 1) {
     return bad("adapter tensor " + t.name + " is not a matrix");
   }
-  const auto n = static_cast<std::size_t>(t.num_elements());
-  std::vector<float> out(n);
-  if (t.type == gguf::TensorType::f32) {
-    if (t.num_bytes < n * sizeof(float)) return bad("adapter tensor " + t.name + " is truncated");
-    std::memcpy(out.data(), t.data, n * sizeof(float));
-  } else if (t.type == gguf::TensorType::f16) {
-    if (t.num_bytes < n * 2) return bad("adapter tensor " + t.name + " is truncated");
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint16_t h = 0;
-      std::memcpy(&h, t.data + 2 * i, 2);
-      out[i] = gguf::f16_to_f32(h);
-    }
-  } else {
+  if (t.type != gguf::TensorType::f32 && t.type != gguf::TensorType::f16) {
     return bad("adapter tensor " + t.name + " is " + std::string(gguf::tensor_type_name(t.type)) +
                "; only F32 and F16 are read");
   }
+  const auto n = static_cast<std::size_t>(t.num_elements());
+  const std::size_t size = t.type == gguf::TensorType::f32 ? 4 : 2;
+  if (t.num_bytes < n * size) return bad("adapter tensor " + t.name + " is truncated");
+  if (t.type == type) return std::vector<std::byte>(t.data, t.data + n * size);
+  std::vector<std::byte> out(n * sizeof(float));  // F16 to F32
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t h = 0;
+    std::memcpy(&h, t.data + 2 * i, 2);
+    const float f = gguf::f16_to_f32(h);
+    std::memcpy(out.data() + 4 * i, &f, 4);
+  }
   return out;
+}
+
+// A row-major [rows, cols] matrix of `size`-byte elements as [cols, rows].
+std::vector<std::byte> transposed(const std::vector<std::byte>& m, std::int64_t rows,
+                                  std::int64_t cols, std::size_t size) {
+  std::vector<std::byte> out(m.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      std::memcpy(out.data() + static_cast<std::size_t>(c * rows + r) * size,
+                  m.data() + static_cast<std::size_t>(r * cols + c) * size, size);
+    }
+  }
+  return out;
+}
+
+float element(const std::vector<std::byte>& m, gguf::TensorType type, std::int64_t index) {
+  const auto i = static_cast<std::size_t>(index);
+  if (type == gguf::TensorType::f16) {
+    std::uint16_t h = 0;
+    std::memcpy(&h, m.data() + 2 * i, 2);
+    return gguf::f16_to_f32(h);
+  }
+  float f = 0.0f;
+  std::memcpy(&f, m.data() + 4 * i, 4);
+  return f;
 }
 
 }  // namespace
@@ -182,14 +207,27 @@ Result<LoraAdapter> LoraAdapter::read(const gguf::GgufFile& file, const gguf::Gg
     m->n_out = n_out;
     m->rank = rank;
     m->scale = adapter.alpha_ != 0.0f ? scale * adapter.alpha_ / static_cast<float>(rank) : scale;
-    TROUPE_TRY(m->a, to_f32(*a));
-    TROUPE_TRY(m->b, to_f32(*b));
+    // F16 stays F16 (what the file holds, half the bytes a step reads); mixed types, F32.
+    m->type = a->type == gguf::TensorType::f16 && b->type == gguf::TensorType::f16
+                  ? gguf::TensorType::f16
+                  : gguf::TensorType::f32;
+    TROUPE_TRY(m->a, elements(*a, m->type));                 // A [rank][n_in]
+    TROUPE_TRY(const auto b_values, elements(*b, m->type));  // B [n_out][rank]
+    m->b_t = transposed(b_values, n_out, rank, m->type == gguf::TensorType::f16 ? 2 : 4);
     adapter.max_rank_ = std::max(adapter.max_rank_, rank);
     ++adapter.num_matrices_;
     const auto target = static_cast<std::size_t>(*lora_target_of(name.matrix));
     adapter.layers_[static_cast<std::size_t>(name.layer)][target] = std::move(m);
   }
   return adapter;
+}
+
+float LoraMatrix::a_at(std::int64_t k, std::int64_t i) const {
+  return element(a, type, k * n_in + i);
+}
+
+float LoraMatrix::b_at(std::int64_t j, std::int64_t k) const {
+  return element(b_t, type, k * n_out + j);
 }
 
 const LoraMatrix* LoraAdapter::find(std::int32_t layer, LoraTarget target) const {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf/gguf_file.hpp"
+#include "gguf/tensor_type.hpp"
 #include "model/llama_config.hpp"
 #include "troupe/result.hpp"
 
@@ -37,13 +38,19 @@ std::string_view lora_target_name(LoraTarget target);
 // The target whose matrix is called `name` ("attn_q"), or nothing.
 std::optional<LoraTarget> lora_target_of(std::string_view name);
 
-// One adapted matrix W [n_out, n_in]: A [rank, n_in] and B [n_out, rank], row-major F32
-// (ggml's lora_a and lora_b as they are stored), and its s.
+// One adapted matrix W [n_out, n_in]: A [rank, n_in] row-major (ggml's lora_a as it is
+// stored), B [n_out, rank] kept transposed (B^T [rank, n_out]: the layout whose columns are
+// the vector lanes of cpu/kernels.hpp lora_expand, no horizontal sums), both in the file's
+// type (F32 or F16; F32 where its two tensors differ), and its s.
 struct LoraMatrix {
   std::int64_t n_in = 0, n_out = 0, rank = 0;
-  float scale = 0.0f;    // s = scale * alpha / rank (alpha 0: scale)
-  std::vector<float> a;  // [rank * n_in]
-  std::vector<float> b;  // [n_out * rank]
+  float scale = 0.0f;  // s = scale * alpha / rank (alpha 0: scale)
+  gguf::TensorType type = gguf::TensorType::f32;
+  std::vector<std::byte> a;    // A: element k * n_in + i
+  std::vector<std::byte> b_t;  // B^T: element k * n_out + j is B[j][k]
+  // A[k][i] and B[j][k] as floats.
+  float a_at(std::int64_t k, std::int64_t i) const;
+  float b_at(std::int64_t j, std::int64_t k) const;
 };
 
 class LoraAdapter {

@@ -27,24 +27,6 @@ class SplitMix {
   std::uint64_t state_;
 };
 
-std::uint64_t hash_name(const std::string& name) {
-  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
-std::vector<float> normal_values(std::size_t n, float stddev, std::uint64_t seed) {
-  SplitMix rng(seed);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; i += 2) {  // Box-Muller, two at a time
-    const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
-    const double a = 2.0 * std::numbers::pi * rng.uniform();
-    v[i] = static_cast<float>(stddev * r * std::cos(a));
-    if (i + 1 < n) v[i + 1] = static_cast<float>(stddev * r * std::sin(a));
-  }
-  return v;
-}
-
 void add_builtin_vocabulary(gguf::GgufWriter& w, std::int32_t vocab_size) {
   // <unk> <s> </s>, the 256 byte tokens, then pieces: characters, common words,
   // and letter pairs and triples, with and without the leading-space mark.
@@ -124,6 +106,24 @@ Result<std::int32_t> copy_vocabulary(gguf::GgufWriter& w, const std::string& pat
 }
 
 }  // namespace
+
+std::uint64_t random_name_hash(const std::string& name) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+std::vector<float> random_normal_values(std::size_t n, float stddev, std::uint64_t seed) {
+  SplitMix rng(seed);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; i += 2) {  // Box-Muller, two at a time
+    const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
+    const double a = 2.0 * std::numbers::pi * rng.uniform();
+    v[i] = static_cast<float>(stddev * r * std::cos(a));
+    if (i + 1 < n) v[i + 1] = static_cast<float>(stddev * r * std::sin(a));
+  }
+  return v;
+}
 
 Result<RandomModelSpec> random_model_preset(const std::string& name) {
   RandomModelSpec spec;
@@ -330,8 +330,8 @@ Result<void> write_random_model(const RandomModelSpec& spec, const std::string& 
       return make_error(ErrorCode::invalid_argument,
                         name + " would hold more than 2^32 values: too large for a random model");
     }
-    const auto values = normal_values(static_cast<std::size_t>(count * rows * cols), spec.stddev,
-                                      spec.seed ^ hash_name(name));
+    const auto values = random_normal_values(static_cast<std::size_t>(count * rows * cols),
+                                             spec.stddev, spec.seed ^ random_name_hash(name));
     // The router stays F32, as llama.cpp's quantizer leaves ffn_gate_inp.
     const gguf::TensorType tensor_type =
         name.ends_with("ffn_gate_inp.weight") ? gguf::TensorType::f32 : matrix_type(name, layer);

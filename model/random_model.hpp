@@ -3,8 +3,10 @@
 // Mixtral-style with experts), Qwen3, Qwen3-MoE and OLMoE.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gguf/tensor_type.hpp"
 #include "troupe/result.hpp"
@@ -55,5 +57,26 @@ struct RandomModelSpec {
 Result<RandomModelSpec> random_model_preset(const std::string& name);
 
 Result<void> write_random_model(const RandomModelSpec& spec, const std::string& path);
+
+// A random LoRA adapter for a base model file, in llama.cpp's adapter layout
+// (model/lora_adapter.hpp): the benchmarks' adapters, of any rank and targets.
+struct RandomAdapterSpec {
+  std::string base_path;  // the base model's GGUF file: its architecture and matrix shapes
+  std::int64_t rank = 16;
+  float alpha = 16.0f;
+  // Matrix names (lora_target_name: "attn_q" ... "ffn_down"); empty: every one the base
+  // model has as a separate matrix.
+  std::vector<std::string> targets;
+  gguf::TensorType type = gguf::TensorType::f32;  // F32 or F16
+  std::uint64_t seed = 1;
+  float stddev = 0.02f;  // of A's and B's values
+};
+
+Result<void> write_random_adapter(const RandomAdapterSpec& spec, const std::string& path);
+
+// n normal values of the given spread, fixed by `seed` (Box-Muller over splitmix64), and the
+// per-tensor seed offset of a name (FNV-1a): what the random models and adapters are made of.
+std::vector<float> random_normal_values(std::size_t n, float stddev, std::uint64_t seed);
+std::uint64_t random_name_hash(const std::string& name);
 
 }  // namespace troupe::model

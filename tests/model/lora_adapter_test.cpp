@@ -121,7 +121,7 @@ TEST_CASE("the shared LoRA adapters read against their base models", "[lora][sha
     CHECK(q->scale == 2.0f);
     CHECK(q->n_in == 128);
     CHECK(q->n_out == 128);
-    CHECK(q->a.size() == 8 * 128);
+    CHECK(q->a.size() == 8 * 128 * (q->type == gguf::TensorType::f16 ? 2 : 4));
     const LoraMatrix* k = a->find(0, LoraTarget::attn_k);
     REQUIRE(k != nullptr);
     CHECK(k->n_out == 64);  // 2 KV heads of 32
@@ -153,7 +153,7 @@ TEST_CASE("the shared LoRA adapters read against their base models", "[lora][sha
   }
 }
 
-TEST_CASE("a written adapter reads back, F16 as F32, with s = scale * alpha / rank",
+TEST_CASE("a written adapter reads back, F16 kept as F16, with s = scale * alpha / rank",
           "[lora][shared]") {
   const Base llama = open_base("llama");
   AdapterSpec spec;
@@ -163,16 +163,30 @@ TEST_CASE("a written adapter reads back, F16 as F32, with s = scale * alpha / ra
   REQUIRE(m != nullptr);
   CHECK(m->rank == 4);
   CHECK(m->scale == 1.5f * 8.0f / 4.0f);
-  const auto want_a = ramp(128 * 4, 0.01f);
-  for (std::size_t i = 0; i < want_a.size(); ++i) {
-    REQUIRE(m->a[i] == gguf::f16_to_f32(gguf::f32_to_f16(want_a[i])));
+  CHECK(m->type == gguf::TensorType::f16);
+  CHECK(m->a.size() == 4 * 128 * 2);
+  const auto want_a = ramp(128 * 4, 0.01f);  // A [4][128]
+  const auto want_b = ramp(4 * 128, 0.02f);  // B [128][4] as written, kept as B^T [4][128]
+  const auto f16 = [](float v) { return gguf::f16_to_f32(gguf::f32_to_f16(v)); };
+  for (std::int64_t k = 0; k < 4; ++k) {
+    for (std::int64_t i = 0; i < 128; ++i) {
+      REQUIRE(m->a_at(k, i) == f16(want_a[static_cast<std::size_t>(k * 128 + i)]));
+      REQUIRE(m->b_at(i, k) == f16(want_b[static_cast<std::size_t>(i * 4 + k)]));
+    }
   }
   spec.alpha.reset();  // no alpha: s = scale, as llama.cpp
   spec.type = gguf::TensorType::f32;
   auto b = read_adapter(write_adapter(spec), llama, 1.5f);
   REQUIRE(b.has_value());
   CHECK(b->find(1, LoraTarget::attn_q)->scale == 1.5f);
-  CHECK(b->find(1, LoraTarget::attn_q)->b == ramp(4 * 128, 0.02f));
+  const LoraMatrix* f32 = b->find(1, LoraTarget::attn_q);
+  CHECK(f32->type == gguf::TensorType::f32);
+  for (std::int64_t j = 0; j < 128; ++j) {
+    for (std::int64_t k = 0; k < 4; ++k) {
+      REQUIRE(f32->b_at(j, k) == want_b[static_cast<std::size_t>(j * 4 + k)]);
+      REQUIRE(f32->a_at(k, j) == want_a[static_cast<std::size_t>(k * 128 + j)]);
+    }
+  }
 }
 
 TEST_CASE("a broken or mismatched adapter is an error that names what is wrong", "[lora][shared]") {
@@ -285,7 +299,8 @@ TEST_CASE("the CPU's lora_add: each group's rows get their own adapter's update,
     std::int64_t rank;
     float scale;
     std::vector<std::int32_t> rows;
-    std::vector<float> a, b;
+    std::vector<float> a, b;      // A [rank][n_in] and B [n_out][rank]
+    std::vector<float> b_t = {};  // B^T [rank][n_out], as LoraGroup takes it
   };
   // Group 1 has more rows than one tile of 8; row 5 is in no group (the base model).
   std::vector<Adapter> adapters = {{3, 0.5f, {0, 2, 3, 4, 6, 7, 8, 9, 10}, {}, {}},
@@ -294,8 +309,15 @@ TEST_CASE("the CPU's lora_add: each group's rows get their own adapter's update,
   for (auto& ad : adapters) {
     ad.a = ramp(static_cast<std::size_t>(ad.rank * n_in), 0.03f);
     ad.b = ramp(static_cast<std::size_t>(n_out * ad.rank), 0.05f);
+    ad.b_t.resize(ad.b.size());
+    for (std::int64_t k = 0; k < ad.rank; ++k) {
+      for (std::int64_t j = 0; j < n_out; ++j) {
+        ad.b_t[static_cast<std::size_t>(k * n_out + j)] =
+            ad.b[static_cast<std::size_t>(j * ad.rank + k)];
+      }
+    }
     groups.push_back({Weight{ad.a.data(), gguf::TensorType::f32, ad.rank, n_in},
-                      Weight{ad.b.data(), gguf::TensorType::f32, n_out, ad.rank}, ad.scale,
+                      Weight{ad.b_t.data(), gguf::TensorType::f32, ad.rank, n_out}, ad.scale,
                       ad.rows});
   }
   backend.lora_add(Tensor{x.data(), n, n_in}, groups, Tensor{y.data(), n, n_out});
@@ -327,6 +349,60 @@ TEST_CASE("the CPU's lora_add: each group's rows get their own adapter's update,
       } else {
         REQUIRE(y[static_cast<std::size_t>(r * n_out + j)] == Approx(want).margin(1e-5));
       }
+    }
+  }
+}
+
+TEST_CASE("the CPU's lora_add gives a row the same bits alone as among others, on every path",
+          "[lora]") {
+  // Rank 20; 1100 columns: three column blocks of the expansion, full vectors and a scalar
+  // tail; 11 rows: tiles of 8 and 3, and of 4, 3, 2 and 1 inside the kernels; F32 and F16.
+  const auto type = GENERATE(gguf::TensorType::f32, gguf::TensorType::f16);
+  const bool half = type == gguf::TensorType::f16;
+  cpu::CpuBackend backend(2);
+  constexpr std::int64_t n = 11, n_in = 40, n_out = 1100, rank = 20;
+  std::vector<float> x(n * n_in), y0(n * n_out);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.29f * static_cast<float>(i));
+  for (std::size_t i = 0; i < y0.size(); ++i) y0[i] = std::cos(0.07f * static_cast<float>(i));
+  auto a_values = ramp(static_cast<std::size_t>(rank * n_in), 0.03f);  // A [rank][n_in]
+  auto b_t = ramp(static_cast<std::size_t>(rank * n_out), 0.05f);      // B^T [rank][n_out]
+  if (half) {
+    for (auto& v : a_values) v = gguf::f16_to_f32(gguf::f32_to_f16(v));
+    for (auto& v : b_t) v = gguf::f16_to_f32(gguf::f32_to_f16(v));
+  }
+  const auto a_bytes = half ? f16_bytes(a_values) : f32_bytes(a_values);
+  const auto b_bytes = half ? f16_bytes(b_t) : f32_bytes(b_t);
+  const Weight a{a_bytes.data(), type, rank, n_in};
+  const Weight b{b_bytes.data(), type, rank, n_out};
+  std::vector<std::int32_t> all(n);
+  for (std::int32_t r = 0; r < n; ++r) all[static_cast<std::size_t>(r)] = r;
+  std::vector<float> together = y0;
+  const LoraGroup group{a, b, 0.75f, all};
+  backend.lora_add(Tensor{x.data(), n, n_in}, std::span(&group, 1),
+                   Tensor{together.data(), n, n_out});
+  for (std::int64_t r = 0; r < n; ++r) {
+    std::vector<float> alone(y0.begin() + r * n_out, y0.begin() + (r + 1) * n_out);
+    const std::vector<std::int32_t> row0 = {0};
+    const LoraGroup one{a, b, 0.75f, row0};
+    backend.lora_add(Tensor{x.data() + r * n_in, 1, n_in}, std::span(&one, 1),
+                     Tensor{alone.data(), 1, n_out});
+    for (std::int64_t j = 0; j < n_out; ++j) {
+      INFO("row " << r << " column " << j << (half ? " F16" : " F32"));
+      REQUIRE(alone[static_cast<std::size_t>(j)] ==
+              together[static_cast<std::size_t>(r * n_out + j)]);
+      double update = 0.0;
+      for (std::int64_t k = 0; k < rank; ++k) {
+        double ax = 0.0;
+        for (std::int64_t i = 0; i < n_in; ++i) {
+          ax += static_cast<double>(a_values[static_cast<std::size_t>(k * n_in + i)]) *
+                x[static_cast<std::size_t>(r * n_in + i)];
+        }
+        update += static_cast<double>(b_t[static_cast<std::size_t>(k * n_out + j)]) * ax;
+      }
+      REQUIRE(alone[static_cast<std::size_t>(j)] ==
+              Approx(y0[static_cast<std::size_t>(r * n_out + j)] + 0.75 * update)
+                  .epsilon(1e-4)
+                  .margin(1e-4));
     }
   }
 }
