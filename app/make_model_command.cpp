@@ -148,7 +148,8 @@ void add_make_lora_command(CLI::App& app) {
   cmd->add_option("--targets", opts->spec.targets,
                   "matrices to adapt: attn_q attn_k attn_v attn_output ffn_gate ffn_up "
                   "ffn_down (default: all the base has)");
-  cmd->add_option("--type", opts->type, "tensor type: f16 (the usual type of converted adapters) or f32");
+  cmd->add_option("--type", opts->type,
+                  "tensor type: f16 (the usual type of converted adapters) or f32");
   cmd->add_option("--seed", opts->spec.seed, "values seed");
   cmd->add_option("--stddev", opts->spec.stddev, "spread of A's and B's values");
   cmd->callback([opts] {
