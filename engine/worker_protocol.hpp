@@ -46,7 +46,8 @@ struct WorkerSpec {
   // device and threads, with a KV cache of its own under the same block ids. Empty: none.
   std::string draft_model_path;
   // LoRA adapter files (llama.cpp's GGUF layout) for the model, attached in this order:
-  // the i-th is slot i + 1 (CoreRequest::adapter). CPU only, and not split, for now.
+  // the i-th is slot i + 1 (CoreRequest::adapter). CPU only for now; each rank of a split
+  // model keeps its part of every matrix.
   std::vector<std::string> lora_adapters = {};
 
   bool operator==(const WorkerSpec&) const = default;

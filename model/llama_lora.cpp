@@ -5,22 +5,34 @@
 #include <string>
 
 #include "model/llama_model.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace troupe::model {
 
 Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapter> adapter) {
   if (adapter == nullptr) return make_error(ErrorCode::invalid_argument, "no adapter given");
   TROUPE_TRY_VOID(backend_->supports_lora());
-  if (shard_.is_split()) {
-    return make_error(ErrorCode::unsupported,
-                      "LoRA adapters on a model split over ranks (tensor parallelism) are not "
-                      "supported yet");
-  }
   if (adapter->architecture() != config_.architecture ||
       adapter->num_layers() != config_.num_layers) {
     return make_error(ErrorCode::invalid_argument,
                       "the adapter was read for another model (" + adapter->architecture() + ", " +
                           std::to_string(adapter->num_layers()) + " layers)");
+  }
+  if (shard_.is_split()) {
+    // A rank holds the part of each adapted matrix that goes with its part of W: the rows
+    // of B for W's rows (Q, K and V heads, gate and up columns of the FFN), the columns of
+    // A for W's columns (the output projection's heads, the down projection's FFN slice),
+    // whose partial updates the all-reduce after W adds up (llama_forward.cpp).
+    TROUPE_TRY(const ShardLayout part, shard_layout(config_, shard_));
+    const std::int64_t hd = config_.head_dim;
+    const LoraCut q{LoraCut::Part::outputs, part.head_begin * hd, part.num_heads * hd};
+    const LoraCut kv{LoraCut::Part::outputs, part.kv_head_begin * hd, part.num_kv_heads * hd};
+    const LoraCut heads_in{LoraCut::Part::inputs, part.head_begin * hd, part.num_heads * hd};
+    const LoraCut ffn{LoraCut::Part::outputs, part.ffn_begin, part.ffn_dim};
+    const LoraCut ffn_in{LoraCut::Part::inputs, part.ffn_begin, part.ffn_dim};
+    // attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down (LoraTarget's order).
+    TROUPE_TRY(auto rank_part, adapter->cut({q, kv, kv, heads_in, ffn, ffn, ffn_in}));
+    adapter = std::make_shared<const LoraAdapter>(std::move(rank_part));
   }
   // The shapes were checked against the base file; check them against what was loaded too.
   for (std::int32_t layer = 0; layer < config_.num_layers; ++layer) {

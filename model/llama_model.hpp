@@ -101,9 +101,10 @@ class LlamaModel {
                               const std::function<void()>& before_sample = {});
 
   // Puts a LoRA adapter read for this model (LoraAdapter::open) in the next slot, 1 for the
-  // first: a step's sequence runs with it where StepInput::adapters names that slot. Refused
-  // on a backend without lora_add (a GPU, for now), on a model split over ranks, and for an
-  // adapter of another shape.
+  // first: a step's sequence runs with it where StepInput::adapters names that slot. On a
+  // model split over ranks, the rank keeps its part of each matrix (LoraAdapter::cut).
+  // Refused on a backend without lora_add (a GPU, for now) and for an adapter of another
+  // shape.
   Result<std::int32_t> attach_adapter(std::shared_ptr<const LoraAdapter> adapter);
   std::int32_t num_adapters() const { return static_cast<std::int32_t>(adapters_.size()); }
 

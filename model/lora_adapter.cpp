@@ -230,6 +230,52 @@ float LoraMatrix::b_at(std::int64_t j, std::int64_t k) const {
   return element(b_t, type, k * n_out + j);
 }
 
+Result<LoraAdapter> LoraAdapter::cut(const std::array<LoraCut, kNumLoraTargets>& cuts) const {
+  LoraAdapter out;
+  out.architecture_ = architecture_;
+  out.alpha_ = alpha_;
+  out.scale_ = scale_;
+  out.num_matrices_ = num_matrices_;
+  out.max_rank_ = max_rank_;
+  out.layers_.resize(layers_.size());
+  for (std::size_t layer = 0; layer < layers_.size(); ++layer) {
+    for (std::size_t t = 0; t < kNumLoraTargets; ++t) {
+      const LoraMatrix* m = layers_[layer][t].get();
+      if (m == nullptr) continue;
+      const LoraCut& c = cuts[t];
+      auto part = std::make_unique<LoraMatrix>(*m);
+      const std::size_t size = m->type == gguf::TensorType::f16 ? 2 : 4;
+      // Columns [begin, +count) of each of `rows` rows of `cols` elements.
+      const auto columns = [&](const std::vector<std::byte>& whole, std::int64_t rows,
+                               std::int64_t cols) {
+        std::vector<std::byte> kept(static_cast<std::size_t>(rows * c.count) * size);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          std::memcpy(kept.data() + static_cast<std::size_t>(r * c.count) * size,
+                      whole.data() + static_cast<std::size_t>(r * cols + c.begin) * size,
+                      static_cast<std::size_t>(c.count) * size);
+        }
+        return kept;
+      };
+      const std::int64_t extent = c.part == LoraCut::Part::outputs ? m->n_out : m->n_in;
+      if (c.part != LoraCut::Part::whole &&
+          (c.begin < 0 || c.count <= 0 || c.begin + c.count > extent)) {
+        return bad("a rank's part of blk." + std::to_string(layer) + "." +
+                   std::string(lora_target_name(static_cast<LoraTarget>(t))) +
+                   " falls outside the matrix");
+      }
+      if (c.part == LoraCut::Part::outputs) {  // B's rows: B^T's columns
+        part->b_t = columns(m->b_t, m->rank, m->n_out);
+        part->n_out = c.count;
+      } else if (c.part == LoraCut::Part::inputs) {  // A's columns
+        part->a = columns(m->a, m->rank, m->n_in);
+        part->n_in = c.count;
+      }
+      out.layers_[layer][t] = std::move(part);
+    }
+  }
+  return out;
+}
+
 const LoraMatrix* LoraAdapter::find(std::int32_t layer, LoraTarget target) const {
   if (layer < 0 || layer >= num_layers()) return nullptr;
   return layers_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(target)].get();

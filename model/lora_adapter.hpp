@@ -53,6 +53,16 @@ struct LoraMatrix {
   float b_at(std::int64_t j, std::int64_t k) const;
 };
 
+// The part of an adapted matrix W [n_out, n_in] a rank of a model split over ranks holds
+// (model/tensor_parallel): W's rows [begin, +count), its outputs, so B's rows; or W's
+// columns, its inputs, so A's columns (the ranks' partial updates then add up in the
+// all-reduce that follows W's product); or all of it.
+struct LoraCut {
+  enum class Part : std::uint8_t { whole, outputs, inputs };
+  Part part = Part::whole;
+  std::int64_t begin = 0, count = 0;
+};
+
 class LoraAdapter {
  public:
   // Reads the adapter at `path` for the base model `base` (its file and config), at the
@@ -65,6 +75,10 @@ class LoraAdapter {
   // The same over a file already open.
   static Result<LoraAdapter> read(const gguf::GgufFile& file, const gguf::GgufFile& base,
                                   const LlamaConfig& base_config, float scale = 1.0f);
+
+  // A copy holding each target's cut of every layer's matrix (cuts[target]), for a rank.
+  // An error where a cut falls outside a matrix.
+  Result<LoraAdapter> cut(const std::array<LoraCut, kNumLoraTargets>& cuts) const;
 
   const std::string& architecture() const { return architecture_; }
   float alpha() const { return alpha_; }

@@ -169,11 +169,6 @@ Result<std::vector<std::shared_ptr<const model::LoraAdapter>>> read_adapters(
     return make_error(ErrorCode::unsupported,
                       "LoRA adapters run on the CPU backend only for now, not on CUDA");
   }
-  if (spec.world_size > 1) {
-    return make_error(ErrorCode::unsupported,
-                      "LoRA adapters on a model split over ranks (tensor parallelism) are not "
-                      "supported yet");
-  }
   for (const auto& path : spec.lora_adapters) {
     TROUPE_TRY(auto adapter, model::LoraAdapter::open(path, *m.file, m.config));
     adapters.push_back(std::make_shared<const model::LoraAdapter>(std::move(adapter)));

@@ -112,7 +112,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   SpeculativeConfig speculative;  // off unless num_speculative_tokens > 0
   // LoRA adapter files (llama.cpp's GGUF layout) the workers load beside the model: the
-  // i-th is GenerateRequest::lora_adapter i + 1. CPU only, and not split, for now.
+  // i-th is GenerateRequest::lora_adapter i + 1. CPU only for now (tensor parallelism too).
   std::vector<std::string> lora_adapters;
   SchedulingPolicy policy = SchedulingPolicy::fcfs;
   BatchingMode mode = BatchingMode::continuous;

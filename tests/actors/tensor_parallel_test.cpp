@@ -1,10 +1,12 @@
 // Tensor parallelism in one process: each replica's worker a group of ranks (threads of
 // this process, Gloo on loopback), through the engine's C++ API.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <thread>
 
 #include "actors/cluster/cluster_messages.hpp"
 #include "actors/engine_hooks.hpp"
+#include "model/random_model.hpp"
 #include "support/engine_support.hpp"
 #include "support/event_collector.hpp"
 #include "support/small_model.hpp"
@@ -27,14 +29,18 @@ EngineConfig split(std::int32_t replicas, std::int32_t ranks) {
   return c;
 }
 
-std::vector<std::vector<TokenId>> run_all(Engine& engine, int count, int max_tokens) {
+// Request i runs under LoRA adapter i % num_slots (0: the base model).
+std::vector<std::vector<TokenId>> run_all(Engine& engine, int count, int max_tokens,
+                                          int num_slots = 1) {
   Collector c;
   std::vector<RequestId> ids;
   for (int i = 0; i < count; ++i) {
     std::vector<TokenId> prompt;
     for (int k = 0; k < 5 + i; ++k)
       prompt.push_back(static_cast<TokenId>(1 + (i * 37 + k * 11) % 500));
-    ids.push_back(*engine.submit(greedy(prompt, max_tokens), c.callback()));
+    GenerateRequest request = greedy(prompt, max_tokens);
+    request.lora_adapter = i % num_slots;
+    ids.push_back(*engine.submit(std::move(request), c.callback()));
   }
   REQUIRE(c.wait(ids.size()));
   std::vector<std::vector<TokenId>> out;
@@ -58,6 +64,41 @@ TEST_CASE("a model split over local ranks gives one worker's greedy outputs, wit
     // The group answers with the blocks every rank holds (here the configured count).
     CHECK((*engine)->stats().num_kv_blocks == replicas * 128);
   }
+}
+
+TEST_CASE("LoRA adapters on a split model: each rank its part, one worker's greedy outputs",
+          "[actors][tp][lora]") {
+  // Two random adapters of every attention and FFN matrix (F32 and F16): the ranks cut B's
+  // rows of Q, K, V, gate and up, and A's columns of the output and down projections.
+  EngineConfig whole = split(1, 1);
+  for (const auto type : {gguf::TensorType::f32, gguf::TensorType::f16}) {
+    model::RandomAdapterSpec spec;
+    spec.base_path = whole.model_path;
+    spec.rank = 8;
+    spec.stddev = 0.1f;
+    spec.type = type;
+    spec.seed = whole.lora_adapters.size() + 1;
+    const std::string path =
+        test::temp_path("tp-lora-" + std::to_string(whole.lora_adapters.size()) + ".gguf");
+    REQUIRE(model::write_random_adapter(spec, path).has_value());
+    whole.lora_adapters.push_back(path);
+  }
+  auto one = Engine::create(whole);
+  REQUIRE(one.has_value());
+  const auto expected = run_all(**one, 9, 8, 3);
+  // The adapters change the outputs (request i and i + 3 share a slot, not a prompt; compare
+  // the base model's outputs of the same prompts).
+  const auto base = run_all(**one, 9, 8, 1);
+  CHECK(expected[1] != base[1]);
+  CHECK(expected[2] != base[2]);
+  CHECK(expected[0] == base[0]);
+  EngineConfig two = split(1, 2);
+  two.lora_adapters = whole.lora_adapters;
+  auto engine = Engine::create(two);
+  REQUIRE(engine.has_value());
+  CHECK(run_all(**engine, 9, 8, 3) == expected);
+  CHECK(test::kv_drains(**engine));
+  for (const auto& path : whole.lora_adapters) std::filesystem::remove(path);
 }
 
 TEST_CASE("a shape that cannot be split is refused before any worker starts", "[actors][tp]") {
