@@ -207,6 +207,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
       model::shard_layout(impl->model->config, {0, config.tensor_parallel_size}).map([](auto) {}));
   auto spec = worker::spec_for(config, config.model_path, impl->max_model_len);
   spec.model_fingerprint = model::file_fingerprint(*impl->model->file);
+  // A node's draft file is checked as its model file is: the same bytes as the head's.
+  if (!spec.draft_model_path.empty()) {
+    auto draft = gguf::GgufFile::open(spec.draft_model_path);
+    if (!draft) {
+      return make_error(draft.error().code,
+                        "the draft model " + spec.draft_model_path + ": " + draft.error().message);
+    }
+    spec.draft_model_fingerprint = model::file_fingerprint(*draft);
+  }
 
   // Blocking calls and cross-thread round trips are faster under the sharing policy.
   impl->actor_config.set("scheduler.policy", caf::atom("sharing"));

@@ -116,7 +116,8 @@ typename Inspector::result_type inspect(Inspector& f, WorkerSpec& x) {
            x.num_threads, x.cuda_graphs, x.block_size, x.max_model_len, x.max_num_seqs,
            x.max_num_batched_tokens, x.num_kv_blocks, x.kv_cache_bytes, x.gpu_memory_utilization,
            x.rank, x.world_size, x.device_index, kv_cache_dtype.has, kv_cache_dtype.value,
-           x.calibrate_step_cost, x.draft_model_path, x.lora_adapters, load);
+           x.calibrate_step_cost, x.draft_model_path, x.draft_model_fingerprint, x.lora_adapters,
+           load);
 }
 
 template <class Inspector>

@@ -45,6 +45,7 @@ struct WorkerSpec {
   // Speculative decoding with a draft model: its file, loaded beside the model on the same
   // device and threads, with a KV cache of its own under the same block ids. Empty: none.
   std::string draft_model_path;
+  std::string draft_model_fingerprint;  // of the head's draft file; empty: not checked
   // LoRA adapter files (llama.cpp's GGUF layout) for the model, attached in this order:
   // the i-th is slot i + 1 (CoreRequest::adapter). CPU only for now; each rank of a split
   // model keeps its part of every matrix.

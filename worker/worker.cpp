@@ -163,18 +163,25 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
   }
   engine::WorkerSpec draft_spec = spec;
   draft_spec.model_path = spec.draft_model_path;
-  draft_spec.model_fingerprint.clear();
+  draft_spec.model_fingerprint = spec.draft_model_fingerprint;  // checked by open_model
   draft_spec.draft_model_path.clear();
+  draft_spec.draft_model_fingerprint.clear();
   draft_spec.lora_adapters.clear();  // the draft proposes with its own weights alone
   // The draft runs only between the model's steps: on the model's threads.
-  TROUPE_TRY(draft_, open_model(draft_spec, nullptr, {}, model_.backend.get()));
+  auto draft = open_model(draft_spec, nullptr, {}, model_.backend.get());
+  if (!draft) return make_error(draft.error().code, "the draft model: " + draft.error().message);
+  draft_ = std::move(*draft);
   // The same vocabulary: every id stands for the same bytes in both.
   const text::Tokenizer& mine = *model_.tokenizer;
   const text::Tokenizer& theirs = *draft_.tokenizer;
-  if (draft_.config.vocab_size != model_.config.vocab_size || theirs.size() != mine.size()) {
-    return refused("has a vocabulary of " + std::to_string(draft_.config.vocab_size) +
-                   " tokens, the model " + std::to_string(model_.config.vocab_size) +
-                   ": a draft must share the model's vocabulary");
+  // The sizes that differ: the logits' rows, or else the tokenizers' pieces.
+  const bool rows_differ = draft_.config.vocab_size != model_.config.vocab_size;
+  if (rows_differ || theirs.size() != mine.size()) {
+    const auto size_of = [&](const model::LoadedModel& m, const text::Tokenizer& t) {
+      return std::to_string(rows_differ ? static_cast<std::size_t>(m.config.vocab_size) : t.size());
+    };
+    return refused("has a vocabulary of " + size_of(draft_, theirs) + " tokens, the model " +
+                   size_of(model_, mine) + ": a draft must share the model's vocabulary");
   }
   for (std::size_t id = 0; id < mine.size(); ++id) {
     const auto t = static_cast<TokenId>(id);

@@ -80,6 +80,32 @@ TEST_CASE("a worker refuses a file that is not the engine's, and a pool too smal
   std::filesystem::remove(other);
 }
 
+TEST_CASE("a worker checks its draft model file against the head's as it does the model's",
+          "[worker][speculative]") {
+  const auto path = test::write_small_model("worker-draft-model");
+  const auto draft = test::write_small_model("worker-draft", [](model::RandomModelSpec& s) {
+    s.seed = 777;  // the same vocabulary and shape, other weights
+  });
+  auto spec = cpu_spec(path);
+  spec.model_fingerprint = fingerprint_of(path);
+  spec.draft_model_path = draft;
+  spec.draft_model_fingerprint = fingerprint_of(draft);
+  auto same = worker::Worker::load(spec);
+  INFO((same ? std::string() : same.error().message));
+  CHECK(same.has_value());
+  spec.draft_model_fingerprint = fingerprint_of(path);  // the head's draft is another file
+  auto other = worker::Worker::load(spec);
+  REQUIRE_FALSE(other.has_value());
+  CHECK(other.error().code == ErrorCode::invalid_file);
+  const std::string& message = other.error().message;
+  CHECK(message.find("the draft model: " + draft + " is not the engine's model file") !=
+        std::string::npos);
+  CHECK(message.find(fingerprint_of(draft)) != std::string::npos);
+  CHECK(message.find(fingerprint_of(path)) != std::string::npos);
+  std::filesystem::remove(path);
+  std::filesystem::remove(draft);
+}
+
 TEST_CASE("a worker runs the engine core's steps, a step that throws loses the worker",
           "[worker]") {
   const auto path = test::write_small_model("worker-steps");
