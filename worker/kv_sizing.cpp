@@ -16,7 +16,8 @@ std::int64_t kv_blocks_for_memory(std::int64_t free_bytes, double utilization,
 }
 
 Result<std::int32_t> kv_blocks_for_budget(const engine::WorkerSpec& spec, std::int64_t block_bytes,
-                                          std::optional<std::int64_t> free_bytes) {
+                                          std::optional<std::int64_t> free_bytes,
+                                          std::int64_t draft_block_bytes) {
   constexpr std::int64_t kMaxBlocks = std::int64_t{1} << 30;
   std::int64_t blocks = spec.num_kv_blocks;
   if (blocks <= 0 && free_bytes) {
@@ -37,8 +38,12 @@ Result<std::int32_t> kv_blocks_for_budget(const engine::WorkerSpec& spec, std::i
   if (blocks < needed) {
     return make_error(ErrorCode::out_of_range,
                       "the KV cache of " + std::to_string(blocks) + " blocks of " +
-                          std::to_string(spec.block_size) + " tokens cannot hold one sequence of " +
-                          std::to_string(spec.max_model_len) +
+                          std::to_string(spec.block_size) + " tokens (" +
+                          std::to_string(block_bytes) + " bytes a block" +
+                          (draft_block_bytes > 0 ? ", " + std::to_string(draft_block_bytes) +
+                                                       " of them the draft model's"
+                                                 : std::string()) +
+                          ") cannot hold one sequence of " + std::to_string(spec.max_model_len) +
                           " tokens: give it more memory or lower max_model_len");
   }
   return static_cast<std::int32_t>(std::min(blocks, kMaxBlocks));

@@ -18,8 +18,10 @@ std::int64_t kv_blocks_for_memory(std::int64_t free_bytes, double utilization,
 
 // A spec's KV budget in blocks of `block_bytes`: num_kv_blocks when set, else the bytes
 // available (`free_bytes` scaled by gpu_memory_utilization on a GPU, else
-// kv_cache_bytes). The pool must hold one whole sequence of max_model_len tokens.
+// kv_cache_bytes). The pool must hold one whole sequence of max_model_len tokens; the
+// error says a block's bytes, and `draft_block_bytes` of them a draft model's (0: none).
 Result<std::int32_t> kv_blocks_for_budget(const engine::WorkerSpec& spec, std::int64_t block_bytes,
-                                          std::optional<std::int64_t> free_bytes);
+                                          std::optional<std::int64_t> free_bytes,
+                                          std::int64_t draft_block_bytes = 0);
 
 }  // namespace troupe::worker

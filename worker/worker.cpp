@@ -120,14 +120,18 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
   // A draft model's cache has a block for each of the model's, under the same id.
   const auto shape = w->model_.kv_cache_shape(0, spec.block_size);
   std::int64_t block_bytes = backend.kv_block_bytes(shape);
+  std::int64_t draft_block_bytes = 0;
   if (w->draft_.model) {
-    block_bytes += w->draft_.backend->kv_block_bytes(w->draft_.kv_cache_shape(0, spec.block_size));
+    draft_block_bytes =
+        w->draft_.backend->kv_block_bytes(w->draft_.kv_cache_shape(0, spec.block_size));
+    block_bytes += draft_block_bytes;
   }
   std::optional<std::int64_t> free_bytes;
   if (spec.device == Device::cuda && spec.num_kv_blocks <= 0) {
     TROUPE_TRY(free_bytes, backend.free_memory_bytes());
   }
-  TROUPE_TRY(const std::int32_t num_blocks, kv_blocks_for_budget(spec, block_bytes, free_bytes));
+  TROUPE_TRY(const std::int32_t num_blocks,
+             kv_blocks_for_budget(spec, block_bytes, free_bytes, draft_block_bytes));
   TROUPE_TRY_VOID(w->model_.allocate_kv_cache(num_blocks, spec.block_size));
   if (w->draft_.model) {
     TROUPE_TRY_VOID(w->draft_.allocate_kv_cache(num_blocks, spec.block_size));

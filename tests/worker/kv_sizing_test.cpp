@@ -50,5 +50,13 @@ TEST_CASE("a spec's KV budget becomes blocks: explicit, host bytes or free devic
     CHECK(small.error().code == ErrorCode::out_of_range);
     CHECK(small.error().message.find("cannot hold one sequence of 256 tokens") !=
           std::string::npos);
+    CHECK(small.error().message.find("(" + std::to_string(block_bytes) + " bytes a block)") !=
+          std::string::npos);
+    // With a draft model, how much of each block is its cache.
+    const auto drafted = worker::kv_blocks_for_budget(spec, block_bytes, std::nullopt, 1024);
+    REQUIRE_FALSE(drafted.has_value());
+    CHECK(drafted.error().message.find(std::to_string(block_bytes) +
+                                       " bytes a block, 1024 of them the draft model's") !=
+          std::string::npos);
   }
 }
