@@ -20,15 +20,24 @@ Result<void> EngineCore::add(CoreRequest request) {
   const std::int32_t max_tokens = request.params.max_tokens;
   const auto num_scores = static_cast<std::size_t>(request.prompt.size()) - 1;
   StopRule stop(request.params, end_of_generation_);
+  const bool resumed = !request.resumed.empty();
   TROUPE_TRY_VOID(scheduler_.add({request.id, std::move(request.prompt), max_tokens,
                                   request.priority, std::move(stop), request.params.prompt_logprobs,
                                   // An output held to a grammar is not proposed for (not yet).
-                                  request.params.grammar.empty(), request.adapter}));
+                                  request.params.grammar.empty(), request.adapter,
+                                  std::move(request.resumed)}));
   LiveRequest live;
   live.arrival = std::chrono::steady_clock::now();
   live.params = std::move(request.params);
   live.reply_to = std::move(request.reply_to);
-  if (live.params.prompt_logprobs) live.prompt_logprobs.resize(num_scores);
+  if (resumed) {
+    // Its first token and its prompt's scores went out with the earlier run.
+    live.has_token = true;
+    live.first_token = live.arrival;
+    live.prompt_logprobs_sent = true;
+  } else if (live.params.prompt_logprobs) {
+    live.prompt_logprobs.resize(num_scores);
+  }
   requests_.emplace(request.id, std::move(live));
   return {};
 }
@@ -168,9 +177,11 @@ std::optional<StepWork> EngineCore::next_step() {
     LiveRequest& request = requests_.at(chunk.id);
     if (request.announced) continue;
     const Sequence* seq = scheduler_.find(chunk.id);
-    work.new_sequences.push_back(
-        {chunk.id, request.params,
-         std::vector<TokenId>(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens)});
+    // A sequence met again (a new worker) or resumed brings the tokens it generated so far.
+    const auto prompt_end = seq->tokens.begin() + seq->num_prompt_tokens;
+    work.new_sequences.push_back({chunk.id, request.params,
+                                  std::vector<TokenId>(seq->tokens.begin(), prompt_end),
+                                  std::vector<TokenId>(prompt_end, seq->tokens.end())});
     request.announced = true;
     if (request.first_scheduled.time_since_epoch().count() == 0) request.first_scheduled = now;
   }

@@ -30,6 +30,11 @@ struct CoreRequest {
   // The LoRA adapter its sequence runs with: the worker model's slot
   // (model::LlamaModel::attach_adapter), 0 for the base model.
   std::int32_t adapter = 0;
+  // Internal (no API field): the tokens an earlier run of this request generated and sent
+  // (its worker or node was lost). The sequence starts as prompt + these, they count as
+  // generated (max_tokens, penalties, min_tokens, the grammar, the draws' position), and
+  // only the tokens after them are sent. Empty: a fresh request.
+  std::vector<TokenId> resumed = {};
 };
 
 // What happened to one request in a step (or when it was cancelled): what the one
