@@ -59,6 +59,7 @@ void supply_worker(SchedulerSelf self) {
 // A request this replica cannot run (its worker is gone): another replica takes it,
 // unseen by its caller, through the router; alone, it ends with `why`.
 void hand_back(SchedulerSelf self, Submission s, const std::string& why) {
+  s.moved = true;
   if (self->state.router) return self->send(self->state.router, submit_atom::value, std::move(s));
   self->send(s.requester, token_atom::value,
              end_of(s.id, FinishReason::error, "no replica is up: " + why));

@@ -176,6 +176,36 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "every node killed mid-stream: the streams wait for a node to join, then complete "
+    "with their undisturbed text",
+    "[cluster][failover]") {
+  Cluster cluster(2, "round-robin", {"--max-num-seqs", "1", "--failover-timeout", "120"});
+  auto streams = open_streams(cluster.port(), 4, 1500);
+  REQUIRE(cluster.eventually([&] {
+    const test::Json state = cluster.cluster();
+    for (const auto& r : state["replicas"].array) {
+      if (r["num_running"].number != 1 || r["num_waiting"].number != 1) return false;
+    }
+    return true;
+  }));
+  for (auto& [name, node] : cluster.nodes) node->kill(SIGKILL);
+  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
+  // No replica is up: the moved requests wait (--failover-timeout) until one is again.
+  cluster.add_node("back");
+  std::vector<std::string> texts;
+  const auto ends = read_ends(streams, 1500, &texts);
+  CHECK(ends.errors == 0);
+  CHECK(ends.complete == 4);
+  CHECK(cluster.metric("troupe_request_migrations_total") >= 1);
+  for (int i = 0; i < 4; ++i) {
+    INFO("stream " << i);
+    const Reply alone = cluster.post("/v1/completions", completion(prompt_for(i, 8), 1500));
+    REQUIRE(alone.status == 200);
+    CHECK(texts.at(i) == json_of(alone.body)["choices"].array[0]["text"].string);
+  }
+}
+
 TEST_CASE("a node that stops answering is lost within seconds, and its requests go on",
           "[cluster]") {
   Cluster cluster(2, "round-robin", {"--max-num-seqs", "1"});
