@@ -275,7 +275,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   } else {
     engine::RouterConfig routing;
     routing.policy = config.routing;
-    impl->front = impl->system->spawn(actors::parallel::router, std::move(replicas), routing);
+    const caf::timespan failover =
+        config.cluster ? caf::timespan{config.cluster->failover_timeout} : caf::timespan{0};
+    impl->front =
+        impl->system->spawn(actors::parallel::router, std::move(replicas), routing, failover);
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -94,6 +94,13 @@ struct Submission {
   std::int32_t priority = 0;
   request_actor requester;
   std::int32_t adapter = 0;  // GenerateRequest::lora_adapter
+  // The tokens it already streamed (its worker was lost): it resumes after them
+  // (engine::CoreRequest::resumed). Empty for a new request.
+  std::vector<TokenId> resumed = {};
+  // Handed back by a replica that lost its worker; while no replica is up, the router
+  // tries again until failover_deadline_ns (steady clock; 0: not yet set).
+  bool moved = false;
+  std::int64_t failover_deadline_ns = 0;
 };
 
 // The engine's front, which it sends requests to: one replica's scheduler, or the router
@@ -133,7 +140,7 @@ using replica_actor = front_actor::extend<
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {
   return f(caf::meta::type_name("troupe.Submission"), x.id, x.prompt, x.params, x.priority,
-           x.requester, x.adapter);
+           x.requester, x.adapter, x.resumed, x.moved, x.failover_deadline_ns);
 }
 
 template <class Inspector>

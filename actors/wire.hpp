@@ -139,7 +139,7 @@ typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NewSequence& x) {
-  return f(caf::meta::type_name("troupe.NewSequence"), x.id, x.params, x.prompt);
+  return f(caf::meta::type_name("troupe.NewSequence"), x.id, x.params, x.prompt, x.generated);
 }
 
 template <class Inspector>

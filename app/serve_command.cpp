@@ -92,7 +92,7 @@ void group_serve_flags(CLI::App* cmd) {
       {"Cluster",
        {"--cluster-port", "--cluster-host", "--cluster-token", "--cluster-wait",
         "--cluster-tls-cert", "--cluster-tls-key", "--cluster-tls-ca",
-        "--cluster-handshake-timeout", "--head-replica", "--step-timeout"}},
+        "--cluster-handshake-timeout", "--head-replica", "--step-timeout", "--failover-timeout"}},
       {"Logging",
        {"--log-level", "--log-format", "--disable-access-log", "--disable-log-stats",
         "--log-stats-interval"}},
@@ -211,6 +211,7 @@ void add_serve_command(CLI::App& app) {
     int cluster_wait_s = 60;
     double cluster_handshake_timeout_s = 10.0;
     int step_timeout_s = 60;
+    int failover_timeout_s = 30;
     int shutdown_timeout_s = 30;
     TokenBudgetFlags budget;
     SloFlags slo;
@@ -327,6 +328,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--step-timeout", opts->step_timeout_s,
                   "seconds a node's worker may take for one step before it counts as lost")
       ->check(CLI::Range(1, kMostSeconds));
+  cmd->add_option("--failover-timeout", opts->failover_timeout_s,
+                  "seconds a request moved off a lost node waits for a replica to take it "
+                  "before it ends with an error (0: at once)")
+      ->check(CLI::Range(0, kMostSeconds));
   cmd->add_option("--seed", opts->seed, "seed for requests that bring none (default: none)")
       ->default_str("");
   cmd->add_option("--max-concurrent-requests", opts->server.max_concurrent_requests,
@@ -459,6 +464,7 @@ void add_serve_command(CLI::App& app) {
       ClusterConfig cluster = opts->cluster;
       cluster.wait = std::chrono::seconds(opts->cluster_wait_s);
       cluster.step_timeout = std::chrono::seconds(opts->step_timeout_s);
+      cluster.failover_timeout = std::chrono::seconds(opts->failover_timeout_s);
       cluster.handshake_timeout = std::chrono::milliseconds(
           static_cast<std::int64_t>(opts->cluster_handshake_timeout_s * 1000.0));
       // The HTTP server's connections keep their descriptors whatever reaches the cluster

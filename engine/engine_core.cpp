@@ -20,15 +20,24 @@ Result<void> EngineCore::add(CoreRequest request) {
   const std::int32_t max_tokens = request.params.max_tokens;
   const auto num_scores = static_cast<std::size_t>(request.prompt.size()) - 1;
   StopRule stop(request.params, end_of_generation_);
+  const bool resumed = !request.resumed.empty();
   TROUPE_TRY_VOID(scheduler_.add({request.id, std::move(request.prompt), max_tokens,
                                   request.priority, std::move(stop), request.params.prompt_logprobs,
                                   // An output held to a grammar is not proposed for (not yet).
-                                  request.params.grammar.empty(), request.adapter}));
+                                  request.params.grammar.empty(), request.adapter,
+                                  std::move(request.resumed)}));
   LiveRequest live;
   live.arrival = std::chrono::steady_clock::now();
   live.params = std::move(request.params);
   live.reply_to = std::move(request.reply_to);
-  if (live.params.prompt_logprobs) live.prompt_logprobs.resize(num_scores);
+  if (resumed) {
+    // Its first token and its prompt's scores went out with the earlier run.
+    live.has_token = true;
+    live.first_token = live.arrival;
+    live.prompt_logprobs_sent = true;
+  } else if (live.params.prompt_logprobs) {
+    live.prompt_logprobs.resize(num_scores);
+  }
   requests_.emplace(request.id, std::move(live));
   return {};
 }
@@ -168,9 +177,11 @@ std::optional<StepWork> EngineCore::next_step() {
     LiveRequest& request = requests_.at(chunk.id);
     if (request.announced) continue;
     const Sequence* seq = scheduler_.find(chunk.id);
-    work.new_sequences.push_back(
-        {chunk.id, request.params,
-         std::vector<TokenId>(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens)});
+    // A sequence met again (a new worker) or resumed brings the tokens it generated so far.
+    const auto prompt_end = seq->tokens.begin() + seq->num_prompt_tokens;
+    work.new_sequences.push_back({chunk.id, request.params,
+                                  std::vector<TokenId>(seq->tokens.begin(), prompt_end),
+                                  std::vector<TokenId>(prompt_end, seq->tokens.end())});
     request.announced = true;
     if (request.first_scheduled.time_since_epoch().count() == 0) request.first_scheduled = now;
   }
@@ -186,11 +197,21 @@ std::optional<StepWork> EngineCore::next_step() {
 }
 
 AppliedStep EngineCore::fail_step(const InFlight& step, const WorkerError& error) {
-  // The step's sequences end with the error; the others carry on.
+  // A lost worker (fatal): the step's sequences resume on the next one (reset_worker), as
+  // do the others, unless the worker was lost under them too often. Otherwise the step's
+  // sequences end with the error; the others carry on.
   AppliedStep applied;
   applied.worker_lost = error.fatal;
   for (const ScheduledChunk& chunk : step.plan.chunks) {
-    if (auto update = cancel(chunk.id, FinishReason::error, error.message)) {
+    const auto it = requests_.find(chunk.id);
+    if (error.fatal && it != requests_.end() && ++it->second.num_migrations <= kMaxMigrations) {
+      continue;
+    }
+    std::string why = error.message;
+    if (error.fatal) {
+      why += " (its worker was lost under it " + std::to_string(kMaxMigrations + 1) + " times)";
+    }
+    if (auto update = cancel(chunk.id, FinishReason::error, why)) {
       applied.updates.push_back(std::move(*update));
     }
   }
@@ -371,11 +392,16 @@ EngineStats EngineCore::stats() const {
   return s;
 }
 
-void EngineCore::reset_worker() {
+std::int64_t EngineCore::reset_worker() {
   scheduler_.reset_kv_cache();
-  for (auto& [id, request] : requests_) request.announced = false;
+  std::int64_t migrated = 0;
+  for (auto& [id, request] : requests_) {
+    if (request.announced) ++migrated;
+    request.announced = false;
+  }
   removed_.clear();
   ++counters_.num_worker_restarts;
+  return migrated;
 }
 
 EngineCore::LostWorker EngineCore::lose_worker(const std::string& error) {
@@ -387,20 +413,25 @@ EngineCore::LostWorker EngineCore::lose_worker(const std::string& error) {
   LostWorker lost;
   for (SeqId id : ids) {
     const Sequence* seq = scheduler_.find(id);
-    if (seq != nullptr && seq->num_generated() == 0) {
-      auto& request = requests_.at(id);
-      CoreRequest again;
-      again.id = id;
-      again.prompt.assign(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens);
-      again.params = std::move(request.params);
-      again.priority = seq->priority;
-      again.reply_to = std::move(request.reply_to);
-      scheduler_.abort(id);
-      requests_.erase(id);
-      lost.unstarted.push_back(std::move(again));
-    } else {
+    if (seq == nullptr) {
       lost.ended.push_back(*cancel(id, FinishReason::error, error));
+      continue;
     }
+    // It moves on with the tokens it sent: another replica continues its stream.
+    auto& request = requests_.at(id);
+    CoreRequest again;
+    again.id = id;
+    const auto prompt_end = seq->tokens.begin() + seq->num_prompt_tokens;
+    again.prompt.assign(seq->tokens.begin(), prompt_end);
+    again.resumed.assign(prompt_end, seq->tokens.end());
+    again.params = std::move(request.params);
+    again.priority = seq->priority;
+    again.reply_to = std::move(request.reply_to);
+    again.adapter = seq->adapter;
+    if (!again.resumed.empty()) ++lost.num_resumed;
+    scheduler_.abort(id);
+    requests_.erase(id);
+    lost.unstarted.push_back(std::move(again));
   }
   // The next worker starts empty: nothing to recompute, nothing to tell it to forget.
   scheduler_.reset_kv_cache();

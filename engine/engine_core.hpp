@@ -30,6 +30,11 @@ struct CoreRequest {
   // The LoRA adapter its sequence runs with: the worker model's slot
   // (model::LlamaModel::attach_adapter), 0 for the base model.
   std::int32_t adapter = 0;
+  // Internal (no API field): the tokens an earlier run of this request generated and sent
+  // (its worker or node was lost). The sequence starts as prompt + these, they count as
+  // generated (max_tokens, penalties, min_tokens, the grammar, the draws' position), and
+  // only the tokens after them are sent. Empty: a fresh request.
+  std::vector<TokenId> resumed = {};
 };
 
 // What happened to one request in a step (or when it was cancelled): what the one
@@ -120,17 +125,25 @@ class EngineCore {
   // Applies the output of the step in flight.
   AppliedStep apply(const StepOutput& output);
   // A new worker took over: the KV memory is gone, so every running sequence is
-  // recomputed and every live request is announced to the worker again.
-  void reset_worker();
+  // recomputed and every live request is announced to the worker again, with the tokens
+  // it generated (its sampler resumes). Returns how many requests the old worker had
+  // started (migrated: they resume on the new one).
+  std::int64_t reset_worker();
+  // How often one request may lose its worker in a step and resume on the next (a request
+  // that kills every worker it runs on ends with the error after that).
+  static constexpr std::int32_t kMaxMigrations = 3;
   // A worker's calibration steps (its load report): the token budget starts from
   // them, forgetting what the last worker measured. Nothing without a token budget.
   void calibrate(std::span<const StepCost> steps);
 
   // The worker is gone with its KV memory and its samplers' state (a lost node), and
-  // the step in flight with it. Requests that have produced no token leave this core
-  // unseen by their callers, to run elsewhere; the others end with `error`.
+  // the step in flight with it. Every live request leaves this core to run elsewhere:
+  // those that have produced no token unseen by their callers, the others with the tokens
+  // they sent (CoreRequest::resumed), to continue their streams; `ended` stays empty
+  // (kept for requests that cannot move).
   struct LostWorker {
-    std::vector<CoreRequest> unstarted;  // in arrival order
+    std::vector<CoreRequest> unstarted;  // in arrival order (the moved ones too)
+    std::int64_t num_resumed = 0;        // of them, those that carry resumed tokens
     std::vector<AddressedEvent> ended;
   };
   LostWorker lose_worker(const std::string& error);
@@ -162,6 +175,7 @@ class EngineCore {
     std::vector<PromptLogprob> prompt_logprobs;
     std::int32_t num_scored = 0;  // entries [0, num_scored) are known
     bool prompt_logprobs_sent = false;
+    std::int32_t num_migrations = 0;  // workers lost under it in a step (kMaxMigrations)
   };
   struct InFlight {
     BatchPlan plan;

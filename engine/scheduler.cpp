@@ -40,13 +40,26 @@ Result<void> Scheduler::add(SequenceRequest request) {
   if (request.max_tokens < 1) {
     return make_error(ErrorCode::invalid_argument, "max_tokens must be at least 1");
   }
-  if (n >= config_.max_model_len) {
+  const auto num_generated = static_cast<std::int32_t>(request.generated.size());
+  if (num_generated >= request.max_tokens) {
+    return make_error(ErrorCode::invalid_argument,
+                      "a resumed sequence has generated " + std::to_string(num_generated) +
+                          " tokens already, which leaves none of its max_tokens " +
+                          std::to_string(request.max_tokens));
+  }
+  if (n + num_generated >= config_.max_model_len) {
+    if (num_generated > 0) {
+      return make_error(ErrorCode::out_of_range,
+                        "a resumed sequence's prompt and generated tokens fill the model's "
+                        "context of " +
+                            std::to_string(config_.max_model_len) + " tokens");
+    }
     return make_error(ErrorCode::out_of_range, "the prompt has " + std::to_string(n) +
                                                    " tokens; the model's context is " +
                                                    std::to_string(config_.max_model_len) +
                                                    " tokens, which leaves no room to generate");
   }
-  if (kv_.blocks_for(n + 1) > config_.num_blocks) {
+  if (kv_.blocks_for(n + num_generated + 1) > config_.num_blocks) {
     return make_error(ErrorCode::out_of_range,
                       "the prompt has " + std::to_string(n) +
                           " tokens but the KV cache holds only " +
@@ -55,6 +68,7 @@ Result<void> Scheduler::add(SequenceRequest request) {
   Sequence seq;
   seq.id = request.id;
   seq.tokens = std::move(request.prompt);
+  seq.tokens.insert(seq.tokens.end(), request.generated.begin(), request.generated.end());
   seq.num_prompt_tokens = n;
   seq.max_tokens = request.max_tokens;
   seq.stop = std::move(request.stop);

@@ -79,11 +79,14 @@ struct LoadReport {
 };
 
 // A sequence the worker has not seen (or must see again after a restart): its
-// sampler is made from these.
+// sampler is made from these. `generated`: the tokens it generated before (on a worker
+// lost since, or on another replica: a resumed request), which the new sampler takes as
+// its own (model::Sampler::resume) so that it draws on as the earlier one would have.
 struct NewSequence {
   std::uint64_t id = 0;
   SamplingParams params;
   std::vector<TokenId> prompt;
+  std::vector<TokenId> generated = {};
 
   bool operator==(const NewSequence&) const = default;
 };

@@ -169,9 +169,9 @@ __global__ void __launch_bounds__(kThreads)
     if (key != cut.key && rules::kept(cut, p.min_p, key, w, 0)) total += w;
   }
   total = block_sum(total, sh) + rules::group_mass(cut, p.min_p, w_cut);
-  const std::uint64_t r = mix64(p.seed ^ mix64(p.counter + 0x632BE59BD9B4E019ull));
+  // The host's draw for this position (model/splitmix64.hpp), so host and device agree.
   const float u =
-      static_cast<float>(static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0)) * total;
+      static_cast<float>(model::draw_unit(model::sampling_draw(p.seed, p.counter))) * total;
 
   // Inverse CDF in token order: a block-wide scan per chunk of kThreads tokens, which also
   // ranks the tokens with the cut's key (a ballot in each warp, counts across warps).

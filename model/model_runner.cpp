@@ -80,7 +80,8 @@ SampledToken ModelRunner::no_token(const Sampler& sampler, Sampler::MaskState st
 }
 
 Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& params,
-                                       std::span<const TokenId> prompt) {
+                                       std::span<const TokenId> prompt,
+                                       std::span<const TokenId> generated) {
   if (!model_.shard().computes_logits()) return {};  // rank 0 samples for the group
   OutputGrammar constraint;
   if (!params.grammar.empty()) {
@@ -88,6 +89,7 @@ Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& p
   }
   TROUPE_TRY(auto sampler, Sampler::create(params, prompt, end_of_generation_,
                                            model_.config().vocab_size, std::move(constraint)));
+  TROUPE_TRY_VOID(sampler.resume(generated));
   samplers_.insert_or_assign(id, std::move(sampler));
   return {};
 }

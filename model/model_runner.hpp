@@ -34,10 +34,12 @@ class ModelRunner {
               const text::Tokenizer* tokenizer = nullptr)
       : model_(model), end_of_generation_(std::move(end_of_generation)), tokenizer_(tokenizer) {}
 
-  // Starts sampling state for a sequence (the prompt feeds the repetition penalty). A
-  // grammar (params.grammar) that does not compile is an invalid_argument error.
+  // Starts sampling state for a sequence (the prompt feeds the repetition penalty), after
+  // the tokens it `generated` before (a resumed sequence: Sampler::resume). A grammar
+  // (params.grammar) that does not compile is an invalid_argument error.
   Result<void> add_sequence(std::uint64_t id, const SamplingParams& params,
-                            std::span<const TokenId> prompt);
+                            std::span<const TokenId> prompt,
+                            std::span<const TokenId> generated = {});
 
   // Compiled grammars kept, by their text, so that requests with the same schema share
   // them and their cached masks; past this many the cache starts over.

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
+
+#include "model/splitmix64.hpp"
 
 namespace troupe::model {
 
@@ -108,9 +111,16 @@ Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const To
   if (params.repetition_penalty != 1.0f) {
     for (TokenId t : prompt) ++s.prompt_counts_[t];
   }
-  s.rng_.seed(params.seed ? *params.seed : std::random_device{}());
-  // The device's draws come from their own counter-based stream, keyed by the seed.
-  s.device_seed_ = params.seed ? *params.seed * 0x9E3779B97F4A7C15ull + 1 : std::random_device{}();
+  // Every draw is a function of the key and the token's position (sampling_draw), on the host
+  // and the device alike; a request without a seed gets a random one.
+  std::uint64_t seed = 0;
+  if (params.seed) {
+    seed = *params.seed;
+  } else {
+    std::random_device device;
+    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }
+  s.draw_key_ = sampling_key(seed);
   return s;
 }
 
@@ -285,8 +295,10 @@ TokenId Sampler::choose(std::span<const float> logits) {
   double total = 0.0;
   const std::size_t keep = keep_candidates(logits, total);
   if (keep == 0) return 0;
-  // A 53-bit uniform draw, so the same seed gives the same tokens on every platform.
-  const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
+  // A 53-bit uniform draw keyed by (seed, position), so the same seed gives the same tokens
+  // on every platform, on the device, and after a resume.
+  const auto position = static_cast<std::uint64_t>(num_generated());
+  const double u = draw_unit(sampling_draw(draw_key_, position)) * total;
   double cumulative = 0.0;
   for (std::size_t i = 0; i < keep; ++i) {
     cumulative += probs_[i];
@@ -403,10 +415,22 @@ std::optional<DeviceSamplingRow> Sampler::device_row() const {
   row.top_k = params_.top_k > 0 ? params_.top_k : 0;
   row.top_p = params_.top_p;
   row.min_p = params_.min_p;
-  row.seed = device_seed_;
+  row.seed = draw_key_;
   row.counter = static_cast<std::uint64_t>(num_generated());
   if (constrained()) row.allowed = device_mask_.data();
   return row;
+}
+
+Result<void> Sampler::resume(std::span<const TokenId> generated) {
+  for (const TokenId id : generated) {
+    if (id < 0 || id >= vocab_size_) {
+      return make_error(ErrorCode::invalid_argument, "a resumed token id " + std::to_string(id) +
+                                                         " is outside the vocabulary of " +
+                                                         std::to_string(vocab_size_));
+    }
+  }
+  for (const TokenId id : generated) record(id);
+  return {};
 }
 
 SampledToken Sampler::accept(TokenId id) {

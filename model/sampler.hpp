@@ -1,5 +1,6 @@
 // Chooses a sequence's next token from its logits: penalties, temperature,
-// top-k / top-p / min-p, a per-sequence seeded generator, log-probabilities,
+// top-k / top-p / min-p, seeded draws keyed by the token's position (sampling_draw in
+// model/splitmix64.hpp, the device's too), log-probabilities,
 // min_tokens (end-of-generation and stop ids masked until then), and a grammar's
 // token mask for structured outputs (grammar/). Whether a sequence has ended is not the
 // sampler's to say: stop and end-of-generation ids and lengths are the engine's
@@ -9,7 +10,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -43,8 +43,8 @@ struct DeviceSamplingRow {
   std::int32_t top_k = 0;    // <= 0: off
   float top_p = 1.0f;
   float min_p = 0.0f;
-  std::uint64_t seed = 0;     // with `counter`, the row's random draw
-  std::uint64_t counter = 0;  // tokens the sequence has drawn so far
+  std::uint64_t seed = 0;     // the sequence's sampling_key: with `counter`, the row's draw
+  std::uint64_t counter = 0;  // tokens the sequence has generated so far (its position)
   // A grammar's allowed tokens (bit t % 64 of word t / 64, [(vocab + 63) / 64] words, the
   // end tokens included where they may come): every other logit is -inf. Null: all. It is
   // the sampler's, filled by prepare_device_mask() before the draw.
@@ -80,6 +80,12 @@ class Sampler {
   void prepare_device_mask();
   // Records a token chosen elsewhere (on the device) from device_row()'s parameters.
   SampledToken accept(TokenId id);
+  // Records tokens already generated (sent to the client) by an earlier run of the same
+  // sequence, as if this sampler had drawn them: the output counts for the penalties,
+  // min_tokens, the grammar (advanced over their bytes with the next mask) and the draws'
+  // position move on, so the tokens drawn next are those the earlier run would have drawn.
+  // Each id must be in the vocabulary.
+  Result<void> resume(std::span<const TokenId> generated);
 
   // For tests: the tokens a draw (temperature > 0) chooses among, from these logits as
   // given (no penalties or grammar mask applied: pass logits that already carry them),
@@ -135,8 +141,7 @@ class Sampler {
   std::unordered_map<TokenId, std::int32_t> prompt_counts_;
   std::unordered_map<TokenId, std::int32_t> output_counts_;
   std::vector<TokenId> output_;
-  std::mt19937_64 rng_;
-  std::uint64_t device_seed_ = 0;
+  std::uint64_t draw_key_ = 0;  // sampling_key of the seed: the host's and the device's draws
   std::vector<float> scratch_;
   std::vector<std::pair<float, TokenId>> candidates_;
   std::vector<double> probs_;

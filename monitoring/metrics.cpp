@@ -113,6 +113,9 @@ struct Metrics::Impl {
   p::Counter& resubmitted =
       counter("troupe_resubmitted_requests_total",
               "Requests moved unseen to another replica when theirs lost its worker");
+  p::Counter& migrations =
+      counter("troupe_request_migrations_total",
+              "Started requests resumed on another worker or replica after theirs was lost");
   p::Gauge& nodes = gauge("troupe_cluster_nodes", "Nodes joined to the head");
   p::Counter& node_joins = counter("troupe_cluster_node_joins_total", "Node joins");
   p::Counter& prompt_tokens = counter("troupe_prompt_tokens_total", "Prompt tokens computed");
@@ -300,6 +303,10 @@ void Metrics::set_replica_up(std::int32_t replica, bool up) {
 void Metrics::record_replica_loss(std::int32_t replica, std::int64_t num_resubmitted) {
   impl_->replica_losses.Add({{"replica", std::to_string(replica)}}).Increment();
   if (num_resubmitted > 0) impl_->resubmitted.Increment(static_cast<double>(num_resubmitted));
+}
+
+void Metrics::record_migrations(std::int64_t num_requests) {
+  impl_->migrations.Increment(static_cast<double>(num_requests));
 }
 
 void Metrics::record_node_join(std::int64_t num_nodes) {

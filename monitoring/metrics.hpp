@@ -66,6 +66,8 @@ class Metrics {
   void set_replica_up(std::int32_t replica, bool up);
   // A replica lost its worker; `num_resubmitted` of its requests went to other replicas.
   void record_replica_loss(std::int32_t replica, std::int64_t num_resubmitted);
+  // Requests that had streamed tokens and resume elsewhere after their worker was lost.
+  void record_migrations(std::int64_t num_requests);
   // The nodes joined now, and one more join.
   void record_node_join(std::int64_t num_nodes);
   void set_num_nodes(std::int64_t num_nodes);

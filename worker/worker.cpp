@@ -62,7 +62,8 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   for (std::uint64_t id : work.removed) runner.remove_sequence(id);
   std::optional<Error> refused;
   for (const auto& s : work.new_sequences) {
-    if (auto added = runner.add_sequence(s.id, s.params, s.prompt); !added && !refused) {
+    if (auto added = runner.add_sequence(s.id, s.params, s.prompt, s.generated);
+        !added && !refused) {
       refused = added.error();
     }
   }

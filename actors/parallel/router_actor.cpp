@@ -15,6 +15,9 @@ constexpr auto kProbeTimeout = std::chrono::seconds(10);
 
 constexpr std::size_t kMaxRecentAborts = 4096;
 
+// How often a moved request that found no replica up asks again.
+constexpr auto kFailoverRetry = std::chrono::milliseconds(250);
+
 void end_request(Self self, const Submission& s, FinishReason reason, std::string why) {
   self->send(s.requester, token_atom::value, end_of(s.id, reason, std::move(why)));
 }
@@ -32,7 +35,20 @@ void route(Self self, RequestId id) {
   }
   const auto route = state.router.pick(pending.views);
   if (!route) {
-    end_request(self, pending.submission, FinishReason::error, "no replica is up");
+    // A request moved off a lost worker waits for a replica (a node may join, a worker
+    // load) until --failover-timeout; a new one is refused at once.
+    Submission& s = pending.submission;
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    if (s.moved && s.failover_deadline_ns == 0) {
+      s.failover_deadline_ns = now + std::chrono::nanoseconds(state.failover_timeout).count();
+    }
+    if (s.moved && now < s.failover_deadline_ns) {
+      self->delayed_send(self, kFailoverRetry, submit_atom::value, std::move(s));
+      return;
+    }
+    end_request(self, s, FinishReason::error, "no replica is up");
     return;
   }
   auto& replica = state.replicas[route->replica];
@@ -145,8 +161,9 @@ EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
 }
 
 front_actor::behavior_type router(Self self, std::vector<replica_actor> replicas,
-                                  engine::RouterConfig config) {
+                                  engine::RouterConfig config, caf::timespan failover_timeout) {
   auto& state = self->state;
+  state.failover_timeout = failover_timeout;
   for (auto& r : replicas) {
     // Each replica hands back to the router the requests of a worker it lost.
     self->send(r, router_atom::value, caf::actor_cast<front_actor>(self));

@@ -36,11 +36,13 @@ struct RouterState {
   // back after losing its worker may be cancelled on its way, and must not run.
   std::unordered_set<RequestId> recent_aborts;
   std::deque<RequestId> recent_abort_order;
+  caf::timespan failover_timeout{0};  // how long a moved request waits for a replica
   static inline const char* name = "troupe.router";
 };
 
 front_actor::behavior_type router(front_actor::stateful_pointer<RouterState> self,
-                                  std::vector<replica_actor> replicas, engine::RouterConfig config);
+                                  std::vector<replica_actor> replicas, engine::RouterConfig config,
+                                  caf::timespan failover_timeout);
 
 // The engine's numbers from its replicas': counts add up, KV usage is over all blocks.
 EngineStats sum_stats(const std::vector<ReplicaStats>& replicas);

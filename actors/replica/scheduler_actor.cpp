@@ -100,8 +100,8 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
         }
         const RequestId id = s.id;
         const request_actor requester = s.requester;
-        auto added = state.core->add(
-            {id, std::move(s.prompt), std::move(s.params), s.priority, requester, s.adapter});
+        auto added = state.core->add({id, std::move(s.prompt), std::move(s.params), s.priority,
+                                      requester, s.adapter, std::move(s.resumed)});
         if (!added) {
           self->send(requester, token_atom::value,
                      end_of(id, FinishReason::error, added.error().message));

@@ -59,6 +59,7 @@ void supply_worker(SchedulerSelf self) {
 // A request this replica cannot run (its worker is gone): another replica takes it,
 // unseen by its caller, through the router; alone, it ends with `why`.
 void hand_back(SchedulerSelf self, Submission s, const std::string& why) {
+  s.moved = true;
   if (self->state.router) return self->send(self->state.router, submit_atom::value, std::move(s));
   self->send(s.requester, token_atom::value,
              end_of(s.id, FinishReason::error, "no replica is up: " + why));
@@ -70,7 +71,8 @@ void lose_worker(SchedulerSelf self, const std::string& why) {
   auto& state = self->state;
   if (!remote(self)) {
     retire_worker(self);
-    state.core->reset_worker();
+    // Its requests resume on the replacement, with the tokens they sent.
+    state.observer->on_migrated(state.core->reset_worker());
     state.worker_ready = false;  // still counted up: it is back in a moment
     return supply_worker(self);
   }
@@ -86,11 +88,13 @@ void lose_worker(SchedulerSelf self, const std::string& why) {
   for (auto& r : lost.unstarted) {
     hand_back(self,
               {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to),
-               r.adapter},
+               r.adapter, std::move(r.resumed)},
               why);
   }
+  if (state.router) state.observer->on_migrated(lost.num_resumed);
   state.observer->on_worker_lost(
-      *state.core, state.router ? static_cast<std::int64_t>(lost.unstarted.size()) : 0);
+      *state.core,
+      state.router ? static_cast<std::int64_t>(lost.unstarted.size()) - lost.num_resumed : 0);
   // The same KV cache as before: the scheduler's block count does not change.
   state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
   supply_worker(self);

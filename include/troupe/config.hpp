@@ -39,6 +39,9 @@ struct ClusterConfig {
   std::string token;                      // nodes must present it; required off loopback
   std::chrono::seconds wait{60};          // for enough nodes to place every replica
   std::chrono::seconds step_timeout{60};  // a worker slower than this counts as lost
+  // A request moved off a lost worker waits this long for a replica to take it (while none
+  // is up) before it ends with an error.
+  std::chrono::seconds failover_timeout{30};
   // Replica 0's worker runs in the head itself (as vLLM's head node hosts workers); the
   // others wait for nodes.
   bool head_hosts_replica = false;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "actors/engine_hooks.hpp"
+#include "monitoring/metrics.hpp"
 #include "support/engine_support.hpp"
 #include "support/event_collector.hpp"
 #include "support/small_model.hpp"
@@ -145,28 +146,67 @@ TEST_CASE(
   CHECK(kv_drains(**engine));
 }
 
-TEST_CASE("a failing step ends its requests with an error and the engine keeps serving",
-          "[actors]") {
+TEST_CASE(
+    "requests whose worker is lost mid-stream resume on the next: the undisturbed "
+    "tokens, no error, and the migration is counted",
+    "[actors][failover]") {
   auto config = small_config();
+  config.metrics = std::make_shared<monitoring::Metrics>();
   EngineHooks hooks;
-  auto fail_next = std::make_shared<std::atomic<bool>>(false);
-  hooks.before_step = [fail_next] {
-    if (fail_next->exchange(false)) throw std::runtime_error("injected fault");
+  // The worker fails its 6th step (every stream has sent tokens by then), or every step
+  // while `fail_always`.
+  auto steps = std::make_shared<std::atomic<int>>(0);
+  auto fail_always = std::make_shared<std::atomic<bool>>(false);
+  hooks.before_step = [steps, fail_always] {
+    if (++*steps == 6 || *fail_always) throw std::runtime_error("injected fault");
   };
   auto engine = Engine::create(config, hooks);
   REQUIRE(engine.has_value());
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    auto r = greedy({1, 2 + i, 3, 4}, 12);
+    if (i % 2 == 1) {  // seeded sampling at temperature 1
+      r.params.temperature = 1.0f;
+      r.params.seed = 40 + static_cast<std::uint64_t>(i);
+    }
+    if (i == 3) r.params.frequency_penalty = 1.0f;  // looks at the generated tokens
+    requests.push_back(r);
+  }
   Collector c;
-  fail_next->store(true);
-  auto failed = (*engine)->submit(greedy({1, 2, 3}, 8), c.callback());
-  REQUIRE(c.wait(1));
-  const auto r = c.get(*failed);
-  CHECK(r.end->finish_reason == FinishReason::error);
-  CHECK(r.end->error.find("injected fault") != std::string::npos);
-  auto served = (*engine)->submit(greedy({1, 2, 3}, 8), c.callback());
-  REQUIRE(c.wait(2));
-  CHECK(c.get(*served).end->finish_reason == FinishReason::length);
-  CHECK(c.get(*served).tokens.size() == 8);
+  std::vector<RequestId> disturbed;
+  for (const auto& r : requests) disturbed.push_back(*(*engine)->submit(r, c.callback()));
+  REQUIRE(c.wait(requests.size()));
   CHECK((*engine)->stats().num_worker_restarts == 1);
+  // Undisturbed: the same requests again (outputs do not depend on the batch).
+  Collector u;
+  std::vector<RequestId> undisturbed;
+  for (const auto& r : requests) undisturbed.push_back(*(*engine)->submit(r, u.callback()));
+  REQUIRE(u.wait(requests.size()));
+  CHECK((*engine)->stats().num_worker_restarts == 1);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i);
+    const auto r = c.get(disturbed[i]);
+    CHECK(r.end->finish_reason == FinishReason::length);
+    CHECK(r.end->error.empty());
+    CHECK(r.tokens == u.get(undisturbed[i]).tokens);
+    CHECK(r.tokens.size() == 12u);
+  }
+  const std::string metrics = config.metrics->serialize();
+  CHECK(metrics.find("troupe_request_migrations_total{model_name=\"troupe\"} 4") !=
+        std::string::npos);
+
+  // A request under which every worker fails ends with the error, after a few tries.
+  fail_always->store(true);
+  Collector p;
+  auto poisoned = (*engine)->submit(greedy({1, 2, 3}, 8), p.callback());
+  REQUIRE(p.wait(1));
+  CHECK(p.get(*poisoned).end->finish_reason == FinishReason::error);
+  CHECK(p.get(*poisoned).end->error.find("injected fault") != std::string::npos);
+  fail_always->store(false);
+  auto served = (*engine)->submit(greedy({1, 2, 3}, 8), p.callback());
+  REQUIRE(p.wait(2));
+  CHECK(p.get(*served).end->finish_reason == FinishReason::length);
+  CHECK(p.get(*served).tokens.size() == 8);
   CHECK(kv_drains(**engine));
 }
 
@@ -315,8 +355,9 @@ TEST_CASE("an engine made on one thread can be destroyed on another", "[actors]"
   CHECK(done.wait_for(20s) == std::future_status::ready);
 }
 
-TEST_CASE("a GPU worker serves through the actors and is replaced when a step fails",
-          "[actors][gpu]") {
+TEST_CASE(
+    "a GPU worker serves through the actors and is replaced when a step fails, its request resumed",
+    "[actors][gpu]") {
   auto config = small_config();
   EngineHooks hooks;
   config.device = Device::cuda;
@@ -364,10 +405,11 @@ TEST_CASE("a GPU worker serves through the actors and is replaced when a step fa
   Collector after;
   auto failed = (*engine)->submit(greedy({1, 2, 3}, 8), after.callback());
   REQUIRE(after.wait(1));
-  CHECK(after.get(*failed).end->finish_reason == FinishReason::error);
+  CHECK(after.get(*failed).end->finish_reason == FinishReason::length);  // resumed
   auto served = (*engine)->submit(greedy({1, 2, 3}, 8), after.callback());
   REQUIRE(after.wait(2));
   CHECK(after.get(*served).tokens.size() == 8);
+  CHECK(after.get(*failed).tokens == after.get(*served).tokens);
   CHECK((*engine)->stats().num_worker_restarts == 1);
   CHECK(kv_drains(**engine));
 }

@@ -51,7 +51,7 @@ TEST_CASE("a burst is routed by what the router sent, not only by what replicas 
   engine::RouterConfig routing;
   routing.policy = RoutingPolicy::prefix;
   routing.max_load_gap = 2;
-  auto router = system.spawn(actors::parallel::router, replicas, routing);
+  auto router = system.spawn(actors::parallel::router, replicas, routing, caf::timespan{0});
   for (RequestId id = 1; id <= 8; ++id) {
     actors::Submission s;
     s.id = id;

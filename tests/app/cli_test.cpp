@@ -368,6 +368,8 @@ TEST_CASE("a number out of its flag's range, NaN or infinite is the flag's error
       {"--cluster-port", "70000"},
       {"--cluster-wait", "-1"},
       {"--step-timeout", "0"},
+      {"--failover-timeout", "-1"},
+      {"--failover-timeout", "nan"},
       {"--cluster-handshake-timeout", "nan"},
       {"--cluster-handshake-timeout", "0"},
       {"--collective-timeout", "nan"},

@@ -98,11 +98,25 @@ struct Ends {
   int errors = 0;
   int complete = 0;
 };
-inline Ends read_ends(std::vector<std::unique_ptr<test::RawClient>>& streams, int max_tokens) {
+// With `texts`: each stream's text, its chunks' text joined.
+inline Ends read_ends(std::vector<std::unique_ptr<test::RawClient>>& streams, int max_tokens,
+                      std::vector<std::string>* texts = nullptr) {
   Ends ends;
   for (auto& c : streams) {
     const std::string all = c->read_all(120s);
     REQUIRE(c->closed_by_peer());
+    if (texts != nullptr) {
+      std::string text;
+      for (auto at = all.find("data: {"); at != std::string::npos; at = all.find("data: {", at)) {
+        at += 6;
+        const auto end = all.find('\n', at);
+        const test::Json chunk = json_of(all.substr(at, end - at));
+        if (chunk.object.contains("choices") && !chunk["choices"].array.empty()) {
+          text += chunk["choices"].array[0]["text"].string;
+        }
+      }
+      texts->push_back(std::move(text));
+    }
     int tokens = 0;  // every token's chunk but the last carries no finish reason
     for (auto at = all.find(R"("finish_reason":null)"); at != std::string::npos;
          at = all.find(R"("finish_reason":null)", at + 1)) {

@@ -86,8 +86,10 @@ TEST_CASE("with the prefix router, a chat's next turn goes to the replica holdin
   CHECK(prefix_routed == 4);
 }
 
-TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves again",
-          "[cluster]") {
+TEST_CASE(
+    "a node killed under load: every stream completes with its undisturbed text, and a "
+    "node that joins serves again",
+    "[cluster]") {
   // One sequence at a time per replica, so that some requests wait in each queue.
   Cluster cluster(2, "round-robin", {"--max-num-seqs", "1"});
   const double idle_actors = cluster.settled_metric("troupe_live_actors");
@@ -106,17 +108,26 @@ TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves
   }));
   cluster.nodes.at(lost_node)->kill(SIGKILL);
 
-  // Every stream ends: the one running on the lost node with an error event, the rest
-  // (its two queued ones resubmitted unseen) at their length.
-  // Replica 0 held three: the one running when its node went ends with an error, those
-  // queued behind it (two, unless the kill came late) move unseen, and every other one
-  // completes. On a slow machine the kill may land a moment later: hence the bounds.
-  const auto ends = read_ends(streams, 1500);
+  // Every stream completes, no error event: replica 0 held three; the one running when its
+  // node went moves to replica 1 with the tokens it streamed and continues there (a
+  // migration), those queued behind it (two, unless the kill came late) move unseen. On a
+  // slow machine the kill may land a moment later: hence the bounds.
+  std::vector<std::string> texts;
+  const auto ends = read_ends(streams, 1500, &texts);
   const double resubmitted = cluster.metric("troupe_resubmitted_requests_total");
-  CHECK(ends.errors + ends.complete == 6);
-  CHECK(ends.errors <= 1);
+  const double migrated = cluster.metric("troupe_request_migrations_total");
+  CHECK(ends.errors == 0);
+  CHECK(ends.complete == 6);
   CHECK(resubmitted >= 1);
-  CHECK(resubmitted + ends.errors <= 3);
+  CHECK(migrated <= 1);  // 1 (checked), unless the kill landed between two requests
+  CHECK(resubmitted + migrated <= 3);
+  // Each text is what an undisturbed run gives (replica 1 alone now).
+  for (int i = 0; i < 6; ++i) {
+    INFO("stream " << i);
+    const Reply alone = cluster.post("/v1/completions", completion(prompt_for(i, 8), 1500));
+    REQUIRE(alone.status == 200);
+    CHECK(texts.at(i) == json_of(alone.body)["choices"].array[0]["text"].string);
+  }
   // The head holds nothing more than before.
   INFO("running " << cluster.metric("troupe_num_requests_running") << ", KV "
                   << cluster.metric("troupe_kv_cache_usage_ratio") << ", actors "
@@ -162,6 +173,36 @@ TEST_CASE("a node killed under load: nothing hangs, and a node that joins serves
   for (const auto& r : back["replicas"].array) {
     CHECK(r["up"].boolean);
     CHECK(r["node"].string.rfind("back-", 0) == 0);
+  }
+}
+
+TEST_CASE(
+    "every node killed mid-stream: the streams wait for a node to join, then complete "
+    "with their undisturbed text",
+    "[cluster][failover]") {
+  Cluster cluster(2, "round-robin", {"--max-num-seqs", "1", "--failover-timeout", "120"});
+  auto streams = open_streams(cluster.port(), 4, 1500);
+  REQUIRE(cluster.eventually([&] {
+    const test::Json state = cluster.cluster();
+    for (const auto& r : state["replicas"].array) {
+      if (r["num_running"].number != 1 || r["num_waiting"].number != 1) return false;
+    }
+    return true;
+  }));
+  for (auto& [name, node] : cluster.nodes) node->kill(SIGKILL);
+  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 503; }));
+  // No replica is up: the moved requests wait (--failover-timeout) until one is again.
+  cluster.add_node("back");
+  std::vector<std::string> texts;
+  const auto ends = read_ends(streams, 1500, &texts);
+  CHECK(ends.errors == 0);
+  CHECK(ends.complete == 4);
+  CHECK(cluster.metric("troupe_request_migrations_total") >= 1);
+  for (int i = 0; i < 4; ++i) {
+    INFO("stream " << i);
+    const Reply alone = cluster.post("/v1/completions", completion(prompt_for(i, 8), 1500));
+    REQUIRE(alone.status == 200);
+    CHECK(texts.at(i) == json_of(alone.body)["choices"].array[0]["text"].string);
   }
 }
 

@@ -146,8 +146,9 @@ TEST_CASE("a worker hears of a sequence once, of its end once, and of all again 
   REQUIRE(fourth.has_value());
   REQUIRE(fourth->new_sequences.size() == 1u);
   CHECK(fourth->new_sequences[0].id == 1);
-  CHECK(fourth->new_sequences[0].prompt == r.prompt);  // the prompt, not what it generated
-  CHECK(fourth->step.num_tokens() == 5 + 3);           // its KV is recomputed
+  CHECK(fourth->new_sequences[0].prompt == r.prompt);  // the prompt, then what it generated
+  CHECK(fourth->new_sequences[0].generated == std::vector<TokenId>{7, 7, 7});
+  CHECK(fourth->step.num_tokens() == 5 + 3);  // its KV is recomputed
   CHECK(core.stats().num_worker_restarts == 1);
 }
 
@@ -188,22 +189,49 @@ TEST_CASE("a failed step ends its sequences with the error, and the others go on
   CHECK(core.scheduler().kv_cache().usage() == 0.0);
 }
 
-TEST_CASE("a worker that answers another step, or fails fatally, is lost", "[engine][core]") {
+TEST_CASE(
+    "a worker that answers another step, or fails fatally, is lost: its requests resume "
+    "on the next one",
+    "[engine][core]") {
   EngineCore core(small_config(), {kEos});
   REQUIRE(core.add(request(1, 4)).has_value());
   auto work = core.next_step();
+  REQUIRE(work.has_value());
+  core.apply(answer(*work));  // one token sent
+  work = core.next_step();
   REQUIRE(work.has_value());
   auto wrong = answer(*work);
   wrong.step_id += 1;
   const auto applied = core.apply(wrong);
   CHECK(applied.worker_lost);
-  REQUIRE(applied.updates.size() == 1u);
-  CHECK(applied.updates[0].finish_reason == FinishReason::error);
-
-  REQUIRE(core.add(request(2, 4)).has_value());
+  CHECK(applied.updates.empty());  // no error: it moves to the next worker
+  CHECK(core.reset_worker() == 1);
   work = core.next_step();
   REQUIRE(work.has_value());
-  CHECK(core.apply(failed_step(work->step_id, {ErrorCode::internal, "boom", true})).worker_lost);
+  REQUIRE(work->new_sequences.size() == 1u);
+  CHECK(work->new_sequences[0].generated == std::vector<TokenId>{7});
+  core.apply(answer(*work));
+  const auto run = run_all(core);
+  CHECK(run.tokens.at(1).size() == 2u);  // 1 before, 1 just now, 2 here: max_tokens 4
+  CHECK(run.ends.at(1) == FinishReason::length);
+
+  // A request under which every worker is lost ends with the error after kMaxMigrations.
+  REQUIRE(core.add(request(2, 4)).has_value());
+  std::vector<AddressedEvent> ends;
+  for (int i = 0; i <= EngineCore::kMaxMigrations; ++i) {
+    work = core.next_step();
+    REQUIRE(work.has_value());
+    auto lost = core.apply(failed_step(work->step_id, {ErrorCode::internal, "boom", true}));
+    CHECK(lost.worker_lost);
+    core.reset_worker();
+    for (auto& u : lost.updates) ends.push_back(std::move(u));
+    CHECK(ends.size() == (i == EngineCore::kMaxMigrations ? 1u : 0u));
+  }
+  REQUIRE(ends.size() == 1u);
+  CHECK(ends[0].finish_reason == FinishReason::error);
+  CHECK(ends[0].error.find("boom") != std::string::npos);
+  CHECK(ends[0].error.find("lost under it") != std::string::npos);
+  CHECK(core.num_requests() == 0u);
 }
 
 TEST_CASE("end_all ends every request with the reason, a refused request is not kept",
@@ -223,7 +251,7 @@ TEST_CASE("end_all ends every request with the reason, a refused request is not 
   CHECK_FALSE(core.has_work());
 }
 
-TEST_CASE("a lost worker hands back the requests with no token and ends the others",
+TEST_CASE("a lost worker hands back every request, the started ones with their tokens",
           "[engine][core]") {
   SchedulerConfig config = small_config();
   config.max_num_seqs = 2;  // request 3 waits
@@ -242,18 +270,22 @@ TEST_CASE("a lost worker hands back the requests with no token and ends the othe
   CHECK(core.step_in_flight_id() == second->step_id);
 
   auto lost = core.lose_worker("node a was lost");
-  REQUIRE(lost.unstarted.size() == 1u);
-  const CoreRequest& back = lost.unstarted.front();
+  REQUIRE(lost.unstarted.size() == 3u);
+  CHECK(lost.ended.empty());
+  CHECK(lost.num_resumed == 2);
+  for (SeqId id : {1, 2}) {
+    const CoreRequest& moved = lost.unstarted[id - 1];
+    CHECK(moved.id == id);
+    CHECK(moved.resumed == std::vector<TokenId>{7});  // the token it sent
+    CHECK(std::any_cast<int>(moved.reply_to) == static_cast<int>(id * 100));
+  }
+  const CoreRequest& back = lost.unstarted.back();
   CHECK(back.id == 3);
   CHECK(back.prompt == r3.prompt);
+  CHECK(back.resumed.empty());
   CHECK(back.params.temperature == 0.25f);
   CHECK(back.priority == 5);
   CHECK(std::any_cast<int>(back.reply_to) == 300);
-  REQUIRE(lost.ended.size() == 2u);
-  for (const auto& u : lost.ended) {
-    CHECK(u.finish_reason == FinishReason::error);
-    CHECK(u.error == "node a was lost");
-  }
   // Nothing is left: no step in flight, no blocks, nothing cached, nothing to tell a
   // new worker.
   CHECK_FALSE(core.step_in_flight());

@@ -141,7 +141,7 @@ TEST_CASE("the prefix cache does not serve a prompt being scored, and still lear
   CHECK(plain.front().prompt_logprobs.empty());
 }
 
-TEST_CASE("a worker whose scores are not the ones asked fails the step",
+TEST_CASE("a worker whose scores are not the ones asked fails the step, and it resumes on the next",
           "[engine][prompt_logprobs]") {
   EngineCore core(config(64), {2});
   REQUIRE(core.add(request(1, 6, 0)).has_value());
@@ -152,10 +152,16 @@ TEST_CASE("a worker whose scores are not the ones asked fails the step",
   out.prompt_logprobs.front().entries.pop_back();
   const auto applied = core.apply(out);
   CHECK(applied.worker_lost);
-  REQUIRE(applied.updates.size() == 1);
-  CHECK(applied.updates.front().finish_reason == FinishReason::error);
-  // Ended before its scores were all known: it carries none.
-  CHECK(applied.updates.front().prompt_logprobs.empty());
+  CHECK(applied.updates.empty());  // it resumes on the next worker
+  core.reset_worker();
+  std::vector<AddressedEvent> updates;
+  while (auto again = core.next_step()) {
+    for (auto& u : core.apply(answer(*again)).updates) updates.push_back(std::move(u));
+  }
+  // Scored again from its start on the new worker: its first event carries every score.
+  REQUIRE_FALSE(updates.empty());
+  CHECK(updates.front().prompt_logprobs.size() == 5u);
+  CHECK(updates.back().finish_reason == FinishReason::length);
 }
 
 TEST_CASE("a scored prompt preempted before its first token is scored again from its start",

@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
+#include <set>
+#include <span>
 
 #include "engine/stop_rule.hpp"
 #include "model/sampler.hpp"
+#include "model/splitmix64.hpp"
 
 using namespace troupe;
 using namespace troupe::model;
@@ -255,4 +258,97 @@ TEST_CASE("a device may draw a row only when the host has nothing to add", "[sam
   SamplingParams off;
   off.top_k = -1;
   CHECK(make(off).device_row()->top_k == 0);
+}
+
+namespace {
+
+// Logits that depend on the whole output so far, as a model's do: a hash of it and the id.
+std::vector<float> history_logits(const std::vector<TokenId>& output, std::int32_t vocab) {
+  std::uint64_t h = 0x1234;
+  for (const TokenId t : output) h = splitmix64_next(h ^ static_cast<std::uint64_t>(t));
+  std::vector<float> l(static_cast<std::size_t>(vocab));
+  for (std::int32_t t = 0; t < vocab; ++t) {
+    l[static_cast<std::size_t>(t)] =
+        static_cast<float>(draw_unit(splitmix64_next(h + static_cast<std::uint64_t>(t)))) * 3.0f;
+  }
+  return l;
+}
+
+std::vector<TokenId> run_to(Sampler& s, std::size_t length, std::int32_t vocab) {
+  while (s.output().size() < length) s.sample(history_logits(s.output(), vocab));
+  return s.output();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a seeded draw depends on the seed and the position only: resumed after any k tokens, "
+    "a sampler draws the undisturbed continuation",
+    "[sampler][resume]") {
+  constexpr std::int32_t kVocab = 16;
+  constexpr std::size_t kLength = 24;
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.max_tokens = 100;
+  p.seed = 2026;
+  SECTION("plain") {}
+  SECTION("with top-k, top-p, min_tokens and penalties on the generated tokens") {
+    p.top_k = 10;
+    p.top_p = 0.9f;
+    p.min_tokens = 6;
+    p.frequency_penalty = 0.7f;
+    p.presence_penalty = 0.3f;
+    p.repetition_penalty = 1.2f;
+  }
+  const std::vector<TokenId> prompt = {3, 4, 5};
+  const std::vector<TokenId> eog = {15};
+  auto fresh = [&] { return make(p, prompt, eog, kVocab); };
+  Sampler undisturbed = fresh();
+  const std::vector<TokenId> reference = run_to(undisturbed, kLength, kVocab);
+  // Drawn, not constant: a resume that drew from position 0 again would differ.
+  CHECK(std::set<TokenId>(reference.begin(), reference.end()).size() > 4);
+  for (std::size_t k = 0; k <= kLength; ++k) {
+    INFO("resumed after " << k << " tokens");
+    Sampler resumed = fresh();
+    REQUIRE(resumed.resume(std::span(reference).first(k)).has_value());
+    CHECK(resumed.num_generated() == static_cast<std::int32_t>(k));
+    CHECK(run_to(resumed, kLength, kVocab) == reference);
+  }
+  // Another seed draws otherwise.
+  p.seed = 2027;
+  Sampler other = fresh();
+  CHECK(run_to(other, kLength, kVocab) != reference);
+}
+
+TEST_CASE("the host's draw is sampling_draw of the seed's key and the position, as the device's",
+          "[sampler][resume]") {
+  // Eight equal logits: the draw u in [0, 1) picks token floor(8u), so each token shows the
+  // draw. The device's kernel (gpu/sampling.cu) draws with the same function from the
+  // device_row's seed and counter.
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.max_tokens = 100;
+  p.seed = 41;
+  auto s = make(p);
+  const std::vector<float> flat(8, 0.5f);
+  for (std::uint64_t position = 0; position < 40; ++position) {
+    const auto row = s.device_row();
+    REQUIRE(row.has_value());
+    CHECK(row->seed == sampling_key(41));
+    CHECK(row->counter == position);
+    const double u = draw_unit(sampling_draw(sampling_key(41), position));
+    CHECK(s.sample(flat).id == static_cast<TokenId>(u * 8.0));
+  }
+}
+
+TEST_CASE("a resume with a token outside the vocabulary is refused, the sampler unchanged",
+          "[sampler][resume]") {
+  SamplingParams p;
+  p.max_tokens = 10;
+  auto s = make(p);
+  const std::vector<TokenId> bad = {1, 8};
+  const auto r = s.resume(bad);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message.find("outside the vocabulary") != std::string::npos);
+  CHECK(s.num_generated() == 0);
 }
