@@ -496,6 +496,9 @@ void add_serve_command(CLI::App& app) {
     }
     auto metrics = std::make_shared<monitoring::Metrics>(opts->server.served_model_name,
                                                          config.data_parallel_size);
+    std::vector<std::string> lora_names;
+    for (const auto& lora : opts->server.lora_modules) lora_names.push_back(lora.name);
+    metrics->set_lora_adapters(lora_names);
     config.metrics = metrics;
     opts->server.metrics = metrics;
     // The live page's timeline (GET /v1/engine/events): built only while someone watches.

@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_api.hpp"
 #include "support/mini_json.hpp"
@@ -44,6 +45,10 @@ struct LoraServer {
     e.kv_cache_dtype = KvCacheDtype::f32;  // as the references
     net::ServerConfig config;
     config.served_model_name = "base";
+    metrics = std::make_shared<monitoring::Metrics>("base");
+    metrics->set_lora_adapters({kAdapters.begin(), kAdapters.end()});
+    e.metrics = metrics;
+    config.metrics = metrics;
     for (const auto& name : kAdapters) {
       const std::string path = test::shared_file("models/lora/" + name + ".gguf");
       e.lora_adapters.push_back(path);
@@ -86,6 +91,7 @@ struct LoraServer {
     return r;
   }
 
+  std::shared_ptr<monitoring::Metrics> metrics;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<net::HttpServer> server;  // declared last: it goes first
 };
@@ -161,6 +167,16 @@ TEST_CASE("the base model and its LoRA adapters are served at once under their n
   for (std::size_t i = 0; i < all.size(); ++i) {
     INFO(all[i].model << " prompt " << all[i].golden_case["name"].string << " together");
     CHECK(tokens_of(replies[i].get()) == alone[i]);
+  }
+  // Each adapter's series, back at 0 once its requests ended (the engine's counts by slot
+  // are tested in tests/engine/engine_core_test.cpp, the sums in metrics_test.cpp).
+  const auto exposition = s.curl("/metrics").body;
+  for (const auto& name : kAdapters) {
+    for (const std::string which : {"running", "waiting"}) {
+      INFO(exposition);
+      CHECK(exposition.find("troupe_lora_requests_" + which + R"({model_name="base",lora_name=")" +
+                            name + "\"} 0\n") != std::string::npos);
+    }
   }
 }
 
