@@ -130,8 +130,9 @@ struct ReplicaProbe {
 // One replica's scheduler: runs the iteration loop (plans each step, sends it to the
 // worker, fans out tokens), and answers the router's probes.
 using replica_actor = front_actor::extend<
-    // Its load, and how much of this prompt its prefix cache holds.
-    caf::replies_to<probe_atom, std::vector<TokenId>>::with<ReplicaProbe>,
+    // Its load, and how much of this prompt its prefix cache holds under this LoRA
+    // adapter slot (a prefix cached under another adapter does not count).
+    caf::replies_to<probe_atom, std::vector<TokenId>, std::int32_t>::with<ReplicaProbe>,
     // The router in front of it, which takes back the requests of a lost worker (once).
     caf::reacts_to<router_atom, front_actor>,
     // News of the worker supply it asked for (worker_supply.hpp).

@@ -13,6 +13,7 @@
 
 #include "app/commands.hpp"
 #include "app/config_file.hpp"
+#include "app/lora_options.hpp"
 #include "app/slo_options.hpp"
 #include "app/speculative_options.hpp"
 #include "engine/router.hpp"
@@ -72,6 +73,7 @@ void group_serve_flags(CLI::App* cmd) {
       {"Model",
        {"--model", "--served-model-name", "--chat-template", "--tool-call-parser",
         "--reasoning-parser", "--max-model-len", "--max-logprobs", "--seed"}},
+      {"LoRA", {"--lora-modules", "--max-loras", "--max-lora-rank"}},
       {"Server",
        {"--host", "--port", "--api-key", "--max-concurrent-requests", "--max-requests-per-socket",
         "--max-connections", "--max-buffered-output-bytes", "--shutdown-timeout",
@@ -215,6 +217,7 @@ void add_serve_command(CLI::App& app) {
     int shutdown_timeout_s = 30;
     TokenBudgetFlags budget;
     SloFlags slo;
+    LoraFlags lora;
     std::string chat_template;  // --chat-template: a file's path or the template's text
     LogFlags log;
     bool disable_access_log = false;
@@ -244,6 +247,7 @@ void add_serve_command(CLI::App& app) {
       ->expected(1, CLI::detail::expected_max_vector_size)
       ->type_name("NAME")
       ->default_str("");
+  add_lora_options(cmd, opts->lora);
   cmd->add_option("--max-logprobs", opts->server.max_logprobs,
                   "the most alternatives a token's logprobs may ask for (top_logprobs, "
                   "logprobs, prompt_logprobs)")
@@ -453,6 +457,10 @@ void add_serve_command(CLI::App& app) {
       }
     }
     EngineConfig config = opts->engine;
+    // The adapters are checked now (file, type, rank), before the model loads.
+    if (auto lora = settle_lora(opts->lora, opts->server, config); !lora) {
+      fail(lora.error().message);
+    }
     settle_token_budget(opts->budget, config);
     settle_slo(opts->slo, opts->budget, config);
     if (config.model_path.empty()) config.model_path = builtin_model_path();
@@ -494,6 +502,9 @@ void add_serve_command(CLI::App& app) {
     }
     auto metrics = std::make_shared<monitoring::Metrics>(opts->server.served_model_name,
                                                          config.data_parallel_size);
+    std::vector<std::string> lora_names;
+    for (const auto& lora : opts->server.lora_modules) lora_names.push_back(lora.name);
+    metrics->set_lora_adapters(lora_names);
     config.metrics = metrics;
     opts->server.metrics = metrics;
     // The live page's timeline (GET /v1/engine/events): built only while someone watches.

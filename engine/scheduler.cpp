@@ -411,6 +411,20 @@ void Scheduler::reset_kv_cache() {
   kv_.clear_prefix_cache();
 }
 
+Scheduler::AdapterCounts Scheduler::adapter_counts() const {
+  AdapterCounts counts;
+  const auto count = [this](SeqId id, std::vector<std::int64_t>& into) {
+    const auto it = sequences_.find(id);
+    if (it == sequences_.end()) return;
+    const auto slot = static_cast<std::size_t>(std::max(0, it->second.adapter));
+    if (into.size() <= slot) into.resize(slot + 1, 0);
+    ++into[slot];
+  };
+  for (const SeqId id : running_) count(id, counts.running);
+  for (const SeqId id : waiting_) count(id, counts.waiting);
+  return counts;
+}
+
 const Sequence* Scheduler::find(SeqId id) const {
   const auto it = sequences_.find(id);
   return it == sequences_.end() ? nullptr : &it->second;

@@ -137,6 +137,12 @@ class Scheduler {
   const Sequence* find(SeqId id) const;
   std::size_t num_waiting() const { return waiting_.size(); }
   std::size_t num_running() const { return running_.size(); }
+  // Running and waiting sequences by LoRA adapter slot ([slot], 0 the base model), sized
+  // to the highest slot among them plus one: the per-adapter metrics.
+  struct AdapterCounts {
+    std::vector<std::int64_t> running, waiting;
+  };
+  AdapterCounts adapter_counts() const;
   // Running sequences past their prompt: the decodes the next iteration carries.
   std::int32_t num_decoding() const;
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }

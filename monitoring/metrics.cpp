@@ -91,6 +91,7 @@ struct Metrics::Impl {
     std::int64_t reported_preemptions = 0, reported_queried = 0, reported_hits = 0;
     std::int64_t reported_drafts = 0, reported_draft_tokens = 0, reported_accepted = 0;
     std::vector<std::int64_t> reported_accepted_per_pos;
+    std::vector<std::int64_t> running_by_adapter, waiting_by_adapter;
   };
   std::mutex mutex;
   std::map<std::int32_t, Replica> replicas;
@@ -100,6 +101,11 @@ struct Metrics::Impl {
   p::Gauge& kv_usage =
       gauge("troupe_kv_cache_usage_ratio", "Fraction of KV-cache blocks held by requests");
   // ... and each replica.
+  // Per LoRA adapter (set_lora_adapters; registered only when adapters are served):
+  // lora_names[i] is slot i + 1.
+  std::vector<std::string> lora_names;
+  p::Family<p::Gauge>* lora_running = nullptr;
+  p::Family<p::Gauge>* lora_waiting = nullptr;
   p::Family<p::Gauge>& replica_running =
       gauge_family("troupe_replica_num_requests_running", "Requests running, by replica");
   p::Family<p::Gauge>& replica_waiting =
@@ -263,7 +269,43 @@ void Metrics::record_iteration(const Iteration& it) {
               std::exchange(reported[pos], it.spec_accepted_per_pos_total[pos]));
     }
   }
+  if (m.lora_running != nullptr) {
+    std::lock_guard lock(m.mutex);
+    auto& r = m.replicas[it.replica];
+    r.running_by_adapter = it.running_by_adapter;
+    r.waiting_by_adapter = it.waiting_by_adapter;
+    const auto at = [](const std::vector<std::int64_t>& v, std::size_t slot) {
+      return slot < v.size() ? v[slot] : 0;
+    };
+    for (std::size_t i = 0; i < m.lora_names.size(); ++i) {
+      std::int64_t running = 0, waiting = 0;
+      for (const auto& [index, each] : m.replicas) {
+        running += at(each.running_by_adapter, i + 1);
+        waiting += at(each.waiting_by_adapter, i + 1);
+      }
+      const p::Labels label{{"lora_name", m.lora_names[i]}};
+      m.lora_running->Add(label).Set(static_cast<double>(running));
+      m.lora_waiting->Add(label).Set(static_cast<double>(waiting));
+    }
+  }
   set_replica_load(it.replica, it.num_running, it.num_waiting, it.kv_usage, it.num_kv_blocks);
+}
+
+void Metrics::set_lora_adapters(const std::vector<std::string>& names) {
+  auto& m = *impl_;
+  if (names.empty()) return;
+  std::lock_guard lock(m.mutex);
+  if (m.lora_running == nullptr) {
+    m.lora_running = &m.gauge_family("troupe_lora_requests_running",
+                                     "Requests running (holding KV blocks), by LoRA adapter");
+    m.lora_waiting = &m.gauge_family("troupe_lora_requests_waiting",
+                                     "Requests waiting to be scheduled, by LoRA adapter");
+  }
+  m.lora_names = names;
+  for (const auto& name : names) {
+    m.lora_running->Add({{"lora_name", name}});
+    m.lora_waiting->Add({{"lora_name", name}});
+  }
 }
 
 void Metrics::set_replica_load(std::int32_t replica, std::int64_t num_running,

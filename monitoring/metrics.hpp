@@ -53,8 +53,16 @@ class Metrics {
     std::int64_t spec_draft_tokens_total = 0;
     std::int64_t spec_accepted_tokens_total = 0;
     std::vector<std::int64_t> spec_accepted_per_pos_total = {};
+    // Running and waiting requests by LoRA adapter slot ([slot], 0 the base model; a
+    // slot past the end has none): troupe_lora_requests_running/_waiting.
+    std::vector<std::int64_t> running_by_adapter = {};
+    std::vector<std::int64_t> waiting_by_adapter = {};
   };
   void record_iteration(const Iteration& iteration);
+  // The LoRA adapters served (--lora-modules): names[i] is adapter slot i + 1. Their
+  // troupe_lora_requests_running and _waiting series (label lora_name) start at 0; each
+  // iteration sets them to the sum over replicas. Call before the engine runs.
+  void set_lora_adapters(const std::vector<std::string>& names);
   void observe_queue_time(double seconds);
 
   // A replica's load now (record_iteration sets it too): after it lost its worker, say.

@@ -92,6 +92,10 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
   for (const auto& name : config.other_model_names) {
     context.other_model_names.push_back(text::to_valid_utf8(name));
   }
+  for (const auto& lora : config.lora_modules) {
+    context.lora_modules.push_back(
+        {text::to_valid_utf8(lora.name), text::to_valid_utf8(lora.path)});
+  }
   context.priority_scheduling = engine.scheduling_policy() == SchedulingPolicy::priority;
   context.max_logprobs = config.max_logprobs;
 }

@@ -55,6 +55,14 @@ struct ServerConfig {
   // More names the model answers to (vLLM's --served-model-name a b): accepted in requests
   // and listed by /v1/models; answers name served_model_name.
   std::vector<std::string> other_model_names;
+  // LoRA adapters served beside the model (--lora-modules): their API names, the i-th for
+  // the engine's adapter slot i + 1 (EngineConfig::lora_adapters[i]), and their paths
+  // (/v1/models gives each as its root).
+  struct LoraModule {
+    std::string name;
+    std::string path;
+  };
+  std::vector<LoraModule> lora_modules;
   std::string api_key;  // non-empty: /v1 routes need "Authorization: Bearer <key>"
   // Jinja chat template text overriding the model's own (empty: the model's), and what
   // to call it in the log ("--chat-template file x.jinja").

@@ -89,11 +89,26 @@ struct ApiContext {
   std::int32_t max_model_len = 0;
   std::string served_model_name;
   std::vector<std::string> other_model_names;  // more names requests may use
-  bool serves(std::string_view model) const {
-    return model == served_model_name ||
-           std::find(other_model_names.begin(), other_model_names.end(), model) !=
-               other_model_names.end();
+  // LoRA adapters served beside the model (--lora-modules): a request whose `model` is
+  // lora_modules[i].name runs with GenerateRequest::lora_adapter i + 1.
+  struct LoraModule {
+    std::string name;
+    std::string path;
+  };
+  std::vector<LoraModule> lora_modules;
+  // The adapter slot a request naming `model` runs with: 0 for the model itself, i + 1
+  // for lora_modules[i]; nothing for a name not served.
+  std::optional<std::int32_t> adapter_of(std::string_view model) const {
+    if (model == served_model_name || std::find(other_model_names.begin(), other_model_names.end(),
+                                                model) != other_model_names.end()) {
+      return 0;
+    }
+    for (std::size_t i = 0; i < lora_modules.size(); ++i) {
+      if (lora_modules[i].name == model) return static_cast<std::int32_t>(i + 1);
+    }
+    return std::nullopt;
   }
+  bool serves(std::string_view model) const { return adapter_of(model).has_value(); }
   // The template chat requests render through (null: the built-in ChatML).
   std::shared_ptr<const text::ChatTemplate> chat_template;
   // The most bytes of text one token can stand for: a prompt longer than max_model_len

@@ -386,12 +386,23 @@ std::string websocket_error(std::string_view id, const ApiError& error) {
 }
 
 namespace {
+// vLLM's shape: an adapter's root is its path and its parent the model's name; the
+// model's root is its own name and its parent null.
 json::object model_object(const ApiContext& context, const std::string& name) {
+  json::value parent = nullptr;
+  std::string root = context.served_model_name;
+  for (const auto& lora : context.lora_modules) {
+    if (lora.name == name) {
+      parent = json::string(context.served_model_name);
+      root = lora.path;
+    }
+  }
   return json::object{{"id", name},
                       {"object", "model"},
                       {"created", 0},
                       {"owned_by", "troupe"},
-                      {"root", context.served_model_name},
+                      {"root", std::move(root)},
+                      {"parent", std::move(parent)},
                       {"max_model_len", context.max_model_len},
                       // troupe's own: what a benchmark client needs to draw token ids.
                       {"vocab_size", context.tokenizer ? context.tokenizer->size() : 0}};
@@ -401,6 +412,7 @@ json::object model_object(const ApiContext& context, const std::string& name) {
 std::string models_response(const ApiContext& context) {
   json::array data{model_object(context, context.served_model_name)};
   for (const auto& name : context.other_model_names) data.emplace_back(model_object(context, name));
+  for (const auto& lora : context.lora_modules) data.emplace_back(model_object(context, lora.name));
   return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
 }
 

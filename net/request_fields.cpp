@@ -111,10 +111,12 @@ tl::expected<void, ApiError> check_model(const json::object& o, const ApiContext
   if (const auto* m = o.if_contains("model"); m != nullptr && !m->is_null()) {
     if (!m->is_string()) return tl::unexpected(bad_request("'model' must be a string", "model"));
     r.model = std::string(m->get_string());
-    if (!context.serves(r.model)) {
+    const auto adapter = context.adapter_of(r.model);
+    if (!adapter) {
       return tl::unexpected(
           ApiError{404, "The model '" + r.model + "' does not exist.", "NotFoundError", "model"});
     }
+    r.generate.lora_adapter = *adapter;
   }
   return {};
 }

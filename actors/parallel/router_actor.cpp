@@ -195,8 +195,9 @@ front_actor::behavior_type router(Self self, std::vector<replica_actor> replicas
         pending.submission = std::move(s);
         // Answers come later, as messages: the entry (and its prompt) stays until then.
         const std::vector<TokenId>& prompt = pending.submission.prompt;
+        const std::int32_t adapter = pending.submission.adapter;  // its prefixes are its own
         for (std::size_t i = 0; i < n; ++i) {
-          self->request(state.replicas[i].actor, kProbeTimeout, probe_atom::value, prompt)
+          self->request(state.replicas[i].actor, kProbeTimeout, probe_atom::value, prompt, adapter)
               .then([self, id, i](const ReplicaProbe& p) { on_probe(self, id, i, p); },
                     [self, id, i](const caf::error&) { on_probe(self, id, i, std::nullopt); });
         }

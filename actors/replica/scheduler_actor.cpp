@@ -131,13 +131,13 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
         alone.stats = state.core->stats();
         return {alone};
       },
-      [self](probe_atom, const std::vector<TokenId>& prompt) -> ReplicaProbe {
+      [self](probe_atom, const std::vector<TokenId>& prompt, std::int32_t adapter) -> ReplicaProbe {
         const engine::Scheduler& s = self->state.core->scheduler();
         return {self->state.worker_ready,
                 static_cast<std::int32_t>(s.num_waiting()),
                 static_cast<std::int32_t>(s.num_running()),
                 s.kv_cache().usage(),
-                s.kv_cache().cached_prefix_tokens(prompt),
+                s.kv_cache().cached_prefix_tokens(prompt, adapter),
                 self->state.num_received};
       },
       [self](router_atom, const front_actor& router) {

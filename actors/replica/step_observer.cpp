@@ -58,6 +58,9 @@ void StepObserver::record_metrics(const engine::EngineCore& core, const engine::
   it.spec_draft_tokens_total = s.spec_num_draft_tokens;
   it.spec_accepted_tokens_total = s.spec_num_accepted_tokens;
   it.spec_accepted_per_pos_total = s.spec_num_accepted_tokens_per_pos;
+  auto by_adapter = core.scheduler().adapter_counts();
+  it.running_by_adapter = std::move(by_adapter.running);
+  it.waiting_by_adapter = std::move(by_adapter.waiting);
   metrics_->record_iteration(it);
 }
 

@@ -12,27 +12,30 @@ using actors::replica_actor;
 namespace {
 
 struct StandInState {
-  std::int32_t cached_prefix_tokens = 0;  // of every prompt
-  std::int64_t num_received = 0;          // all still waiting: none ever ends
+  std::int32_t cached_prefix_tokens = 0;  // of every prompt, under adapter slot `adapter`
+  std::int32_t adapter = 0;
+  std::int64_t num_received = 0;  // all still waiting: none ever ends
   bool probed = false;
   static inline const char* name = "test.stand_in_replica";
 };
 
 replica_actor::behavior_type stand_in(replica_actor::stateful_pointer<StandInState> self,
-                                      std::int32_t cached_prefix_tokens) {
+                                      std::int32_t cached_prefix_tokens, std::int32_t adapter = 0) {
   self->state.cached_prefix_tokens = cached_prefix_tokens;
+  self->state.adapter = adapter;
   return {
       [self](actors::submit_atom, const actors::Submission&) { ++self->state.num_received; },
       [](actors::abort_atom, RequestId, FinishReason) {},
       [](actors::stats_atom) { return EngineStats{}; },
       [](actors::replicas_atom) { return std::vector<ReplicaStats>{ReplicaStats{}}; },
-      [self](actors::probe_atom, const std::vector<TokenId>&) {
+      [self](actors::probe_atom, const std::vector<TokenId>&, std::int32_t adapter) {
         auto& s = self->state;
         // The first answer is late: every request of the burst reaches the router, and
         // is probed, before the first is routed.
         if (!std::exchange(s.probed, true)) std::this_thread::sleep_for(50ms);
         const auto waiting = static_cast<std::int32_t>(s.num_received);
-        return actors::ReplicaProbe{true, waiting, 0, 0.0, s.cached_prefix_tokens, s.num_received};
+        const std::int32_t cached = adapter == s.adapter ? s.cached_prefix_tokens : 0;
+        return actors::ReplicaProbe{true, waiting, 0, 0.0, cached, s.num_received};
       },
       [](actors::router_atom, const actors::front_actor&) {},
       [](actors::supplied_atom, const actors::SupplyNews&) {},
@@ -47,7 +50,7 @@ TEST_CASE("a burst is routed by what the router sent, not only by what replicas 
   actors::add_message_types(config);
   caf::actor_system system{config};
   // Replica 0 holds the burst's prefix; replica 1 holds none.
-  std::vector<replica_actor> replicas{system.spawn(stand_in, 16), system.spawn(stand_in, 0)};
+  std::vector<replica_actor> replicas{system.spawn(stand_in, 16, 0), system.spawn(stand_in, 0, 0)};
   engine::RouterConfig routing;
   routing.policy = RoutingPolicy::prefix;
   routing.max_load_gap = 2;
@@ -74,5 +77,41 @@ TEST_CASE("a burst is routed by what the router sent, not only by what replicas 
   CHECK(stats[0].num_routed == 5);
   CHECK(stats[1].num_routed == 3);
   CHECK(stats[0].num_prefix_routed == 5);
+  self->send_exit(router, caf::exit_reason::kill);
+}
+
+TEST_CASE("the prefix probe is by LoRA adapter: a prefix under one never draws another's request",
+          "[actors][data_parallel][lora]") {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  // The same prompt cached on both replicas, under adapter 2 on replica 0 and adapter 1 on
+  // replica 1: each adapter's requests go where their own prefix is.
+  std::vector<replica_actor> replicas{system.spawn(stand_in, 16, 2), system.spawn(stand_in, 16, 1)};
+  engine::RouterConfig routing;
+  routing.policy = RoutingPolicy::prefix;
+  routing.max_load_gap = 100;
+  auto router = system.spawn(actors::parallel::router, replicas, routing);
+  for (RequestId id = 1; id <= 4; ++id) {
+    actors::Submission s;
+    s.id = id;
+    s.prompt = std::vector<TokenId>(20, 5);
+    s.adapter = id <= 3 ? 1 : 2;  // three for adapter 1, one for adapter 2
+    caf::anon_send(router, actors::submit_atom::value, std::move(s));
+  }
+  caf::scoped_actor self{system};
+  std::vector<ReplicaStats> stats;
+  for (int i = 0; i < 200; ++i) {
+    self->request(router, 5s, actors::replicas_atom::value)
+        .receive([&](const std::vector<ReplicaStats>& s) { stats = s; },
+                 [&](const caf::error& e) { FAIL(to_string(e)); });
+    if (stats.size() == 2 && stats[0].num_routed + stats[1].num_routed == 4) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(stats.size() == 2);
+  CHECK(stats[0].num_routed == 1);
+  CHECK(stats[1].num_routed == 3);
+  CHECK(stats[0].num_prefix_routed == 1);
+  CHECK(stats[1].num_prefix_routed == 3);
   self->send_exit(router, caf::exit_reason::kill);
 }

@@ -557,6 +557,10 @@ TEST_CASE("a request's LoRA adapter slot reaches its rows of the step, and only 
   CHECK(work->step.adapters.empty());  // the base model alone: no slots
   core.apply(answer(*work));
   REQUIRE(core.add(adapted).has_value());
+  // The per-adapter counts the metrics read: the base's sequence runs, the adapter's waits.
+  auto counts = core.scheduler().adapter_counts();
+  CHECK(counts.running == std::vector<std::int64_t>{1});
+  CHECK(counts.waiting == std::vector<std::int64_t>{0, 0, 0, 1});
   auto negative = request(3, 2);
   negative.adapter = -1;
   CHECK_FALSE(core.add(negative).has_value());
@@ -570,5 +574,9 @@ TEST_CASE("a request's LoRA adapter slot reaches its rows of the step, and only 
   for (const auto& u : updates) {
     if (u.id == 2) CHECK(u.num_cached_tokens == 0);
   }
+  counts = core.scheduler().adapter_counts();  // the base's sequence ended at its 2 tokens
+  CHECK(counts.running == std::vector<std::int64_t>{0, 0, 0, 1});
+  CHECK(counts.waiting.empty());
   run_all(core);
+  CHECK(core.scheduler().adapter_counts().running.empty());
 }

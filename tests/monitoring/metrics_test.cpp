@@ -31,6 +31,7 @@ std::map<std::string, double> samples(const std::string& exposition) {
 
 // One call of each recording method, so that every family has a series.
 void record_everything(monitoring::Metrics& metrics) {
+  metrics.set_lora_adapters({"sql-lora"});
   monitoring::Metrics::Iteration iteration;
   iteration.seconds = 0.01;
   iteration.num_tokens = 8;
@@ -39,6 +40,7 @@ void record_everything(monitoring::Metrics& metrics) {
   iteration.num_running = 1;
   iteration.num_kv_blocks = 10;
   iteration.kv_usage = 0.1;
+  iteration.running_by_adapter = {0, 1};
   metrics.record_iteration(iteration);
   metrics.observe_queue_time(0.001);
   metrics.set_replica_up(0, true);
@@ -229,4 +231,35 @@ TEST_CASE("speculative decoding's counters are vLLM's spec_decode counters, per 
                   "\"0\"}") == 4);
   CHECK(values.at("troupe_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position="
                   "\"2\"}") == 2);
+}
+
+TEST_CASE("LoRA adapters' running and waiting requests are summed over replicas",
+          "[monitoring][lora]") {
+  monitoring::Metrics metrics("base", 2);
+  CHECK(metrics.serialize().find("troupe_lora_requests") == std::string::npos);
+  metrics.set_lora_adapters({"a", "b"});
+  const auto series = [](const std::string& which, const std::string& name) {
+    return "troupe_lora_requests_" + which + R"({model_name="base",lora_name=")" + name + R"("})";
+  };
+  auto values = samples(metrics.serialize());
+  CHECK(values.at(series("running", "a")) == 0);
+  CHECK(values.at(series("waiting", "b")) == 0);
+  monitoring::Metrics::Iteration it;
+  it.replica = 0;
+  it.running_by_adapter = {3, 2, 1};  // slot 0 is the base model's: not an adapter series
+  it.waiting_by_adapter = {0, 1};
+  metrics.record_iteration(it);
+  it.replica = 1;
+  it.running_by_adapter = {0, 4};
+  it.waiting_by_adapter = {};
+  metrics.record_iteration(it);
+  values = samples(metrics.serialize());
+  CHECK(values.at(series("running", "a")) == 6);
+  CHECK(values.at(series("running", "b")) == 1);
+  CHECK(values.at(series("waiting", "a")) == 1);
+  CHECK(values.at(series("waiting", "b")) == 0);
+  it.running_by_adapter = {};  // replica 1 drained
+  metrics.record_iteration(it);
+  values = samples(metrics.serialize());
+  CHECK(values.at(series("running", "a")) == 2);
 }

@@ -1,0 +1,93 @@
+// `troupe serve --lora-modules`, `--max-loras`, `--max-lora-rank` (issue 33): bad input is
+// a clear start-up error naming the adapter, never a crash; a good set of adapters serves
+// (the llama base of ../shared/models/archs and its adapters in ../shared/models/lora).
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "support/child_process.hpp"
+#include "support/test_support.hpp"
+
+using namespace std::chrono_literals;
+using troupe::test::ChildProcess;
+
+namespace {
+
+std::string base() {
+  return troupe::test::shared_file("models/archs/llama.gguf");
+}
+std::string adapter(const std::string& name) {
+  return troupe::test::shared_file("models/lora/" + name + ".gguf");
+}
+
+// The whole output of a serve that must refuse its flags before it serves.
+std::string refused(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv{TROUPE_BINARY, "serve", base(), "--port", "0", "--threads", "1"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  ChildProcess serve(argv);
+  const auto code = serve.wait_exit(60s);
+  INFO(serve.output());
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  return serve.output();
+}
+
+bool says(const std::string& output, const std::string& what) {
+  INFO(output);
+  return output.find(what) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("bad --lora-modules input is a clear start-up error", "[app][lora]") {
+  const std::string r8 = adapter("llama-attn-r8"), r16 = adapter("llama-all-r16");
+  CHECK(says(refused({"--lora-modules", "a=/no/such.gguf"}), "adapter 'a': no file /no/such.gguf"));
+  CHECK(says(refused({"--lora-modules", "no-path"}), "'no-path' is neither name=path nor a JSON"));
+  CHECK(says(refused({"--lora-modules", "=" + r8}), "needs a name and a path"));
+  CHECK(says(refused({"--max-loras", "2", "--lora-modules", "a=" + r8, "a=" + r16}),
+             "the name 'a' is given twice"));
+  CHECK(says(refused({"--lora-modules", base() + "=" + r8}), "is the served model's"));
+  CHECK(says(refused({"--lora-modules", "a=" + r8, "b=" + r16}),
+             "2 adapters, more than --max-loras 1"));
+  CHECK(says(refused({"--lora-modules", "a=" + r16, "--max-lora-rank", "8"}),
+             "adapter 'a' has rank 16, more than --max-lora-rank 8"));
+  CHECK(says(refused({"--lora-modules", "a=" + base()}), "is not a LoRA adapter GGUF"));
+  // An adapter of another architecture: the worker's check against the model.
+  CHECK(says(refused({"--lora-modules", "a=" + adapter("qwen2-qv-r4")}),
+             "the adapter is for architecture qwen2, the base model is llama"));
+  // A truncated adapter file.
+  const std::string cut = troupe::test::temp_path("lora-cut.gguf");
+  {
+    std::ifstream in(r8, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  CHECK(says(refused({"--lora-modules", "a=" + cut}), "adapter 'a' (" + cut + ")"));
+  // vLLM's JSON form, checked the same way.
+  CHECK(says(refused({"--lora-modules",
+                      R"({"name": "a", "path": ")" + r8 + R"(", "base_model_name": "other"})"}),
+             "base_model_name 'other' is not the served model"));
+  CHECK(says(refused({"--lora-modules", R"({"name": "a", "path": 5})"}), "path must be a string"));
+  CHECK(says(refused({"--lora-modules", R"({"name": "a")"}), "is not a JSON object"));
+}
+
+TEST_CASE("a server with adapters in both forms serves and lists them",
+          "[app][lora][integration]") {
+  ChildProcess serve({TROUPE_BINARY, "serve", base(), "--port", "0", "--threads", "1",
+                      "--served-model-name", "base", "--max-loras", "2", "--lora-modules",
+                      "attn=" + adapter("llama-attn-r8"),
+                      R"({"name": "all", "path": ")" + adapter("llama-all-r16") +
+                          R"(", "base_model_name": "base"})"});
+  const auto port = serve.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  INFO(serve.output());
+  REQUIRE(port.has_value());
+  std::string models;
+  FILE* pipe = ::popen(("curl -s http://127.0.0.1:" + *port + "/v1/models").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) models.append(buffer, n);
+  ::pclose(pipe);
+  INFO(models);
+  CHECK(says(models, R"("id":"attn","object":"model")"));
+  CHECK(says(models, R"("root":")" + adapter("llama-all-r16") + R"(","parent":"base")"));
+}
