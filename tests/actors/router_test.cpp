@@ -91,7 +91,7 @@ TEST_CASE("the prefix probe is by LoRA adapter: a prefix under one never draws a
   engine::RouterConfig routing;
   routing.policy = RoutingPolicy::prefix;
   routing.max_load_gap = 100;
-  auto router = system.spawn(actors::parallel::router, replicas, routing);
+  auto router = system.spawn(actors::parallel::router, replicas, routing, caf::timespan{0});
   for (RequestId id = 1; id <= 4; ++id) {
     actors::Submission s;
     s.id = id;
