@@ -366,14 +366,28 @@ TEST_CASE("n choices come back as n indexed choices, streamed or not", "[net][in
 
 TEST_CASE("a failure inside the engine is a 500 error object, and serving goes on",
           "[net][integration]") {
-  auto fail_next = std::make_shared<std::atomic<bool>>(false);
-  Server s({}, [fail_next] {
-    if (fail_next->exchange(false)) throw std::runtime_error("injected fault");
+  // Each failing step costs the replica its worker; a request resumes on the next one
+  // (issue 31), and ends with the error only when its steps keep failing.
+  auto failures = std::make_shared<std::atomic<int>>(0);
+  Server s({}, [failures] {
+    if (failures->load() > 0) {
+      failures->fetch_sub(1);
+      throw std::runtime_error("injected fault");
+    }
   });
-  fail_next->store(true);
+  const std::string greedy = R"({"prompt":"Hi","max_tokens":3,"temperature":0})";
+  const auto undisturbed = s.post("/v1/completions", greedy);
+  REQUIRE(undisturbed.status == 200);
+  failures->store(1);  // one lost worker: the request resumes and completes
+  const auto resumed = s.post("/v1/completions", greedy);
+  CHECK(resumed.status == 200);
+  CHECK(parse(resumed.body)["choices"].array[0]["text"].string ==
+        parse(undisturbed.body)["choices"].array[0]["text"].string);
+  failures->store(1000);  // every step fails: given up after a few workers
   const auto r = s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})");
   CHECK(r.status == 500);
   CHECK(parse(r.body)["error"]["message"].string.find("injected fault") != std::string::npos);
   CHECK(parse(r.body)["error"]["type"].string == "internal_error");
+  failures->store(0);
   CHECK(s.post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})").status == 200);
 }
