@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "model/random_model.hpp"
+#include "support/small_model.hpp"
 #include "support/test_support.hpp"
 
 using namespace troupe;
@@ -27,16 +28,7 @@ TEST_CASE("bench throughput's JSON has a token budget only where one is in force
 
 TEST_CASE("bench throughput spreads its requests over LoRA adapters and times their load",
           "[bench][lora]") {
-  model::RandomModelSpec base;
-  base.dim = 64;
-  base.num_layers = 2;
-  base.num_heads = 4;
-  base.num_kv_heads = 2;
-  base.ffn_dim = 96;
-  base.vocab_size = 512;
-  base.context_length = 128;
-  const std::string base_path = test::temp_path("bench-lora-base.gguf");
-  REQUIRE(model::write_random_model(base, base_path).has_value());
+  const std::string base_path = test::write_small_model("bench-lora-base");
   bench::ThroughputOptions o;
   o.engine.model_path = base_path;
   o.engine.num_threads = 1;

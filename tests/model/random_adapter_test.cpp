@@ -7,32 +7,14 @@
 #include "model/loaded_model.hpp"
 #include "model/lora_adapter.hpp"
 #include "model/random_model.hpp"
+#include "support/small_model.hpp"
 #include "support/test_support.hpp"
 
 using namespace troupe;
 using namespace troupe::model;
 
-namespace {
-
-// A small random Llama: 2 layers, dim 64, 2 KV heads of 16, FFN 96.
-std::string write_base() {
-  RandomModelSpec spec;
-  spec.dim = 64;
-  spec.num_layers = 2;
-  spec.num_heads = 4;
-  spec.num_kv_heads = 2;
-  spec.ffn_dim = 96;
-  spec.vocab_size = 512;
-  spec.context_length = 128;
-  const std::string path = test::temp_path("lora-base.gguf");
-  REQUIRE(write_random_model(spec, path).has_value());
-  return path;
-}
-
-}  // namespace
-
 TEST_CASE("a random adapter reads back with its rank, type and targets", "[lora]") {
-  const std::string base_path = write_base();
+  const std::string base_path = test::write_small_model("lora-base");  // FFN 128
   auto base = LoadedModel::open(base_path);
   REQUIRE(base.has_value());
   const std::string path = test::temp_path("lora-random.gguf");
@@ -56,13 +38,13 @@ TEST_CASE("a random adapter reads back with its rank, type and targets", "[lora]
     CHECK(k->scale == 2.0f);  // alpha / rank
     const LoraMatrix* down = adapter->find(0, LoraTarget::ffn_down);
     REQUIRE(down != nullptr);
-    CHECK(down->n_in == 96);
+    CHECK(down->n_in == 128);
     // Normal values of the asked spread, and A and B not the same values.
     double sum_squares = 0.0;
     for (std::int64_t r = 0; r < 8; ++r) {
-      for (std::int64_t i = 0; i < 96; ++i) sum_squares += std::pow(down->a_at(r, i), 2.0);
+      for (std::int64_t i = 0; i < 128; ++i) sum_squares += std::pow(down->a_at(r, i), 2.0);
     }
-    CHECK(std::sqrt(sum_squares / (8 * 96)) == Approx(0.02).epsilon(0.15));
+    CHECK(std::sqrt(sum_squares / (8 * 128)) == Approx(0.02).epsilon(0.15));
     CHECK(down->a_at(0, 0) != down->b_at(0, 0));
   }
   SECTION("chosen targets in F32, and a second seed gives other values") {
