@@ -37,8 +37,14 @@ def main() -> int:
     parser.add_argument("--json", help="also write the result here")
     args = parser.parse_args()
 
+    begun = time.perf_counter()
+
+    def progress(what):  # to stderr as it happens, so a run cut short says how far it got
+        print(f"[{time.perf_counter() - begun:6.1f} s] {what}", file=sys.stderr, flush=True)
+
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    progress("imported torch and transformers")
 
     with open(args.workload) as f:
         workload = json.load(f)
@@ -58,6 +64,7 @@ def main() -> int:
         model = LlamaForCausalLM(config)
     model.eval()
     build_s = time.perf_counter() - started
+    progress(f"built the model on the GPU in {build_s:.1f} s")
     generator = torch.Generator(device="cuda").manual_seed(1)
 
     def run_batch(lens):
@@ -71,10 +78,13 @@ def main() -> int:
 
     run_batch([8] * min(len(output_lens), args.batch_size))  # warm-up: kernels, allocator
     torch.cuda.synchronize()
+    progress("warmed up")
     started = time.perf_counter()
     for i in range(0, len(output_lens), args.batch_size):
-        run_batch(output_lens[i: i + args.batch_size])
-    torch.cuda.synchronize()
+        batch = output_lens[i: i + args.batch_size]
+        run_batch(batch)
+        torch.cuda.synchronize()
+        progress(f"batch of {len(batch)} requests, {max(batch)} steps, done")
     seconds = time.perf_counter() - started
 
     output_tokens = sum(output_lens)

@@ -87,7 +87,8 @@ std::size_t decode_shared_bytes(int group, int dim) {
 }
 
 // grid (num_kv_heads, num_decode_rows, num_splits): one block per (KV head, query row,
-// partition of kDecodePartition keys), for all the group's query heads at once.
+// partition of a.partition keys, kDecodePartition at most), for all the group's query heads
+// at once.
 // Scores: one key per thread, its row read in 16-byte pieces (many loads in flight).
 // Values: a thread owns 8 dims for one lane of keys; lanes are summed by shuffles within a
 // warp and through shared memory across warps. A partition past the context's end does
@@ -104,8 +105,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int kv_dim = a.num_kv_heads * dim;
   const std::int64_t q_stride = static_cast<std::int64_t>(a.num_heads) * dim;
   const int length = keys_of(a, row);
-  const int start = split * kDecodePartition;
-  const int end = min(length, start + kDecodePartition);
+  const int start = split * a.partition;
+  const int end = min(length, start + a.partition);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (start >= end) {
     if (length == 0 && split == 0 && num_splits == 1) {  // a padding row: zeros
@@ -198,7 +199,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
     }
-#pragma unroll 2
+#pragma unroll 4
     for (int t = kl; t < n; t += key_lanes) {
       float v[8];
       load8(v_cache + slot_s[t] * kv_dim + kv_head * dim + dg * 8, v);
@@ -258,9 +259,9 @@ __global__ void combine_kernel(AttentionArgs a, const std::int32_t* __restrict__
   const int item = blockIdx.x, head = blockIdx.y;
   const int dim = a.head_dim;
   const int row = decode_rows[item];
-  const int used = min(num_splits, (keys_of(a, row) + kDecodePartition - 1) / kDecodePartition);
+  const int used = min(num_splits, (keys_of(a, row) + a.partition - 1) / a.partition);
   // The partitions before the window's start computed nothing.
-  const int first = window_start(a, keys_of(a, row)) / kDecodePartition;
+  const int first = window_start(a, keys_of(a, row)) / a.partition;
   const float* base =
       partials + (item * static_cast<std::int64_t>(a.num_heads) + head) * num_splits * (dim + 2);
   float m = -INFINITY;

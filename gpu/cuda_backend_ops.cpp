@@ -160,6 +160,7 @@ void CudaBackend::attention(std::int32_t layer, Tensor q, const model::Attention
   a.window = params.window;
   // The output projection reads this next: its 16-bit input is written here.
   a.out16 = copy_for(out);
+  a.partition = layout_.partition;
   const auto num_decode = static_cast<std::int32_t>(layout_.decode_rows.size());
   if (num_decode > 0) {
     // As many decode rows per launch as the reserved partials hold (all of a graph's).

@@ -14,7 +14,8 @@ struct Copy16 {
   Half16 type = Half16::bf16;
 };
 
-// Keys each decode split covers.
+// Keys each decode split covers at most (its shared memory is sized for this); small
+// batches split finer (StepLayout::partition, AttentionArgs::partition).
 inline constexpr std::int32_t kDecodePartition = 256;
 inline constexpr std::int32_t kMaxGroup = 16;  // query heads per KV head
 inline constexpr std::int32_t kMaxHeadDim = 256;

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "gpu/kernels.hpp"
@@ -128,8 +129,11 @@ __device__ __forceinline__ __half kv_half(float x) {
   return __float2half_rn(isnan(x) ? x : fminf(fmaxf(x, -65504.0f), 65504.0f));
 }
 
-// One block per row: the row's angles once in shared memory, then q's pairs, k's pairs
-// (rotated in place and into the cache), k's unrotated dims and v into the cache.
+// grid (rows, parts): each block computes its row's angles into shared memory, then takes
+// every parts-th stretch of q's pairs, k's pairs (rotated in place and into the cache), k's
+// unrotated dims and v into the cache. A row is spread over several blocks because one
+// block per row left a batch-1 decode step latency-bound: 20 dependent rounds of loads for
+// Llama-3-8B's 40 heads, 15 us a layer on an H200 (ncu), now one or two.
 __global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict__ v,
                                      const std::int32_t* __restrict__ positions,
                                      const std::int32_t* __restrict__ slots, RopeArgs a,
@@ -151,7 +155,9 @@ __global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict
   float* qr = q != nullptr ? q + row * a.num_heads * a.head_dim : nullptr;
   float* kr = k + row * kv_dim;
   const float* vr = v + row * kv_dim;
-  for (std::int32_t i = threadIdx.x; i < (a.num_heads + num_kv_heads) * half; i += blockDim.x) {
+  const std::int32_t first = blockIdx.y * blockDim.x + threadIdx.x;
+  const std::int32_t stride = gridDim.y * blockDim.x;
+  for (std::int32_t i = first; i < (a.num_heads + num_kv_heads) * half; i += stride) {
     const bool is_q = i < a.num_heads * half;
     const std::int32_t j = is_q ? i : i - a.num_heads * half;
     const std::int32_t head = j / half, pair = j % half;
@@ -169,7 +175,7 @@ __global__ void rope_store_kv_kernel(float* q, float* k, const float* __restrict
     }
   }
   if (slot < 0) return;
-  for (std::int32_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
+  for (std::int32_t e = first; e < kv_dim; e += stride) {
     if (e % a.head_dim >= a.rot_dims) k_cache[cache_row + e] = kv_half(kr[e]);
     v_cache[cache_row + e] = kv_half(vr[e]);
   }
@@ -308,7 +314,14 @@ void rope_store_kv(float* q, float* k, const float* v, const std::int32_t* posit
                    const std::int32_t* slots, std::int64_t rows, const RopeArgs& args,
                    std::int32_t num_kv_heads, void* k_cache, void* v_cache, cudaStream_t stream) {
   if (rows == 0) return;
-  rope_store_kv_kernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(
+  // Enough blocks a row that each thread rotates about one pair; past 64 rows the rows alone
+  // fill the device, and more parts would only recompute the angles.
+  constexpr std::int64_t kThreadsPerPart = 128;
+  const std::int64_t pairs = std::int64_t{args.num_heads + num_kv_heads} * (args.rot_dims / 2);
+  const std::int64_t wanted = (pairs + kThreadsPerPart - 1) / kThreadsPerPart;
+  const auto parts =
+      static_cast<unsigned>(std::clamp<std::int64_t>(rows >= 64 ? 1 : wanted, 1, 32));
+  rope_store_kv_kernel<<<dim3(static_cast<unsigned>(rows), parts), kThreadsPerPart, 0, stream>>>(
       q, k, v, positions, slots, args, num_kv_heads, static_cast<__half*>(k_cache),
       static_cast<__half*>(v_cache));
 }

@@ -82,6 +82,7 @@ struct AttentionArgs {
   float softcap = 0.0f;     // score = softcap * tanh(scale * q.k / softcap); 0: none
   std::int32_t window = 0;  // a query at p sees keys j with 0 <= p - j < window; 0: all
   Copy16 out16;             // also the output in 16 bits, for the matmul that reads it next
+  std::int32_t partition = kDecodePartition;  // keys a decode split covers, at most that
 };
 // One query per listed row, over its sequence's blocks, split along the context into
 // `num_splits` partitions (partials in `scratch`: rows * num_heads * num_splits * (head_dim + 2)

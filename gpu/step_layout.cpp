@@ -58,6 +58,15 @@ std::int32_t graph_splits_for(std::int32_t needed) {
   return splits;
 }
 
+std::int32_t decode_partition_for(std::int32_t decode_rows) {
+  // Batch 1 at 512 keys in partitions of 256 was 16 blocks for an H200's 132 multiprocessors
+  // (Llama-3-8B's 8 KV heads): each block latency-bound, 42 us a layer (ncu). In partitions
+  // of 64 it is 64 blocks of a quarter of the keys each.
+  if (decode_rows <= 2) return 64;
+  if (decode_rows <= 8) return 128;
+  return kernels::kDecodePartition;
+}
+
 std::int64_t decode_partial_floats(std::int64_t rows, std::int32_t num_heads,
                                    std::int32_t num_splits, std::int32_t head_dim) {
   if (num_splits <= 1) return 0;
@@ -77,9 +86,14 @@ std::int64_t reserved_decode_floats(const GraphPolicy& policy, std::int32_t num_
                                     std::int32_t head_dim) {
   const std::int32_t reach =
       policy.enabled && policy.max_model_len > 0 ? policy.max_model_len : kGraphMaxContext;
-  const std::int32_t splits =
-      graph_splits_for(blocks_for(std::min(reach, kGraphMaxContext), kernels::kDecodePartition));
-  return decode_partial_floats(std::max(1, policy.max_batch), num_heads, splits, head_dim);
+  // Each graph batch at its own partition; the largest batch is the most, unless it is small.
+  std::int64_t most = 0;
+  for (const std::int32_t rows : graph_batch_sizes(std::max(1, policy.max_batch))) {
+    const std::int32_t splits =
+        graph_splits_for(blocks_for(std::min(reach, kGraphMaxContext), decode_partition_for(rows)));
+    most = std::max(most, decode_partial_floats(rows, num_heads, splits, head_dim));
+  }
+  return most;
 }
 
 std::int32_t planned_rows(const model::StepInput& step, const GraphPolicy& policy) {
@@ -101,18 +115,20 @@ StepLayout plan_step(const model::StepInput& step, std::int32_t block_size,
   // beside them has tiles of its own). A graph's split count is that rounded up to a power
   // of two, and its block tables reach as far: both are fixed in what it recorded, so
   // they are part of its key.
-  std::int32_t longest = 0, longest_decode = 0;
+  std::int32_t longest = 0, longest_decode = 0, num_decode = 0;
   for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
     longest = std::max(longest, step.context_lens[s]);
     if (step.query_start[s + 1] - step.query_start[s] == 1) {
       longest_decode = std::max(longest_decode, step.context_lens[s]);
+      ++num_decode;
     }
   }
-  const std::int32_t needed = std::max(1, blocks_for(longest_decode, kernels::kDecodePartition));
+  // A graph's partition follows from its padded batch, so the batch in its key fixes it.
+  l.partition = decode_partition_for(l.graph ? l.rows : num_decode);
+  const std::int32_t needed = std::max(1, blocks_for(longest_decode, l.partition));
   if (l.graph) {
     l.num_splits = graph_splits_for(needed);
-    const std::int32_t reach =
-        std::min(l.num_splits * kernels::kDecodePartition, policy.max_model_len);
+    const std::int32_t reach = std::min(l.num_splits * l.partition, policy.max_model_len);
     l.block_stride = std::max({1, step.max_blocks_per_seq, blocks_for(reach, block_size)});
     l.graph_key = (std::int64_t{l.rows} << 32) | (std::int64_t{l.num_splits} << 16) |
                   std::min<std::int64_t>(l.block_stride, 0xffff);

@@ -28,6 +28,11 @@ struct GraphPolicy {
 // per batch size cover every length up to the graphs' reach.
 std::int32_t graph_splits_for(std::int32_t needed);
 
+// Keys a decode partition covers in a step of `decode_rows` single-query rows: small
+// batches split finer so that their few rows still spread over the device's multiprocessors,
+// larger ones take kernels::kDecodePartition.
+std::int32_t decode_partition_for(std::int32_t decode_rows);
+
 // Floats of decode scratch ("partials") for `rows` decode rows of `num_heads` heads over
 // `num_splits` partitions: rows x heads x splits x (head_dim + 2). None for one split.
 std::int64_t decode_partial_floats(std::int64_t rows, std::int32_t num_heads,
@@ -54,8 +59,10 @@ struct StepLayout {
   std::int32_t real_rows = 0;     // the step's own tokens
   bool graph = false;             // a decode-only step padded to a graph batch size
   std::int64_t graph_key = 0;     // the graph it replays: its batch and its split count
+                                  // (the partition follows from the batch)
   std::int32_t block_stride = 0;  // ints per block-table row
   std::int32_t num_splits = 1;    // decode attention partitions: by the longest decode row
+  std::int32_t partition = kernels::kDecodePartition;             // keys each of them covers
   std::vector<std::int32_t> tokens, positions, token_seq, slots;  // [rows]
   std::vector<std::int32_t> logit_row_index;                      // [logit_rows]
   std::vector<std::int32_t> decode_rows;                          // single-query rows

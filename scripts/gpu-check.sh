@@ -7,7 +7,7 @@
 #   here:   scripts/gpu-deps.sh
 #   device: run(command="bash scripts/gpu-check.sh", carry=[".gpu-deps"], timeout_s=600)
 #
-# The stages' own time limits (150 + 100 + 110 + 60 s = 420 s) keep the whole well inside
+# The stages' own time limits (150 + 100 + 110 + 180 s = 540 s) keep the whole well inside
 # the device tool's 600 s, and each stage prints as it goes, so a stage that runs out
 # still leaves the ones before it in the reply. The tests run with TROUPE_TESTS_MUST_RUN:
 # a test that would skip (no device, a driver too old for the runtime, a missing model
@@ -78,9 +78,9 @@ elif [ ! -f "$OUT/workload.json" ]; then
   record hf "did not run (the benchmark wrote no workload)"
 else
   stage "Hugging Face static batching ($HF_PROMPTS requests, batch $HF_BATCH)"
-  PYTHONUNBUFFERED=1 timeout 60 python3 bench/hf_static_baseline.py --shape "$SHAPE" \
+  PYTHONUNBUFFERED=1 timeout 180 python3 bench/hf_static_baseline.py --shape "$SHAPE" \
     --workload "$OUT/workload.json" --num-prompts "$HF_PROMPTS" --batch-size "$HF_BATCH" \
-    --json "$OUT/hf.json" 2>&1 | grep -v Warning | tail -5
+    --json "$OUT/hf.json" 2>&1 | grep -v Warning | tail -12
   record hf "$(outcome "${PIPESTATUS[0]}")"
 fi
 

@@ -245,10 +245,20 @@ TEST_CASE(
     // Keys and values are half precision on the GPU.
     CHECK(b.error(out) < 3e-3);
   };
-  // A long prompt (many tiles), a short one, a single token; then decodes over 600 keys (three
-  // partitions) beside a new prompt.
+  // A long prompt (many tiles), a short one, a single token; then decodes over 600 keys (five
+  // partitions of 128, as three decode rows split) beside a new prompt.
   run(test::make_step({599, 20, 1}, {599, 20, 1}, block_size));
   run(test::make_step({600, 21, 2, 45}, {1, 1, 1, 45}, block_size));
+  // Each decode partition size (gpu::decode_partition_for): prompts, then one decode each
+  // (no length a multiple of 16, so each keeps its blocks). Two rows split by 64 keys ...
+  const auto decode_after = [&](std::vector<std::int32_t> lengths) {
+    run(test::make_step(lengths, lengths, block_size));
+    for (auto& l : lengths) ++l;
+    run(test::make_step(lengths, std::vector<std::int32_t>(lengths.size(), 1), block_size));
+  };
+  decode_after({599, 129});
+  // ... and twelve by 256.
+  decode_after({599, 300, 77, 5, 1, 40, 255, 100, 200, 63, 301, 130});
 }
 
 TEST_CASE("device sampling: greedy is the argmax, filters keep their sets, seeds repeat",

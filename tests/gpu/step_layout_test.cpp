@@ -106,7 +106,8 @@ TEST_CASE("a mixed step sends single queries to decode and the rest in tiles of 
   CHECK(l.tiles[2].first_row == 32);
   CHECK(l.tiles[2].num_rows == 3);
   CHECK(l.decode_rows == std::vector<std::int32_t>{35, 36});
-  CHECK(l.num_splits == 3);  // 600 keys in partitions of 256
+  CHECK(l.partition == 64);   // two decode rows split finely
+  CHECK(l.num_splits == 10);  // 600 keys in partitions of 64
   CHECK(l.positions[0] == 5);
   CHECK(l.positions[34] == 39);
   CHECK(l.logit_row_index == std::vector<std::int32_t>{34, 35, 36});
@@ -141,23 +142,24 @@ TEST_CASE("a decode graph's grid follows the step's contexts, not the model's le
   CHECK(plan_step(batch(256, 1025), 16, policy).graph_key != l.graph_key);
   CHECK(plan_step(batch(256, 1025), 16, policy).num_splits == 8);
   CHECK(plan_step(batch(200, 1000), 16, policy).graph_key != l.graph_key);  // batch 208
-  CHECK(plan_step(batch(8, 256), 16, policy).num_splits == 1);
-  CHECK(plan_step(batch(8, 257), 16, policy).num_splits == 2);
-  // At the graphs' reach: 32 partitions, tables of 8192 keys.
-  const auto full = plan_step(batch(4, 8192), 16, policy);
+  CHECK(plan_step(batch(16, 256), 16, policy).num_splits == 1);
+  CHECK(plan_step(batch(16, 257), 16, policy).num_splits == 2);
+  // At the graphs' reach: 32 partitions of 256, tables of 8192 keys.
+  const auto full = plan_step(batch(16, 8192), 16, policy);
   REQUIRE(full.graph);
   CHECK(full.num_splits == 32);
   CHECK(full.block_stride == 8192 / 16);
   SECTION("beyond the graphs' reach a step runs eagerly, split by its own longest row") {
-    const auto eager = plan_step(batch(4, 20000), 16, policy);
+    const auto eager = plan_step(batch(16, 20000), 16, policy);
     CHECK_FALSE(eager.graph);
     CHECK(eager.num_splits == (20000 + 255) / 256);
+    CHECK(plan_step(batch(4, 20000), 16, policy).num_splits == (20000 + 127) / 128);
   }
   SECTION("a long prefill beside decodes does not widen the decodes' grid") {
     // A 2048-token chunk reaching 32K keys, and two decodes at 300 keys.
     const auto mixed = plan_step(test::make_step({32768, 300, 120}, {2048, 1, 1}, 16), 16, policy);
     CHECK_FALSE(mixed.graph);
-    CHECK(mixed.num_splits == 2);
+    CHECK(mixed.num_splits == 5);  // 300 keys in partitions of 64 (two decode rows)
     CHECK(mixed.decode_rows.size() == 2u);
     CHECK(mixed.block_stride == 32768 / 16);  // the prefill's tables still fit
     // A prefill alone needs no decode scratch at all.
@@ -165,6 +167,38 @@ TEST_CASE("a decode graph's grid follows the step's contexts, not the model's le
     CHECK(prefill.num_splits == 1);
     CHECK(gpu::decode_partial_floats(static_cast<std::int64_t>(prefill.decode_rows.size()), 32,
                                      prefill.num_splits, 128) == 0);
+  }
+}
+
+TEST_CASE("small decode batches split their contexts finer, in graphs too", "[gpu][layout]") {
+  CHECK(gpu::decode_partition_for(1) == 64);
+  CHECK(gpu::decode_partition_for(2) == 64);
+  CHECK(gpu::decode_partition_for(3) == 128);
+  CHECK(gpu::decode_partition_for(8) == 128);
+  CHECK(gpu::decode_partition_for(9) == gpu::kernels::kDecodePartition);
+  GraphPolicy policy;
+  policy.max_model_len = 8192;
+  const auto batch = [](std::int32_t n, std::int32_t context) {
+    return test::make_step(std::vector<std::int32_t>(n, context), std::vector<std::int32_t>(n, 1),
+                           16);
+  };
+  // Batch 1 at 512 keys: 8 partitions of 64 (with Llama-3-8B's 8 KV heads, 64 blocks, not 16).
+  const auto one = plan_step(batch(1, 512), 16, policy);
+  REQUIRE(one.graph);
+  CHECK(one.partition == 64);
+  CHECK(one.num_splits == 8);
+  CHECK(one.block_stride == 512 / 16);  // the graph's tables reach splits x partition
+  // Three rows pad to a graph of 4, which splits by 128: the padded batch decides.
+  const auto three = plan_step(batch(3, 512), 16, policy);
+  REQUIRE(three.graph);
+  CHECK(three.rows == 4);
+  CHECK(three.partition == 128);
+  CHECK(three.num_splits == 4);
+  // The reserved scratch still holds every graph batch's partials in one launch.
+  const std::int64_t reserved = gpu::reserved_decode_floats(policy, 32, 128);
+  for (const std::int32_t rows : gpu::graph_batch_sizes(policy.max_batch)) {
+    const auto l = plan_step(batch(rows, 8192), 16, policy);
+    CHECK(gpu::decode_rows_per_launch(reserved, rows, 32, l.num_splits, 128) == rows);
   }
 }
 
