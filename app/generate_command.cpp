@@ -44,7 +44,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--stop", opts->stop, "stop strings (repeatable)");
   cmd->add_flag("--ignore-eos", opts->params.ignore_eos, "do not stop at end-of-generation tokens");
   cmd->add_option("--lora", opts->lora,
-                  "a LoRA adapter (llama.cpp's GGUF) for the model, applied at scale 1 (CPU)");
+                  "a LoRA adapter (llama.cpp's GGUF) for the model, applied at scale 1");
   cmd->add_option("--threads,-t", opts->engine.num_threads, "compute threads (0: all cores)")
       ->check(CLI::Range(0, kMostThreads));
   add_device_options(cmd, opts->engine);

@@ -125,6 +125,14 @@ class CudaBackend final : public model::Backend {
   void add_rms_norm(model::Tensor x, model::Tensor y, const model::Weight& weight, float eps,
                     model::Tensor out) override;
   void gather_logit_rows(model::Tensor x, model::Tensor out) override;
+  // LoRA: an adapter's matrices copied to the device as they are (F16 or F32) when it is
+  // attached; a step's updates gathered by each row's adapter slot (gpu/lora.cu). Steps
+  // with adapters run eagerly, never from a graph.
+  Result<void> supports_lora() const override { return {}; }
+  Result<model::LoraWeights> upload_lora(const model::LoraWeights& host) override;
+  void release_lora(const model::LoraWeights& uploaded) override;
+  void lora_add(model::Tensor x, std::span<const model::LoraGroup> groups,
+                model::Tensor y) override;
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
   // A rank of a tensor-parallel group: an NCCL communicator (gpu/nccl_communicator) on this
   // backend's stream. Steps then run eagerly (no CUDA graphs), and every wait for the
@@ -209,7 +217,8 @@ class CudaBackend final : public model::Backend {
   std::map<std::int64_t, void*> graphs_;  // StepLayout::graph_key -> cudaGraphExec_t
   std::set<std::int64_t> warmed_;         // graph keys run once eagerly
   std::int64_t num_replays_ = 0;
-  std::int32_t num_heads_ = 0;  // from prepare_attention, else the first attention call
+  std::int32_t num_heads_ = 0;      // from prepare_attention, else the first attention call
+  std::int64_t max_lora_rank_ = 0;  // of the adapter matrices uploaded: the scratch's row
   CastCopy cast_;
   gguf::TensorType matmul_type_ = gguf::TensorType::bf16;  // of the weights matmuls read
 };

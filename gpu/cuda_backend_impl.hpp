@@ -57,8 +57,9 @@ struct CudaBackend::Impl {
   void* cublas_workspace = nullptr;
   // The step's arrays on the device (capacity-sized, so graphs keep their pointers).
   Buffer tokens, positions, token_seq, slots, logit_rows, decode_rows, tiles, tables;
-  Buffer cast;      // 16-bit copy of a matmul's input
-  Buffer partials;  // decode attention's per-split results
+  Buffer cast;                 // 16-bit copy of a matmul's input
+  Buffer partials;             // decode attention's per-split results
+  Buffer lora_slots, lora_ax;  // LoRA: each row's adapter slot; A x, max_lora_rank_ a row
   Buffer sampling_params, sampled_ids, token_masks;
   std::vector<kernels::SamplingRowArgs> sampling_args;  // reused every step
   std::vector<std::uint64_t> mask_words;                // the rows' grammar bitmasks

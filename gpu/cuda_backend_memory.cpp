@@ -113,6 +113,44 @@ Result<Weight> CudaBackend::load_weight(const gguf::GgufTensorInfo& info) {
   return Weight{p, target, rows, cols};
 }
 
+Result<model::LoraWeights> CudaBackend::upload_lora(const model::LoraWeights& host) {
+  select_device();
+  model::LoraWeights placed;
+  for (auto [from, to] : {std::pair{&host.a, &placed.a}, std::pair{&host.b_t, &placed.b_t}}) {
+    if (from->type != TensorType::f32 && from->type != TensorType::f16) {
+      if (placed.a.data != nullptr) release_lora(placed);
+      return make_error(ErrorCode::unsupported, "a LoRA matrix on the GPU is F16 or F32");
+    }
+    const std::int64_t bytes = from->rows * from->cols * (from->type == TensorType::f16 ? 2 : 4);
+    auto p = device_alloc(bytes);
+    if (!p) {
+      if (placed.a.data != nullptr) release_lora(placed);
+      return make_error(ErrorCode::out_of_range, "LoRA adapter: " + p.error().message);
+    }
+    impl_->allocations.push_back(*p);
+    *to = Weight{*p, from->type, from->rows, from->cols};
+    if (!check(cudaMemcpy(*p, from->data, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice),
+               "LoRA upload")) {
+      release_lora(placed);
+      return tl::make_unexpected(status().error());
+    }
+  }
+  max_lora_rank_ = std::max(max_lora_rank_, host.a.rows);
+  return placed;
+}
+
+void CudaBackend::release_lora(const model::LoraWeights& uploaded) {
+  select_device();
+  auto& a = impl_->allocations;
+  for (const Weight* w : {&uploaded.a, &uploaded.b_t}) {
+    const auto it = std::find(a.begin(), a.end(), const_cast<void*>(w->data));
+    if (it == a.end()) continue;
+    cudaFree(*it);  // waits for the work that reads it
+    bytes_in_use_ -= w->rows * w->cols * (w->type == TensorType::f16 ? 2 : 4);
+    a.erase(it);
+  }
+}
+
 Result<Weight> CudaBackend::random_weight(std::int64_t rows, std::int64_t cols, std::uint64_t seed,
                                           float scale) {
   select_device();

@@ -219,6 +219,44 @@ void CudaBackend::add(Tensor x, Tensor y) {
   kernels::add(x.data, y.data, x.rows * x.cols, as_stream(stream_));
 }
 
+void CudaBackend::lora_add(Tensor x, std::span<const model::LoraGroup> groups, Tensor y) {
+  if (groups.empty()) return;
+  if (layout_.lora_slots.empty() || x.rows != y.rows || x.rows > layout_.rows) {
+    if (error_.empty()) error_ = "lora_add: the step names no adapters for these rows";
+    return;
+  }
+  wrote(y);
+  // A group's slot is its rows' (a row is in one group at most); the launch takes up to
+  // kLoraGroupsPerLaunch groups by value.
+  kernels::LoraLaunch launch;
+  launch.n_in = static_cast<std::int32_t>(x.cols);
+  launch.n_out = static_cast<std::int32_t>(y.cols);
+  launch.ax_stride = static_cast<std::int32_t>(std::max<std::int64_t>(1, max_lora_rank_));
+  const auto flush = [&] {
+    kernels::lora_add(x.data, y.data, x.rows,
+                      static_cast<const std::int32_t*>(impl_->lora_slots.data), launch,
+                      static_cast<float*>(impl_->lora_ax.data), as_stream(stream_));
+    launch.num_groups = 0;
+  };
+  for (const auto& g : groups) {
+    if (g.rows.empty()) continue;
+    if (g.a.cols != x.cols || g.b_t.cols != y.cols || g.a.rows != g.b_t.rows ||
+        g.a.rows > max_lora_rank_ || g.rows.back() >= x.rows) {
+      if (error_.empty()) error_ = "lora_add: shapes disagree";
+      return;
+    }
+    kernels::LoraGroupArgs& args = launch.groups[launch.num_groups++];
+    args = {g.a.data,
+            g.b_t.data,
+            static_cast<std::int32_t>(g.a.rows),
+            layout_.lora_slots[static_cast<std::size_t>(g.rows.front())],
+            g.scale,
+            g.a.type == gguf::TensorType::f16 ? 1 : 0};
+    if (launch.num_groups == kernels::kLoraGroupsPerLaunch) flush();
+  }
+  if (launch.num_groups > 0) flush();
+}
+
 void CudaBackend::gather_logit_rows(Tensor x, Tensor out) {
   wrote(out);
   kernels::gather_rows(x.data, static_cast<const std::int32_t*>(impl_->logit_rows.data), out.data,

@@ -51,11 +51,17 @@ Result<void> CudaBackend::ensure_step_capacity(const StepLayout& l) {
       std::max<std::int64_t>(1, decode_partial_floats(l.decode_rows.empty() ? 0 : 1, heads,
                                                       l.num_splits, kv_shape_.head_dim));
   TROUPE_TRY(const bool grew_partials, grow(m.partials, partial_floats * 4));
+  // LoRA's arrays: no graph reads them (steps with adapters run eagerly), so they may move.
+  if (!l.lora_slots.empty()) {
+    TROUPE_TRY_VOID(grow(m.lora_slots, ints(l.lora_slots.size())));
+    TROUPE_TRY_VOID(grow(m.lora_ax, 4 * static_cast<std::int64_t>(l.rows) *
+                                        std::max<std::int64_t>(1, max_lora_rank_)));
+  }
   const std::int64_t staging =
       4 * static_cast<std::int64_t>(l.tokens.size() * 4 + l.logit_row_index.size() +
                                     l.decode_rows.size() + l.tiles.size() * 2 +
-                                    l.block_tables.size()) +
-      64 * 8;
+                                    l.block_tables.size() + l.lora_slots.size()) +
+      64 * 9;
   if (m.pinned_bytes < staging) {
     if (m.pinned != nullptr) cudaFreeHost(m.pinned);
     m.pinned = nullptr;
@@ -108,6 +114,7 @@ Result<model::StepShape> CudaBackend::begin_step(const model::StepInput& step) {
   upload(m.decode_rows, l.decode_rows.data(), l.decode_rows.size() * 4);
   upload(m.tiles, l.tiles.data(), l.tiles.size() * sizeof(kernels::PrefillTile));
   upload(m.tables, l.block_tables.data(), l.block_tables.size() * 4);
+  upload(m.lora_slots, l.lora_slots.data(), l.lora_slots.size() * 4);
   TROUPE_TRY_VOID(status());
 
   model::StepShape plan{

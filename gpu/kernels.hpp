@@ -11,6 +11,29 @@
 
 namespace troupe::gpu::kernels {
 
+// --- LoRA (lora.cu) ---
+// One adapter group of a lora_add launch: A [rank, n_in] and B^T [rank, n_out], F16 or F32.
+struct LoraGroupArgs {
+  const void* a = nullptr;
+  const void* b_t = nullptr;
+  std::int32_t rank = 0;
+  std::int32_t slot = 0;  // the rows whose row_slots entry is this take this group
+  float scale = 0.0f;
+  std::int32_t f16 = 0;  // else F32
+};
+inline constexpr int kLoraGroupsPerLaunch = 16;
+// Passed by value (a kernel parameter): no upload between a step's many LoRA launches.
+struct LoraLaunch {
+  LoraGroupArgs groups[kLoraGroupsPerLaunch];
+  std::int32_t num_groups = 0;
+  std::int32_t n_in = 0, n_out = 0;
+  std::int32_t ax_stride = 0;  // floats per row of the scratch `ax`: the largest rank at least
+};
+// y[r] += s * B (A x[r]) for every row r whose slot (row_slots[r]) is one of the launch's
+// groups'; other rows are left alone. ax: [rows, ax_stride] scratch.
+void lora_add(const float* x, float* y, std::int64_t rows, const std::int32_t* row_slots,
+              const LoraLaunch& launch, float* ax, cudaStream_t stream);
+
 // --- elementwise and row ops (kernels.cu) ---
 // y[i] = (16-bit) x[i].
 void cast_to_16(const float* x, void* y, Half16 type, std::int64_t n, cudaStream_t stream);

@@ -20,9 +20,15 @@ std::int32_t blocks_for(std::int32_t tokens, std::int32_t block_size) {
   return (tokens + block_size - 1) / block_size;
 }
 
-// The graph batch a step would replay, or 0.
+bool uses_adapters(const model::StepInput& step) {
+  return std::any_of(step.adapters.begin(), step.adapters.end(), [](auto a) { return a != 0; });
+}
+
+// The graph batch a step would replay, or 0. A step with LoRA adapters runs eagerly: a
+// graph would fix which rows take which adapter.
 std::int32_t graph_rows(const model::StepInput& step, const GraphPolicy& policy) {
   if (!policy.enabled || policy.max_model_len <= 0 || !is_decode_only(step)) return 0;
+  if (uses_adapters(step)) return 0;
   for (const std::int32_t length : step.context_lens) {
     if (length > policy.max_model_len) return 0;
   }
@@ -160,6 +166,13 @@ StepLayout plan_step(const model::StepInput& step, std::int32_t block_size,
       for (std::int32_t t = first; t < last; t += kernels::kPrefillTile) {
         l.tiles.push_back({t, std::min(kernels::kPrefillTile, last - t)});
       }
+    }
+  }
+  if (uses_adapters(step)) {
+    l.lora_slots.assign(l.rows, 0);
+    for (std::int32_t s = 0; s < step.num_seqs(); ++s) {
+      std::fill(l.lora_slots.begin() + step.query_start[s],
+                l.lora_slots.begin() + step.query_start[s + 1], step.adapters[s]);
     }
   }
   l.logit_row_index.assign(l.logit_rows, 0);

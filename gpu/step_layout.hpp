@@ -68,6 +68,7 @@ struct StepLayout {
   std::vector<std::int32_t> decode_rows;                          // single-query rows
   std::vector<kernels::PrefillTile> tiles;                        // the other rows, in tiles
   std::vector<std::int32_t> block_tables;                         // [num_seqs, block_stride]
+  std::vector<std::int32_t> lora_slots;  // [rows] each row's adapter slot; empty: none used
 };
 
 // The rows a step runs on (what step_shape reports): padded for graph-eligible steps.

@@ -103,10 +103,15 @@ struct MoeLayer {
 // One LoRA adapter's update of one matrix W [n_out, n_in] for the rows of a step that use
 // that adapter (model/lora_adapter.hpp): y[r] += scale * B (A x[r]), from A and B transposed.
 struct LoraGroup {
-  Weight a;                            // A [rank, n_in] F32 or F16, in host memory
-  Weight b_t;                          // B^T [rank, n_out], of a's type, in host memory
+  Weight a;                            // A [rank, n_in] F32 or F16, where upload_lora put it
+  Weight b_t;                          // B^T [rank, n_out], of a's type, likewise
   float scale = 0.0f;                  // s = scale * alpha / rank
   std::span<const std::int32_t> rows;  // the rows of x and y it applies to, ascending
+};
+
+// A LoRA matrix's A and B^T, in host memory or where a backend's upload_lora put them.
+struct LoraWeights {
+  Weight a, b_t;
 };
 
 // How the recipe runs a step its backend has begun.
@@ -239,6 +244,11 @@ class Backend {
   virtual Result<void> supports_lora() const {
     return make_error(ErrorCode::unsupported, describe() + " cannot apply LoRA adapters yet");
   }
+  // (lora) Puts one adapter matrix's A and B^T (host memory) where lora_add reads them,
+  // once, as its adapter is attached: the host's own memory here (the CPU's), a copy in
+  // device memory on a GPU. release_lora gives such a copy back when its adapter goes.
+  virtual Result<LoraWeights> upload_lora(const LoraWeights& host) { return host; }
+  virtual void release_lora(const LoraWeights& uploaded) { (void)uploaded; }
   // (lora) The low-rank updates of one matrix, one group per adapter of the step:
   // y[r] += g.scale * g.b · (g.a · x[r]) for each row r of each group g; a row is in one
   // group at most. The rows of a group are one gathered product (Punica's and S-LoRA's

@@ -51,7 +51,26 @@ Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapte
       }
     }
   }
+  // Every matrix where lora_add reads it; none kept if one fails.
+  std::vector<LoraWeights> uploaded(static_cast<std::size_t>(config_.num_layers) * kNumLoraTargets);
+  for (std::int32_t layer = 0; layer < config_.num_layers; ++layer) {
+    for (std::size_t t = 0; t < kNumLoraTargets; ++t) {
+      const LoraMatrix* m = adapter->find(layer, static_cast<LoraTarget>(t));
+      if (m == nullptr) continue;
+      const LoraWeights host{Weight{m->a.data(), m->type, m->rank, m->n_in},
+                             Weight{m->b_t.data(), m->type, m->rank, m->n_out}};
+      auto placed = backend_->upload_lora(host);
+      if (!placed) {
+        for (const auto& w : uploaded) {
+          if (w.a.data != nullptr) backend_->release_lora(w);
+        }
+        return tl::make_unexpected(placed.error());
+      }
+      uploaded[static_cast<std::size_t>(layer) * kNumLoraTargets + t] = *placed;
+    }
+  }
   adapters_.push_back(std::move(adapter));
+  lora_weights_.push_back(std::move(uploaded));
   return num_adapters();
 }
 
@@ -82,9 +101,10 @@ void LlamaModel::lora(std::int32_t layer, LoraTarget target, Tensor x, Tensor y)
     if (lora_rows_[slot].empty()) continue;
     const LoraMatrix* m = adapters_[slot - 1]->find(layer, target);
     if (m == nullptr) continue;
-    lora_groups_.push_back(LoraGroup{Weight{m->a.data(), m->type, m->rank, m->n_in},
-                                     Weight{m->b_t.data(), m->type, m->rank, m->n_out}, m->scale,
-                                     lora_rows_[slot]});
+    const LoraWeights& w =
+        lora_weights_[slot - 1][static_cast<std::size_t>(layer) * kNumLoraTargets +
+                                static_cast<std::size_t>(target)];
+    lora_groups_.push_back(LoraGroup{w.a, w.b_t, m->scale, lora_rows_[slot]});
   }
   if (!lora_groups_.empty()) backend_->lora_add(x, lora_groups_, y);
 }

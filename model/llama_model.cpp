@@ -169,7 +169,8 @@ LlamaModel::LlamaModel(LlamaModel&& other) noexcept
       layers_(std::move(other.layers_)),
       owned_weights_(std::move(other.owned_weights_)),
       ws_(other.ws_),
-      adapters_(std::move(other.adapters_)) {
+      adapters_(std::move(other.adapters_)),
+      lora_weights_(std::move(other.lora_weights_)) {
   other.ws_ = Workspace{};
 }
 
@@ -191,6 +192,7 @@ LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
     ws_ = other.ws_;
     other.ws_ = Workspace{};
     adapters_ = std::move(other.adapters_);
+    lora_weights_ = std::move(other.lora_weights_);
   }
   return *this;
 }

@@ -103,8 +103,8 @@ class LlamaModel {
   // Puts a LoRA adapter read for this model (LoraAdapter::open) in the next slot, 1 for the
   // first: a step's sequence runs with it where StepInput::adapters names that slot. On a
   // model split over ranks, the rank keeps its part of each matrix (LoraAdapter::cut).
-  // Refused on a backend without lora_add (a GPU, for now) and for an adapter of another
-  // shape.
+  // Its matrices go where the backend's lora_add reads them (Backend::upload_lora). Refused
+  // on a backend without lora_add and for an adapter of another shape.
   Result<std::int32_t> attach_adapter(std::shared_ptr<const LoraAdapter> adapter);
   std::int32_t num_adapters() const { return static_cast<std::int32_t>(adapters_.size()); }
 
@@ -158,6 +158,9 @@ class LlamaModel {
   // LoRA: slot s's adapter at s - 1; the running step's rows of each slot (empty lists
   // where none; no lists when the step runs the base model alone); a layer's groups, reused.
   std::vector<std::shared_ptr<const LoraAdapter>> adapters_;
+  // Slot s's matrices as the backend keeps them, at s - 1, then [layer * kNumLoraTargets +
+  // target] (null weights where the adapter leaves a matrix alone).
+  std::vector<std::vector<LoraWeights>> lora_weights_;
   std::vector<std::vector<std::int32_t>> lora_rows_;
   bool lora_step_ = false;
   std::vector<LoraGroup> lora_groups_;

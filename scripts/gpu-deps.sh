@@ -25,10 +25,16 @@ if [ -d ../shared/vocab ]; then
   cp ../shared/vocab/ggml-vocab-llama-spm.gguf ../shared/vocab/ggml-vocab-gpt-2.gguf \
      ../shared/vocab/ggml-vocab-deepseek-coder.gguf "$deps/shared/vocab/"
 fi
-# The architectures' reference models (3-6 MB each) for the GPU forward test.
+# The architectures' reference models (3-6 MB each) for the GPU forward and LoRA tests.
 if [ -d ../shared/models/archs ]; then
   mkdir -p "$deps/shared/models/archs"
   cp ../shared/models/archs/qwen2.gguf ../shared/models/archs/phi3.gguf \
-     ../shared/models/archs/gemma2.gguf "$deps/shared/models/archs/"
+     ../shared/models/archs/gemma2.gguf ../shared/models/archs/llama.gguf \
+     "$deps/shared/models/archs/"
+fi
+# The reference LoRA adapters (30-600 KB) for the GPU's LoRA test.
+if [ -d ../shared/models/lora ]; then
+  mkdir -p "$deps/shared/models/lora"
+  cp ../shared/models/lora/*.gguf "$deps/shared/models/lora/"
 fi
 du -sh "$deps"

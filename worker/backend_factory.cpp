@@ -165,10 +165,6 @@ Result<std::vector<std::shared_ptr<const model::LoraAdapter>>> read_adapters(
     const engine::WorkerSpec& spec, const model::LoadedModel& m) {
   std::vector<std::shared_ptr<const model::LoraAdapter>> adapters;
   if (spec.lora_adapters.empty()) return adapters;
-  if (spec.device != Device::cpu) {
-    return make_error(ErrorCode::unsupported,
-                      "LoRA adapters run on the CPU backend only for now, not on CUDA");
-  }
   for (const auto& path : spec.lora_adapters) {
     TROUPE_TRY(auto adapter, model::LoraAdapter::open(path, *m.file, m.config));
     adapters.push_back(std::make_shared<const model::LoraAdapter>(std::move(adapter)));

@@ -202,6 +202,25 @@ TEST_CASE("small decode batches split their contexts finer, in graphs too", "[gp
   }
 }
 
+TEST_CASE("a step with LoRA adapters runs eagerly and carries each row's slot", "[gpu][layout]") {
+  GraphPolicy policy;
+  policy.max_model_len = 8192;
+  auto step = test::make_step({40, 12, 30}, {1, 1, 1}, 16);
+  CHECK(plan_step(step, 16, policy).graph);
+  CHECK(plan_step(step, 16, policy).lora_slots.empty());
+  step.adapters = {0, 0, 0};  // every row the base model's: a graph as before
+  CHECK(plan_step(step, 16, policy).graph);
+  step.adapters = {2, 0, 1};
+  const auto l = plan_step(step, 16, policy);
+  CHECK_FALSE(l.graph);
+  CHECK(l.rows == 3);
+  CHECK(l.lora_slots == std::vector<std::int32_t>{2, 0, 1});
+  // A prompt's rows all take its sequence's slot.
+  auto mixed = test::make_step({5, 3}, {5, 1}, 16);
+  mixed.adapters = {1, 3};
+  CHECK(plan_step(mixed, 16, policy).lora_slots == std::vector<std::int32_t>{1, 1, 1, 1, 1, 3});
+}
+
 TEST_CASE("decode scratch is reserved before the KV pool, bounded for 8K, 32K and 128K models",
           "[gpu][layout]") {
   // Llama-3-8B's attention: 32 query heads of 128 dims; graphs up to batch 256.

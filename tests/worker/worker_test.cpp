@@ -247,12 +247,14 @@ TEST_CASE("a worker attaches its spec's LoRA adapters in order, each request run
     CHECK(refused.error().message.find("qwen2-qv-r4.gguf") != std::string::npos);
     CHECK(refused.error().message.find("architecture qwen2") != std::string::npos);
   }
-  SECTION("CUDA refuses adapters, saying so (tensor parallelism takes them: tests/actors)") {
+  SECTION("on CUDA too an adapter is checked before the device is asked for") {
+    // (The GPU's own LoRA test, tests/gpu/cuda_lora_test.cpp, needs a device.)
     spec.device = Device::cuda;
     spec.kv_cache_dtype = std::nullopt;
+    spec.lora_adapters = {lora("qwen2-qv-r4")};
     auto cuda = worker::Worker::load(spec);
     REQUIRE_FALSE(cuda.has_value());
-    CHECK(cuda.error().message.find("LoRA adapters run on the CPU backend only") !=
-          std::string::npos);
+    CHECK(cuda.error().message.find("qwen2-qv-r4.gguf") != std::string::npos);
+    CHECK(cuda.error().message.find("architecture qwen2") != std::string::npos);
   }
 }
