@@ -215,6 +215,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                         "the draft model " + spec.draft_model_path + ": " + draft.error().message);
     }
     spec.draft_model_fingerprint = model::file_fingerprint(*draft);
+    TROUPE_TRY(const auto draft_config, model::LlamaConfig::from_gguf(*draft));
+    impl->config.speculative.draft_context_length = draft_config.context_length;
   }
 
   // Blocking calls and cross-thread round trips are faster under the sharing policy.
@@ -257,7 +259,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     start.registry = impl->registry;
     start.before_step = hooks.before_step;
     start.replicas_up = impl->replicas_up;
-    auto replica = actors::start_replica(*impl->system, config, std::move(start));
+    auto replica = actors::start_replica(*impl->system, impl->config, std::move(start));
     if (!replica) {
       abandon(replicas);
       return tl::unexpected(replica.error());

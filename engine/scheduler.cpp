@@ -213,10 +213,15 @@ std::int32_t Scheduler::proposal_room(const Sequence& seq, std::int32_t budget) 
     return 0;
   }
   // The draft's tokens count in the budget; no token is proposed past max_tokens (the
-  // model's own token after the draft is one more) or the context.
-  return std::max(0, std::min({config_.speculation.num_speculative_tokens, budget - 1,
+  // model's own token after the draft is one more), the context, or a draft model's own
+  // context (it would read positions past it).
+  const SpeculativeConfig& spec = config_.speculation;
+  const std::int32_t draft_room = spec.uses_draft_model() && spec.draft_context_length > 0
+                                      ? spec.draft_context_length - seq.num_tokens()
+                                      : spec.num_speculative_tokens;
+  return std::max(0, std::min({spec.num_speculative_tokens, budget - 1,
                                seq.max_tokens - seq.num_generated() - 1,
-                               config_.max_model_len - seq.num_tokens()}));
+                               config_.max_model_len - seq.num_tokens(), draft_room}));
 }
 
 void Scheduler::plan_draft(const Sequence& seq, std::int32_t budget, std::int32_t most_catch_up,

@@ -49,8 +49,15 @@ std::string format_bytes(std::int64_t bytes) {
   return text;
 }
 
+std::int64_t tensor_bytes(const gguf::GgufFile& file) {
+  std::int64_t bytes = 0;
+  for (const auto& t : file.tensors()) bytes += static_cast<std::int64_t>(t.num_bytes);
+  return bytes;
+}
+
 Result<void> check_weights_fit(const gguf::GgufFile& file, const LlamaConfig& config,
-                               std::int32_t world_size, std::int64_t memory_bytes) {
+                               std::int32_t world_size, std::int64_t memory_bytes,
+                               std::int64_t beside_bytes) {
   std::int64_t weights = 0, experts = 0;
   for (const auto& t : file.tensors()) {
     weights += static_cast<std::int64_t>(t.num_bytes);
@@ -59,10 +66,15 @@ Result<void> check_weights_fit(const gguf::GgufFile& file, const LlamaConfig& co
   // A rank maps its share of the split matrices (the embedding and norms are whole on
   // each, a small part of a large model).
   const std::int64_t share = weights / std::max(world_size, 1);
-  if (memory_bytes <= 0 || share <= memory_bytes) return {};
-  std::string what = "the model's weights take " + format_bytes(share) +
-                     (world_size > 1 ? " per rank" : "") + ", more than this machine's " +
-                     format_bytes(memory_bytes) + " of memory";
+  if (memory_bytes <= 0 || share + std::max<std::int64_t>(beside_bytes, 0) <= memory_bytes) {
+    return {};
+  }
+  std::string what =
+      "the model's weights take " + format_bytes(share) + (world_size > 1 ? " per rank" : "") +
+      (beside_bytes > 0
+           ? ", and with the " + format_bytes(beside_bytes) + " of the model beside them"
+           : "") +
+      ", more than this machine's " + format_bytes(memory_bytes) + " of memory";
   if (config.features.num_experts > 0) {
     what += " (its " + std::to_string(config.features.num_experts) + " experts a layer hold " +
             format_bytes(experts / std::max(world_size, 1)) +

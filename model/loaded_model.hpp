@@ -53,9 +53,13 @@ std::string file_fingerprint(const gguf::GgufFile& file);
 // Whether `config`'s weights in `file`, `world_size` ranks' share of them, fit in a host of
 // `memory_bytes` (CPU weights are mapped, so a model larger than memory would be read from
 // disk again at every step): an error that says how much, and of it how much is experts,
-// before any weight is touched.
+// before any weight is touched. `beside_bytes`: what another model's weights already take
+// of that memory (a draft model is checked with its target's).
 Result<void> check_weights_fit(const gguf::GgufFile& file, const LlamaConfig& config,
-                               std::int32_t world_size, std::int64_t memory_bytes);
+                               std::int32_t world_size, std::int64_t memory_bytes,
+                               std::int64_t beside_bytes = 0);
+// The bytes of a file's tensors: what its weights take once mapped.
+std::int64_t tensor_bytes(const gguf::GgufFile& file);
 
 // Whether a tensor holds routed experts: stacked (blk.N.ffn_gate_exps.weight) or one per
 // expert, as older Mixtral files have them (blk.N.ffn_gate.E.weight).

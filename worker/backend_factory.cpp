@@ -176,7 +176,7 @@ Result<std::vector<std::shared_ptr<const model::LoraAdapter>>> read_adapters(
 
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const GroupLink* link,
                                       const model::LoadProgress& progress,
-                                      const model::Backend* beside) {
+                                      const model::Backend* beside, std::int64_t mapped_beside) {
   // Everything that can refuse the model comes before the weights are loaded.
   TROUPE_TRY(auto m, model::LoadedModel::open(spec.model_path));
   if (!spec.model_fingerprint.empty()) {
@@ -191,8 +191,8 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
   TROUPE_TRY(const auto layout, model::shard_layout(m.config, shard));
   TROUPE_TRY_VOID(check_model(spec, model::local_config(m.config, layout)));
   if (spec.device == Device::cpu) {  // mapped weights live in host memory
-    TROUPE_TRY_VOID(
-        model::check_weights_fit(*m.file, m.config, spec.world_size, host_memory_bytes()));
+    TROUPE_TRY_VOID(model::check_weights_fit(*m.file, m.config, spec.world_size,
+                                             host_memory_bytes(), mapped_beside));
   }
   if (spec.device == Device::cuda && spec.kv_cache_dtype == KvCacheDtype::f32) {
     return make_error(ErrorCode::unsupported,

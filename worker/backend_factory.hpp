@@ -52,10 +52,12 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
 // checked first against the spec's fingerprint (when it has one) and the device's
 // limits, then loaded (its KV cache not yet allocated). A rank of a group loads its
 // shard, with its backend joined to the group through `link`.
-// `beside`: as make_backend's.
+// `beside`: as make_backend's; `mapped_beside`: the host memory another model's weights
+// already take (a draft model's target's), which this one must fit beside.
 Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec,
                                       const GroupLink* link = nullptr,
                                       const model::LoadProgress& progress = {},
-                                      const model::Backend* beside = nullptr);
+                                      const model::Backend* beside = nullptr,
+                                      std::int64_t mapped_beside = 0);
 
 }  // namespace troupe::worker

@@ -76,6 +76,10 @@ struct SpeculativeConfig {
   // bound by compute, not by reading the weights once, and verifying k tokens then costs
   // about k tokens (vLLM's speculative_disable_by_batch_size).
   std::int32_t disable_by_batch_size = 4;
+  // The draft model's context length, read from its file by the engine (0: no bound): a
+  // sequence that has reached it gets no more proposals, as vLLM stops drafting past the
+  // draft's max_model_len (its proposals would come from positions it was never trained on).
+  std::int32_t draft_context_length = 0;
 
   bool enabled() const { return num_speculative_tokens > 0; }
   bool uses_draft_model() const { return !draft_model.empty(); }

@@ -784,6 +784,42 @@ TEST_CASE(
   std::filesystem::remove(path);
 }
 
+TEST_CASE("a draft model proposes nothing past its own context length", "[engine][speculative]") {
+  auto config = spec_config(3);
+  config.speculation.draft_model = "draft.gguf";
+  config.speculation.draft_context_length = 20;  // the model's own context is longer
+  engine::Scheduler s(config);
+  REQUIRE(s.add({1, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 40}).has_value());
+  auto plan = s.schedule();
+  std::vector<engine::SampledResult> first = {{20}};
+  s.update(plan, first);  // 11 tokens
+  std::vector<engine::SampledResult> all = {{30, {31, 32, 33}}};
+  for (const std::int32_t length : {15, 19}) {  // three proposals a step, all accepted
+    plan = s.schedule();
+    REQUIRE(plan.chunks.size() == 1);
+    CHECK(plan.chunks[0].draft.size() == 3);
+    s.update(plan, all);
+    CHECK(s.find(1)->num_tokens() == length);
+  }
+  // 19 tokens: one proposal more stays inside the draft's 20 positions.
+  plan = s.schedule();
+  CHECK(plan.chunks[0].draft.size() == 1);
+  std::vector<engine::SampledResult> one = {{40, {41}}};
+  s.update(plan, one);
+  // 21 tokens: past the draft's context, plain decodes from here on.
+  std::vector<engine::SampledResult> plain = {{50}};
+  for (int i = 0; i < 3; ++i) {
+    plan = s.schedule();
+    REQUIRE(plan.chunks.size() == 1);
+    CHECK(plan.chunks[0].draft.empty());
+    CHECK_FALSE(plan.chunks[0].runs_draft_model());
+    CHECK(plan.chunks[0].num_new_tokens == 1);
+    s.update(plan, plain);
+  }
+  CHECK(s.find(1)->num_tokens() == 24);
+  REQUIRE(s.check_invariants().has_value());
+}
+
 TEST_CASE("while prompts wait, a draft model catches up by a quarter of the budget at most",
           "[engine][speculative]") {
   auto config = spec_config(3);

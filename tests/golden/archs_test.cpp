@@ -434,4 +434,13 @@ TEST_CASE(
                  Catch::Contains("16 experts a layer hold") && Catch::Contains("Q3_K_M"));
   // Split over 2 ranks, each maps half: it fits where the whole would not.
   CHECK(model::check_weights_fit(file, config, 2, 5 << 20).has_value());
+  // Beside another model's weights (a draft beside its target) the two must fit together.
+  CHECK(model::check_weights_fit(file, config, 1, 9 << 20).has_value());
+  const auto together = model::check_weights_fit(file, config, 1, 9 << 20, 2 << 20);
+  REQUIRE_FALSE(together.has_value());
+  CHECK_THAT(together.error().message,
+             Catch::Contains("7.8 MiB") &&
+                 Catch::Contains("with the 2.0 MiB of the model beside") &&
+                 Catch::Contains("9.0 MiB of memory"));
+  CHECK(model::tensor_bytes(file) > 7 << 20);
 }
