@@ -9,7 +9,8 @@
 
 namespace troupe::model {
 
-Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapter> adapter) {
+Result<std::shared_ptr<const LoraAdapter>> LlamaModel::fit_adapter(
+    std::shared_ptr<const LoraAdapter> adapter) const {
   if (adapter == nullptr) return make_error(ErrorCode::invalid_argument, "no adapter given");
   TROUPE_TRY_VOID(backend_->supports_lora());
   if (adapter->architecture() != config_.architecture ||
@@ -51,8 +52,28 @@ Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapte
       }
     }
   }
-  adapters_.push_back(std::move(adapter));
+  return adapter;
+}
+
+Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapter> adapter) {
+  TROUPE_TRY(auto fitted, fit_adapter(std::move(adapter)));
+  adapters_.push_back(std::move(fitted));
   return num_adapters();
+}
+
+Result<void> LlamaModel::set_adapter(std::int32_t slot,
+                                     std::shared_ptr<const LoraAdapter> adapter) {
+  if (slot < 1) {
+    return make_error(ErrorCode::invalid_argument,
+                      "LoRA adapter slot " + std::to_string(slot) + " (slots start at 1)");
+  }
+  if (adapter != nullptr) {
+    TROUPE_TRY(adapter, fit_adapter(std::move(adapter)));
+  }
+  const auto index = static_cast<std::size_t>(slot - 1);
+  if (adapters_.size() <= index) adapters_.resize(index + 1);
+  adapters_[index] = std::move(adapter);
+  return {};
 }
 
 Result<void> LlamaModel::group_adapter_rows(const StepInput& step) {
@@ -68,6 +89,11 @@ Result<void> LlamaModel::group_adapter_rows(const StepInput& step) {
                             std::to_string(num_adapters()) + " attached");
     }
     if (slot == 0) continue;
+    if (adapters_[static_cast<std::size_t>(slot - 1)] == nullptr) {
+      return make_error(ErrorCode::invalid_argument, "a sequence names LoRA adapter slot " +
+                                                         std::to_string(slot) +
+                                                         ", which holds no adapter");
+    }
     lora_step_ = true;
     auto& rows = lora_rows_[static_cast<std::size_t>(slot)];
     for (std::int32_t r = step.query_start[s]; r < step.query_start[s + 1]; ++r) rows.push_back(r);
