@@ -51,7 +51,7 @@ void add_lora_options(CLI::App* cmd, LoraFlags& flags) {
   cmd->add_option("--lora-modules", flags.modules,
                   "LoRA adapters served beside the model, each as name=path or vLLM's JSON "
                   "{\"name\": ..., \"path\": ..., \"base_model_name\": ...}; a request whose "
-                  "model is the name runs with that adapter (CPU only, not split)")
+                  "model is the name runs with that adapter (CPU only)")
       ->expected(1, CLI::detail::expected_max_vector_size)
       ->type_name("NAME=PATH");
   cmd->add_option("--max-loras", flags.max_loras,

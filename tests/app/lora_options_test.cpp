@@ -138,8 +138,5 @@ TEST_CASE("--enable-runtime-lora-updating, or vLLM's variable, turns on the load
     CHECK(says(post(*port, "/v1/unload_lora_adapter", R"({"lora_name": "rt"})"),
                "Success: LoRA adapter 'rt' removed successfully. 200"));
   }
-  ChildProcess off({TROUPE_BINARY, "serve", base(), "--port", "0", "--threads", "1"});
-  const auto port = off.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
-  REQUIRE(port.has_value());
-  CHECK(says(post(*port, "/v1/load_lora_adapter", load), "--enable-runtime-lora-updating"));
+  // Off, the routes say how to turn them on: tests/net/lora_runtime_test.cpp.
 }

@@ -12,6 +12,7 @@
 #include <future>
 #include <thread>
 
+#include "actors/engine_hooks.hpp"
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
 #include "support/mini_json.hpp"
@@ -42,6 +43,7 @@ struct Options {
   std::vector<std::pair<std::string, std::string>> modules;  // at start: name, file
   std::int32_t data_parallel = 1;
   std::int32_t tensor_parallel = 1;
+  std::chrono::milliseconds step_delay{0};  // each step waits this long first
 };
 
 struct RuntimeServer {
@@ -69,7 +71,11 @@ struct RuntimeServer {
     metrics->set_lora_adapters(names);
     e.metrics = metrics;
     config.metrics = metrics;
-    auto created = Engine::create(e);
+    EngineHooks hooks;
+    if (o.step_delay.count() > 0) {
+      hooks.before_step = [delay = o.step_delay] { std::this_thread::sleep_for(delay); };
+    }
+    auto created = Engine::create(e, hooks);
     INFO((created ? std::string() : created.error().message));
     REQUIRE(created.has_value());
     engine = std::move(*created);
@@ -226,26 +232,26 @@ TEST_CASE("a request running with an adapter finishes after its unload, then its
           "[net][integration][lora]") {
   Options o;
   o.max_loras = 1;
+  o.step_delay = std::chrono::milliseconds(2);  // 150 tokens: 300 ms at least
   RuntimeServer s(o);
   REQUIRE(s.load("long", adapter_file("llama-all-r16")).status == 200);
-  const std::string alone = text_of(s.complete("long", 96));
-  auto running = std::async(std::launch::async, [&s] { return s.complete("long", 96); });
-  // Unloaded once it runs (its series says so); the request is not told.
+  const std::string alone = text_of(s.complete("long", 150));
+  auto running = std::async(std::launch::async, [&s] { return s.complete("long", 150); });
+  // Unloaded once it runs; the request is not told.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!says(s.curl("/metrics").body,
-               R"(troupe_lora_requests_running{model_name="base",lora_name="long"} 1)")) {
+  while (s.engine->stats().num_running == 0) {
     REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   REQUIRE(s.unload("long").status == 200);
   CHECK(s.complete("long").status == 404);
-  // Its slot is held until it ends: the one slot is not free yet (unless it just ended).
-  const auto early = s.load("next", adapter_file("llama-attn-r8"));
-  if (early.status != 200) {
-    CHECK(says(error_of(early, 400), "no free LoRA adapter slot"));
-  }
+  // Its slot is held until it ends: the one slot is not free yet.
+  CHECK(says(error_of(s.load("next", adapter_file("llama-attn-r8")), 400),
+             "no free LoRA adapter slot: all 1 (--max-loras) hold an adapter or run requests of "
+             "an unloaded one (1 free once they finish)"));
+  CHECK(s.engine->stats().num_running == 1);  // it was running all along
   CHECK(text_of(running.get()) == alone);
-  if (early.status != 200) REQUIRE(s.load("next", adapter_file("llama-attn-r8")).status == 200);
+  REQUIRE(s.load("next", adapter_file("llama-attn-r8")).status == 200);
   CHECK(s.complete("next").status == 200);
 }
 
