@@ -25,6 +25,7 @@ caf::result<std::string> set_lora(Self self, std::int32_t slot, const std::strin
   auto& paths = state.setup.spec.lora_adapters;
   if (paths.size() < static_cast<std::size_t>(slot)) paths.resize(static_cast<std::size_t>(slot));
   paths[static_cast<std::size_t>(slot - 1)] = path;
+  ++state.lora_changes;
   state.core->forget_adapter(slot);
   if (!state.worker_ready || !state.worker) return std::string();
   auto rp = self->make_response_promise<std::string>();
