@@ -44,6 +44,7 @@ struct Options {
   std::int32_t data_parallel = 1;
   std::int32_t tensor_parallel = 1;
   std::chrono::milliseconds step_delay{0};  // each step waits this long first
+  std::string api_key;                      // --api-key (the test's curl sends none)
 };
 
 struct RuntimeServer {
@@ -61,6 +62,7 @@ struct RuntimeServer {
     config.served_model_name = "base";
     config.runtime_lora_updating = o.runtime;
     config.max_lora_rank = o.max_lora_rank;
+    config.api_key = o.api_key;
     metrics = std::make_shared<monitoring::Metrics>("base", o.data_parallel);
     std::vector<std::string> names;
     for (const auto& [name, file] : o.modules) {
@@ -167,6 +169,17 @@ TEST_CASE("run-time LoRA updating is refused, saying how to turn it on, unless e
   CHECK(says(error_of(s.load("rt", attn), 400), "--enable-runtime-lora-updating"));
   CHECK(says(error_of(s.unload("rt"), 400), "VLLM_ALLOW_RUNTIME_LORA_UPDATING"));
   CHECK(s.complete("rt").status == 404);
+}
+
+TEST_CASE("the run-time LoRA routes are behind the API key as the other /v1 routes",
+          "[net][lora]") {
+  Options o;
+  o.api_key = "secret";
+  RuntimeServer s(o);
+  CHECK(error_of(s.load("rt", adapter_file("llama-attn-r8")), 401).find("API key") !=
+        std::string::npos);
+  CHECK(s.unload("rt").status == 401);
+  CHECK(s.engine->num_lora_slots() == 2);
 }
 
 TEST_CASE("a loaded adapter answers as at start, by its name, until it is unloaded",
