@@ -110,7 +110,7 @@ std::string post(const std::string& port, const std::string& path, const std::st
 
 }  // namespace
 
-TEST_CASE("--enable-runtime-lora-updating, or vLLM's variable, turns on the load route",
+TEST_CASE("the flag --enable-runtime-lora-updating, or vLLM's variable, turns on the load route",
           "[app][lora][integration]") {
   const std::string load =
       R"({"lora_name": "rt", "lora_path": ")" + adapter("llama-attn-r8") + R"("})";
