@@ -13,6 +13,7 @@
 #include "actors/cluster/cluster_port.hpp"
 #include "actors/cluster/registry_actor.hpp"
 #include "actors/engine_hooks.hpp"
+#include "actors/lora_slots.hpp"
 #include "actors/messages.hpp"
 #include "actors/parallel/router_actor.hpp"
 #include "actors/replica/replica_start.hpp"
@@ -42,6 +43,9 @@ struct Engine::Impl {
   std::shared_ptr<std::atomic<std::int32_t>> replicas_up =
       std::make_shared<std::atomic<std::int32_t>>(0);
   std::atomic<RequestId> next_id{1};
+  // Which LoRA slots hold an adapter, and their running requests (shared with the
+  // requests' callbacks, which may outlive a call).
+  std::shared_ptr<actors::LoraSlots> lora_slots;
 };
 
 namespace {
@@ -187,8 +191,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                                                        config.cluster->host +
                                                        " without a cluster token");
   }
+  if (config.max_loras < 0) {
+    return make_error(ErrorCode::invalid_argument, "max_loras must not be negative");
+  }
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->lora_slots = std::make_shared<actors::LoraSlots>(
+      config.max_loras, static_cast<std::int32_t>(config.lora_adapters.size()));
   TROUPE_TRY(auto opened, model::LoadedModel::open(config.model_path));
   impl->model = std::make_shared<model::LoadedModel>(std::move(opened));
   impl->tokenizer =
@@ -307,18 +316,21 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
             " tokens, but " + std::to_string(wanted) + " were requested (" + std::to_string(n) +
             " in the prompt, " + std::to_string(request.params.max_tokens) + " to generate)");
   }
-  if (request.lora_adapter < 0 ||
-      request.lora_adapter > static_cast<std::int32_t>(impl.config.lora_adapters.size())) {
-    return make_error(ErrorCode::invalid_argument,
-                      "LoRA adapter " + std::to_string(request.lora_adapter) + " of " +
-                          std::to_string(impl.config.lora_adapters.size()) + " loaded");
-  }
   // The sampler's own checks, now, so that bad parameters are the caller's error.
   TROUPE_TRY_VOID(model::Sampler::create(request.params, {}, {}, vocab).map([](auto&&) {}));
   if (!on_event) return make_error(ErrorCode::invalid_argument, "no event callback");
   if (*impl.replicas_up == 0) {
     return make_error(ErrorCode::unavailable,
                       "no replica is up: every worker was lost; try again when a node joins");
+  }
+  // Last: from here the request runs, and its adapter's slot is held until it ends.
+  const std::int32_t slot = request.lora_adapter;
+  TROUPE_TRY_VOID(impl.lora_slots->acquire(slot));
+  if (slot > 0) {
+    on_event = [inner = std::move(on_event), slots = impl.lora_slots, slot](const TokenEvent& e) {
+      inner(e);
+      if (e.finished) slots->release(slot);
+    };
   }
 
   const RequestId id = impl.next_id.fetch_add(1);
@@ -342,6 +354,53 @@ Result<RequestId> Engine::submit(GenerateRequest request, TokenCallback on_event
                  actors::Submission{id, std::move(request.prompt), request.params, request.priority,
                                     std::move(requester), request.lora_adapter});
   return id;
+}
+
+namespace {
+
+// Asks the front to put `path` in `slot` on every worker: "" when done, else why not.
+std::string send_lora(Engine::Impl& impl, std::int32_t slot, const std::string& path) {
+  std::string error = "the engine did not answer";
+  caf::scoped_actor self{*impl.system, /*hide=*/true};
+  self->request(impl.front, actors::kGroupLoadTimeout, actors::lora_atom::value, slot, path)
+      .receive([&](const std::string& answer) { error = answer; },
+               [&](const caf::error& e) { error += ": " + impl.system->render(e); });
+  return error;
+}
+
+}  // namespace
+
+Result<std::int32_t> Engine::load_lora_adapter(const std::string& path) {
+  const ForgetLogger forget;
+  auto& impl = *impl_;
+  if (path.empty()) return make_error(ErrorCode::invalid_argument, "no LoRA adapter path given");
+  TROUPE_TRY(const std::int32_t slot, impl.lora_slots->reserve());
+  const std::string error = send_lora(impl, slot, path);
+  if (error.empty()) {
+    impl.lora_slots->fill(slot);
+    return slot;
+  }
+  // No worker keeps what some read: the slot is emptied everywhere before it is free.
+  send_lora(impl, slot, "");
+  impl.lora_slots->give_back(slot);
+  return make_error(ErrorCode::invalid_argument, error);
+}
+
+Result<void> Engine::unload_lora_adapter(std::int32_t slot) {
+  const ForgetLogger forget;
+  auto& impl = *impl_;
+  TROUPE_TRY(const bool idle, impl.lora_slots->unload(slot));
+  // Idle: its weights go now. Else the requests still running with it keep it; its
+  // weights go when a later load fills the slot.
+  if (idle) {
+    send_lora(impl, slot, "");
+    impl.lora_slots->give_back(slot);
+  }
+  return {};
+}
+
+std::int32_t Engine::num_lora_slots() const {
+  return impl_->lora_slots->num_slots();
 }
 
 void Engine::cancel(RequestId id) {

@@ -28,6 +28,7 @@ using router_atom = caf::atom_constant<caf::atom("router")>;
 using store_set_atom = caf::atom_constant<caf::atom("storeset")>;
 using store_get_atom = caf::atom_constant<caf::atom("storeget")>;
 using supplied_atom = caf::atom_constant<caf::atom("supplied")>;
+using lora_atom = caf::atom_constant<caf::atom("lora")>;
 
 // How long a worker may take to load (a large model from a slow disk). Whoever waits on
 // a group waits a minute more: the group's own answer, naming its failing rank, comes first.
@@ -57,7 +58,10 @@ using worker_actor = caf::typed_actor<
     // end of the group's communicator (through `join`).
     caf::replies_to<load_atom, engine::WorkerSpec, GroupJoin>::with<engine::LoadReport>,
     // Runs one step: forward pass and sampling; answers the sampled tokens.
-    caf::replies_to<step_atom, engine::StepWork>::with<engine::StepOutput>>;
+    caf::replies_to<step_atom, engine::StepWork>::with<engine::StepOutput>,
+    // Puts the LoRA adapter file at the path (read where the worker runs) in the slot,
+    // replacing what it held; an empty path empties it. Answers why not, or "" when done.
+    caf::replies_to<lora_atom, std::int32_t, std::string>::with<std::string>>;
 
 // What a supply tells its replica, in order: `placed` (a worker loads on `nodes`) for each
 // node tried, then `loaded` or `failed` once.
@@ -113,7 +117,11 @@ using front_actor = caf::typed_actor<
     // The engine's numbers.
     caf::replies_to<stats_atom>::with<EngineStats>,
     // Each replica's numbers.
-    caf::replies_to<replicas_atom>::with<std::vector<ReplicaStats>>>;
+    caf::replies_to<replicas_atom>::with<std::vector<ReplicaStats>>,
+    // A LoRA adapter in a slot of every replica's worker(s) (lora_atom of worker_actor),
+    // kept for the workers that replace them; the slot's cached prefixes are forgotten.
+    // Answers why not, or "" when every replica holds it (a failure leaves none holding it).
+    caf::replies_to<lora_atom, std::int32_t, std::string>::with<std::string>>;
 
 // What a replica tells the router about itself and one prompt.
 struct ReplicaProbe {

@@ -121,6 +121,11 @@ worker_actor::behavior_type worker(Self self, std::function<void()> before_step,
         }
         return self->state.worker->step(work);
       },
+      [self](lora_atom, std::int32_t slot, const std::string& path) -> std::string {
+        if (!self->state.worker) return "the worker has no model loaded";
+        auto set = self->state.worker->set_adapter(slot, path);
+        return set ? std::string() : set.error().message;
+      },
   };
 }
 

@@ -4,6 +4,8 @@
 #include <boost/json/value.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -49,16 +51,21 @@ void add_lora_options(CLI::App* cmd, LoraFlags& flags) {
   cmd->add_option("--lora-modules", flags.modules,
                   "LoRA adapters served beside the model, each as name=path or vLLM's JSON "
                   "{\"name\": ..., \"path\": ..., \"base_model_name\": ...}; a request whose "
-                  "model is the name runs with that adapter (CPU only, not split)")
+                  "model is the name runs with that adapter")
       ->expected(1, CLI::detail::expected_max_vector_size)
       ->type_name("NAME=PATH");
   cmd->add_option("--max-loras", flags.max_loras,
-                  "LoRA adapters resident at once; every --lora-modules adapter is resident, "
-                  "so at most this many may be given")
+                  "LoRA adapters resident at once, those of --lora-modules and those loaded "
+                  "while serving together; every adapter is resident, so at most this many "
+                  "may be given")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--max-lora-rank", flags.max_lora_rank,
                   "the largest LoRA rank an adapter may have")
       ->check(CLI::Range(1, 65536));
+  cmd->add_flag("--enable-runtime-lora-updating", flags.runtime_updating,
+                "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's; also on "
+                "with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true): adapters loaded while serving "
+                "take free --max-loras slots");
 }
 
 Result<net::ServerConfig::LoraModule> parse_lora_module(const std::string& item,
@@ -104,7 +111,22 @@ Result<net::ServerConfig::LoraModule> parse_lora_module(const std::string& item,
   return module;
 }
 
+bool runtime_lora_env(const char* value) {
+  if (value == nullptr) return false;
+  std::string v(value);
+  const auto first = v.find_first_not_of(" \t");
+  const auto last = v.find_last_not_of(" \t");
+  v = first == std::string::npos ? "" : v.substr(first, last - first + 1);
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return v == "1" || v == "true";
+}
+
 Result<void> settle_lora(const LoraFlags& flags, net::ServerConfig& server, EngineConfig& engine) {
+  server.runtime_lora_updating =
+      flags.runtime_updating || runtime_lora_env(std::getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING"));
+  server.max_lora_rank = flags.max_lora_rank;
+  engine.max_loras = flags.max_loras;
   if (flags.modules.empty()) return {};
   if (static_cast<std::int64_t>(flags.modules.size()) > flags.max_loras) {
     return tl::unexpected(lora_error(

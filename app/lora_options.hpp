@@ -20,7 +20,14 @@ struct LoraFlags {
   // modules than this is refused. vLLM's default, 1.
   std::int32_t max_loras = 1;
   std::int32_t max_lora_rank = 16;  // vLLM's default
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter while serving; also on where
+  // vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING is 1 or true.
+  bool runtime_updating = false;
 };
+
+// Whether vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING value turns run-time updating on: "1"
+// or "true" (any case, spaces around ignored), as vLLM reads it; null (unset) does not.
+bool runtime_lora_env(const char* value);
 
 void add_lora_options(CLI::App* cmd, LoraFlags& flags);
 
@@ -31,8 +38,9 @@ Result<net::ServerConfig::LoraModule> parse_lora_module(const std::string& item,
 
 // Checks the flags and each adapter file (it exists, is a LoRA adapter GGUF, its rank is
 // at most --max-lora-rank; the worker checks it against the model when it loads), then
-// gives the names to the server and the paths to the engine, in the same order. An error
-// names the flag, the item and why.
+// gives the names to the server and the paths to the engine, in the same order, and the
+// slots (--max-loras) and run-time updating (the flag or VLLM_ALLOW_RUNTIME_LORA_UPDATING)
+// to both. An error names the flag, the item and why.
 Result<void> settle_lora(const LoraFlags& flags, net::ServerConfig& server, EngineConfig& engine);
 
 }  // namespace troupe::app

@@ -154,6 +154,8 @@ class EngineCore {
   bool has_work() const { return scheduler_.has_unfinished(); }
   std::size_t num_requests() const { return requests_.size(); }
   const Scheduler& scheduler() const { return scheduler_; }
+  // A LoRA adapter slot now holds another adapter (or none): its cached prefixes go.
+  void forget_adapter(std::int32_t slot) { scheduler_.forget_adapter(slot); }
   // The budget sized to the machine (null when the budget is a fixed number).
   const TokenBudget* token_budget() const { return token_budget_ ? &*token_budget_ : nullptr; }
   const CoreCounters& counters() const { return counters_; }

@@ -84,6 +84,10 @@ void KvCacheManager::cache_full_blocks(Sequence& seq) {
   const std::int32_t num_full = seq.num_computed_tokens / block_size_;
   for (std::int32_t i = seq.num_registered_blocks; i < num_full; ++i) {
     const BlockId parent = i == 0 ? kNoBlock : seq.block_table[i - 1];
+    if (parent != kNoBlock && !cache_.contains(parent)) {
+      seq.prefix_cache_open = false;  // its prefix was forgotten (forget_adapter)
+      return;
+    }
     const BlockId block = seq.block_table[i];
     const std::span<const TokenId> tokens(
         seq.tokens.data() + static_cast<std::size_t>(i) * block_size_,
@@ -123,6 +127,15 @@ void KvCacheManager::clear_prefix_cache() {
   TROUPE_ASSERT(pool_.num_free() == pool_.num_blocks(), "clearing the cache while blocks are held");
   for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
     if (!cache_.contains(b)) continue;
+    removed_.clear();
+    cache_.erase(b, removed_);
+    for (BlockId r : removed_) pool_.set_cached(r, false);
+  }
+}
+
+void KvCacheManager::forget_adapter(std::int32_t adapter) {
+  for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
+    if (!cache_.contains(b) || !cache_.is_root_of(b, adapter)) continue;
     removed_.clear();
     cache_.erase(b, removed_);
     for (BlockId r : removed_) pool_.set_cached(r, false);

@@ -63,6 +63,9 @@ class KvCacheManager {
 
   // Forgets every cached prefix (their KV memory is gone). Only when no block is held.
   void clear_prefix_cache();
+  // Forgets the prefixes cached under LoRA adapter slot `adapter` (the slot holds another
+  // adapter now). A sequence still holding such blocks keeps them, and caches no more.
+  void forget_adapter(std::int32_t adapter);
 
  private:
   std::int32_t block_size_;

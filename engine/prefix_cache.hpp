@@ -22,6 +22,11 @@ class PrefixCache {
   std::size_t size() const { return num_nodes_; }
   bool contains(BlockId block) const { return nodes_[block].in_tree; }
   std::size_t num_children(BlockId block) const { return nodes_[block].children.size(); }
+  // Whether `block` is in the tree right under `adapter`'s root.
+  bool is_root_of(BlockId block, std::int32_t adapter) const {
+    return nodes_[block].in_tree && nodes_[block].parent == kNoBlock &&
+           nodes_[block].adapter == adapter;
+  }
 
   // The blocks holding tokens[0 .. k * block_size), computed under `adapter`, for the
   // largest k <= max_blocks.

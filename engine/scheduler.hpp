@@ -133,6 +133,8 @@ class Scheduler {
   // The KV memory behind the blocks was lost (a worker restarted): every running
   // sequence is preempted to recompute, and the prefix cache forgets everything.
   void reset_kv_cache();
+  // A LoRA adapter slot now holds another adapter (or none): its cached prefixes go.
+  void forget_adapter(std::int32_t slot) { kv_.forget_adapter(slot); }
 
   const Sequence* find(SeqId id) const;
   std::size_t num_waiting() const { return waiting_.size(); }

@@ -9,7 +9,8 @@
 
 namespace troupe::model {
 
-Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapter> adapter) {
+Result<std::shared_ptr<const LoraAdapter>> LlamaModel::fit_adapter(
+    std::shared_ptr<const LoraAdapter> adapter) const {
   if (adapter == nullptr) return make_error(ErrorCode::invalid_argument, "no adapter given");
   TROUPE_TRY_VOID(backend_->supports_lora());
   if (adapter->architecture() != config_.architecture ||
@@ -51,27 +52,64 @@ Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapte
       }
     }
   }
+  return adapter;
+}
+
+Result<std::vector<LoraWeights>> LlamaModel::upload_adapter(const LoraAdapter& adapter) {
   // Every matrix where lora_add reads it; none kept if one fails.
   std::vector<LoraWeights> uploaded(static_cast<std::size_t>(config_.num_layers) * kNumLoraTargets);
   for (std::int32_t layer = 0; layer < config_.num_layers; ++layer) {
     for (std::size_t t = 0; t < kNumLoraTargets; ++t) {
-      const LoraMatrix* m = adapter->find(layer, static_cast<LoraTarget>(t));
+      const LoraMatrix* m = adapter.find(layer, static_cast<LoraTarget>(t));
       if (m == nullptr) continue;
       const LoraWeights host{Weight{m->a.data(), m->type, m->rank, m->n_in},
                              Weight{m->b_t.data(), m->type, m->rank, m->n_out}};
       auto placed = backend_->upload_lora(host);
       if (!placed) {
-        for (const auto& w : uploaded) {
-          if (w.a.data != nullptr) backend_->release_lora(w);
-        }
+        release_adapter_weights(uploaded);
         return tl::make_unexpected(placed.error());
       }
       uploaded[static_cast<std::size_t>(layer) * kNumLoraTargets + t] = *placed;
     }
   }
-  adapters_.push_back(std::move(adapter));
+  return uploaded;
+}
+
+void LlamaModel::release_adapter_weights(std::vector<LoraWeights>& weights) {
+  for (const auto& w : weights) {
+    if (w.a.data != nullptr) backend_->release_lora(w);
+  }
+  weights.clear();
+}
+
+Result<std::int32_t> LlamaModel::attach_adapter(std::shared_ptr<const LoraAdapter> adapter) {
+  TROUPE_TRY(auto fitted, fit_adapter(std::move(adapter)));
+  TROUPE_TRY(auto uploaded, upload_adapter(*fitted));
+  // A slot emptied by set_adapter may sit at the end: attaching takes the next one after.
+  lora_weights_.resize(adapters_.size());
+  adapters_.push_back(std::move(fitted));
   lora_weights_.push_back(std::move(uploaded));
   return num_adapters();
+}
+
+Result<void> LlamaModel::set_adapter(std::int32_t slot,
+                                     std::shared_ptr<const LoraAdapter> adapter) {
+  if (slot < 1) {
+    return make_error(ErrorCode::invalid_argument,
+                      "LoRA adapter slot " + std::to_string(slot) + " (slots start at 1)");
+  }
+  std::vector<LoraWeights> uploaded;
+  if (adapter != nullptr) {
+    TROUPE_TRY(adapter, fit_adapter(std::move(adapter)));
+    TROUPE_TRY(uploaded, upload_adapter(*adapter));
+  }
+  const auto index = static_cast<std::size_t>(slot - 1);
+  if (adapters_.size() <= index) adapters_.resize(index + 1);
+  lora_weights_.resize(adapters_.size());
+  release_adapter_weights(lora_weights_[index]);  // what the slot held before
+  adapters_[index] = std::move(adapter);
+  lora_weights_[index] = std::move(uploaded);
+  return {};
 }
 
 Result<void> LlamaModel::group_adapter_rows(const StepInput& step) {
@@ -87,6 +125,11 @@ Result<void> LlamaModel::group_adapter_rows(const StepInput& step) {
                             std::to_string(num_adapters()) + " attached");
     }
     if (slot == 0) continue;
+    if (adapters_[static_cast<std::size_t>(slot - 1)] == nullptr) {
+      return make_error(ErrorCode::invalid_argument, "a sequence names LoRA adapter slot " +
+                                                         std::to_string(slot) +
+                                                         ", which holds no adapter");
+    }
     lora_step_ = true;
     auto& rows = lora_rows_[static_cast<std::size_t>(slot)];
     for (std::int32_t r = step.query_start[s]; r < step.query_start[s + 1]; ++r) rows.push_back(r);

@@ -177,6 +177,7 @@ LlamaModel::LlamaModel(LlamaModel&& other) noexcept
 LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
   if (this != &other) {
     release_workspace();
+    for (auto& weights : lora_weights_) release_adapter_weights(weights);
     config_ = std::move(other.config_);
     local_ = std::move(other.local_);
     shard_ = other.shard_;
@@ -199,6 +200,7 @@ LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
 
 LlamaModel::~LlamaModel() {
   release_workspace();
+  for (auto& weights : lora_weights_) release_adapter_weights(weights);
 }
 
 Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend,

@@ -106,6 +106,12 @@ class LlamaModel {
   // Its matrices go where the backend's lora_add reads them (Backend::upload_lora). Refused
   // on a backend without lora_add and for an adapter of another shape.
   Result<std::int32_t> attach_adapter(std::shared_ptr<const LoraAdapter> adapter);
+  // Puts `adapter` in slot `slot` (1 or more), checked as attach_adapter checks it,
+  // replacing the slot's adapter (run-time loading, `serve --enable-runtime-lora-updating`);
+  // null empties the slot, whose weights go once no step holds them. A step naming an
+  // empty slot is refused. On an error the slot is as it was.
+  Result<void> set_adapter(std::int32_t slot, std::shared_ptr<const LoraAdapter> adapter);
+  // Slots there are room for (the highest one filled or emptied so far).
   std::int32_t num_adapters() const { return static_cast<std::int32_t>(adapters_.size()); }
 
   LlamaModel(LlamaModel&&) noexcept;
@@ -155,8 +161,18 @@ class LlamaModel {
   // not contiguous there); the backend's weights may point into them.
   std::vector<std::unique_ptr<std::byte[]>> owned_weights_;
   Workspace ws_;
-  // LoRA: slot s's adapter at s - 1; the running step's rows of each slot (empty lists
-  // where none; no lists when the step runs the base model alone); a layer's groups, reused.
+  // An adapter made fit for this model: its rank's part of each matrix, checked against
+  // the loaded weights.
+  Result<std::shared_ptr<const LoraAdapter>> fit_adapter(
+      std::shared_ptr<const LoraAdapter> adapter) const;
+  // Its matrices where the backend's lora_add reads them (Backend::upload_lora), by
+  // [layer * kNumLoraTargets + target]; and their release.
+  Result<std::vector<LoraWeights>> upload_adapter(const LoraAdapter& adapter);
+  void release_adapter_weights(std::vector<LoraWeights>& weights);
+
+  // LoRA: slot s's adapter at s - 1 (null: an empty slot); the running step's rows of each slot
+  // (empty lists where none; no lists when the step runs the base model alone); a layer's groups,
+  // reused.
   std::vector<std::shared_ptr<const LoraAdapter>> adapters_;
   // Slot s's matrices as the backend keeps them, at s - 1, then [layer * kNumLoraTargets +
   // target] (null weights where the adapter leaves a matrix alone).

@@ -78,6 +78,13 @@ struct Metrics::Impl {
     return counter_family(name, help).Add({});
   }
   p::Gauge& gauge(const char* name, const char* help) { return gauge_family(name, help).Add({}); }
+  void add_lora_families() {
+    if (lora_running != nullptr) return;
+    lora_running = &gauge_family("troupe_lora_requests_running",
+                                 "Requests running (holding KV blocks), by LoRA adapter");
+    lora_waiting = &gauge_family("troupe_lora_requests_waiting",
+                                 "Requests waiting to be scheduled, by LoRA adapter");
+  }
   p::Histogram& histogram(const char* name, const char* help,
                           p::Histogram::BucketBoundaries buckets) {
     return p::BuildHistogram().Name(name).Help(help).Labels(model).Register(*registry).Add(
@@ -278,6 +285,7 @@ void Metrics::record_iteration(const Iteration& it) {
       return slot < v.size() ? v[slot] : 0;
     };
     for (std::size_t i = 0; i < m.lora_names.size(); ++i) {
+      if (m.lora_names[i].empty()) continue;  // an empty slot
       std::int64_t running = 0, waiting = 0;
       for (const auto& [index, each] : m.replicas) {
         running += at(each.running_by_adapter, i + 1);
@@ -291,16 +299,29 @@ void Metrics::record_iteration(const Iteration& it) {
   set_replica_load(it.replica, it.num_running, it.num_waiting, it.kv_usage, it.num_kv_blocks);
 }
 
+void Metrics::name_lora_adapter(std::int32_t slot, const std::string& name) {
+  auto& m = *impl_;
+  if (slot < 1) return;
+  std::lock_guard lock(m.mutex);
+  m.add_lora_families();
+  const auto index = static_cast<std::size_t>(slot - 1);
+  if (m.lora_names.size() <= index) m.lora_names.resize(index + 1);
+  if (const std::string& old = m.lora_names[index]; !old.empty()) {
+    m.lora_running->Remove(&m.lora_running->Add({{"lora_name", old}}));
+    m.lora_waiting->Remove(&m.lora_waiting->Add({{"lora_name", old}}));
+  }
+  m.lora_names[index] = name;
+  if (!name.empty()) {
+    m.lora_running->Add({{"lora_name", name}});
+    m.lora_waiting->Add({{"lora_name", name}});
+  }
+}
+
 void Metrics::set_lora_adapters(const std::vector<std::string>& names) {
   auto& m = *impl_;
   if (names.empty()) return;
   std::lock_guard lock(m.mutex);
-  if (m.lora_running == nullptr) {
-    m.lora_running = &m.gauge_family("troupe_lora_requests_running",
-                                     "Requests running (holding KV blocks), by LoRA adapter");
-    m.lora_waiting = &m.gauge_family("troupe_lora_requests_waiting",
-                                     "Requests waiting to be scheduled, by LoRA adapter");
-  }
+  m.add_lora_families();
   m.lora_names = names;
   for (const auto& name : names) {
     m.lora_running->Add({{"lora_name", name}});

@@ -63,6 +63,9 @@ class Metrics {
   // troupe_lora_requests_running and _waiting series (label lora_name) start at 0; each
   // iteration sets them to the sum over replicas. Call before the engine runs.
   void set_lora_adapters(const std::vector<std::string>& names);
+  // A run-time load names slot `slot` (its series start at 0); an empty name (an unload)
+  // takes the slot's series away.
+  void name_lora_adapter(std::int32_t slot, const std::string& name);
   void observe_queue_time(double seconds);
 
   // A replica's load now (record_iteration sets it too): after it lost its worker, say.

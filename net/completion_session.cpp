@@ -200,7 +200,7 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
   } else if (alive && completion.chat) {  // a chat stream opens each choice with its role
     data.clear();
     for (int i = 0; i < num_sequences; ++i) {
-      data += "data: " + chat_role_chunk(context, id, created, i) + "\n\n";
+      data += "data: " + chat_role_chunk(context, completion, id, created, i) + "\n\n";
     }
     alive = co_await sse.write(data);
   }
@@ -235,10 +235,13 @@ asio::awaitable<bool> HttpServer::Impl::completions(ServerStream& stream, Reques
     if (next->read) {           // a read chat: what its text let out now (the rest is held back)
       const ChoiceText& shown = *next->read;
       if (!shown.reasoning.empty()) {
-        data += "data: " + reasoning_chunk(context, id, created, shown.reasoning, index) + "\n\n";
+        data +=
+            "data: " + reasoning_chunk(context, completion, id, created, shown.reasoning, index) +
+            "\n\n";
       }
       if (!shown.deltas.empty()) {
-        data += "data: " + tool_calls_chunk(context, id, created, shown.deltas, index) + "\n\n";
+        data += "data: " + tool_calls_chunk(context, completion, id, created, shown.deltas, index) +
+                "\n\n";
       }
       if (!called && !event.finished && event.text.empty() && !completion.want_logprobs) {
         if (data.empty()) {

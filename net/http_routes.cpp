@@ -43,6 +43,12 @@ Response json_answer(const Request& request, tl::expected<std::string, ApiError>
   return body ? ok(request, std::move(*body)) : error_response(request, body.error());
 }
 
+Response lora_admin_answer(const Request& request, const RouteContext& context) {
+  auto answer = context.lora_admin(request_path(request), request.body());
+  if (!answer) return error_response(request, answer.error());
+  return make_response(request, http::status::ok, std::move(*answer), "text/plain; charset=utf-8");
+}
+
 struct RouteSpec {
   std::string_view path;
   http::verb method;
@@ -53,7 +59,7 @@ struct RouteSpec {
 
 // Every route the server knows, once. Paths under /v1/ that are not here need the key
 // as well (401 before 404).
-constexpr std::array<RouteSpec, 13> kRoutes = {{
+constexpr std::array<RouteSpec, 15> kRoutes = {{
     {"/health", http::verb::get, RouteKind::plain, false,
      [](const Request& request, const RouteContext& context) {
        // A draining server asks its load balancer to send no more (and says why).
@@ -101,6 +107,9 @@ constexpr std::array<RouteSpec, 13> kRoutes = {{
      [](const Request& request, const RouteContext& context) {
        return make_response(request, http::status::accepted, context.start_drain());
      }},
+    // Run-time LoRA adapters (vLLM's routes and answers): heavy, a load reads the file.
+    {"/v1/load_lora_adapter", http::verb::post, RouteKind::heavy, true, lora_admin_answer},
+    {"/v1/unload_lora_adapter", http::verb::post, RouteKind::heavy, true, lora_admin_answer},
 }};
 
 const RouteSpec* find_route(std::string_view path) {
@@ -114,7 +123,8 @@ const RouteSpec* find_route(std::string_view path) {
 bool is_routed(const RouteSpec& r, const RouteContext& context) {
   return r.kind != RouteKind::websocket && (r.path != "/metrics" || context.metrics_text) &&
          (r.path != "/v1/cluster" || context.cluster_json) &&
-         (r.path != "/v1/admin/drain" || context.start_drain);
+         (r.path != "/v1/admin/drain" || context.start_drain) &&
+         (!r.path.ends_with("_lora_adapter") || context.lora_admin);
 }
 
 }  // namespace

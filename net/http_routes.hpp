@@ -84,12 +84,16 @@ struct RouteContext {
   std::function<bool()> draining;
   // POST /v1/admin/drain: starts the drain (once) and says what is left; empty: a 404.
   std::function<std::string()> start_drain;
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's): the path and the
+  // body in; the plain-text success, or the error. Empty: both are 404s.
+  std::function<tl::expected<std::string, ApiError>(std::string_view path, std::string_view body)>
+      lora_admin;
 };
 
 // Every route but generation, the event stream and the WebSocket upgrade: CORS
 // preflights, the built-in page (GET / and its files, no key needed), the API key,
-// /health, /version, /metrics, /v1/models, /tokenize, /detokenize, /v1/admin/drain, 404
-// and 405.
+// /health, /version, /metrics, /v1/models, /tokenize, /detokenize, /v1/admin/drain,
+// /v1/load_lora_adapter, /v1/unload_lora_adapter, 404 and 405.
 Response route(const Request& request, const RouteContext& context);
 
 }  // namespace troupe::net

@@ -16,6 +16,7 @@
 #include "monitoring/log.hpp"
 #include "net/cors.hpp"
 #include "net/generation_stream.hpp"
+#include "net/lora_admin.hpp"
 #include "net/server_impl.hpp"
 #include "text/unicode.hpp"
 
@@ -92,9 +93,10 @@ HttpServer::Impl::Impl(Engine& e, ServerConfig c)
   for (const auto& name : config.other_model_names) {
     context.other_model_names.push_back(text::to_valid_utf8(name));
   }
-  for (const auto& lora : config.lora_modules) {
-    context.lora_modules.push_back(
-        {text::to_valid_utf8(lora.name), text::to_valid_utf8(lora.path)});
+  for (std::size_t i = 0; i < config.lora_modules.size(); ++i) {
+    const auto& lora = config.lora_modules[i];
+    context.loras->add({text::to_valid_utf8(lora.name), text::to_valid_utf8(lora.path),
+                        static_cast<std::int32_t>(i + 1)});
   }
   context.priority_scheduling = engine.scheduling_policy() == SchedulingPolicy::priority;
   context.max_logprobs = config.max_logprobs;
@@ -118,6 +120,10 @@ RouteContext HttpServer::Impl::route_context() {
     r.cluster_json = [this] { return cluster_json(engine.nodes(), engine.replicas()); };
   }
   r.draining = [this] { return draining(); };
+  r.lora_admin = [this](std::string_view path, std::string_view body) {
+    const LoraAdmin admin{engine, config, context};
+    return path == "/v1/load_lora_adapter" ? admin.load(body) : admin.unload(body);
+  };
   r.start_drain = [this] {
     begin_drain("POST /v1/admin/drain");
     boost::json::object answer{

@@ -63,6 +63,12 @@ struct ServerConfig {
     std::string path;
   };
   std::vector<LoraModule> lora_modules;
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter load and unload adapters while
+  // serving (--enable-runtime-lora-updating, or VLLM_ALLOW_RUNTIME_LORA_UPDATING); off,
+  // they answer a 400 that says how to turn them on. A loaded adapter's file is checked as
+  // a --lora-modules one is: its rank at most max_lora_rank.
+  bool runtime_lora_updating = false;
+  std::int32_t max_lora_rank = 16;
   std::string api_key;  // non-empty: /v1 routes need "Authorization: Bearer <key>"
   // Jinja chat template text overriding the model's own (empty: the model's), and what
   // to call it in the log ("--chat-template file x.jinja").

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "net/api_error.hpp"
+#include "net/lora_table.hpp"
 #include "net/tool_calls.hpp"
 #include "text/chat_template.hpp"
 #include "text/reasoning_parser.hpp"
@@ -89,23 +90,20 @@ struct ApiContext {
   std::int32_t max_model_len = 0;
   std::string served_model_name;
   std::vector<std::string> other_model_names;  // more names requests may use
-  // LoRA adapters served beside the model (--lora-modules): a request whose `model` is
-  // lora_modules[i].name runs with GenerateRequest::lora_adapter i + 1.
-  struct LoraModule {
-    std::string name;
-    std::string path;
-  };
-  std::vector<LoraModule> lora_modules;
-  // The adapter slot a request naming `model` runs with: 0 for the model itself, i + 1
-  // for lora_modules[i]; nothing for a name not served.
+  // LoRA adapters served beside the model (--lora-modules, and those loaded at run time):
+  // a request whose `model` is an adapter's name runs with its slot. Shared by the copies
+  // of a context, as the server's threads share the table.
+  std::shared_ptr<LoraTable> loras = std::make_shared<LoraTable>();
+  bool is_base_name(std::string_view model) const {
+    return model == served_model_name ||
+           std::find(other_model_names.begin(), other_model_names.end(), model) !=
+               other_model_names.end();
+  }
+  // The adapter slot a request naming `model` runs with: 0 for the model itself, the
+  // adapter's slot for an adapter's name; nothing for a name not served.
   std::optional<std::int32_t> adapter_of(std::string_view model) const {
-    if (model == served_model_name || std::find(other_model_names.begin(), other_model_names.end(),
-                                                model) != other_model_names.end()) {
-      return 0;
-    }
-    for (std::size_t i = 0; i < lora_modules.size(); ++i) {
-      if (lora_modules[i].name == model) return static_cast<std::int32_t>(i + 1);
-    }
+    if (is_base_name(model)) return 0;
+    if (auto lora = loras->find(model)) return lora->slot;
     return std::nullopt;
   }
   bool serves(std::string_view model) const { return adapter_of(model).has_value(); }
@@ -169,6 +167,10 @@ std::vector<CompletionOutput> best_choices(const CompletionRequest& request,
 std::string completion_response(const ApiContext& context, const std::string& id,
                                 std::int64_t created, const CompletionRequest& request,
                                 const std::vector<CompletionOutput>& outputs);
+// The `model` an answer names: the adapter's name for a request run with a LoRA adapter
+// (as vLLM's answers do), else the served model's name.
+std::string answer_model(const ApiContext& context, const CompletionRequest& request);
+
 // One SSE `data:` payload for a streamed event of choice `index` (text and, on
 // its last one, the finish reason).
 // `called`: the choice's output was read as tool calls (finish_reason "tool_calls").
@@ -178,14 +180,16 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
                              const CompletionRequest& request, const TokenEvent& event, int index,
                              bool called = false, std::size_t text_offset = 0);
 // A chat stream's thinking for choice `index` (delta.reasoning_content, vLLM's).
-std::string reasoning_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                            std::string_view reasoning, int index);
+std::string reasoning_chunk(const ApiContext& context, const CompletionRequest& request,
+                            const std::string& id, std::int64_t created, std::string_view reasoning,
+                            int index);
 // A chat stream's tool call deltas for choice `index` (delta.tool_calls).
-std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+std::string tool_calls_chunk(const ApiContext& context, const CompletionRequest& request,
+                             const std::string& id, std::int64_t created,
                              const std::vector<ToolCallDelta>& deltas, int index);
 // A chat stream's first chunk for a choice: the assistant's role.
-std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                            int index);
+std::string chat_role_chunk(const ApiContext& context, const CompletionRequest& request,
+                            const std::string& id, std::int64_t created, int index);
 // The last chunk when stream_options.include_usage asks for it.
 // `completion_tokens` sums over the choices; the prompt counts once.
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,

@@ -14,6 +14,10 @@ namespace troupe::net {
 
 namespace json = boost::json;
 
+std::string answer_model(const ApiContext& context, const CompletionRequest& request) {
+  return request.generate.lora_adapter > 0 ? request.model : context.served_model_name;
+}
+
 namespace {
 
 // The legacy completions shape: tokens, token_logprobs, top_logprobs (the sampled token
@@ -127,12 +131,13 @@ json::object usage_json(const Usage& usage) {
 
 // What every completion object and stream chunk opens with, in OpenAI's order; a caller
 // adds "usage" after the choices where it has one.
-json::object envelope(const ApiContext& context, const std::string& id, std::int64_t created,
-                      std::string_view object, json::array choices) {
+json::object envelope(const ApiContext& context, const CompletionRequest& request,
+                      const std::string& id, std::int64_t created, std::string_view object,
+                      json::array choices) {
   return json::object{{"id", id},
                       {"object", object},
                       {"created", created},
-                      {"model", context.served_model_name},
+                      {"model", answer_model(context, request)},
                       {"choices", std::move(choices)}};
 }
 
@@ -236,7 +241,7 @@ std::string completion_response(const ApiContext& context, const std::string& id
     choices.emplace_back(std::move(choice));
   }
   json::object response =
-      envelope(context, id, created, request.chat ? "chat.completion" : "text_completion",
+      envelope(context, request, id, created, request.chat ? "chat.completion" : "text_completion",
                std::move(choices));
   response["usage"] = usage_json(usage);
   if (request.want_prompt_logprobs && request.chat && !outputs.empty()) {
@@ -271,44 +276,47 @@ std::string completion_chunk(const ApiContext& context, const std::string& id, s
   choice["finish_reason"] =
       event.finished ? json::value(std::string(openai_finish_reason(event.finish_reason, called)))
                      : json::value(nullptr);
-  return json::serialize(
-      envelope(context, id, created, chunk_object(request.chat), json::array{std::move(choice)}));
+  return json::serialize(envelope(context, request, id, created, chunk_object(request.chat),
+                                  json::array{std::move(choice)}));
 }
 
-std::string reasoning_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                            std::string_view reasoning, int index) {
+std::string reasoning_chunk(const ApiContext& context, const CompletionRequest& request,
+                            const std::string& id, std::int64_t created, std::string_view reasoning,
+                            int index) {
   json::object choice{
       {"index", index},
       {"delta", json::object{{"reasoning_content", text::to_valid_utf8(reasoning)}}},
       {"logprobs", nullptr},
       {"finish_reason", nullptr}};
   return json::serialize(
-      envelope(context, id, created, chunk_object(true), json::array{std::move(choice)}));
+      envelope(context, request, id, created, chunk_object(true), json::array{std::move(choice)}));
 }
 
-std::string tool_calls_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
+std::string tool_calls_chunk(const ApiContext& context, const CompletionRequest& request,
+                             const std::string& id, std::int64_t created,
                              const std::vector<ToolCallDelta>& deltas, int index) {
   json::object choice{{"index", index},
                       {"delta", json::object{{"tool_calls", tool_call_deltas_json(deltas)}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}};
   return json::serialize(
-      envelope(context, id, created, chunk_object(true), json::array{std::move(choice)}));
+      envelope(context, request, id, created, chunk_object(true), json::array{std::move(choice)}));
 }
 
-std::string chat_role_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
-                            int index) {
+std::string chat_role_chunk(const ApiContext& context, const CompletionRequest& request,
+                            const std::string& id, std::int64_t created, int index) {
   json::object choice{{"index", index},
                       {"delta", json::object{{"role", "assistant"}, {"content", ""}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}};
   return json::serialize(
-      envelope(context, id, created, chunk_object(true), json::array{std::move(choice)}));
+      envelope(context, request, id, created, chunk_object(true), json::array{std::move(choice)}));
 }
 
 std::string usage_chunk(const ApiContext& context, const std::string& id, std::int64_t created,
                         const CompletionRequest& request, const Usage& usage) {
-  json::object chunk = envelope(context, id, created, chunk_object(request.chat), json::array{});
+  json::object chunk =
+      envelope(context, request, id, created, chunk_object(request.chat), json::array{});
   chunk["usage"] = usage_json(usage);
   return json::serialize(chunk);
 }
@@ -327,7 +335,7 @@ std::string echo_chunk(const ApiContext& context, const std::string& id, std::in
           : json::value(nullptr);
   choice["finish_reason"] = nullptr;
   return json::serialize(
-      envelope(context, id, created, chunk_object(false), json::array{std::move(choice)}));
+      envelope(context, request, id, created, chunk_object(false), json::array{std::move(choice)}));
 }
 
 std::vector<CompletionOutput> best_choices(const CompletionRequest& request,
@@ -388,14 +396,13 @@ std::string websocket_error(std::string_view id, const ApiError& error) {
 namespace {
 // vLLM's shape: an adapter's root is its path and its parent the model's name; the
 // model's root is its own name and its parent null.
-json::object model_object(const ApiContext& context, const std::string& name) {
+json::object model_object(const ApiContext& context, const std::string& name,
+                          const LoraEntry* lora = nullptr) {
   json::value parent = nullptr;
   std::string root = context.served_model_name;
-  for (const auto& lora : context.lora_modules) {
-    if (lora.name == name) {
-      parent = json::string(context.served_model_name);
-      root = lora.path;
-    }
+  if (lora != nullptr) {
+    parent = json::string(context.served_model_name);
+    root = lora->path;
   }
   return json::object{{"id", name},
                       {"object", "model"},
@@ -412,17 +419,21 @@ json::object model_object(const ApiContext& context, const std::string& name) {
 std::string models_response(const ApiContext& context) {
   json::array data{model_object(context, context.served_model_name)};
   for (const auto& name : context.other_model_names) data.emplace_back(model_object(context, name));
-  for (const auto& lora : context.lora_modules) data.emplace_back(model_object(context, lora.name));
+  for (const auto& lora : context.loras->list()) {
+    data.emplace_back(model_object(context, lora.name, &lora));
+  }
   return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
 }
 
 tl::expected<std::string, ApiError> model_response(const ApiContext& context,
                                                    std::string_view model) {
-  if (!context.serves(model)) {
-    return tl::unexpected(ApiError{404, "The model '" + std::string(model) + "' does not exist.",
-                                   "NotFoundError", "model"});
+  if (context.is_base_name(model))
+    return json::serialize(model_object(context, std::string(model)));
+  if (const auto lora = context.loras->find(model)) {
+    return json::serialize(model_object(context, lora->name, &*lora));
   }
-  return json::serialize(model_object(context, std::string(model)));
+  return tl::unexpected(ApiError{404, "The model '" + std::string(model) + "' does not exist.",
+                                 "NotFoundError", "model"});
 }
 
 }  // namespace troupe::net

@@ -404,7 +404,7 @@ json::object response_json(const ApiContext& context, const std::string& id, std
                  {"object", "response"},
                  {"created_at", created},
                  {"status", status},
-                 {"model", context.served_model_name},
+                 {"model", answer_model(context, request)},
                  {"output", std::move(output)},
                  {"error", nullptr},
                  {"incomplete_details", nullptr},

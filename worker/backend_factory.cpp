@@ -158,16 +158,27 @@ std::int64_t host_memory_bytes() {
 
 }  // namespace
 
+Result<std::shared_ptr<const model::LoraAdapter>> read_adapter(const model::LoadedModel& m,
+                                                               const std::string& path) {
+  TROUPE_TRY(auto adapter, model::LoraAdapter::open(path, *m.file, m.config));
+  return std::make_shared<const model::LoraAdapter>(std::move(adapter));
+}
+
 namespace {
 
-// The spec's LoRA adapters, read and checked against the model before its weights load.
+// The spec's LoRA adapters, read and checked against the model before its weights load
+// (null for an empty slot: an empty path).
 Result<std::vector<std::shared_ptr<const model::LoraAdapter>>> read_adapters(
     const engine::WorkerSpec& spec, const model::LoadedModel& m) {
   std::vector<std::shared_ptr<const model::LoraAdapter>> adapters;
   if (spec.lora_adapters.empty()) return adapters;
   for (const auto& path : spec.lora_adapters) {
-    TROUPE_TRY(auto adapter, model::LoraAdapter::open(path, *m.file, m.config));
-    adapters.push_back(std::make_shared<const model::LoraAdapter>(std::move(adapter)));
+    if (path.empty()) {
+      adapters.push_back(nullptr);
+      continue;
+    }
+    TROUPE_TRY(auto adapter, read_adapter(m, path));
+    adapters.push_back(std::move(adapter));
   }
   return adapters;
 }
@@ -211,7 +222,10 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
     TROUPE_TRY_VOID(backend->join_group(std::move(group)));
   }
   TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard, progress));
-  for (auto& adapter : adapters) TROUPE_TRY_VOID(m.model->attach_adapter(std::move(adapter)));
+  for (std::size_t i = 0; i < adapters.size(); ++i) {
+    if (adapters[i] == nullptr) continue;
+    TROUPE_TRY_VOID(m.model->set_adapter(static_cast<std::int32_t>(i + 1), std::move(adapters[i])));
+  }
   m.kv_dtype = spec.kv_cache_dtype.value_or(KvCacheDtype::f16);
   return m;
 }

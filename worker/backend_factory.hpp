@@ -12,6 +12,7 @@
 #include "model/backend.hpp"
 #include "model/llama_config.hpp"
 #include "model/loaded_model.hpp"
+#include "model/lora_adapter.hpp"
 #include "troupe/config.hpp"
 
 namespace troupe::worker {
@@ -47,6 +48,11 @@ struct GroupLink {
 // The communicator of rank spec.rank of spec.world_size on the spec's device.
 Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerSpec& spec,
                                                            const GroupLink& link);
+
+// A LoRA adapter file read and checked against the model `m`. The path is read on this
+// machine.
+Result<std::shared_ptr<const model::LoraAdapter>> read_adapter(const model::LoadedModel& m,
+                                                               const std::string& path);
 
 // The model at spec.model_path with its weights on a backend for the spec's device:
 // checked first against the spec's fingerprint (when it has one) and the device's

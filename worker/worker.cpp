@@ -110,6 +110,7 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
                       "be positive");
   }
   std::unique_ptr<Worker> w(new Worker());
+  w->device_ = spec.device;
   TROUPE_TRY(w->model_, open_model(spec, link, progress));
   auto& llama = *w->model_.model;
   auto& backend = *w->model_.backend;
@@ -153,6 +154,14 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
   w->report_.device_name = backend.describe();
   w->report_.vocab_size = w->model_.config.vocab_size;
   return w;
+}
+
+Result<void> Worker::set_adapter(std::int32_t slot, const std::string& path) {
+  if (path.empty()) return model_.model->set_adapter(slot, nullptr);
+  engine::WorkerSpec spec;
+  spec.device = device_;
+  TROUPE_TRY(auto adapter, read_adapter(model_, path));
+  return model_.model->set_adapter(slot, std::move(adapter));
 }
 
 Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {

@@ -38,6 +38,11 @@ class Worker {
   // is marked fatal, and the worker must be replaced.
   engine::StepOutput step(const engine::StepWork& work);
 
+  // Puts the LoRA adapter at `path` (read here, checked against the model, this rank's
+  // part kept) in slot `slot`, replacing what it held; an empty path empties the slot.
+  // On an error the slot is as it was.
+  Result<void> set_adapter(std::int32_t slot, const std::string& path);
+
   // Tests only: called before every step (one that throws fails it as an exception would).
   void set_before_step(std::function<void()> hook) { before_step_ = std::move(hook); }
 
@@ -52,6 +57,7 @@ class Worker {
   model::LoadedModel draft_;  // speculative decoding's draft model, when the spec names one
   std::unique_ptr<model::DraftProposer> proposer_;
   engine::LoadReport report_;
+  Device device_ = Device::cpu;
   std::function<void()> before_step_;
 };
 

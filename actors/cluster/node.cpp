@@ -125,6 +125,9 @@ worker_actor::behavior_type node_worker(worker_actor::stateful_pointer<NodeWorke
       [self](step_atom step, engine::StepWork& work) {
         return self->delegate(self->state.inner, step, std::move(work));
       },
+      [self](lora_atom lora, std::int32_t slot, std::string& path) {
+        return self->delegate(self->state.inner, lora, slot, std::move(path));
+      },
   };
 }
 

@@ -189,6 +189,32 @@ caf::result<engine::StepOutput> step_ranks(Self self, const engine::StepWork& wo
   return gathering->promise;
 }
 
+// A LoRA adapter on every rank, each cutting its part (LlamaModel::set_adapter): the
+// first rank's failure, by its name, or "" once all hold it. A failure may leave the
+// others holding it; whoever asked empties the slot again.
+caf::result<std::string> lora_ranks(Self self, std::int32_t slot, const std::string& path) {
+  struct Gathered {
+    caf::typed_response_promise<std::string> promise;
+    std::size_t pending = 0;
+    std::string error;
+  };
+  auto g = std::make_shared<Gathered>();
+  g->promise = self->make_response_promise<std::string>();
+  g->pending = self->state.ranks.size();
+  auto done = [self, g](std::size_t r, const std::string& error) {
+    if (!error.empty() && g->error.empty()) g->error = rank_name(self, r) + ": " + error;
+    if (--g->pending == 0) g->promise.deliver(g->error);
+  };
+  for (std::size_t r = 0; r < self->state.ranks.size(); ++r) {
+    self->request(self->state.ranks[r], kLoadTimeout, lora_atom::value, slot, path)
+        .then([done, r](const std::string& error) { done(r, error); },
+              [self, done, r](const caf::error& e) {
+                done(r, "it did not answer: " + self->system().render(e));
+              });
+  }
+  return g->promise;
+}
+
 // Rank `r` is gone: what waits on the group hears it (CAF 0.17 would leave a promise of
 // an actor that quits unanswered), and the group ends.
 void lose_rank(Self self, std::size_t r, const std::string& why) {
@@ -252,6 +278,9 @@ group_actor::behavior_type group(Self self, std::vector<worker_actor> ranks,
         return failed;
       },
       [self](step_atom, const engine::StepWork& work) { return step_ranks(self, work); },
+      [self](lora_atom, std::int32_t slot, const std::string& path) {
+        return lora_ranks(self, slot, path);
+      },
       [self](blame_atom, std::uint64_t number) {
         if (self->current_sender() != self->ctrl()) return;  // its own timer only
         blame_silent_rank(self, number);

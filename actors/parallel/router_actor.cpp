@@ -98,6 +98,32 @@ void gather(Self self, Atom atom, Done done) {
 
 using Answers = std::vector<std::optional<std::vector<ReplicaStats>>>;
 
+// A LoRA adapter in a slot of every replica: the first replica's failure, by its index,
+// or "" once all hold it. The engine empties the slot again after a failure.
+caf::result<std::string> lora_replicas(Self self, std::int32_t slot, const std::string& path) {
+  struct Gathered {
+    caf::typed_response_promise<std::string> promise;
+    std::size_t pending = 0;
+    std::string error;
+  };
+  auto g = std::make_shared<Gathered>();
+  g->promise = self->make_response_promise<std::string>();
+  g->pending = self->state.replicas.size();
+  auto done = [g](std::size_t i, const std::string& error) {
+    if (!error.empty() && g->error.empty())
+      g->error = "replica " + std::to_string(i) + ": " + error;
+    if (--g->pending == 0) g->promise.deliver(g->error);
+  };
+  for (std::size_t i = 0; i < self->state.replicas.size(); ++i) {
+    self->request(self->state.replicas[i].actor, kLoadTimeout, lora_atom::value, slot, path)
+        .then([done, i](const std::string& error) { done(i, error); },
+              [self, done, i](const caf::error& e) {
+                done(i, "it did not answer: " + self->system().render(e));
+              });
+  }
+  return g->promise;
+}
+
 // Each replica's own numbers, with what the router sent it.
 std::vector<ReplicaStats> replica_stats(Self self, const Answers& answers) {
   std::vector<ReplicaStats> out;
@@ -223,6 +249,9 @@ front_actor::behavior_type router(Self self, std::vector<replica_actor> replicas
                                             rp.deliver(sum_stats(replica_stats(self, a)));
                                           });
         return rp;
+      },
+      [self](lora_atom, std::int32_t slot, const std::string& path) {
+        return lora_replicas(self, slot, path);
       },
       [self](replicas_atom) {
         auto rp = self->make_response_promise<std::vector<ReplicaStats>>();

@@ -16,6 +16,27 @@ void on_output(Self self, const engine::StepOutput& output, double round_trip_se
   maybe_step(self);
 }
 
+// A LoRA adapter in slot `slot` of this replica: kept in the spec (a worker that replaces
+// this one loads it too), the slot's cached prefixes forgotten, and put in the worker's
+// slot now when it has one (its steps run in order, so between two of them).
+caf::result<std::string> set_lora(Self self, std::int32_t slot, const std::string& path) {
+  auto& state = self->state;
+  if (slot < 1) return std::string("LoRA adapter slot " + std::to_string(slot) + " is not one");
+  auto& paths = state.setup.spec.lora_adapters;
+  if (paths.size() < static_cast<std::size_t>(slot)) paths.resize(static_cast<std::size_t>(slot));
+  paths[static_cast<std::size_t>(slot - 1)] = path;
+  ++state.lora_changes;
+  state.core->forget_adapter(slot);
+  if (!state.worker_ready || !state.worker) return std::string();
+  auto rp = self->make_response_promise<std::string>();
+  self->request(state.worker, kLoadTimeout, lora_atom::value, slot, path)
+      .then([rp](const std::string& error) mutable { rp.deliver(error); },
+            [self, rp](const caf::error& e) mutable {
+              rp.deliver("the worker did not answer: " + self->system().render(e));
+            });
+  return rp;
+}
+
 }  // namespace
 
 void maybe_step(Self self) {
@@ -139,6 +160,9 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
                 s.kv_cache().usage(),
                 s.kv_cache().cached_prefix_tokens(prompt, adapter),
                 self->state.num_received};
+      },
+      [self](lora_atom, std::int32_t slot, const std::string& path) -> caf::result<std::string> {
+        return set_lora(self, slot, path);
       },
       [self](router_atom, const front_actor& router) {
         self->state.router = router;

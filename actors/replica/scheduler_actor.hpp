@@ -51,6 +51,10 @@ struct SchedulerState {
   std::uint64_t supply = 0;        // the number of the latest supply asked for
   front_actor router;              // where a lost worker's unstarted requests go (null: none)
   std::int64_t num_received = 0;   // submissions (ReplicaProbe::num_received)
+  // Run-time LoRA loads and unloads so far, and how many the latest supply's spec held: a
+  // worker supplied from an older spec is told the slots when it arrives.
+  std::uint64_t lora_changes = 0;
+  std::uint64_t supply_lora_changes = 0;
   static inline const char* name = "troupe.scheduler";
 };
 

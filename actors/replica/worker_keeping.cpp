@@ -49,6 +49,7 @@ void retire_worker(SchedulerSelf self) {
 void supply_worker(SchedulerSelf self) {
   auto& state = self->state;
   const std::uint64_t number = ++state.supply;
+  state.supply_lora_changes = state.lora_changes;
   replica_actor me = caf::actor_cast<replica_actor>(self);
   actors::supply_worker(self->home_system(), state.setup.source, state.setup.spec,
                         /*retry=*/remote(self), number, self->address(), [me](SupplyNews news) {
@@ -122,6 +123,14 @@ void on_supplied(SchedulerSelf self, SupplyNews& news) {
     state.worker = std::move(news.worker);
     state.nodes = std::move(news.nodes);
     self->monitor(state.worker);
+    if (state.supply_lora_changes != state.lora_changes) {
+      // LoRA slots changed while it loaded: it hears them before its first step (a
+      // worker's messages run in order). A file it cannot read fails that slot's steps.
+      const auto& paths = state.setup.spec.lora_adapters;
+      for (std::size_t i = 0; i < paths.size(); ++i) {
+        caf::anon_send(state.worker, lora_atom::value, static_cast<std::int32_t>(i + 1), paths[i]);
+      }
+    }
     state.core->calibrate(news.report.step_costs);
     if (!remote(self)) {
       state.worker_ready = true;

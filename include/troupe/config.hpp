@@ -121,6 +121,9 @@ struct EngineConfig {
   // LoRA adapter files (llama.cpp's GGUF layout) the workers load beside the model: the
   // i-th is GenerateRequest::lora_adapter i + 1. CPU only for now (tensor parallelism too).
   std::vector<std::string> lora_adapters;
+  // LoRA slots, for adapters resident at once: lora_adapters fill the first, and
+  // Engine::load_lora_adapter the others. Fewer than lora_adapters: exactly those.
+  std::int32_t max_loras = 0;
   SchedulingPolicy policy = SchedulingPolicy::fcfs;
   BatchingMode mode = BatchingMode::continuous;
   // Requests without a seed of their own get one derived from this and their id,

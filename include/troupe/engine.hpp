@@ -38,6 +38,20 @@ class Engine {
   Result<RequestId> submit(GenerateRequest request, TokenCallback on_event);
   // Ends a request now; its KV blocks are freed in the scheduler's next turn.
   void cancel(RequestId id);
+
+  // Run-time LoRA adapters (`serve --enable-runtime-lora-updating`). A load reads the
+  // adapter file at `path` where each worker runs (every replica's, every rank keeping
+  // its part), checks it against the model and puts it in a free slot, which it returns
+  // (GenerateRequest::lora_adapter). A worker's failure empties the slot everywhere again
+  // and is the error, naming the replica (and rank). No free slot (EngineConfig::
+  // max_loras): ErrorCode::out_of_range. Blocks until every worker answered.
+  Result<std::int32_t> load_lora_adapter(const std::string& path);
+  // New requests may no longer name `slot` (ErrorCode::invalid_argument when it holds no
+  // adapter); those running with it finish as they would have. The slot is free for a
+  // later load once the last of them ended.
+  Result<void> unload_lora_adapter(std::int32_t slot);
+  // LoRA slots (EngineConfig::max_loras, at least the start-up adapters).
+  std::int32_t num_lora_slots() const;
   // The whole engine's numbers (summed over its replicas).
   EngineStats stats() const;
   // Each replica's, in order (one entry without data parallelism).

@@ -45,6 +45,7 @@ worker_actor::behavior_type stand_in(worker_actor::stateful_pointer<StandInState
       [](actors::step_atom, const engine::StepWork& work) {
         return engine::failed_step(work.step_id, {ErrorCode::internal, "no steps here", true});
       },
+      [](actors::lora_atom, std::int32_t, const std::string&) { return std::string("no LoRA"); },
   };
 }
 
@@ -63,6 +64,7 @@ worker_actor::behavior_type vanishing(worker_actor::stateful_pointer<StandInStat
       [](actors::step_atom, const engine::StepWork& work) {
         return engine::failed_step(work.step_id, {ErrorCode::internal, "no steps here", true});
       },
+      [](actors::lora_atom, std::int32_t, const std::string&) { return std::string("no LoRA"); },
   };
 }
 

@@ -91,3 +91,52 @@ TEST_CASE("a server with adapters in both forms serves and lists them",
   CHECK(says(models, R"("id":"attn","object":"model")"));
   CHECK(says(models, R"("root":")" + adapter("llama-all-r16") + R"(","parent":"base")"));
 }
+
+namespace {
+
+// POST `body` to `path` of a server on `port`: the answer's body and status.
+std::string post(const std::string& port, const std::string& path, const std::string& body) {
+  const std::string command =
+      "curl -s -w ' %{http_code}' -H 'Content-Type: application/json' -d '" + body +
+      "' http://127.0.0.1:" + port + path;
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  ::pclose(pipe);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the flag --enable-runtime-lora-updating, or vLLM's variable, turns on the load route",
+          "[app][lora][integration]") {
+  const std::string load =
+      R"({"lora_name": "rt", "lora_path": ")" + adapter("llama-attn-r8") + R"("})";
+  for (const bool by_flag : {true, false}) {
+    INFO((by_flag ? "the flag" : "VLLM_ALLOW_RUNTIME_LORA_UPDATING"));
+    std::vector<std::string> argv{TROUPE_BINARY, "serve",     base(), "--port",
+                                  "0",           "--threads", "1",    "--served-model-name",
+                                  "base"};
+    if (by_flag) {
+      argv.push_back("--enable-runtime-lora-updating");
+    } else {
+      ::setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", " True", 1);  // as vLLM reads it
+    }
+    ChildProcess serve(argv);
+    ::unsetenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+    const auto port = serve.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+    INFO(serve.output());
+    REQUIRE(port.has_value());
+    CHECK(says(post(*port, "/v1/load_lora_adapter", load),
+               "Success: LoRA adapter 'rt' added successfully. 200"));
+    // --max-loras 1 (the default): the one slot is taken.
+    CHECK(says(post(*port, "/v1/load_lora_adapter",
+                    R"({"lora_name": "rt2", "lora_path": ")" + adapter("llama-attn-r8") + R"("})"),
+               "no free LoRA adapter slot"));
+    CHECK(says(post(*port, "/v1/unload_lora_adapter", R"({"lora_name": "rt"})"),
+               "Success: LoRA adapter 'rt' removed successfully. 200"));
+  }
+  // Off, the routes say how to turn them on: tests/net/lora_runtime_test.cpp.
+}

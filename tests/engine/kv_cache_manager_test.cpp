@@ -197,3 +197,38 @@ TEST_CASE("the prefix cache keeps a root per adapter, and erases from the right 
   CHECK(cache.match(tokens, 2, 0) == std::vector<BlockId>{2});
   CHECK(cache.size() == 1u);
 }
+
+TEST_CASE("a LoRA slot that holds another adapter forgets its prefixes, and only its own",
+          "[engine][kv][lora]") {
+  KvCacheManager kv(32, 4, true);
+  Sequence base = make_seq(1, range(0, 13));
+  run_prompt(kv, base);
+  Sequence adapted = make_seq(2, range(0, 13));
+  adapted.adapter = 1;
+  run_prompt(kv, adapted);
+  kv.free(adapted);
+  REQUIRE(kv.cached_prefix_tokens(adapted.tokens, 1) == 12);
+  const std::int32_t free_before = kv.num_free_blocks();
+  kv.forget_adapter(1);
+  CHECK(kv.cached_prefix_tokens(adapted.tokens, 1) == 0);
+  CHECK(kv.cached_prefix_tokens(base.tokens, 0) == 12);  // the base keeps its own
+  CHECK(kv.num_free_blocks() == free_before);            // its blocks are plain free ones now
+  CHECK(kv.pool().num_evictable() == 0);
+
+  // A sequence still holding such blocks keeps them, and caches no more below them.
+  Sequence held = make_seq(3, range(100, 9));
+  held.adapter = 2;
+  run_prompt(kv, held);
+  kv.forget_adapter(2);
+  held.tokens.push_back(7);
+  held.tokens.push_back(8);
+  held.tokens.push_back(9);
+  held.tokens.push_back(10);
+  REQUIRE(kv.allocate_slots(held, 4));
+  held.num_computed_tokens = held.num_tokens();
+  kv.cache_full_blocks(held);
+  CHECK(kv.cached_prefix_tokens(held.tokens, 2) == 0);
+  kv.free(held);
+  kv.free(base);
+  CHECK(kv.num_free_blocks() == kv.num_blocks());
+}

@@ -3,6 +3,8 @@
 // model, a prompt step then decodes. The base model's rows of a mixed step equal a step
 // without adapters; the adapted rows differ from it (the update is really applied); steps
 // with adapters run eagerly, and a later base-only step still records and replays a graph.
+// Then a slot emptied and refilled at run time (set_adapter) gives its copies back and
+// serves the new adapter.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -45,12 +47,13 @@ void compare_with_adapters(const std::string& base_path, const std::string& adap
   gpu_backend = test::gpu_or_skip(options);
   auto gpu_model = model::LlamaModel::load(*file, *gpu_backend);
   REQUIRE(gpu_model.has_value());
+  std::vector<std::shared_ptr<const model::LoraAdapter>> adapters;
   for (const auto& path : {adapter_one, adapter_two}) {
     auto adapter = model::LoraAdapter::open(path, *file, c);
     REQUIRE(adapter.has_value());
-    auto shared = std::make_shared<const model::LoraAdapter>(std::move(*adapter));
-    REQUIRE(cpu_model->attach_adapter(shared).has_value());
-    REQUIRE(gpu_model->attach_adapter(shared).has_value());
+    adapters.push_back(std::make_shared<const model::LoraAdapter>(std::move(*adapter)));
+    REQUIRE(cpu_model->attach_adapter(adapters.back()).has_value());
+    REQUIRE(gpu_model->attach_adapter(adapters.back()).has_value());
   }
   const std::int32_t block_size = 16;
   const model::KvCacheShape shape{c.num_layers, 64, block_size, c.num_kv_heads, c.head_dim};
@@ -109,6 +112,22 @@ void compare_with_adapters(const std::string& base_path, const std::string& adap
     CHECK(test::relative_error(gpu_logits, cpu_logits) < tolerance);
   }
   CHECK(gpu_backend->num_graphs() == 1);
+
+  // Run-time updating: slot 2 emptied (its device copies given back), then refilled with
+  // adapter one; a prompt under slot 2 is then the same prompt under slot 1.
+  const std::int64_t held = gpu_backend->bytes_in_use();
+  REQUIRE(gpu_model->set_adapter(2, nullptr).has_value());
+  CHECK(gpu_backend->bytes_in_use() < held);
+  REQUIRE(gpu_model->set_adapter(2, adapters[0]).has_value());
+  const std::vector<std::int32_t> twins = {20, 20};
+  std::vector<TokenId> twice(prompt.begin(), prompt.begin() + 20);
+  twice.insert(twice.end(), prompt.begin(), prompt.begin() + 20);
+  step = test::make_step(twins, twins, block_size, false, twice);
+  step.logit_rows = {19, 39};
+  step.adapters = {1, 2};
+  REQUIRE(gpu_model->forward(step, gpu_logits).has_value());
+  CHECK(test::relative_error(rows_of(gpu_logits, vocab, 1, 1), rows_of(gpu_logits, vocab, 0, 1)) <
+        1e-6);
 }
 
 }  // namespace

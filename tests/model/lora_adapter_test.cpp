@@ -269,6 +269,34 @@ TEST_CASE("an adapter attaches to a slot of a CPU model", "[lora][shared]") {
   CHECK_FALSE(model->attach_adapter(nullptr).has_value());
 }
 
+TEST_CASE("an adapter goes into a given slot, replacing or emptying it (run-time loads)",
+          "[lora][shared]") {
+  const Base llama = open_base("llama");
+  cpu::CpuBackend backend(1);
+  auto model = LlamaModel::load(llama.file, backend);
+  REQUIRE(model.has_value());
+  auto adapter = LoraAdapter::open(test::shared_file("models/lora/llama-attn-r8.gguf"), llama.file,
+                                   llama.config);
+  REQUIRE(adapter.has_value());
+  auto shared = std::make_shared<const LoraAdapter>(std::move(*adapter));
+  CHECK(model->set_adapter(3, shared).has_value());
+  CHECK(model->num_adapters() == 3);  // slots 1 and 2 empty
+  CHECK(model->set_adapter(1, shared).has_value());
+  CHECK(model->set_adapter(3, nullptr).has_value());
+  CHECK(model->num_adapters() == 3);
+  CHECK_FALSE(model->set_adapter(0, shared).has_value());  // the base model's
+  // Read for another model: refused, and the slot keeps what it held.
+  const Base qwen2 = open_base("qwen2");
+  auto other = LoraAdapter::open(test::shared_file("models/lora/qwen2-qv-r4.gguf"), qwen2.file,
+                                 qwen2.config);
+  REQUIRE(other.has_value());
+  const auto refused =
+      model->set_adapter(1, std::make_shared<const LoraAdapter>(std::move(*other)));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(contains(refused.error().message, "read for another model"));
+  CHECK(model->attach_adapter(shared).value() == 4);  // attach takes the next slot still
+}
+
 TEST_CASE("a step's adapter slots: one per sequence, empty while all run the base model",
           "[lora]") {
   const KvCacheShape cache{1, 8, 4, 1, 2};

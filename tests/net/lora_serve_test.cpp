@@ -222,7 +222,9 @@ TEST_CASE("a WebSocket generate and a completion naming an adapter run with its 
           "[net][lora]") {
   LoraServer s;
   auto context = net::make_api_context(s.engine->tokenizer(), 512, "base", "");
-  for (const auto& name : kAdapters) context.lora_modules.push_back({name, name + ".gguf"});
+  for (std::size_t i = 0; i < kAdapters.size(); ++i) {
+    context.loras->add({kAdapters[i], kAdapters[i] + ".gguf", static_cast<std::int32_t>(i + 1)});
+  }
   const auto socket = [&](const std::string& model) {
     return net::parse_websocket_message(
         R"({"type":"generate","id":"g","model":")" + model + R"(","prompt":[1,2,3]})", context);
