@@ -84,6 +84,8 @@ struct RouteContext {
   std::function<bool()> draining;
   // POST /v1/admin/drain: starts the drain (once) and says what is left; empty: a 404.
   std::function<std::string()> start_drain;
+  // POST /v1/cluster/nodes/{name}/drain: drains a cluster's node; empty: a 404.
+  std::function<NodeDrain(const std::string& name)> drain_node;
 };
 
 // Every route but generation, the event stream and the WebSocket upgrade: CORS

@@ -51,6 +51,12 @@ struct SchedulerState {
   std::uint64_t supply = 0;        // the number of the latest supply asked for
   front_actor router;              // where a lost worker's unstarted requests go (null: none)
   std::int64_t num_received = 0;   // submissions (ReplicaProbe::num_received)
+  bool counted_up = true;          // counted in replicas_up (takes_requests() when last told)
+  // Its node drains (replica_drain.hpp): which node, and the drain's number (its timer's).
+  bool draining = false;
+  bool drain_expired = false;  // its timeout passed: it ends after the step in flight
+  std::string draining_node;
+  std::uint64_t drain_number = 0;
   static inline const char* name = "troupe.scheduler";
 };
 
