@@ -12,6 +12,8 @@ namespace {
 void finish_drain(SchedulerSelf self, const std::string& why) {
   auto& state = self->state;
   const std::string node = state.draining_node;
+  // The same KV cache as before: the scheduler's block count does not change.
+  state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
   if (!state.router) {
     // Alone (one replica), there is nowhere to move: what is left stays, and resumes with
     // its tokens on the next worker (a spare node, or this one back).
@@ -37,8 +39,6 @@ void finish_drain(SchedulerSelf self, const std::string& why) {
   set_ready(self, false);
   move_off(self, left, "its node " + node + " drained");
   self->send(state.setup.source.registry, drained_atom::value, state.setup.index);
-  // The same KV cache as before: the scheduler's block count does not change.
-  state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
   supply_worker(self);
 }
 

@@ -191,3 +191,73 @@ TEST_CASE(
   CHECK(ends.complete == kStreams);
   check_undisturbed(cluster, texts);
 }
+
+TEST_CASE(
+    "one replica drained off its node moves to a standby node with its requests, which "
+    "resume there with their undisturbed text",
+    "[cluster][drain]") {
+  // One replica, two nodes (one a standby); no time to finish on the drained node.
+  Cluster cluster(1, "round-robin", {"--max-num-seqs", "1"}, 2, "1", "",
+                  {"--shutdown-timeout", "0"});
+  auto streams = open_streams(cluster.port(), 3, kTokens);
+  std::string drained;
+  REQUIRE(cluster.eventually([&] {
+    const test::Json state = cluster.cluster();
+    const auto& r = state["replicas"].array.at(0);
+    drained = r["node"].string;
+    return r["num_running"].number == 1 && r["num_waiting"].number == 2;
+  }));
+  cluster.nodes.at(drained)->kill(SIGTERM);
+  const auto code = cluster.nodes.at(drained)->wait_exit(30s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  std::vector<std::string> texts;
+  const auto ends = read_ends(streams, kTokens, &texts);
+  CHECK(ends.errors == 0);
+  CHECK(ends.complete == 3);
+  const test::Json state = cluster.cluster();
+  CHECK(state["replicas"].array.at(0)["node"].string != drained);
+  CHECK(state["replicas"].array.at(0)["up"].boolean);
+  check_undisturbed(cluster, texts);
+}
+
+TEST_CASE("a second SIGTERM on a draining node leaves at once, and its requests move",
+          "[cluster][drain]") {
+  Cluster cluster(2, "round-robin", {"--max-num-seqs", "1"});
+  auto streams = open_streams(cluster.port(), 6, kTokens);
+  wait_for_queues(cluster);
+  cluster.nodes.at("n0")->kill(SIGTERM);
+  REQUIRE(cluster.nodes.at("n0")->wait_for("draining: the head moves", 10s).has_value());
+  cluster.nodes.at("n0")->kill(SIGTERM);
+  const auto code = cluster.nodes.at("n0")->wait_exit(10s);
+  INFO(cluster.nodes.at("n0")->output());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(cluster.nodes.at("n0")->output().find("second signal: leaving at once") !=
+        std::string::npos);
+  std::vector<std::string> texts;
+  const auto ends = read_ends(streams, kTokens, &texts);
+  CHECK(ends.errors == 0);
+  CHECK(ends.complete == 6);
+  check_undisturbed(cluster, texts);
+}
+
+TEST_CASE("POST /v1/cluster/nodes/{name}/drain needs the API key", "[cluster][drain]") {
+  Cluster cluster(1, "round-robin", {"--api-key", "sk-drain"});
+  auto post_drain = [&](const std::string& auth) {
+    test::RawClient c(cluster.port());
+    REQUIRE(c.connected());
+    REQUIRE(c.send("POST /v1/cluster/nodes/n0/drain HTTP/1.1\r\nHost: x\r\n" + auth +
+                   "Connection: close\r\nContent-Length: 0\r\n\r\n"));
+    const std::string all = c.read_all(30s);
+    REQUIRE(all.size() > 12);
+    return std::stoi(all.substr(9, 3));
+  };
+  CHECK(post_drain("") == 401);
+  CHECK(post_drain("Authorization: Bearer wrong\r\n") == 401);
+  CHECK(cluster.nodes.at("n0")->wait_exit(500ms) == std::nullopt);  // still there
+  CHECK(post_drain("Authorization: Bearer sk-drain\r\n") == 202);
+  const auto code = cluster.nodes.at("n0")->wait_exit(30s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+}
