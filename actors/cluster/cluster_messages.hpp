@@ -92,8 +92,9 @@ using registry_actor = caf::typed_actor<
     // (its SIGTERM). Its replicas stop taking requests and move off, then the node's
     // keeper hears release_atom. No replica is placed on a draining node.
     caf::replies_to<drain_atom, std::string>::with<std::int32_t>, caf::reacts_to<drain_atom>,
-    // A replica's drain is over: its worker ended (the replica's index).
-    caf::reacts_to<drained_atom, std::int32_t>,
+    // A replica's drain off a node is over: its worker ended (the replica's index, the
+    // node's name).
+    caf::reacts_to<drained_atom, std::int32_t, std::string>,
     // The replicas' schedulers, in order (replica_actor handles), for drains to reach.
     caf::reacts_to<replicas_atom, std::vector<caf::actor>>>;
 

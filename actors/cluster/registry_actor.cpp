@@ -294,10 +294,10 @@ registry_actor::behavior_type registry(Self self, std::string token,
         auto node = self->state.nodes.find(sender->node());
         if (node != self->state.nodes.end()) drain_node(self, node->second, "its SIGTERM");
       },
-      [self](drained_atom, std::int32_t replica) {
+      [self](drained_atom, std::int32_t replica, const std::string& name) {
         if (!from_here(self)) return;
         for (auto& [id, node] : self->state.nodes) {
-          if (!node.draining) continue;
+          if (!node.draining || node.info.name != name) continue;
           if (std::erase(node.replicas, replica) > 0) release_if_drained(node);
         }
       },

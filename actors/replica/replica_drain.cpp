@@ -25,7 +25,7 @@ void finish_drain(SchedulerSelf self, const std::string& why) {
     state.draining = false;
     state.draining_node.clear();
     set_ready(self, false);
-    self->send(state.setup.source.registry, drained_atom::value, state.setup.index);
+    self->send(state.setup.source.registry, drained_atom::value, state.setup.index, node);
     return supply_worker(self);
   }
   auto left = state.core->lose_worker("replica " + std::to_string(state.setup.index) +
@@ -38,7 +38,7 @@ void finish_drain(SchedulerSelf self, const std::string& why) {
   state.draining_node.clear();
   set_ready(self, false);
   move_off(self, left, "its node " + node + " drained");
-  self->send(state.setup.source.registry, drained_atom::value, state.setup.index);
+  self->send(state.setup.source.registry, drained_atom::value, state.setup.index, node);
   supply_worker(self);
 }
 
@@ -51,7 +51,7 @@ void start_drain(SchedulerSelf self, const std::string& node, std::int64_t timeo
   if (!here || !state.worker_ready || !state.worker) {
     // Not (or not yet) on that node: nothing of it runs there. A worker still loading
     // there is the supply's; the node's end sends it elsewhere.
-    self->send(state.setup.source.registry, drained_atom::value, state.setup.index);
+    self->send(state.setup.source.registry, drained_atom::value, state.setup.index, node);
     return;
   }
   state.draining = true;

@@ -48,7 +48,8 @@ class Engine {
   // take no new requests, move their queued ones, let the running ones finish within the
   // node's --shutdown-timeout (then move them with their tokens); then the node exits.
   NodeDrain drain_node(const std::string& name);
-  // Replicas with a worker now, and in all; cheap (no message), for /health.
+  // Replicas that take requests now (a worker, and no drain), and in all; cheap (no message), for
+  // /health.
   std::int32_t num_replicas_up() const;
   std::int32_t num_replicas() const;
   // Whether nodes join this engine (EngineConfig::cluster).
