@@ -281,6 +281,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     impl->token_budget_description = std::move(replica->token_budget_description);
     replicas.push_back(std::move(replica->scheduler));
   }
+  if (impl->registry) {
+    // A node's drain reaches its replicas through the registry.
+    std::vector<caf::actor> handles;
+    for (const auto& r : replicas) handles.push_back(caf::actor_cast<caf::actor>(r));
+    caf::scoped_actor self{*impl->system, /*hide=*/true};
+    self->send(impl->registry, actors::replicas_atom::value, std::move(handles));
+  }
   if (num_replicas == 1) {
     impl->front = std::move(replicas.front());
   } else {
@@ -454,11 +461,30 @@ std::vector<NodeStatus> Engine::nodes() const {
               result.push_back({n.info.name, n.address, n.info.device, n.info.num_cores,
                                 n.info.memory_bytes, n.info.gpu_names, n.info.gpu_memory_bytes,
                                 n.replica, n.unfit, static_cast<std::int32_t>(n.replicas.size()),
-                                n.slots, n.info.collective_host});
+                                n.slots, n.info.collective_host, n.draining});
             }
           },
           [](const caf::error&) {});
   return result;
+}
+
+NodeDrain Engine::drain_node(const std::string& name) {
+  if (!impl_->registry) return NodeDrain::unknown;
+  const ForgetLogger forget;
+  caf::scoped_actor self{*impl_->system, /*hide=*/true};
+  auto answer = actors::cluster::DrainAnswer::unknown;
+  self->request(impl_->registry, std::chrono::seconds(5), actors::drain_atom::value, name)
+      .receive([&](std::int32_t a) { answer = static_cast<actors::cluster::DrainAnswer>(a); },
+               [](const caf::error&) {});
+  switch (answer) {
+    case actors::cluster::DrainAnswer::started:
+      return NodeDrain::started;
+    case actors::cluster::DrainAnswer::already:
+      return NodeDrain::already;
+    case actors::cluster::DrainAnswer::unknown:
+      break;
+  }
+  return NodeDrain::unknown;
 }
 
 const text::Tokenizer& Engine::tokenizer() const {

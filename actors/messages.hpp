@@ -29,6 +29,8 @@ using store_set_atom = caf::atom_constant<caf::atom("storeset")>;
 using store_get_atom = caf::atom_constant<caf::atom("storeget")>;
 using supplied_atom = caf::atom_constant<caf::atom("supplied")>;
 using lora_atom = caf::atom_constant<caf::atom("lora")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using drained_atom = caf::atom_constant<caf::atom("drained")>;
 
 // How long a worker may take to load (a large model from a slow disk). Whoever waits on
 // a group waits a minute more: the group's own answer, naming its failing rank, comes first.
@@ -144,7 +146,13 @@ using replica_actor = front_actor::extend<
     // The router in front of it, which takes back the requests of a lost worker (once).
     caf::reacts_to<router_atom, front_actor>,
     // News of the worker supply it asked for (worker_supply.hpp).
-    caf::reacts_to<supplied_atom, SupplyNews>>;
+    caf::reacts_to<supplied_atom, SupplyNews>,
+    // Its node drains (replica_drain.hpp): no new requests, the queued ones move, the
+    // running ones finish within the timeout (ms) or move with their tokens; then the
+    // worker ends and the registry hears `drained`.
+    caf::reacts_to<drain_atom, std::string, std::int64_t>,
+    // The drain of this number ran out of time.
+    caf::reacts_to<timeout_atom, std::uint64_t>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Submission& x) {

@@ -10,9 +10,10 @@
 namespace troupe::app {
 
 namespace {
-std::atomic<bool> g_stop{false};
+// SIGTERM and SIGINT seen: the first drains the node, the second leaves at once.
+std::atomic<int> g_signals{0};
 void on_signal(int) {
-  g_stop = true;
+  ++g_signals;
 }
 }  // namespace
 
@@ -47,6 +48,11 @@ void add_node_command(CLI::App& app) {
   cmd->add_option("--model,-m", opts->node.model_path,
                   "this node's copy of the model (default: the head's path); the head checks "
                   "that it is the same file");
+  cmd->add_option("--shutdown-timeout", opts->node.shutdown_timeout_s,
+                  "seconds the requests running here have to finish once SIGTERM, SIGINT or the "
+                  "head's POST /v1/cluster/nodes/{name}/drain drains this node; then the head "
+                  "moves them, with the tokens they sent, to another replica")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{kMostSeconds}));
   add_cluster_tls_options(cmd, opts->node.tls_certificate, opts->node.tls_key, opts->node.tls_ca);
   add_log_options(cmd, opts->log);
   bound_flag_values(cmd, kMostFlagBytes);
@@ -67,7 +73,7 @@ void add_node_command(CLI::App& app) {
     opts->node.head_port = static_cast<std::uint16_t>(port);
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
-    const int rc = actors::cluster::run_node(opts->node, g_stop);
+    const int rc = actors::cluster::run_node(opts->node, g_signals);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

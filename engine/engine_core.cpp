@@ -404,13 +404,7 @@ std::int64_t EngineCore::reset_worker() {
   return migrated;
 }
 
-EngineCore::LostWorker EngineCore::lose_worker(const std::string& error) {
-  in_flight_.reset();
-  std::vector<SeqId> ids;
-  ids.reserve(requests_.size());
-  for (const auto& [id, request] : requests_) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  LostWorker lost;
+void EngineCore::move_out(std::span<const SeqId> ids, const std::string& error, LostWorker& lost) {
   for (SeqId id : ids) {
     const Sequence* seq = scheduler_.find(id);
     if (seq == nullptr) {
@@ -430,9 +424,26 @@ EngineCore::LostWorker EngineCore::lose_worker(const std::string& error) {
     again.adapter = seq->adapter;
     if (!again.resumed.empty()) ++lost.num_resumed;
     scheduler_.abort(id);
-    requests_.erase(id);
+    forget(id);
     lost.unstarted.push_back(std::move(again));
   }
+}
+
+EngineCore::LostWorker EngineCore::take_waiting() {
+  const std::vector<SeqId> ids(scheduler_.waiting().begin(), scheduler_.waiting().end());
+  LostWorker taken;
+  move_out(ids, "", taken);
+  return taken;
+}
+
+EngineCore::LostWorker EngineCore::lose_worker(const std::string& error) {
+  in_flight_.reset();
+  std::vector<SeqId> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, request] : requests_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  LostWorker lost;
+  move_out(ids, error, lost);
   // The next worker starts empty: nothing to recompute, nothing to tell it to forget.
   scheduler_.reset_kv_cache();
   removed_.clear();

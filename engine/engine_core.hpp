@@ -147,6 +147,10 @@ class EngineCore {
     std::vector<AddressedEvent> ended;
   };
   LostWorker lose_worker(const std::string& error);
+  // The waiting requests (a preempted one with the tokens it sent) leave this core to run
+  // elsewhere, as lose_worker's do; the running ones and the step in flight stay (a
+  // replica draining off its node). The worker forgets those it held.
+  LostWorker take_waiting();
 
   bool step_in_flight() const { return in_flight_.has_value(); }
   // The id of the step in flight (0 when none).
@@ -191,6 +195,9 @@ class EngineCore {
   // Counts the step's drafts and what verification accepted of them.
   void note_speculation(const InFlight& step, const StepOutput& output);
 
+  // Takes `ids` out (lose_worker, take_waiting): each into `lost.unstarted` with its
+  // tokens, or (not in the scheduler) ended with `error`.
+  void move_out(std::span<const SeqId> ids, const std::string& error, LostWorker& lost);
   AddressedEvent end_update(SeqId id, LiveRequest& request, FinishReason reason, std::string error,
                             ErrorCode error_code = ErrorCode::internal);
   // Whether the worker's prompt scores are the ones the step asked for.

@@ -138,6 +138,8 @@ class Scheduler {
 
   const Sequence* find(SeqId id) const;
   std::size_t num_waiting() const { return waiting_.size(); }
+  // The waiting (and preempted) sequences, in policy order: none is in a step in flight.
+  const std::deque<SeqId>& waiting() const { return waiting_; }
   std::size_t num_running() const { return running_.size(); }
   // Running and waiting sequences by LoRA adapter slot ([slot], 0 the base model), sized
   // to the highest slot among them plus one: the per-adapter metrics.

@@ -91,7 +91,8 @@ std::string cluster_json(const std::vector<NodeStatus>& nodes,
                                         {"ranks", n.num_ranks},
                                         {"slots", n.num_slots},
                                         {"collective_host", n.collective_host},
-                                        {"unfit", n.unfit}});
+                                        {"unfit", n.unfit},
+                                        {"draining", n.draining}});
   }
   json::array replica_list;
   for (const ReplicaStats& r : replicas) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/json.hpp>
 #include <cctype>
 #include <optional>
 #include <string>
@@ -173,6 +174,7 @@ std::string_view route_label(std::string_view path) {
   const RouteSpec* r = find_route(path);
   if (r == nullptr && is_web_file_path(path)) return "/{file}";
   if (r == nullptr && path.starts_with("/v1/models/")) return "/v1/models/{model}";
+  if (r == nullptr && path.starts_with("/v1/cluster/nodes/")) return "/v1/cluster/nodes/{name}";
   return r != nullptr ? r->path : "other";
 }
 
@@ -324,6 +326,39 @@ std::optional<Response> page_file(const Request& request, const ServerConfig& co
   return res;
 }
 
+// POST /v1/cluster/nodes/{name}/drain: 202 as the drain starts, 409 when it drains
+// already, 404 for a node the head does not know; none for another path.
+std::optional<Response> node_drain(const Request& request, const std::string& path,
+                                   const RouteContext& context) {
+  constexpr std::string_view kNodes = "/v1/cluster/nodes/";
+  constexpr std::string_view kDrain = "/drain";
+  if (!path.starts_with(kNodes) || !path.ends_with(kDrain) ||
+      path.size() <= kNodes.size() + kDrain.size()) {
+    return std::nullopt;
+  }
+  if (request.method() != http::verb::post) {
+    return error_response(request, ApiError{405,
+                                            "method " + std::string(request.method_string()) +
+                                                " is not allowed on " + path,
+                                            "invalid_request_error", ""});
+  }
+  const std::string name = percent_decoded(
+      std::string_view(path).substr(kNodes.size(), path.size() - kNodes.size() - kDrain.size()));
+  switch (context.drain_node(name)) {
+    case NodeDrain::started: {
+      const boost::json::object answer{{"node", name}, {"status", "draining"}};
+      return make_response(request, http::status::accepted, boost::json::serialize(answer));
+    }
+    case NodeDrain::already:
+      return error_response(
+          request, ApiError{409, "node '" + name + "' is draining already", "ConflictError", ""});
+    case NodeDrain::unknown:
+      break;
+  }
+  return error_response(
+      request, ApiError{404, "no node named '" + name + "' in the cluster", "NotFoundError", ""});
+}
+
 }  // namespace
 
 Response route(const Request& request, const RouteContext& context) {
@@ -347,6 +382,9 @@ Response route(const Request& request, const RouteContext& context) {
     }
     return json_answer(request,
                        model_response(*context.api, percent_decoded(path.substr(kModel.size()))));
+  }
+  if (r == nullptr && context.drain_node) {
+    if (auto drained = node_drain(request, path, context)) return std::move(*drained);
   }
   if (r == nullptr || !is_routed(*r, context)) {
     return error_response(request, ApiError{404, "no route " + path, "NotFoundError", ""});

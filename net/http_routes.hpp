@@ -88,6 +88,8 @@ struct RouteContext {
   // body in; the plain-text success, or the error. Empty: both are 404s.
   std::function<tl::expected<std::string, ApiError>(std::string_view path, std::string_view body)>
       lora_admin;
+  // POST /v1/cluster/nodes/{name}/drain: drains a cluster's node; empty: a 404.
+  std::function<NodeDrain(const std::string& name)> drain_node;
 };
 
 // Every route but generation, the event stream and the WebSocket upgrade: CORS

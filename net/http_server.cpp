@@ -119,6 +119,9 @@ RouteContext HttpServer::Impl::route_context() {
     };
     r.cluster_json = [this] { return cluster_json(engine.nodes(), engine.replicas()); };
   }
+  if (engine.is_cluster_head()) {
+    r.drain_node = [this](const std::string& name) { return engine.drain_node(name); };
+  }
   r.draining = [this] { return draining(); };
   r.lora_admin = [this](std::string_view path, std::string_view body) {
     const LoraAdmin admin{engine, config, context};

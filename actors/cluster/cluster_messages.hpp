@@ -18,6 +18,11 @@ using join_atom = caf::atom_constant<caf::atom("join")>;
 using place_atom = caf::atom_constant<caf::atom("place")>;
 using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
 using unfit_atom = caf::atom_constant<caf::atom("unfit")>;
+// The head to a drained node's keeper: its replicas have moved off; it may exit.
+using release_atom = caf::atom_constant<caf::atom("release")>;
+
+// What a drain asked by name answers (POST /v1/cluster/nodes/{name}/drain).
+enum class DrainAnswer : std::int32_t { started = 0, already = 1, unknown = 2 };
 
 // The name a node offers the worker actor under, for remote spawn.
 inline constexpr const char* kWorkerType = "troupe.worker";
@@ -33,6 +38,8 @@ struct NodeInfo {
   std::vector<std::int64_t> gpu_memory_bytes;
   std::int32_t num_threads = 0;  // compute threads a worker there gets (0: all cores)
   std::string collective_host;   // where other nodes' ranks of a group reach its ranks
+  // How long a drain of this node lets its running requests finish (--shutdown-timeout).
+  std::int64_t shutdown_timeout_ms = 30000;
 
   // How many workers (ranks) it can hold: one per GPU; on CPUs, as many as its cores
   // give threads (a worker with all the cores fills it).
@@ -57,6 +64,7 @@ struct NodeView {
   std::string unfit;                   // why no worker is placed there (empty: it is fit)
   std::vector<std::int32_t> replicas;  // the replica of each worker (rank) it holds
   std::int32_t slots = 1;              // how many it can hold
+  bool draining = false;               // its replicas move off; then it is released
 };
 
 // The workers placed for a replica: one, or a tensor-parallel group's ranks in order.
@@ -79,12 +87,22 @@ using registry_actor = caf::typed_actor<
     caf::replies_to<nodes_atom>::with<std::vector<NodeView>>,
     // A node whose worker could not load (another model file, too little memory): no
     // replica is placed there again.
-    caf::reacts_to<unfit_atom, std::string, std::string>>;
+    caf::reacts_to<unfit_atom, std::string, std::string>,
+    // The head drains a node by name (a DrainAnswer, as an int32); a node drains itself
+    // (its SIGTERM). Its replicas stop taking requests and move off, then the node's
+    // keeper hears release_atom. No replica is placed on a draining node.
+    caf::replies_to<drain_atom, std::string>::with<std::int32_t>, caf::reacts_to<drain_atom>,
+    // A replica's drain off a node is over: its worker ended (the replica's index, the
+    // node's name).
+    caf::reacts_to<drained_atom, std::int32_t, std::string>,
+    // The replicas' schedulers, in order (replica_actor handles), for drains to reach.
+    caf::reacts_to<replicas_atom, std::vector<caf::actor>>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeInfo& x) {
   return f(caf::meta::type_name("troupe.NodeInfo"), x.name, x.token, x.num_cores, x.memory_bytes,
-           x.device, x.gpu_names, x.gpu_memory_bytes, x.num_threads, x.collective_host);
+           x.device, x.gpu_names, x.gpu_memory_bytes, x.num_threads, x.collective_host,
+           x.shutdown_timeout_ms);
 }
 
 template <class Inspector>
@@ -95,7 +113,7 @@ typename Inspector::result_type inspect(Inspector& f, JoinReply& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeView& x) {
   return f(caf::meta::type_name("troupe.NodeView"), x.info, x.address, x.replica, x.unfit,
-           x.replicas, x.slots);
+           x.replicas, x.slots, x.draining);
 }
 
 template <class Inspector>

@@ -146,6 +146,7 @@ NodeInfo describe_node(const NodeSettings& settings) {
   info.device = settings.device;
   info.num_threads = settings.num_threads;
   info.collective_host = settings.collective_host;
+  info.shutdown_timeout_ms = settings.shutdown_timeout_s * 1000;
   for (const auto& gpu : worker::list_gpus()) {
     if (settings.num_gpus >= 0 &&
         static_cast<std::int32_t>(info.gpu_names.size()) >= settings.num_gpus) {
@@ -157,16 +158,20 @@ NodeInfo describe_node(const NodeSettings& settings) {
   return info;
 }
 
-void sleep_unless_stopped(std::chrono::milliseconds total, const std::atomic<bool>& stop) {
+// How long past its shutdown timeout a draining node waits for the head to release it
+// (the head moves what still runs, which takes a step and a message).
+constexpr auto kReleaseGrace = std::chrono::seconds(15);
+
+void sleep_unless_stopped(std::chrono::milliseconds total, const std::atomic<int>& signals) {
   const auto until = std::chrono::steady_clock::now() + total;
-  while (!stop && std::chrono::steady_clock::now() < until) {
+  while (signals == 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
 }  // namespace
 
-int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
+int run_node(const NodeSettings& given, const std::atomic<int>& signals) {
   NodeSettings settings = given;
   if (settings.collective_host.empty()) {
     settings.collective_host = address_toward(settings.head_host, settings.head_port);
@@ -196,20 +201,20 @@ int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
   const std::string head = settings.head_host + ":" + std::to_string(settings.head_port);
   auto backoff = std::chrono::milliseconds(250);
   int result = 0;
-  while (!stop) {
+  while (signals == 0) {
     auto registry = connect_registry(system, settings.head_host, settings.head_port, tls);
     if (!registry) {
       monitoring::logf(monitoring::LogLevel::warning,
                        "cannot reach the head at %s (%s); retrying in %lld ms", head.c_str(),
                        system.render(registry.error()).c_str(),
                        static_cast<long long>(backoff.count()));
-      sleep_unless_stopped(backoff, stop);
+      sleep_unless_stopped(backoff, signals);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
       continue;
     }
     // The keeper: its end tells the head this node is gone. It goes before the workers
     // do, so that the head does not place a replica here again.
-    bool refused = false, lost = false;
+    bool refused = false, lost = false, released = false;
     {
       caf::scoped_actor self{system};
       JoinReply reply{false, ""};
@@ -231,13 +236,39 @@ int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
         monitoring::logf(monitoring::LogLevel::info, "%s joined the head at %s", info.name.c_str(),
                          head.c_str());
         self->monitor(*registry);
-        while (!lost && !stop) {
+        bool draining = false;
+        auto give_up = std::chrono::steady_clock::time_point::max();
+        while (!lost && !released && signals < 2) {
+          if (signals == 1 && !draining) {
+            draining = true;
+            self->send(*registry, drain_atom::value);
+            give_up = std::chrono::steady_clock::now() +
+                      std::chrono::seconds(settings.shutdown_timeout_s) + kReleaseGrace;
+            monitoring::logf(monitoring::LogLevel::info,
+                             "draining: the head moves this node's requests off (up to %lld s); "
+                             "a second SIGTERM or Ctrl-C leaves now",
+                             static_cast<long long>(settings.shutdown_timeout_s));
+          }
+          if (std::chrono::steady_clock::now() > give_up) {
+            monitoring::logf(monitoring::LogLevel::warning,
+                             "the head did not release this node in time; leaving");
+            break;
+          }
           self->receive([&](const caf::down_msg&) { lost = true; },
+                        [&](release_atom) { released = true; },
                         caf::after(std::chrono::milliseconds(100)) >> [] {});
+        }
+        if (released) {
+          monitoring::logf(monitoring::LogLevel::info, "drained: the head released this node");
+        } else if (signals >= 2) {
+          monitoring::logf(monitoring::LogLevel::warning, "second signal: leaving at once");
         }
       }
     }
+    // Released by the head (its drain, asked by SIGTERM or over HTTP): the node is done.
+    const bool stop = signals > 0 || released;
     spawned->end_all(stop);
+    if (released) break;
     if (refused) {
       result = 1;
       break;
@@ -246,7 +277,7 @@ int run_node(const NodeSettings& given, const std::atomic<bool>& stop) {
       monitoring::logf(monitoring::LogLevel::warning, "lost the head at %s; joining again",
                        head.c_str());
     } else if (!stop) {
-      sleep_unless_stopped(backoff, stop);
+      sleep_unless_stopped(backoff, signals);
     }
   }
   spawned->end_all(true);

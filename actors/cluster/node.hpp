@@ -1,7 +1,8 @@
 // A node: `troupe node --join HOST:PORT`. It joins the head's registry with its
 // resources and the cluster token, offers the worker actor for remote spawn, and holds
-// no model until the head spawns a worker on it. When the head goes, the node ends
-// the workers it held and joins again with backoff, until it is stopped.
+// no model until the head spawns a worker on it. Its first SIGTERM drains it (the head
+// moves its requests off, then releases it); a second leaves at once. When the head goes, the node
+// ends the workers it held and joins again with backoff, until it is stopped.
 #pragma once
 
 #include <atomic>
@@ -26,9 +27,15 @@ struct NodeSettings {
   std::string tls_certificate;  // mutual TLS with the head: all three or none
   std::string tls_key;
   std::string tls_ca;
+  // How long a drain (its first SIGTERM) lets the requests running here finish before
+  // the head moves them, with their tokens, to another replica.
+  std::int64_t shutdown_timeout_s = 30;
 };
 
-// Runs until `stop` is set (0) or the head refuses the node (1).
-int run_node(const NodeSettings& settings, const std::atomic<bool>& stop);
+// Runs until the head refuses the node (1) or `signals` (SIGTERM and SIGINT seen) says
+// so (0): the first, while the node has joined, asks the head to drain it, and the node
+// exits once the head releases it (its replicas moved off); the second, or the first
+// while it has not joined, leaves at once.
+int run_node(const NodeSettings& settings, const std::atomic<int>& signals);
 
 }  // namespace troupe::actors::cluster

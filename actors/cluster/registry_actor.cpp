@@ -38,7 +38,8 @@ std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryStat
                                        std::int32_t ranks) {
   std::vector<std::pair<caf::node_id, std::int32_t>> free;  // node, its slots
   for (const auto& [id, node] : nodes) {
-    if (node.replicas.empty() && node.unfit.empty()) free.emplace_back(id, node.info.num_slots());
+    if (node.replicas.empty() && node.unfit.empty() && !node.draining)
+      free.emplace_back(id, node.info.num_slots());
   }
   std::stable_sort(free.begin(), free.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -159,6 +160,38 @@ void admit_connection(Self self, const caf::node_id& node) {
           [self, unknown](const caf::error& e) { unknown(self->system().render(e)); });
 }
 
+// A draining node whose replicas have all moved off may go: its keeper is told (once).
+void release_if_drained(RegistryState::Node& node) {
+  if (!node.draining || node.released || !node.replicas.empty()) return;
+  node.released = true;
+  monitoring::logf(monitoring::LogLevel::info, "node %s is drained; it is released",
+                   node.info.name.c_str());
+  caf::anon_send(node.keeper, release_atom::value);
+}
+
+// Starts a node's drain: no placement there from now on, and each replica on it drains
+// within the node's shutdown timeout (release_if_drained once they all have).
+DrainAnswer drain_node(Self self, RegistryState::Node& node, const char* asked_by) {
+  if (node.draining) return DrainAnswer::already;
+  node.draining = true;
+  std::set<std::int32_t> replicas(node.replicas.begin(), node.replicas.end());
+  monitoring::logf(monitoring::LogLevel::info, "node %s drains (%s): %zu replica(s) move off",
+                   node.info.name.c_str(), asked_by, replicas.size());
+  for (const std::int32_t r : replicas) {
+    const auto index = static_cast<std::size_t>(r);
+    if (index < self->state.replicas.size()) {
+      self->send(self->state.replicas[index], drain_atom::value, node.info.name,
+                 node.info.shutdown_timeout_ms);
+    } else {
+      // No scheduler yet (the head is starting): the replica is placed again elsewhere,
+      // as after a loss.
+      std::erase(node.replicas, r);
+    }
+  }
+  release_if_drained(node);
+  return DrainAnswer::started;
+}
+
 }  // namespace
 
 bool tokens_match(const std::string& a, const std::string& b) {
@@ -204,7 +237,7 @@ registry_actor::behavior_type registry(Self self, std::string token,
           self->demonitor(old->second.keeper.address());
         }
         self->monitor(keeper);
-        state.nodes[from] = {info, std::move(keeper), {}, {}};
+        state.nodes[from] = {info, std::move(keeper), {}, {}, false, false};
         if (state.metrics) state.metrics->record_node_join(state.nodes.size());
         monitoring::logf(monitoring::LogLevel::info, "node %s joined (%s); %zu node(s)",
                          info.name.c_str(), describe(info).c_str(), state.nodes.size());
@@ -217,7 +250,9 @@ registry_actor::behavior_type registry(Self self, std::string token,
         if (ranks < 1) return caf::sec::invalid_argument;
         auto& state = self->state;
         // A replica asks again when it lost its workers: their slots are free again.
-        for (auto& [id, node] : state.nodes) std::erase(node.replicas, replica);
+        for (auto& [id, node] : state.nodes) {
+          if (std::erase(node.replicas, replica) > 0) release_if_drained(node);
+        }
         auto promise = self->make_response_promise<Placement>();
         state.waiting.push_back({replica, ranks, promise});
         place_waiting(self);
@@ -229,7 +264,7 @@ registry_actor::behavior_type registry(Self self, std::string token,
         for (const auto& [id, node] : self->state.nodes) {
           out.push_back({node.info, to_string(id),
                          node.replicas.empty() ? -1 : node.replicas.front(), node.unfit,
-                         node.replicas, node.info.num_slots()});
+                         node.replicas, node.info.num_slots(), node.draining});
         }
         return out;
       },
@@ -242,6 +277,36 @@ registry_actor::behavior_type registry(Self self, std::string token,
                            "no replica is placed on node %s again: %s", name.c_str(), why.c_str());
         }
         place_waiting(self);
+      },
+      [self](drain_atom, const std::string& name) -> caf::result<std::int32_t> {
+        if (!from_here(self)) return caf::sec::request_receiver_down;
+        for (auto& [id, node] : self->state.nodes) {
+          if (node.info.name == name) {
+            return static_cast<std::int32_t>(drain_node(self, node, "asked over HTTP"));
+          }
+        }
+        return static_cast<std::int32_t>(DrainAnswer::unknown);
+      },
+      [self](drain_atom) {
+        // A node drains itself (its SIGTERM): the sender's node, if it has joined.
+        const auto& sender = self->current_sender();
+        if (sender == nullptr) return;
+        auto node = self->state.nodes.find(sender->node());
+        if (node != self->state.nodes.end()) drain_node(self, node->second, "its SIGTERM");
+      },
+      [self](drained_atom, std::int32_t replica, const std::string& name) {
+        if (!from_here(self)) return;
+        for (auto& [id, node] : self->state.nodes) {
+          if (!node.draining || node.info.name != name) continue;
+          if (std::erase(node.replicas, replica) > 0) release_if_drained(node);
+        }
+      },
+      [self](replicas_atom, const std::vector<caf::actor>& replicas) {
+        if (!from_here(self)) return;
+        self->state.replicas.clear();
+        for (const auto& r : replicas) {
+          self->state.replicas.push_back(caf::actor_cast<replica_actor>(r));
+        }
       },
   };
 }

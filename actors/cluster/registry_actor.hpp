@@ -2,9 +2,12 @@
 // placement of replicas' workers on them. A node holds one replica's workers: one, or
 // up to its slots (NodeInfo::num_slots) of a tensor-parallel group's ranks; a group
 // stays on one node when one has room for all its ranks (vLLM's rule), else spreads over
-// several. It spawns a worker on a node by name (CAF's remote spawn, asked of the
-// middleman without waiting, so that joins and node lists are answered meanwhile). A
-// placement that finds no room waits until a node joins or frees its slots.
+// several. A node drained (its SIGTERM, or the head's POST /v1/cluster/nodes/{name}/drain)
+// takes no new placement; its replicas are told to drain, and once each has (its worker
+// ended), the node is released: its keeper hears release_atom and the node exits. It spawns a
+// worker on a node by name (CAF's remote spawn, asked of the middleman without waiting, so that
+// joins and node lists are answered meanwhile). A placement that finds no room waits until a node
+// joins or frees its slots.
 #pragma once
 
 #include <caf/all.hpp>
@@ -24,6 +27,8 @@ struct RegistryState {
     caf::actor keeper;                   // its loss is the node's
     std::vector<std::int32_t> replicas;  // the replica of each worker it holds (all one)
     std::string unfit;                   // why no worker is placed there
+    bool draining = false;               // its replicas move off; none is placed there
+    bool released = false;               // told it may go (it leaves by itself)
   };
   struct Waiting {
     std::int32_t replica = 0;
@@ -34,7 +39,8 @@ struct RegistryState {
   std::map<caf::node_id, Node> nodes;
   std::deque<Waiting> waiting;
   std::shared_ptr<monitoring::Metrics> metrics;
-  std::shared_ptr<ClusterGate> gate;  // the cluster port's (null: none), told who joined
+  std::shared_ptr<ClusterGate> gate;    // the cluster port's (null: none), told who joined
+  std::vector<replica_actor> replicas;  // the replicas' schedulers, which a drain reaches
   static inline const char* name = "troupe.registry";
 };
 

@@ -1,5 +1,6 @@
 #include "actors/replica/scheduler_actor.hpp"
 
+#include "actors/replica/replica_drain.hpp"
 #include "actors/replica/worker_keeping.hpp"
 
 namespace troupe::actors {
@@ -41,7 +42,7 @@ caf::result<std::string> set_lora(Self self, std::int32_t slot, const std::strin
 
 void maybe_step(Self self) {
   auto& state = self->state;
-  if (!state.worker_ready) return;
+  if (!state.worker_ready || check_drained(self)) return;
   if (!state.worker) {
     // A local worker could not be made: the next step's work asks again.
     if (state.core->scheduler().has_unfinished()) {
@@ -114,9 +115,9 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
       [self](submit_atom, Submission& s) {
         auto& state = self->state;
         ++state.num_received;
-        if (remote(self) && !state.worker_ready) {
-          // Routed here as its worker was lost: it moves on rather than wait for a node
-          // (the router ends it when no replica is up).
+        if (remote(self) && !takes_requests(self)) {
+          // Routed here as its worker was lost, or as its node began to drain: it moves on
+          // rather than wait for a node (the router ends it when no replica is up).
           return hand_back(self, std::move(s), "its worker was lost");
         }
         const RequestId id = s.id;
@@ -136,16 +137,22 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
         if (!event) return;
         self->state.observer->on_cancel(id, reason);
         deliver(self, *event);
+        check_drained(self);
       },
+      [self](drain_atom, const std::string& node, std::int64_t timeout_ms) {
+        start_drain(self, node, timeout_ms);
+      },
+      [self](timeout_atom, std::uint64_t drain) { drain_timed_out(self, drain); },
       [self](supplied_atom, SupplyNews& news) { on_supplied(self, news); },
       [self](stats_atom) -> EngineStats { return self->state.core->stats(); },
       [self](replicas_atom) -> std::vector<ReplicaStats> {
         const auto& state = self->state;
         ReplicaStats alone;
         alone.index = state.setup.index;
-        alone.up = state.worker_ready;
+        alone.up = takes_requests(self);
         // Down: a new worker loads (on its new node), or the replica waits for a node.
-        alone.state = state.worker_ready                    ? "up"
+        alone.state = state.draining                        ? "draining"
+                      : state.worker_ready                  ? "up"
                       : remote(self) && state.nodes.empty() ? "waiting"
                                                             : "loading";
         alone.node = cluster::node_label(state.nodes);
@@ -154,7 +161,7 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
       },
       [self](probe_atom, const std::vector<TokenId>& prompt, std::int32_t adapter) -> ReplicaProbe {
         const engine::Scheduler& s = self->state.core->scheduler();
-        return {self->state.worker_ready,
+        return {takes_requests(self),
                 static_cast<std::int32_t>(s.num_waiting()),
                 static_cast<std::int32_t>(s.num_running()),
                 s.kv_cache().usage(),

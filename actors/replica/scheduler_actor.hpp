@@ -8,8 +8,10 @@
 // spec, and the running sequences are recomputed. A remote worker that is lost (its node
 // died, its connection was cut, a step timed out, a rank of its group failed) takes its KV
 // cache and samplers with it: requests that have streamed nothing go back to the router
-// for another replica, the others end with an error, and the replica is down until the
-// registry places new workers on nodes.
+// for another replica, the others with the tokens they sent, and the replica is down until
+// the registry places new workers on nodes. A replica whose node drains takes no new
+// requests, hands its queue back, and lets its running requests finish within the node's
+// shutdown timeout before its worker ends (replica_drain.hpp).
 #pragma once
 
 #include <atomic>
@@ -55,6 +57,12 @@ struct SchedulerState {
   // worker supplied from an older spec is told the slots when it arrives.
   std::uint64_t lora_changes = 0;
   std::uint64_t supply_lora_changes = 0;
+  bool counted_up = true;  // counted in replicas_up (takes_requests() when last told)
+  // Its node drains (replica_drain.hpp): which node, and the drain's number (its timer's).
+  bool draining = false;
+  bool drain_expired = false;  // its timeout passed: it ends after the step in flight
+  std::string draining_node;
+  std::uint64_t drain_number = 0;
   static inline const char* name = "troupe.scheduler";
 };
 

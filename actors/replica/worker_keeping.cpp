@@ -27,11 +27,21 @@ bool remote(SchedulerSelf self) {
 }
 
 void set_ready(SchedulerSelf self, bool ready) {
+  self->state.worker_ready = ready;
+  count_up(self);
+}
+
+void count_up(SchedulerSelf self) {
   auto& state = self->state;
-  if (state.worker_ready == ready) return;
-  state.worker_ready = ready;
-  if (state.setup.replicas_up) *state.setup.replicas_up += ready ? 1 : -1;
-  state.observer->on_ready(ready);
+  const bool up = takes_requests(self);
+  if (state.counted_up == up) return;
+  state.counted_up = up;
+  if (state.setup.replicas_up) *state.setup.replicas_up += up ? 1 : -1;
+  state.observer->on_ready(up);
+}
+
+bool takes_requests(SchedulerSelf self) {
+  return self->state.worker_ready && !self->state.draining;
 }
 
 // Stops the worker, which is no longer the replica's: whatever else comes of it (its down
@@ -66,6 +76,18 @@ void hand_back(SchedulerSelf self, Submission s, const std::string& why) {
              end_of(s.id, FinishReason::error, "no replica is up: " + why));
 }
 
+void move_off(SchedulerSelf self, engine::EngineCore::LostWorker& lost, const std::string& why) {
+  auto& state = self->state;
+  deliver_all(self, lost.ended);
+  for (auto& r : lost.unstarted) {
+    hand_back(self,
+              {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to),
+               r.adapter, std::move(r.resumed)},
+              why);
+  }
+  if (state.router) state.observer->on_migrated(lost.num_resumed);
+}
+
 // The worker is gone. A local one's KV is recomputed on its replacement; a remote one
 // took its KV cache and samplers with it (a loss can be told twice: the first counts).
 void lose_worker(SchedulerSelf self, const std::string& why) {
@@ -82,17 +104,12 @@ void lose_worker(SchedulerSelf self, const std::string& why) {
   monitoring::logf(monitoring::LogLevel::warning, "replica %d lost its worker on node %s: %s",
                    state.setup.index, node.c_str(), why.c_str());
   retire_worker(self);
+  state.draining = false;  // a drain cut short (its node went): the loss takes over
+  state.draining_node.clear();
   set_ready(self, false);
   auto lost = state.core->lose_worker("replica " + std::to_string(state.setup.index) +
                                       " lost its node " + node + ": " + why);
-  deliver_all(self, lost.ended);
-  for (auto& r : lost.unstarted) {
-    hand_back(self,
-              {r.id, std::move(r.prompt), std::move(r.params), r.priority, requester_of(r.reply_to),
-               r.adapter, std::move(r.resumed)},
-              why);
-  }
-  if (state.router) state.observer->on_migrated(lost.num_resumed);
+  move_off(self, lost, why);
   state.observer->on_worker_lost(
       *state.core,
       state.router ? static_cast<std::int64_t>(lost.unstarted.size()) - lost.num_resumed : 0);

@@ -18,6 +18,10 @@ void deliver_all(SchedulerSelf self, std::vector<engine::AddressedEvent>& events
 // Whether the worker runs on nodes (placed by the registry), not in this process.
 bool remote(SchedulerSelf self);
 void set_ready(SchedulerSelf self, bool ready);
+// Whether the router may send it requests: a worker, and no drain.
+bool takes_requests(SchedulerSelf self);
+// Counts it up (replicas_up, troupe_replica_up) or down as takes_requests() changes.
+void count_up(SchedulerSelf self);
 // Stops the worker, which is no longer the replica's: whatever else comes of it (its down
 // notice, a late answer) is stale.
 void retire_worker(SchedulerSelf self);
@@ -29,6 +33,9 @@ void hand_back(SchedulerSelf self, Submission s, const std::string& why);
 // The worker is gone. A local one's KV is recomputed on its replacement; a remote one
 // took its KV cache and samplers with it (a loss can be told twice: the first counts).
 void lose_worker(SchedulerSelf self, const std::string& why);
+// The requests a lost (or drained) worker's core gave up: ended ones hear it, the others
+// go back to the router (a started one with its tokens, a migration).
+void move_off(SchedulerSelf self, engine::EngineCore::LostWorker& lost, const std::string& why);
 void on_supplied(SchedulerSelf self, SupplyNews& news);
 
 // The scheduler's: plans and sends the next step, unless one is in flight or nothing can run.

@@ -58,7 +58,12 @@ class Engine {
   std::vector<ReplicaStats> replicas() const;
   // A cluster's nodes (empty without a cluster).
   std::vector<NodeStatus> nodes() const;
-  // Replicas with a worker now, and in all; cheap (no message), for /health.
+  // Drains a cluster's node by name (POST /v1/cluster/nodes/{name}/drain): its replicas
+  // take no new requests, move their queued ones, let the running ones finish within the
+  // node's --shutdown-timeout (then move them with their tokens); then the node exits.
+  NodeDrain drain_node(const std::string& name);
+  // Replicas that take requests now (a worker, and no drain), and in all; cheap (no message), for
+  // /health.
   std::int32_t num_replicas_up() const;
   std::int32_t num_replicas() const;
   // Whether nodes join this engine (EngineConfig::cluster).

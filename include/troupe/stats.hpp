@@ -70,6 +70,11 @@ struct NodeStatus {
   std::int32_t num_ranks = 0;   // workers (a group's ranks) it runs
   std::int32_t num_slots = 1;   // workers it can run
   std::string collective_host;  // where other nodes' ranks reach its ranks
+  bool draining = false;        // its replicas move off; then it is released and exits
 };
+
+// What Engine::drain_node did: started the drain, found it draining already, or knows no
+// node of that name (or is no cluster's head).
+enum class NodeDrain { started, already, unknown };
 
 }  // namespace troupe

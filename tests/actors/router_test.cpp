@@ -40,6 +40,8 @@ replica_actor::behavior_type stand_in(replica_actor::stateful_pointer<StandInSta
       [](actors::router_atom, const actors::front_actor&) {},
       [](actors::supplied_atom, const actors::SupplyNews&) {},
       [](actors::lora_atom, std::int32_t, const std::string&) { return std::string(); },
+      [](actors::drain_atom, const std::string&, std::int64_t) {},
+      [](actors::timeout_atom, std::uint64_t) {},
   };
 }
 

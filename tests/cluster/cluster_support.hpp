@@ -140,9 +140,11 @@ inline Ends read_ends(std::vector<std::unique_ptr<test::RawClient>>& streams, in
 // worker (one: a 2-core node holds two workers, a tensor-parallel group's two ranks).
 class Cluster {
  public:
+  // `node_extra`: flags every node gets (--shutdown-timeout, say).
   Cluster(int replicas, const std::string& router, std::vector<std::string> extra = {},
-          int nodes = -1, std::string node_threads = "1", std::string model = "")
-      : node_threads_(std::move(node_threads)) {
+          int nodes = -1, std::string node_threads = "1", std::string model = "",
+          std::vector<std::string> node_extra = {})
+      : node_threads_(std::move(node_threads)), node_extra_(std::move(node_extra)) {
     std::vector<std::string> argv{TROUPE_BINARY,
                                   "serve",
                                   "-m",
@@ -174,9 +176,12 @@ class Cluster {
   }
 
   ChildProcess& add_node(const std::string& name, const std::string& token = kToken) {
-    nodes[name] = std::make_unique<ChildProcess>(std::vector<std::string>{
-        TROUPE_BINARY, "node", "--join", "127.0.0.1:" + std::to_string(cluster_port),
-        "--cluster-token", token, "--name", name, "--threads", node_threads_});
+    std::vector<std::string> argv{
+        TROUPE_BINARY,     "node",       "--join", "127.0.0.1:" + std::to_string(cluster_port),
+        "--cluster-token", token,        "--name", name,
+        "--threads",       node_threads_};
+    argv.insert(argv.end(), node_extra_.begin(), node_extra_.end());
+    nodes[name] = std::make_unique<ChildProcess>(argv);
     return *nodes[name];
   }
 
@@ -233,6 +238,7 @@ class Cluster {
 
  private:
   std::string node_threads_;
+  std::vector<std::string> node_extra_;
   std::uint16_t port_ = 0;
 };
 

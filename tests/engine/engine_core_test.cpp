@@ -302,6 +302,35 @@ TEST_CASE("a lost worker hands back every request, the started ones with their t
   CHECK(run_all(core).ends.at(4) == FinishReason::length);
 }
 
+TEST_CASE("a draining core hands back its waiting requests and keeps the running ones",
+          "[engine][core]") {
+  SchedulerConfig config = small_config();
+  config.max_num_seqs = 1;  // 2 and 3 wait
+  EngineCore core(config, {kEos});
+  REQUIRE(core.add(request(1, 8)).has_value());
+  auto first = core.next_step();
+  REQUIRE(first);
+  REQUIRE(core.add(request(2, 4)).has_value());
+  REQUIRE(core.add(request(3, 4)).has_value());
+  // The step in flight stays: only the queue leaves.
+  auto taken = core.take_waiting();
+  REQUIRE(taken.unstarted.size() == 2u);
+  CHECK(taken.ended.empty());
+  CHECK(taken.num_resumed == 0);
+  CHECK(taken.unstarted[0].id == 2);
+  CHECK(taken.unstarted[1].id == 3);
+  CHECK(std::any_cast<int>(taken.unstarted[1].reply_to) == 300);
+  CHECK(core.num_requests() == 1u);
+  CHECK(core.step_in_flight_id() == first->step_id);
+  core.apply(answer(*first));
+  CHECK(core.scheduler().check_invariants().has_value());
+  const auto ends = run_all(core).ends;
+  CHECK(ends.at(1) == FinishReason::length);
+  CHECK_FALSE(ends.contains(2));
+  CHECK(core.num_requests() == 0u);
+  CHECK(core.take_waiting().unstarted.empty());
+}
+
 namespace {
 
 // A worker whose step costs 10 ms + 2 ms a token.
