@@ -100,6 +100,7 @@ struct Sample {
   std::string error;
   std::int32_t num_input = 0;
   std::int32_t num_output = 0;
+  std::int32_t num_token_events = 0;
   Clock::time_point start, first, last;
   std::vector<double> gaps_ms;
 };
@@ -178,6 +179,40 @@ Reply call(const ServeOptions& o, http::verb verb, std::string target, std::stri
 std::string server_name(const ServeOptions& o) {
   return "http://" + o.host + ":" + std::to_string(o.port);
 }
+
+}  // namespace
+
+StreamEvent read_stream_event(std::string_view data) {
+  StreamEvent read;
+  boost::system::error_code ec;
+  const boost::json::value json = boost::json::parse(data, ec);
+  if (ec || !json.is_object()) return read;
+  const boost::json::object& event = json.as_object();
+  if (const auto* usage = event.if_contains("usage"); usage != nullptr && usage->is_object()) {
+    if (const auto* n = usage->as_object().if_contains("completion_tokens");
+        n != nullptr && n->is_int64()) {
+      read.completion_tokens = static_cast<std::int32_t>(n->as_int64());
+    }
+  }
+  const auto* choices = event.if_contains("choices");
+  if (choices == nullptr || !choices->is_array() || choices->as_array().empty()) return read;
+  const auto* choice = choices->as_array().front().if_object();
+  if (choice == nullptr) return read;
+  const auto* text = choice->if_contains("text");
+  if (const auto* delta = choice->if_contains("delta");
+      text == nullptr && delta != nullptr && delta->is_object()) {
+    text = delta->as_object().if_contains("content");
+  }
+  const bool has_text = text != nullptr && text->is_string() && !text->as_string().empty();
+  const auto* finish = choice->if_contains("finish_reason");
+  const bool finished = finish != nullptr && !finish->is_null();
+  // An event with text is a token; so is one without whose stream goes on (a token held back
+  // or cut into bytes that make no text yet); an empty one that finishes closes the stream.
+  read.token = has_text || !finished;
+  return read;
+}
+
+namespace {
 
 // The model and its bounds: from GET /v1/models, with the command line's overrides.
 Result<ServedModel> ask_served_model(const ServeOptions& o) {
@@ -276,12 +311,10 @@ asio::awaitable<void> one_request(Shared& shared, std::size_t index, std::string
            pending.erase(0, end + 2)) {
         const std::string event = pending.substr(0, end);
         if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
-        if (event.find("\"usage\":{") != std::string::npos &&
-            event.find("\"choices\":[]") != std::string::npos) {
-          const auto at = event.find("\"completion_tokens\":");
-          if (at != std::string::npos) s.num_output = std::atoi(event.c_str() + at + 20);
-          continue;
-        }
+        const StreamEvent read = read_stream_event(std::string_view(event).substr(6));
+        if (read.completion_tokens >= 0) s.num_output = read.completion_tokens;
+        if (!read.token) continue;
+        ++s.num_token_events;
         if (s.first.time_since_epoch().count() == 0)
           s.first = now;
         else
@@ -299,6 +332,9 @@ asio::awaitable<void> one_request(Shared& shared, std::size_t index, std::string
     } else if (parser.get().result() != http::status::ok) {
       s.error = "HTTP " + std::to_string(parser.get().result_int()) + ": " + parser.get().body();
     } else {
+      // A server that reports no usage: each event with text is a token (as llama.cpp's and
+      // vLLM's streams send them).
+      if (s.num_output == 0) s.num_output = s.num_token_events;
       s.ok = s.num_output > 0;
       if (!s.ok) s.error = "no tokens";
     }

@@ -56,6 +56,17 @@ Result<ServedModel> parse_served_model(std::string_view models_json, std::string
 // (0: unknown, nothing to check).
 Result<void> check_fits(const std::vector<BenchRequest>& requests, std::int32_t max_model_len);
 
+// What one server-sent event of a streamed /v1/completions answer says (`data` is the text
+// after "data: "): whether it brings a token's text, and the usage's completion_tokens where
+// it has one. OpenAI's and vLLM's servers (and troupe) send the usage in a chunk of its own with
+// no choices; llama.cpp's server puts it on its final choice, whose text is empty and whose
+// finish_reason is set: that event closes the stream and brings no token.
+struct StreamEvent {
+  bool token = false;
+  std::int32_t completion_tokens = -1;  // -1: no usage in this event
+};
+StreamEvent read_stream_event(std::string_view data);
+
 // One metric's asked percentiles (nearest rank, as the p99 of every troupe bench).
 struct MetricPercentiles {
   std::string metric;                             // "ttft", "tpot", "itl", "e2el"

@@ -63,9 +63,15 @@ class FakeServer {
         }
         const auto [status, body] = answer_(target);
         http::response<http::string_body> response{static_cast<http::status>(status), 11};
-        response.set(http::field::content_type, "application/json");
+        // A body of server-sent events streams as a server's does: chunked.
+        const bool events = body.rfind("data: ", 0) == 0;
+        response.set(http::field::content_type, events ? "text/event-stream" : "application/json");
         response.body() = body;
-        response.prepare_payload();
+        if (events) {
+          response.chunked(true);
+        } else {
+          response.prepare_payload();
+        }
         http::write(socket, response, ec);
       }
       accept();
@@ -186,6 +192,79 @@ TEST_CASE("a server that cannot be reached is an error naming it", "[bench]") {
   REQUIRE_FALSE(result);
   CHECK(result.error().message.rfind("cannot reach http://127.0.0.1:" + std::to_string(port), 0) ==
         0);
+}
+
+TEST_CASE("a stream's events: tokens, and the usage wherever a server puts it", "[bench]") {
+  SECTION("troupe's and vLLM's: text events, then the usage with no choices") {
+    const auto token = bench::read_stream_event(
+        R"({"id":"c","object":"text_completion","choices":[{"index":0,"text":" a",)"
+        R"("logprobs":null,"finish_reason":null}]})");
+    CHECK(token.token);
+    CHECK(token.completion_tokens == -1);
+    const auto last = bench::read_stream_event(
+        R"({"choices":[{"index":0,"text":"b","finish_reason":"length"}]})");
+    CHECK(last.token);
+    const auto usage = bench::read_stream_event(
+        R"({"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":7,"total_tokens":11}})");
+    CHECK_FALSE(usage.token);
+    CHECK(usage.completion_tokens == 7);
+  }
+  SECTION("llama.cpp's: the usage on a final choice with no text, which is no token") {
+    const auto last = bench::read_stream_event(
+        R"({"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],)"
+        R"("object":"text_completion","usage":{"completion_tokens":8,"prompt_tokens":16}})");
+    CHECK_FALSE(last.token);
+    CHECK(last.completion_tokens == 8);
+  }
+  SECTION("a chat stream's deltas, and an event with no text yet whose stream goes on") {
+    CHECK(bench::read_stream_event(R"({"choices":[{"delta":{"content":"x"}}]})").token);
+    CHECK(bench::read_stream_event(R"({"choices":[{"text":"","finish_reason":null}]})").token);
+  }
+  SECTION("what is not an event of a completion is no token and no usage") {
+    for (const char* other : {"not json", "[1,2]", "{}", R"({"choices":[1]})", R"({"error":{}})",
+                              R"({"usage":{"completion_tokens":"7"}})"}) {
+      const auto read = bench::read_stream_event(other);
+      CHECK_FALSE(read.token);
+      CHECK(read.completion_tokens == -1);
+    }
+  }
+}
+
+namespace {
+
+// A stream of `tokens` text events as llama.cpp's server sends it, its usage on the last.
+std::string llama_cpp_stream(std::int32_t tokens, bool with_usage) {
+  std::string body;
+  for (std::int32_t i = 0; i < tokens; ++i) {
+    body += R"(data: {"choices":[{"text":"t","index":0,"logprobs":null,"finish_reason":null}],)"
+            R"("object":"text_completion"})"
+            "\n\n";
+  }
+  body += R"(data: {"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}])";
+  if (with_usage) body += R"(,"usage":{"completion_tokens":)" + std::to_string(tokens) + "}";
+  return body + "}\n\ndata: [DONE]\n\n";
+}
+
+}  // namespace
+
+TEST_CASE("llama.cpp's server is measured: its usage, or its events where it sends none",
+          "[bench]") {
+  const bool with_usage = GENERATE(true, false);
+  FakeServer server([with_usage](const std::string& target) {
+    if (target == "/v1/completions") return std::pair{200u, llama_cpp_stream(8, with_usage)};
+    if (target == "/detokenize") return std::pair{200u, std::string(R"({"content":"x"})")};
+    // llama.cpp's /v1/models reports no vocabulary size: the command line gives it.
+    return std::pair{200u, std::string(R"({"object":"list","data":[{"id":"m"}]})")};
+  });
+  auto o = options_for(server.port());
+  o.workload.vocab_size = 512;
+  const auto result = bench::run_serve_benchmark(o);
+  REQUIRE(result);
+  CHECK(result->first_error.empty());
+  CHECK(result->totals.completed == 4);
+  CHECK(result->totals.failed == 0);
+  // Eight tokens a request: the closing event, with no text, is none.
+  CHECK(result->totals.total_output_tokens == 32);
 }
 
 TEST_CASE("the summary is vLLM's block, line for line", "[bench]") {
