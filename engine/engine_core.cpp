@@ -74,6 +74,18 @@ std::optional<double> EngineCore::slo_step_seconds(std::chrono::steady_clock::ti
   return tpot_step_seconds(token_budget_->config(), progress_);
 }
 
+bool EngineCore::backlogged(std::chrono::steady_clock::time_point now) const {
+  const TokenBudgetConfig& c = token_budget_->config();
+  if (!(c.decode_step_multiple > 0) || c.backlog_wait_seconds < 0) return false;
+  const auto waited = std::chrono::duration<double>(c.backlog_wait_seconds);
+  // In arrival order under fcfs, so the first is the oldest; under priority any may be.
+  for (const SeqId id : scheduler_.waiting()) {
+    const auto it = requests_.find(id);
+    if (it != requests_.end() && now - it->second.arrival >= waited) return true;
+  }
+  return false;
+}
+
 bool EngineCore::scores_match(const InFlight& step, const StepOutput& output) {
   if (output.prompt_logprobs.size() != step.prompt_rows.size()) return false;
   for (std::size_t i = 0; i < step.prompt_rows.size(); ++i) {
@@ -159,9 +171,14 @@ std::optional<StepWork> EngineCore::next_step() {
   if (in_flight_ || !scheduler_.has_unfinished()) return std::nullopt;
   const Timed timed{counters_.schedule_seconds};
   if (token_budget_) {
-    const std::optional<double> seconds = token_budget_->config().target_tpot_seconds > 0
-                                              ? slo_step_seconds(std::chrono::steady_clock::now())
-                                              : std::nullopt;
+    const TokenBudgetConfig& c = token_budget_->config();
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<double> seconds;
+    if (c.target_tpot_seconds > 0) {
+      seconds = slo_step_seconds(now);
+    } else if (backlogged(now)) {
+      seconds = c.target_step_seconds;
+    }
     scheduler_.set_token_budget(token_budget_->step_budget(scheduler_.num_decoding(), seconds));
   }
   InFlight flight;

@@ -208,6 +208,8 @@ class EngineCore {
   // With a TPOT objective: the longest next step that keeps every decoding stream within
   // it (tpot_step_seconds); none when no stream decodes.
   std::optional<double> slo_step_seconds(std::chrono::steady_clock::time_point now);
+  // Whether a waiting request has waited backlog_wait_seconds for a seat.
+  bool backlogged(std::chrono::steady_clock::time_point now) const;
   // Keeps a step's prompt scores with their requests.
   void keep_scores(const StepOutput& output);
   // The request's prompt_logprobs for its first event: once, and only when all are known.

@@ -25,6 +25,12 @@ struct TokenBudgetConfig {
   // its decodes alone, so that a prefill chunk at most doubles (at 2) what a stream waits
   // (the stall bound of Sarathi-Serve); 0: the target alone.
   double decode_step_multiple = 0.0;
+  // With decode_step_multiple: once a request has waited this long without a seat (none of
+  // its prompt has run), the step beside decodes takes target_step_seconds alone. Prompts
+  // then queue faster than steps held to the decodes' own clear them (past saturation), and
+  // each small step pays the step's fixed part again: goodput goes to throughput and to the
+  // queue's TTFT, while the target still bounds what a stream waits. Negative: never.
+  double backlog_wait_seconds = -1.0;
   std::int32_t max_tokens = 2048;  // the most a step carries (the worker's activations)
   // A step's prefill share is a multiple of this (the block size: chunks stay
   // block-aligned for the prefix cache), and at least one of it, so that prompts

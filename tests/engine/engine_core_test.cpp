@@ -506,6 +506,72 @@ TEST_CASE("a TPOT objective sizes the steps beside decodes by the streams' slack
   CHECK(*std::min_element(lax.begin(), lax.end()) >= 256 - 8);
 }
 
+TEST_CASE("a queue that waits lifts the decodes' bound: the step beside them takes the target",
+          "[engine][core][token_budget]") {
+  // No timing is asserted: a wait of 0 makes every waiting request a queue, -1 none.
+  TokenBudgetConfig budget;
+  budget.target_step_seconds = 0.150;
+  budget.decode_step_multiple = 2.0;
+  budget.max_tokens = 256;
+  budget.granularity = 4;
+  budget.probe_period = 0;  // the steady budget alone
+  TokenBudget truth(budget);
+  truth.calibrate(std::vector<StepCost>{{256, 0, fake_seconds(256)}, {1, 1, fake_seconds(1)}});
+  auto run = [&](double backlog_wait_seconds) {
+    SchedulerConfig config;
+    config.max_num_batched_tokens = 256;
+    config.max_num_seqs = 8;
+    config.max_model_len = 1024;
+    config.num_blocks = 1024;
+    config.block_size = 4;
+    TokenBudgetConfig b = budget;
+    b.backlog_wait_seconds = backlog_wait_seconds;
+    EngineCore core(config, {kEos}, b);
+    core.calibrate(std::vector<StepCost>{{256, 0, fake_seconds(256)}, {1, 1, fake_seconds(1)}});
+    // Two streams start, then six long prompts queue behind them.
+    for (SeqId id = 1; id <= 2; ++id) REQUIRE(core.add(request(id, 40, 8)).has_value());
+    auto first = core.next_step();
+    REQUIRE(first);
+    auto first_out = answer(*first);
+    first_out.seconds = fake_seconds(first->step.num_tokens());
+    core.apply(first_out);
+    for (SeqId id = 3; id <= 8; ++id) {
+      auto r = request(id, 4, 200);
+      r.prompt[0] = static_cast<TokenId>(1000 + id);
+      REQUIRE(core.add(std::move(r)).has_value());
+    }
+    std::int32_t num_queued_steps = 0;
+    for (;;) {
+      const std::int32_t decodes = core.scheduler().num_decoding();
+      const bool queued = core.scheduler().num_waiting() > 0;
+      auto work = core.next_step();
+      if (!work) break;
+      if (decodes > 0 && queued) {
+        ++num_queued_steps;
+        const std::int32_t want = backlog_wait_seconds >= 0
+                                      ? truth.budget_within(decodes, budget.target_step_seconds)
+                                      : truth.budget(decodes);
+        // Within a granule: the fitted line may round either side of a granule's edge.
+        INFO(decodes << " decodes, a queue waiting: budget " << core.scheduler().token_budget()
+                     << ", want " << want);
+        CHECK(std::abs(core.scheduler().token_budget() - want) <= budget.granularity);
+      }
+      auto out = answer(*work);
+      out.seconds = fake_seconds(work->step.num_tokens());
+      core.apply(out);
+    }
+    CHECK(core.num_requests() == 0u);
+    return num_queued_steps;
+  };
+  // Held to twice the decodes' step, the queue waits through more steps than with the target.
+  const std::int32_t held = run(-1.0);
+  const std::int32_t lifted = run(0.0);
+  CHECK(lifted > 0);
+  CHECK(held > lifted);
+  // With two decodes the target leaves far more room than twice their step.
+  CHECK(truth.budget_within(2, 0.150) > 4 * truth.budget(2));
+}
+
 TEST_CASE("a row with no token runs its position again, and the output is the same",
           "[engine][core]") {
   // A worker that withholds the token of request 1 at every second step it is sampled
