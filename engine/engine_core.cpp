@@ -23,9 +23,7 @@ Result<void> EngineCore::add(CoreRequest request) {
   const bool resumed = !request.resumed.empty();
   TROUPE_TRY_VOID(scheduler_.add({request.id, std::move(request.prompt), max_tokens,
                                   request.priority, std::move(stop), request.params.prompt_logprobs,
-                                  // An output held to a grammar is not proposed for (not yet).
-                                  request.params.grammar.empty(), request.adapter,
-                                  std::move(request.resumed)}));
+                                  request.adapter, std::move(request.resumed)}));
   LiveRequest live;
   live.arrival = std::chrono::steady_clock::now();
   live.params = std::move(request.params);

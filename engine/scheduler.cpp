@@ -75,7 +75,6 @@ Result<void> Scheduler::add(SequenceRequest request) {
   seq.priority = request.priority;
   seq.arrival = next_arrival_++;
   seq.prompt_logprobs = request.prompt_logprobs;
-  seq.may_speculate = request.may_speculate;
   seq.adapter = request.adapter;
   sequences_.emplace(seq.id, std::move(seq));
   enqueue_waiting(request.id, false);
@@ -208,8 +207,7 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
 }
 
 std::int32_t Scheduler::proposal_room(const Sequence& seq, std::int32_t budget) const {
-  if (!seq.may_speculate || seq.num_tokens() - seq.num_computed_tokens != 1 ||
-      seq.num_generated() < 1) {
+  if (seq.num_tokens() - seq.num_computed_tokens != 1 || seq.num_generated() < 1) {
     return 0;
   }
   // The draft's tokens count in the budget; no token is proposed past max_tokens (the

@@ -45,8 +45,7 @@ struct SequenceRequest {
   std::int32_t priority = 0;
   StopRule stop = {};                                          // stop and end-of-generation ids
   std::optional<std::int32_t> prompt_logprobs = std::nullopt;  // SamplingParams::prompt_logprobs
-  bool may_speculate = true;  // false: never proposals (an output held to a grammar)
-  std::int32_t adapter = 0;   // its LoRA adapter slot (0: the base model)
+  std::int32_t adapter = 0;  // its LoRA adapter slot (0: the base model)
   // Tokens an earlier run generated (a resumed request): they follow the prompt and count
   // as generated; fewer than max_tokens.
   std::vector<TokenId> generated = {};

@@ -48,8 +48,6 @@ struct Sequence {
   std::int32_t adapter = 0;
   // SamplingParams::prompt_logprobs: the prompt's rows are scored until the first token.
   std::optional<std::int32_t> prompt_logprobs = std::nullopt;
-  // Whether its decodes may carry proposed tokens to verify (speculative decoding).
-  bool may_speculate = true;
   // Its recent drafts' acceptance (accepted of proposed, a moving average from 1), and
   // while that is poor, the decodes left without proposals and the next such pause.
   float draft_acceptance = 1.0f;

@@ -244,13 +244,18 @@ Result<std::vector<SampledToken>> ModelRunner::execute(
     if (observer_) observer_(sampled_ids[i], row_logits);
     results.push_back(states[i] == Sampler::MaskState::ready ? samplers[i]->sample(row_logits)
                                                              : no_token(*samplers[i], states[i]));
-    if (results.back().id == kNoToken || samplers[i]->constrained()) continue;
+    if (results.back().id == kNoToken) continue;
     // Verification: row first + j holds the j-th proposed token, and its logits give the
-    // token after it. While the model's token is the proposal, the next row counts.
+    // token after it. While the model's token is the proposal, the next row counts. Under a
+    // grammar each row is drawn under its own mask, made here, so a proposal the grammar
+    // refuses is never the model's token: the draft ends there.
     TokenId last = results.back().id;
     for (std::size_t j = 1; j <= num_draft; ++j) {
       const auto flat = static_cast<std::size_t>(step.logit_rows[first + j]);
       if (last != step.tokens[flat]) break;
+      // A mask that cannot be made (the grammar's work budget) fails at the next step's
+      // first position, as without a draft.
+      if (samplers[i]->compute_mask() != Sampler::MaskState::ready) break;
       const std::span<const float> next(logits_.data() + (first + j) * vocab, vocab);
       if (observer_) observer_(sampled_ids[i], next);
       (*more)[i].push_back(samplers[i]->sample(next));

@@ -233,6 +233,21 @@ void Sampler::prepare_mask() {
   mask_ready_ = true;
 }
 
+Sampler::MaskState Sampler::compute_mask() {
+  if (!constrained() || mask_ready_) return MaskState::ready;
+  if (job_.job) {
+    job_.job->wait();
+    return mask_state();
+  }
+  if (!grammar_broken_ && failure_.empty()) {
+    MaskJob job(*matcher_, std::move(taken_), masker_);
+    taken_.clear();
+    job.run();
+    take(job);
+  }
+  return mask_state();
+}
+
 void Sampler::apply_grammar(std::vector<float>& logits) {
   prepare_mask();
   // An end token is an end whatever its bytes (the mask, over bytes, never allows one that

@@ -114,6 +114,11 @@ class Sampler {
   // Computes the next position's mask here, if it is not ready (waiting for a job under
   // way): sample() calls it; so may a runner without workers.
   void prepare_mask();
+  // Computes the next position's mask here, as a job would, and says where it stands: what
+  // a runner verifying a draft asks past a step's first position, where no job ran. Unlike
+  // prepare_mask, a grammar that cannot be followed is `failed` here (as a job's failure:
+  // no token), not a mask of end tokens.
+  MaskState compute_mask();
   // Whether a sampled token fell outside what the grammar could take (the mask and the
   // matcher disagreed, or a limit of the matcher was passed): only end tokens follow. Known
   // once the next mask's work has run (the matcher advances with it, off the step).

@@ -24,7 +24,7 @@ struct ServedEngine {
   // `vocab_size`: of the built-in vocabulary (0: write_small_model's 512).
   ServedEngine(const std::string& name, net::ServerConfig config, std::int32_t context_length,
                std::int32_t num_kv_blocks, std::function<void()> before_step = {},
-               std::int32_t vocab_size = 0) {
+               std::int32_t vocab_size = 0, SpeculativeConfig speculative = {}) {
     metrics = std::make_shared<monitoring::Metrics>();
     EngineConfig e;
     e.model_path = write_small_model(
@@ -37,6 +37,7 @@ struct ServedEngine {
     e.block_size = 4;
     e.num_kv_blocks = num_kv_blocks;
     e.metrics = metrics;
+    e.speculative = std::move(speculative);
     auto created = Engine::create(e, EngineHooks{std::move(before_step)});
     INFO((created ? std::string() : created.error().message));
     REQUIRE(created.has_value());

@@ -35,9 +35,10 @@ constexpr std::int32_t kContextLength = 1024;
 
 struct Server : test::ServedEngine {
   explicit Server(std::function<void()> before_step = {},
-                  std::int32_t context_length = kContextLength, std::int32_t num_kv_blocks = 2048)
-      : ServedEngine("structured-model", {}, context_length, num_kv_blocks,
-                     std::move(before_step)) {}
+                  std::int32_t context_length = kContextLength, std::int32_t num_kv_blocks = 2048,
+                  SpeculativeConfig speculative = {})
+      : ServedEngine("structured-model", {}, context_length, num_kv_blocks, std::move(before_step),
+                     0, std::move(speculative)) {}
   std::uint16_t port() const { return server->port(); }
 };
 
@@ -586,6 +587,48 @@ TEST_CASE("an unconstrained request batched with a constrained one keeps its gre
   INFO("output: " << list.text);
   CHECK(list.finish_reason == "stop");
   CHECK(std::regex_match(list.text, std::regex(R"(\[\s*[0-9](\s*,\s*[0-9]){39}\s*\]\s*)")));
+}
+
+TEST_CASE("outputs under constraints are the same with n-gram speculation, drafts accepted",
+          "[net][integration][speculative]") {
+  // Proposals are verified under the grammar's mask at every position, so a proposal the
+  // grammar refuses is never taken: greedy and seeded outputs are those without a draft.
+  SpeculativeConfig ngram;
+  ngram.num_speculative_tokens = 4;
+  ngram.prompt_lookup_max = 3;
+  ngram.prompt_lookup_min = 1;
+  ngram.disable_by_batch_size = 8;
+  Server plain;
+  Server speculating({}, kContextLength, 2048, ngram);
+  const std::string list = R"(root ::= "[" item ( ", " item ){0,7} "]"
+item ::= [a-z]{1,3} | "'" [A-Z]{2} "'"
+)";
+  std::vector<Job> jobs;
+  for (const json::object& constraint :
+       {response_format(json::parse(R"({"type": "array", "minItems": 12, "maxItems": 12,
+            "items": {"type": "integer", "minimum": 0, "maximum": 9}})")),
+        response_format(json::parse(kNestedSchema)),
+        json::object{{"guided_regex", "(ab|cd){2,8}-[0-9]{2}"}},
+        json::object{{"guided_grammar", list}}}) {
+    const auto more = jobs_for(constraint, jobs.size(), 200);
+    jobs.insert(jobs.end(), more.begin(), more.end());
+  }
+  std::vector<Job> again = jobs;
+  run_all(plain, jobs);
+  run_all(speculating, again);
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    INFO(describe(jobs[j]));
+    const auto want = outputs_of(jobs[j].target, jobs[j].reply);
+    const auto got = outputs_of(again[j].target, again[j].reply);
+    REQUIRE(want.size() == 1);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].text == want[0].text);
+    CHECK(got[0].finish_reason == want[0].finish_reason);
+  }
+  const EngineStats stats = speculating.engine->stats();
+  CHECK(stats.spec_num_drafts > 0);
+  CHECK(stats.spec_num_accepted_tokens > 0);
+  CHECK(speculating.kv_drains());
 }
 
 TEST_CASE("a WebSocket generate message with a constraint streams a valid output",
