@@ -186,9 +186,10 @@ void drain_and_stop(net::HttpServer& server, std::chrono::seconds timeout) {
   server.drain(g_signals > 0 ? "signal" : "request");
   monitoring::log_info("the running requests have " + std::to_string(timeout.count()) +
                        " s to end (--shutdown-timeout); a second SIGTERM or Ctrl-C stops now");
-  auto idle = [&server] { return server.num_generations() == 0; };
+  // Done when every generation has ended and every WebSocket has said goodbye (1001).
+  auto idle = [&server] { return server.drained(); };
   bool patient = wait_until(idle, std::chrono::steady_clock::now() + timeout);
-  if (patient && !idle()) {
+  if (patient && server.num_generations() > 0) {
     monitoring::log_warning("shutdown timeout: cutting " +
                             std::to_string(server.num_generations()) + " running generation(s)");
     server.cut_generations();

@@ -149,6 +149,7 @@ void HttpServer::Impl::begin_drain(const std::string& why) {
   monitoring::log_info("draining (" + why + "): no new requests; " +
                            std::to_string(drain->num_live()) + " generation(s) running",
                        {{"generations", drain->num_live()}});
+  sockets_go_away();
   // Connections waiting for a next request are closed now (on their strands), unless a
   // request has begun to arrive: that one is answered, and its connection closes after.
   std::lock_guard lock(idle_mutex);
@@ -522,6 +523,10 @@ void HttpServer::drain(const std::string& why) {
 
 bool HttpServer::draining() const {
   return impl_->draining();
+}
+
+bool HttpServer::drained() const {
+  return impl_->drain->num_live() == 0 && impl_->drain->closing_sockets.load() == 0;
 }
 
 int HttpServer::num_generations() const {

@@ -150,6 +150,9 @@ class HttpServer {
   bool draining() const;
   // Generations running, or still being written to their clients.
   int num_generations() const;
+  // Draining, nothing is left to wait for: no generation, and every WebSocket connection
+  // has closed with 1001 (going away) after its last request.
+  bool drained() const;
   // Ends every generation still running: a stream with its choices' finish reason
   // "error", an error event and [DONE]; a socket's with its error and done frames; a
   // JSON answer as a 503 error. The drain's last step at its timeout.

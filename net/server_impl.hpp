@@ -62,6 +62,7 @@ struct Admission {
 };
 
 class GenerationStream;  // net/generation_stream.hpp
+struct WsConnection;     // net/websocket_session.cpp
 
 // What a draining server tells the clients it refuses: try again after this many seconds
 // (their load balancer sends them elsewhere meanwhile).
@@ -77,6 +78,9 @@ struct Drain {
   std::atomic<bool> started{false};
   // Running generations, registered by start() and dropped by finished().
   std::unordered_map<const GenerationStream*, std::weak_ptr<GenerationStream>> live;
+  // WebSocket connections told to go away (close 1001) that have not closed yet: each is
+  // counted when the drain reaches it and uncounted when it is gone.
+  std::atomic<int> closing_sockets{0};
   int num_live() {
     std::lock_guard lock(mutex);
     return static_cast<int>(live.size());
@@ -215,6 +219,9 @@ struct HttpServer::Impl {
   };
   std::mutex idle_mutex;
   std::unordered_map<const Idle*, std::shared_ptr<Idle>> idle;
+  // Open WebSocket connections, told to go away when the drain starts (sockets_mutex).
+  std::mutex sockets_mutex;
+  std::unordered_map<const WsConnection*, std::weak_ptr<WsConnection>> sockets;
   asio::io_context io;
   std::unique_ptr<tcp::acceptor> acceptor;
   // Set when the server speaks HTTPS (config.tls): every connection's handshake uses it.
@@ -264,6 +271,11 @@ struct HttpServer::Impl {
                                          std::string id, bool want_logprobs,
                                          std::shared_ptr<AccessEntry> entry);
   void websocket_overflow(const std::shared_ptr<WsConnection>& connection);
+  // The drain reached the connection (on its strand): it closes with 1001 (going away)
+  // once its requests have ended, at once when it has none.
+  void websocket_going_away(const std::shared_ptr<WsConnection>& connection);
+  // Tells every open WebSocket connection to go away (begin_drain).
+  void sockets_go_away();
 
   RouteContext route_context();
   // Starts the drain, once: no generation is admitted from now on, /health answers 503,

@@ -17,6 +17,8 @@ struct WsFrame {
   // A request's last frame: holds its stream in the drain's live set until written or
   // dropped (GenerationStream::finished_when_dropped).
   std::shared_ptr<void> last;
+  // Not a frame: the writer closes the connection with 1001 (going away), the drain's end.
+  bool close = false;
 };
 using FrameChannel = asio::experimental::concurrent_channel<void(error_code, WsFrame)>;
 
@@ -53,6 +55,15 @@ struct WsConnection {
   // The connection's strand alone touches these.
   std::unordered_map<std::string, std::shared_ptr<GenerationStream>> in_flight;
   bool closing = false;
+  // Set when the drain reached it: it goes away once its requests have ended, and counts in
+  // the drain's closing sockets until it is gone.
+  std::shared_ptr<Drain> leaving;
+
+  WsConnection(const WsConnection&) = delete;
+  WsConnection& operator=(const WsConnection&) = delete;
+  ~WsConnection() {
+    if (leaving) --leaving->closing_sockets;
+  }
 };
 
 namespace {
@@ -88,6 +99,14 @@ asio::awaitable<void> HttpServer::Impl::websocket_session(ServerStream stream, R
                                                config.max_buffered_output_bytes);
   asio::co_spawn(executor, websocket_writer(connection),
                  [this](std::exception_ptr e) { on_session_exception(e); });
+  {
+    std::lock_guard lock(sockets_mutex);
+    sockets.emplace(connection.get(), connection);
+  }
+  if (draining()) {  // accepted as the drain began: it may have missed this one
+    ++drain->closing_sockets;
+    websocket_going_away(connection);
+  }
   beast::flat_buffer buffer;
   while (!connection->closing) {
     auto [ec, n] = co_await ws.async_read(buffer, kUseTuple);
@@ -99,6 +118,37 @@ asio::awaitable<void> HttpServer::Impl::websocket_session(ServerStream stream, R
   // Closing the socket cancels every request still running on it.
   cancel_in_flight(*connection);
   connection->out->frames->close();
+  std::lock_guard lock(sockets_mutex);
+  sockets.erase(connection.get());
+}
+
+void HttpServer::Impl::sockets_go_away() {
+  std::vector<std::shared_ptr<WsConnection>> open;
+  {
+    std::lock_guard lock(sockets_mutex);
+    for (const auto& [key, weak] : sockets) {
+      if (auto connection = weak.lock()) open.push_back(std::move(connection));
+    }
+  }
+  // Counted now, before the drain can look: each is uncounted once gone.
+  drain->closing_sockets += static_cast<int>(open.size());
+  for (auto& connection : open) {
+    auto strand = connection->ws.get_executor();
+    asio::post(strand,
+               [this, connection = std::move(connection)] { websocket_going_away(connection); });
+  }
+}
+
+void HttpServer::Impl::websocket_going_away(const std::shared_ptr<WsConnection>& connection) {
+  if (connection->leaving) {  // reached twice: counted once
+    --drain->closing_sockets;
+    return;
+  }
+  connection->leaving = drain;
+  // With requests running, the writer closes after the last one's final frame.
+  if (!connection->closing && connection->in_flight.empty()) {
+    connection->out->push({"", "", false, nullptr, /*close=*/true});
+  }
 }
 
 asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConnection> connection) {
@@ -108,14 +158,32 @@ asio::awaitable<void> HttpServer::Impl::websocket_writer(std::shared_ptr<WsConne
   while (true) {
     auto [ec, frame] = co_await out->frames->async_receive(kUseTuple);
     if (ec) co_return;  // closed: the reader has finished, or the client fell behind
-    if (frame.final) connection->in_flight.erase(frame.id);
-    auto [wec, wn] = co_await ws.async_write(asio::buffer(frame.text), kUseTuple);
-    out->output->remove(static_cast<std::int64_t>(frame.text.size()));
-    if (wec) {
-      // The client is gone: cancel what it had asked for.
-      cancel_in_flight(*connection);
-      co_return;
+    if (!frame.close) {
+      if (frame.final) connection->in_flight.erase(frame.id);
+      auto [wec, wn] = co_await ws.async_write(asio::buffer(frame.text), kUseTuple);
+      out->output->remove(static_cast<std::int64_t>(frame.text.size()));
+      if (wec) {
+        // The client is gone: cancel what it had asked for.
+        cancel_in_flight(*connection);
+        co_return;
+      }
+      frame.last.reset();  // written: the drain no longer waits for it
+      if (!frame.final || !connection->leaving || !connection->in_flight.empty()) continue;
     }
+    // The drain's end for this socket: 1001 (going away), as a server shutting down says.
+    // A client that does not answer the close within 2 s is cut.
+    if (connection->closing) co_return;
+    connection->closing = true;
+    out->frames->close();
+    asio::steady_timer timer(ws.get_executor(), std::chrono::seconds(2));
+    timer.async_wait([connection](error_code timer_ec) {
+      if (!timer_ec) beast::get_lowest_layer(connection->ws).close();
+    });
+    const websocket::close_reason reason(websocket::close_code::going_away,
+                                         "the server is shutting down");
+    co_await ws.async_close(reason, kUseTuple);
+    timer.cancel();
+    co_return;
   }
 }
 

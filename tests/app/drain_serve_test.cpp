@@ -76,6 +76,9 @@ std::vector<std::unique_ptr<test::RawClient>> open_streams(std::uint16_t port, i
   return streams;
 }
 
+// A server's close frame with code 1001 (going away) and the drain's reason, as its bytes.
+const std::string kGoingAway = std::string("\x88\x1d\x03\xe9") + "the server is shutting down";
+
 std::string ws_text_frame(const std::string& text) {
   std::string frame = "\x81";
   frame += static_cast<char>(0x80 | text.size());  // short frames only
@@ -100,6 +103,12 @@ TEST_CASE("SIGTERM drains: 8 streams in flight end normally and new requests get
       "GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
       "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
   REQUIRE_THAT(socket.read_until("\r\n\r\n", 10s), Catch::StartsWith("HTTP/1.1 101"));
+  // A socket with nothing running: it goes away (1001) as soon as the drain starts.
+  test::RawClient quiet(port);
+  REQUIRE(quiet.send(
+      "GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+      "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
+  REQUIRE_THAT(quiet.read_until("\r\n\r\n", 10s), Catch::StartsWith("HTTP/1.1 101"));
   // A keep-alive connection that waits for its next request: closed when the drain starts.
   test::RawClient idle(port);
   REQUIRE(idle.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
@@ -116,6 +125,7 @@ TEST_CASE("SIGTERM drains: 8 streams in flight end normally and new requests get
   REQUIRE(server.wait_for(kDraining, 10s));
   idle.read_all(5s);
   CHECK(idle.closed_by_peer());
+  CHECK_THAT(quiet.read_until(kGoingAway, 5s), Catch::Contains(kGoingAway));
 
   // The load balancer's check says so; new work is turned away with a time to retry.
   const std::string health = ask(port, get("/health"));
@@ -136,6 +146,8 @@ TEST_CASE("SIGTERM drains: 8 streams in flight end normally and new requests get
   CHECK_THAT(early, Catch::Contains(R"("type":"done","id":"early")"));
   CHECK_THAT(early.substr(early.find(R"("type":"done","id":"early")")),
              Catch::Contains(R"("finish_reason":"length")"));
+  // Its last request done, the socket goes away too (1001), after its done frame.
+  CHECK_THAT(socket.read_until(kGoingAway, 10s), Catch::Contains(kGoingAway));
 
   // Every stream admitted before the signal runs to its end.
   for (auto& stream : streams) {
