@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "http_exchange.hpp"
 #include "net/http_server.hpp"
 #include "net_test_support.hpp"
 #include "support/test_support.hpp"
@@ -42,40 +43,12 @@ struct Server : test::ServedEngine {
   std::uint16_t port() const { return server->port(); }
 };
 
-struct Reply {
-  int status = 0;  // 0: no answer within the deadline
-  std::string body;
-};
-
-asio::awaitable<void> exchange(std::uint16_t port, std::string target, std::string body,
-                               Reply& reply) {
-  beast::tcp_stream stream(co_await asio::this_coro::executor);
-  co_await stream.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port),
-                                asio::use_awaitable);
-  http::request<http::string_body> request{http::verb::post, target, 11};
-  request.set(http::field::host, "127.0.0.1");
-  request.set(http::field::content_type, "application/json");
-  request.body() = std::move(body);
-  request.prepare_payload();
-  co_await http::async_write(stream, request, asio::use_awaitable);
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
-  co_await http::async_read(stream, buffer, parser, asio::use_awaitable);
-  reply.status = static_cast<int>(parser.get().result_int());
-  reply.body = parser.get().body();
-}
+using Reply = test::HttpReply;
 
 // One POST on a connection of its own, read to the end of the response (a whole SSE stream
-// too). A server that hangs fails the test at the deadline instead of holding it. Asserts
-// nothing: it runs on the test's own threads too, and Catch2's assertions are not thread-safe.
+// too), within 120 s.
 Reply post(std::uint16_t port, const std::string& target, const json::object& body) {
-  asio::io_context io;
-  Reply reply;
-  asio::co_spawn(io, exchange(port, target, json::serialize(body), reply),
-                 [](const std::exception_ptr&) {});
-  io.run_for(120s);
-  return reply;
+  return test::post_json(port, target, json::serialize(body));
 }
 
 bool is_chat(const std::string& target) {
