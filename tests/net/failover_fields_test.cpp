@@ -17,15 +17,13 @@ namespace json = boost::json;
 
 namespace {
 
-// The worker's steps: slowed a little so that the requests sent together all run before the
-// fault; failing once at step `fail_at` after arm().
+// The worker's steps, slowed a little so that the requests have many steps to run; one
+// fails once a step's number reaches `fail_at`.
 struct Fault {
   std::atomic<int> steps{0};
   std::atomic<int> fail_at{-1};
-  void arm(int step) {
-    steps = 0;
-    fail_at = step;
-  }
+  // Fails a step soon: one a few steps from now.
+  void arm() { fail_at = steps.load() + 3; }
   void before_step() {
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     if (++steps == fail_at.load()) throw std::runtime_error("injected fault");
@@ -179,8 +177,16 @@ TEST_CASE(
   const auto undisturbed = run_together(port, jobs);
   const auto restarts = s.engine->stats().num_worker_restarts;
   // The fault comes once every request has run a few steps.
-  fault->arm(12);
-  const auto moved = run_together(port, jobs);
+  // The fault comes once every request runs (the five sequences of n = 2 and the others).
+  std::vector<test::HttpReply> moved;
+  std::thread clients([&] { moved = run_together(port, jobs); });
+  for (int i = 0; i < 20000 && s.engine->stats().num_running < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool all_running = s.engine->stats().num_running == 5;
+  fault->arm();
+  clients.join();
+  REQUIRE(all_running);
   CHECK(s.engine->stats().num_worker_restarts == restarts + 1);
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     INFO(jobs[i].target << " " << json::serialize(jobs[i].body));
