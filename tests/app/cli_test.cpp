@@ -14,6 +14,7 @@
 
 #include "cpu/int8_repack.hpp"
 #include "golden/golden_support.hpp"
+#include "support/shell.hpp"
 
 using namespace troupe;
 
@@ -32,15 +33,8 @@ Run run_troupe(const std::string& args, const std::string& err_path = "",
   const std::string cache = test::temp_path("cache");
   const std::string command = shell_prefix + "XDG_CACHE_HOME=" + cache + " " +
                               std::string(TROUPE_BINARY) + " " + args + redirect;
-  Run run;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
-    run.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  const test::ShellRun shell = test::run_shell(command);
+  return {shell.exit_code, shell.output};
 }
 
 // A run that must end by itself: a troupe that waits on a FIFO or starts serving is

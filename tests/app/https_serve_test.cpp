@@ -5,6 +5,7 @@
 #include <string>
 
 #include "support/child_process.hpp"
+#include "support/shell.hpp"
 #include "support/test_support.hpp"
 #include "support/tls_certificates.hpp"
 
@@ -15,13 +16,8 @@ namespace {
 
 // What a shell command prints (stdout and stderr) and its exit code.
 std::pair<int, std::string> shell(const std::string& command) {
-  std::string out;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  const test::ShellRun run = test::run_shell(command + " 2>&1");
+  return {run.exit_code, run.output};
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "support/child_process.hpp"
+#include "support/shell.hpp"
 #include "support/test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -81,12 +82,8 @@ TEST_CASE("a server with adapters in both forms serves and lists them",
   const auto port = serve.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
   INFO(serve.output());
   REQUIRE(port.has_value());
-  std::string models;
-  FILE* pipe = ::popen(("curl -s http://127.0.0.1:" + *port + "/v1/models").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) models.append(buffer, n);
-  ::pclose(pipe);
+  const std::string models =
+      troupe::test::run_shell("curl -s http://127.0.0.1:" + *port + "/v1/models").output;
   INFO(models);
   CHECK(says(models, R"("id":"attn","object":"model")"));
   CHECK(says(models, R"("root":")" + adapter("llama-all-r16") + R"(","parent":"base")"));
@@ -99,13 +96,7 @@ std::string post(const std::string& port, const std::string& path, const std::st
   const std::string command =
       "curl -s -w ' %{http_code}' -H 'Content-Type: application/json' -d '" + body +
       "' http://127.0.0.1:" + port + path;
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  ::pclose(pipe);
-  return out;
+  return troupe::test::run_shell(command).output;
 }
 
 }  // namespace

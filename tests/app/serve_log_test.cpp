@@ -9,6 +9,7 @@
 
 #include "support/child_process.hpp"
 #include "support/raw_client.hpp"
+#include "support/shell.hpp"
 #include "support/test_support.hpp"
 
 using namespace troupe;
@@ -18,14 +19,7 @@ namespace {
 
 // curl's answer: the response headers and body (-i), or what curl said.
 std::string curl(const std::string& args) {
-  const std::string command = "curl -s -i --max-time 30 " + args + " 2>&1";
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  ::pclose(pipe);
-  return out;
+  return test::run_shell("curl -s -i --max-time 30 " + args + " 2>&1").output;
 }
 
 // A client's WebSocket text frame: masked, as a client's must be (RFC 6455, 5.3).

@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "support/child_process.hpp"
+#include "support/shell.hpp"
 #include "support/test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -27,14 +28,7 @@ std::pair<int, std::string> run(const std::vector<std::string>& args) {
 }
 
 std::string curl(const std::string& args) {
-  const std::string command = "curl -s --max-time 60 " + args + " 2>&1";
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  ::pclose(pipe);
-  return out;
+  return troupe::test::run_shell("curl -s --max-time 60 " + args + " 2>&1").output;
 }
 
 const char* const kNgram =

@@ -16,6 +16,7 @@
 #include "monitoring/metrics.hpp"
 #include "net/http_server.hpp"
 #include "support/mini_json.hpp"
+#include "support/shell.hpp"
 #include "support/test_support.hpp"
 #include "troupe/engine.hpp"
 
@@ -89,29 +90,8 @@ struct RuntimeServer {
 
   // curl, the body through a file (a file per call: calls run at once).
   Reply curl(const std::string& path, const std::string& body = {}) const {
-    std::string command = "curl -s -o - -w '\\n%{http_code}'";
-    if (!body.empty()) {
-      static std::atomic<int> next{0};
-      const std::string file = test::temp_path("lora-rt-body-" + std::to_string(next++) + ".json");
-      std::FILE* f = std::fopen(file.c_str(), "wb");
-      std::fwrite(body.data(), 1, body.size(), f);
-      std::fclose(f);
-      command += " -H 'Content-Type: application/json' --data-binary @" + file;
-    }
-    command += " http://127.0.0.1:" + std::to_string(server->port()) + path + " 2>/dev/null";
-    std::string out;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    std::array<char, 4096> buffer{};
-    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) {
-      out.append(buffer.data(), n);
-    }
-    ::pclose(pipe);
-    Reply r;
-    const auto nl = out.rfind('\n');
-    r.status = std::atoi(out.c_str() + nl + 1);
-    r.body = out.substr(0, nl);
-    return r;
+    const test::CurlReply r = test::curl(server->port(), path, body);
+    return {r.status, r.body};
   }
 
   Reply load(const std::string& name, const std::string& path) const {

@@ -14,6 +14,7 @@
 #include "net_test_support.hpp"
 #include "support/engine_support.hpp"
 #include "support/mini_json.hpp"
+#include "support/shell.hpp"
 #include "support/small_model.hpp"
 #include "troupe/engine.hpp"
 
@@ -38,27 +39,8 @@ class Server : public test::ServedEngine {
 
   // curl with `args`; the body goes in through a file (no shell quoting trouble).
   Reply curl(const std::string& args, const std::string& body = {}, const std::string& path = "") {
-    std::string command = "curl -s -N -o - -w '\\n%{http_code}' " + args;
-    if (!body.empty()) {
-      const std::string file = test::temp_path("body.json");
-      std::FILE* f = std::fopen(file.c_str(), "wb");
-      std::fwrite(body.data(), 1, body.size(), f);
-      std::fclose(f);
-      command += " -H 'Content-Type: application/json' --data-binary @" + file;
-    }
-    command += " http://127.0.0.1:" + std::to_string(server->port()) + path + " 2>/dev/null";
-    std::string out;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    std::array<char, 4096> buffer{};
-    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
-      out.append(buffer.data(), n);
-    ::pclose(pipe);
-    Reply r;
-    const auto nl = out.rfind('\n');
-    r.status = std::atoi(out.c_str() + nl + 1);
-    r.body = out.substr(0, nl);
-    return r;
+    const test::CurlReply r = test::curl(server->port(), path, body, "-s -N " + args);
+    return {r.status, r.body};
   }
   Reply get(const std::string& path, const std::string& args = "") { return curl(args, {}, path); }
   Reply post(const std::string& path, const std::string& body, const std::string& args = "") {
