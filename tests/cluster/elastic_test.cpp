@@ -46,17 +46,6 @@ void check_count(Cluster& cluster, int replicas) {
   CHECK(cluster.metric("troupe_data_parallel_replicas") == replicas);
 }
 
-// Each stream's text is what an undisturbed run gives (greedy).
-void check_undisturbed(Cluster& cluster, const std::vector<std::string>& texts, int first) {
-  for (std::size_t i = 0; i < texts.size(); ++i) {
-    INFO("stream " << first + static_cast<int>(i));
-    const Reply alone = cluster.post(
-        "/v1/completions", completion(prompt_for(first + static_cast<int>(i), 8), kTokens));
-    REQUIRE(alone.status == 200);
-    CHECK(texts[i] == json_of(alone.body)["choices"].array[0]["text"].string);
-  }
-}
-
 // `n` streams from prompt `first` on.
 std::vector<std::unique_ptr<test::RawClient>> streams_from(Cluster& cluster, int first, int n) {
   std::vector<std::unique_ptr<test::RawClient>> streams;
@@ -139,7 +128,7 @@ TEST_CASE(
   check_count(cluster, 1);
   CHECK(cluster.metric("troupe_data_parallel_replicas_removed_total") == 1);
   CHECK(replica_at(cluster.cluster(), 0)["node"].string == "n0");
-  check_undisturbed(cluster, texts, 0);
+  check_undisturbed(cluster, texts, kTokens);
 
   // A node that joins later gets a replica again (the one asked for since the count fell
   // below the maximum: index 2).
