@@ -300,7 +300,7 @@ void add_serve_command(CLI::App& app) {
             return parsed ? std::string() : parsed.error().message;
           },
           ""))
-      ->type_name("N|MIN:MAX|auto")
+      ->type_name("N|RANGE|auto")
       ->default_str("1");
   one_of(cmd->add_option("--router", opts->router,
                          "which replica takes a request: the one holding the prompt's prefix, "

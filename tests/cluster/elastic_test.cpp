@@ -3,6 +3,11 @@
 // requests, and a node that leaves (drained, or killed) takes its replica with it while
 // every stream completes with its undisturbed text. The count follows in /v1/cluster,
 // /health and the metrics. Real processes on loopback (stories260K, one thread per node).
+#include <sys/wait.h>
+
+#include <fstream>
+#include <limits>
+
 #include "cluster/cluster_support.hpp"
 
 using namespace troupe;
@@ -81,11 +86,11 @@ TEST_CASE(
   open(4);
   REQUIRE(cluster.eventually([&] { return cluster.metric("troupe_num_requests_running") == 1; }));
 
-  // A node joins while streams run (a new one every 50 ms: the load lasts however long
-  // the join takes): it gets replica 1.
+  // A node joins while streams run (two more every 50 ms, more than one replica runs in
+  // that time: the load lasts however long the join takes): it gets replica 1.
   cluster.add_node("n1");
   REQUIRE(cluster.eventually([&] {
-    open(1);
+    open(2);
     return json_of(cluster.get("/health").body)["replicas_up"].number == 2;
   }));
   CHECK(cluster.metric("troupe_num_requests_running") >= 1);  // still under load
@@ -152,8 +157,22 @@ TEST_CASE("auto takes a replica on each node that joins, with no cap", "[cluster
   CHECK(state["replica_count"]["current"].number == 3);
   CHECK(state["replica_count"]["max"].kind == test::Json::Kind::null);
   CHECK(json_of(cluster.get("/health").body)["replicas_max"].kind == test::Json::Kind::null);
-  CHECK(cluster.metrics().find("troupe_data_parallel_replicas_max{model_name=") !=
-        std::string::npos);
+  CHECK(cluster.metric("troupe_data_parallel_replicas") == 3);
+  CHECK(cluster.metric("troupe_data_parallel_replicas_max") ==
+        std::numeric_limits<double>::infinity());
+  CHECK(cluster.metric("troupe_data_parallel_replicas_added_total") == 2);
+  // The exposition with an unbounded maximum (+Inf) passes promtool's lint.
+  if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
+    const std::string file = test::temp_path("elastic-metrics.txt");
+    {
+      std::ofstream out(file);
+      out << cluster.metrics();
+    }
+    const int status =
+        std::system(("promtool check metrics < " + file + " > " + file + ".out 2>&1").c_str());
+    INFO(test::read_text(file + ".out"));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
   // Each replica answers: round-robin sends one request to each.
   for (int i = 0; i < 3; ++i) {
     CHECK(cluster.post("/v1/completions", completion(prompt_for(i, 8), 8)).status == 200);
