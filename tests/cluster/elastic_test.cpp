@@ -180,3 +180,26 @@ TEST_CASE("auto takes a replica on each node that joins, with no cap", "[cluster
   const test::Json served = cluster.cluster();
   for (const auto& r : served["replicas"].array) CHECK(r["num_routed"].number == 1);
 }
+
+TEST_CASE("below its minimum an elastic head goes on serving with the replicas it has",
+          "[cluster][elastic]") {
+  Cluster cluster(2, "round-robin", {"--dp", "2:3"}, 2, "1", stories());
+  REQUIRE(cluster.post("/v1/cluster/nodes/n1/drain", "").status == 202);
+  const auto code = cluster.nodes.at("n1")->wait_exit(30s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(cluster.head->wait_for("1 replica\\(s\\) \\(min 2, max 3\\); below the minimum", 10s)
+            .has_value());
+  const Reply health = cluster.get("/health");
+  INFO(health.body);
+  CHECK(health.status == 200);
+  const test::Json h = json_of(health.body);
+  CHECK(h["replicas"].number == 1);
+  CHECK(h["replicas_up"].number == 1);
+  CHECK(h["replicas_min"].number == 2);
+  CHECK(cluster.post("/v1/completions", completion(prompt_for(0, 8), 8)).status == 200);
+  // The next node to join brings it back to the minimum.
+  cluster.add_node("n2");
+  REQUIRE(cluster.eventually(
+      [&] { return json_of(cluster.get("/health").body)["replicas_up"].number == 2; }));
+}
