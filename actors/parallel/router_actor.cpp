@@ -216,7 +216,7 @@ router_actor::behavior_type behavior(Self self, std::vector<replica_actor> repli
     state.replicas.push_back({std::move(r)});
   }
   state.router = engine::Router(config);
-  if (state.elastic.factory) {
+  if (state.elastic.factory || state.elastic.count) {  // elastic: the count is told
     publish_replicas(self);
     grow(self);
   }
