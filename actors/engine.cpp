@@ -42,6 +42,9 @@ struct Engine::Impl {
   std::uint16_t cluster_port = 0;                      // where it is published (0: not yet)
   std::shared_ptr<std::atomic<std::int32_t>> replicas_up =
       std::make_shared<std::atomic<std::int32_t>>(0);
+  // Replicas there now: the fixed count, or (elastic) as the router tells it.
+  std::shared_ptr<std::atomic<std::int32_t>> replicas_now =
+      std::make_shared<std::atomic<std::int32_t>>(0);
   std::atomic<RequestId> next_id{1};
   // Which LoRA slots hold an adapter, and their running requests (shared with the
   // requests' callbacks, which may outlive a call).
@@ -186,6 +189,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     return make_error(ErrorCode::invalid_argument,
                       "data_parallel_size and tensor_parallel_size must be at least 1");
   }
+  if (config.elastic() && !config.cluster) {
+    return make_error(ErrorCode::invalid_argument,
+                      "elastic data parallelism (a range of replicas, or auto) needs a cluster "
+                      "port: its replicas come and go with the nodes");
+  }
+  if (config.elastic() && config.data_parallel_max < config.data_parallel_size) {
+    return make_error(ErrorCode::invalid_argument, "data_parallel_max " +
+                                                       std::to_string(config.data_parallel_max) +
+                                                       " is below data_parallel_size " +
+                                                       std::to_string(config.data_parallel_size));
+  }
   if (config.cluster && config.cluster->token.empty() && !is_loopback(config.cluster->host)) {
     return make_error(ErrorCode::invalid_argument, "refusing to open the cluster port on " +
                                                        config.cluster->host +
@@ -259,15 +273,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     const auto cores = static_cast<std::int32_t>(std::max(1U, std::thread::hardware_concurrency()));
     spec.num_threads = std::max(1, cores / local_workers);
   }
+  actors::ReplicaStart every;  // what each replica gets but its index
+  every.spec = spec;
+  every.max_model_len = impl->max_model_len;
+  every.end_of_generation = impl->tokenizer->vocabulary().end_of_generation;
+  every.registry = impl->registry;
+  every.before_step = hooks.before_step;
+  every.replicas_up = impl->replicas_up;
   for (std::int32_t i = 0; i < num_replicas; ++i) {
-    actors::ReplicaStart start;
+    actors::ReplicaStart start = every;
     start.index = i;
-    start.spec = spec;
-    start.max_model_len = impl->max_model_len;
-    start.end_of_generation = impl->tokenizer->vocabulary().end_of_generation;
-    start.registry = impl->registry;
-    start.before_step = hooks.before_step;
-    start.replicas_up = impl->replicas_up;
     auto replica = actors::start_replica(*impl->system, impl->config, std::move(start));
     if (!replica) {
       abandon(replicas);
@@ -288,13 +303,25 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     caf::scoped_actor self{*impl->system, /*hide=*/true};
     self->send(impl->registry, actors::replicas_atom::value, std::move(handles));
   }
-  if (num_replicas == 1) {
+  *impl->replicas_now = num_replicas;
+  engine::RouterConfig routing;
+  routing.policy = config.routing;
+  const caf::timespan failover =
+      config.cluster ? caf::timespan{config.cluster->failover_timeout} : caf::timespan{0};
+  if (config.elastic()) {
+    // Always a router: replicas join it as nodes with room do, and leave with theirs.
+    actors::parallel::ElasticSetup elastic;
+    elastic.factory = std::make_shared<const actors::ReplicaFactory>(impl->config, every);
+    elastic.min = config.data_parallel_size;
+    elastic.max = config.data_parallel_max;
+    elastic.registry = impl->registry;
+    elastic.count = impl->replicas_now;
+    elastic.metrics = config.metrics;
+    impl->front = impl->system->spawn(actors::parallel::elastic_router, std::move(replicas),
+                                      routing, failover, std::move(elastic));
+  } else if (num_replicas == 1) {
     impl->front = std::move(replicas.front());
   } else {
-    engine::RouterConfig routing;
-    routing.policy = config.routing;
-    const caf::timespan failover =
-        config.cluster ? caf::timespan{config.cluster->failover_timeout} : caf::timespan{0};
     impl->front =
         impl->system->spawn(actors::parallel::router, std::move(replicas), routing, failover);
   }
@@ -442,7 +469,18 @@ std::int32_t Engine::num_replicas_up() const {
 }
 
 std::int32_t Engine::num_replicas() const {
-  return impl_->config.data_parallel_size;
+  return impl_->replicas_now->load();
+}
+
+ReplicaCount Engine::replica_count() const {
+  const EngineConfig& config = impl_->config;
+  ReplicaCount count;
+  count.up = impl_->replicas_up->load();
+  count.current = impl_->replicas_now->load();
+  count.min = config.data_parallel_size;
+  count.max = config.elastic() ? config.data_parallel_max : config.data_parallel_size;
+  count.elastic = config.elastic();
+  return count;
 }
 
 bool Engine::is_cluster_head() const {

@@ -31,6 +31,11 @@ using supplied_atom = caf::atom_constant<caf::atom("supplied")>;
 using lora_atom = caf::atom_constant<caf::atom("lora")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using drained_atom = caf::atom_constant<caf::atom("drained")>;
+// Elastic data parallelism: a replica leaves with its node; the router asks for the next
+// replica's worker, and hears that it has grown by one.
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using grow_atom = caf::atom_constant<caf::atom("grow")>;
+using grown_atom = caf::atom_constant<caf::atom("grown")>;
 
 // How long a worker may take to load (a large model from a slow disk). Whoever waits on
 // a group waits a minute more: the group's own answer, naming its failing rank, comes first.

@@ -13,6 +13,7 @@
 
 #include "app/commands.hpp"
 #include "app/config_file.hpp"
+#include "app/data_parallel_option.hpp"
 #include "app/lora_options.hpp"
 #include "app/slo_options.hpp"
 #include "app/speculative_options.hpp"
@@ -206,8 +207,9 @@ void add_serve_command(CLI::App& app) {
     EngineConfig engine;
     net::ServerConfig server;
     bool no_prefix_caching = false;
-    bool prefix_caching = true;      // vLLM's flag, accepted; on by default
-    int pipeline_parallel_size = 1;  // vLLM's; only 1
+    bool prefix_caching = true;       // vLLM's flag, accepted; on by default
+    int pipeline_parallel_size = 1;   // vLLM's; only 1
+    std::string data_parallel = "1";  // --data-parallel-size: N, MIN:MAX or auto
     double kv_cache_gb = 1.0;
     std::uint64_t seed = 0;
     std::string router = "prefix";
@@ -289,9 +291,18 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--threads,-t", opts->engine.num_threads,
                   "compute threads per replica (0: the cores shared among replicas)")
       ->check(CLI::Range(0, kMostThreads));
-  cmd->add_option("--data-parallel-size,--dp", opts->engine.data_parallel_size,
-                  "replicas, each with its own worker and KV cache, behind the router")
-      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--data-parallel-size,--dp", opts->data_parallel,
+                  "replicas, each with its own worker and KV cache, behind the router: N, or "
+                  "with --cluster-port a range MIN:MAX or auto (a replica on each node that "
+                  "joins with room, leaving with its node; the head waits for MIN at start)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            auto parsed = parse_data_parallel_size(value);
+            return parsed ? std::string() : parsed.error().message;
+          },
+          ""))
+      ->type_name("N|RANGE|auto")
+      ->default_str("1");
   one_of(cmd->add_option("--router", opts->router,
                          "which replica takes a request: the one holding the prompt's prefix, "
                          "the least loaded, or each in turn"),
@@ -470,6 +481,14 @@ void add_serve_command(CLI::App& app) {
     config.enable_prefix_caching = !opts->no_prefix_caching;
     if (cmd->count("--seed")) config.seed = opts->seed;
     config.routing = *engine::parse_routing_policy(opts->router);
+    const DataParallelSize dp = *parse_data_parallel_size(opts->data_parallel);  // checked
+    config.data_parallel_size = dp.min;
+    config.data_parallel_max = dp.max;
+    if (config.elastic() && cmd->count("--cluster-port") == 0) {
+      fail("--data-parallel-size " + opts->data_parallel +
+           " needs --cluster-port: elastic replicas come and go with the nodes that join "
+           "(without a cluster, give a number)");
+    }
     if (cmd->count("--cluster-port")) {
       ClusterConfig cluster = opts->cluster;
       cluster.wait = std::chrono::seconds(opts->cluster_wait_s);
@@ -518,7 +537,14 @@ void add_serve_command(CLI::App& app) {
     auto engine = Engine::create(config);
     if (!engine) fail(engine.error().message);
     const auto stats = (*engine)->stats();
-    if (config.data_parallel_size > 1) {
+    if (config.elastic()) {
+      const std::string most = config.data_parallel_max == EngineConfig::kUnboundedReplicas
+                                   ? std::string("one per node")
+                                   : std::to_string(config.data_parallel_max);
+      monitoring::log_info("elastic replicas, " + std::to_string(config.data_parallel_size) +
+                           " to " + most + " (" + std::to_string((*engine)->num_replicas()) +
+                           " now), behind the " + opts->router + " router");
+    } else if (config.data_parallel_size > 1) {
       monitoring::log_info(std::to_string(config.data_parallel_size) + " replicas behind the " +
                            opts->router + " router");
     }

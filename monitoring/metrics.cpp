@@ -10,6 +10,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -61,6 +62,10 @@ struct Metrics::Impl {
       replica_up.Add(label);
       replica_losses.Add(label);
     }
+    // A fixed count until the engine says otherwise (set_replica_count).
+    replicas_now.Set(num_replicas);
+    replicas_min.Set(num_replicas);
+    replicas_max.Set(num_replicas);
   }
 
   // Every troupe_ family carries the served model's name, as vLLM labels every vllm:
@@ -129,6 +134,20 @@ struct Metrics::Impl {
   p::Counter& migrations =
       counter("troupe_request_migrations_total",
               "Started requests resumed on another worker or replica after theirs was lost");
+  // How many replicas there are, and the range they may move in (elastic).
+  std::optional<std::int32_t> replica_count;
+  p::Gauge& replicas_now = gauge("troupe_data_parallel_replicas",
+                                 "Data-parallel replicas there now (up, loading or draining)");
+  p::Gauge& replicas_min =
+      gauge("troupe_data_parallel_replicas_min",
+            "The fewest replicas the head waits for at start (the fixed count unless elastic)");
+  p::Gauge& replicas_max =
+      gauge("troupe_data_parallel_replicas_max", "The most replicas (+Inf: as many as nodes join)");
+  p::Counter& replicas_added =
+      counter("troupe_data_parallel_replicas_added_total",
+              "Replicas started while serving, each on a node that joined (elastic)");
+  p::Counter& replicas_removed = counter("troupe_data_parallel_replicas_removed_total",
+                                         "Replicas that left with their node (elastic)");
   p::Gauge& nodes = gauge("troupe_cluster_nodes", "Nodes joined to the head");
   p::Counter& node_joins = counter("troupe_cluster_node_joins_total", "Node joins");
   p::Counter& prompt_tokens = counter("troupe_prompt_tokens_total", "Prompt tokens computed");
@@ -361,6 +380,29 @@ void Metrics::set_replica_load(std::int32_t replica, std::int64_t num_running,
 
 void Metrics::set_replica_up(std::int32_t replica, bool up) {
   impl_->replica_up.Add({{"replica", std::to_string(replica)}}).Set(up ? 1.0 : 0.0);
+}
+
+void Metrics::replica_left(std::int32_t replica) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->replicas[replica] = Impl::Replica{};
+  }
+  set_replica_up(replica, false);
+  set_replica_load(replica, 0, 0, 0.0, 0);
+}
+
+void Metrics::set_replica_count(std::int32_t current, std::int32_t min, std::int32_t max) {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  if (m.replica_count) {
+    const std::int32_t before = *m.replica_count;
+    if (current > before) m.replicas_added.Increment(current - before);
+    if (current < before) m.replicas_removed.Increment(before - current);
+  }
+  m.replica_count = current;
+  m.replicas_now.Set(current);
+  m.replicas_min.Set(min);
+  m.replicas_max.Set(max < 0 ? std::numeric_limits<double>::infinity() : max);
 }
 
 void Metrics::record_replica_loss(std::int32_t replica, std::int64_t num_resubmitted) {

@@ -75,6 +75,13 @@ class Metrics {
   // --- the cluster (the head) ---
   // A replica has a worker (up) or lost it and waits for a node (down).
   void set_replica_up(std::int32_t replica, bool up);
+  // An elastic replica left with its node: its series read 0 (down, no load), and one that
+  // takes its index later counts from 0.
+  void replica_left(std::int32_t replica);
+  // How many replicas there are now, and the range they move in (elastic; a fixed count
+  // is all three); `max` < 0: no cap (+Inf). The changes of `current` count as replicas
+  // added and removed.
+  void set_replica_count(std::int32_t current, std::int32_t min, std::int32_t max);
   // A replica lost its worker; `num_resubmitted` of its requests went to other replicas.
   void record_replica_loss(std::int32_t replica, std::int64_t num_resubmitted);
   // Requests that had streamed tokens and resume elsewhere after their worker was lost.

@@ -57,10 +57,22 @@ void write_plain(const json::value& v, std::string& out) {
 
 }  // namespace
 
-std::string health_json(std::int32_t replicas_up, std::int32_t replicas) {
-  return json::serialize(json::object{{"status", replicas_up > 0 ? "ok" : "unavailable"},
-                                      {"replicas_up", replicas_up},
-                                      {"replicas", replicas}});
+namespace {
+
+// The most replicas: null where there is no cap (auto).
+json::value max_of(const ReplicaCount& count) {
+  if (count.max == EngineConfig::kUnboundedReplicas) return nullptr;
+  return count.max;
+}
+
+}  // namespace
+
+std::string health_json(const ReplicaCount& count) {
+  return json::serialize(json::object{{"status", count.up > 0 ? "ok" : "unavailable"},
+                                      {"replicas_up", count.up},
+                                      {"replicas", count.current},
+                                      {"replicas_min", count.min},
+                                      {"replicas_max", max_of(count)}});
 }
 
 namespace {
@@ -78,7 +90,7 @@ json::array gpus_of(const NodeStatus& n) {
 }  // namespace
 
 std::string cluster_json(const std::vector<NodeStatus>& nodes,
-                         const std::vector<ReplicaStats>& replicas) {
+                         const std::vector<ReplicaStats>& replicas, const ReplicaCount& count) {
   json::array node_list;
   for (const NodeStatus& n : nodes) {
     node_list.emplace_back(json::object{{"name", n.name},
@@ -113,7 +125,14 @@ std::string cluster_json(const std::vector<NodeStatus>& nodes,
                                            {"num_worker_restarts", s.num_worker_restarts}});
   }
   std::string out;
-  write_plain(json::object{{"nodes", std::move(node_list)}, {"replicas", std::move(replica_list)}},
+  json::object counted{{"up", count.up},
+                       {"current", count.current},
+                       {"min", count.min},
+                       {"max", max_of(count)},
+                       {"elastic", count.elastic}};
+  write_plain(json::object{{"nodes", std::move(node_list)},
+                           {"replicas", std::move(replica_list)},
+                           {"replica_count", std::move(counted)}},
               out);
   return out;
 }

@@ -9,12 +9,14 @@
 
 namespace troupe::net {
 
-// {"status":"ok"|"unavailable","replicas_up":N,"replicas":M}
-std::string health_json(std::int32_t replicas_up, std::int32_t replicas);
+// {"status":"ok"|"unavailable","replicas_up":N,"replicas":M,"replicas_min":A,
+// "replicas_max":B}: replicas up, there now, and the range they move in (B null: no cap).
+std::string health_json(const ReplicaCount& count);
 
-// {"nodes":[...],"replicas":[...]}: each node's resources and the replica it runs; each
-// replica's node, state, load, KV usage, prefix-cache size and what the router sent it.
+// {"nodes":[...],"replicas":[...],"replica_count":{...}}: each node's resources and the
+// replica it runs; each replica's node, state, load, KV usage, prefix-cache size and what
+// the router sent it; how many replicas are up and there, their range, whether elastic.
 std::string cluster_json(const std::vector<NodeStatus>& nodes,
-                         const std::vector<ReplicaStats>& replicas);
+                         const std::vector<ReplicaStats>& replicas, const ReplicaCount& count);
 
 }  // namespace troupe::net

@@ -69,9 +69,10 @@ constexpr std::array<RouteSpec, 15> kRoutes = {{
                               R"({"status":"draining"})");
        }
        if (!context.replicas_up) return ok(request, "");
-       const auto [up, all] = context.replicas_up();
-       return make_response(request, up > 0 ? http::status::ok : http::status::service_unavailable,
-                            health_json(up, all));
+       const ReplicaCount count = context.replicas_up();
+       return make_response(request,
+                            count.up > 0 ? http::status::ok : http::status::service_unavailable,
+                            health_json(count));
      }},
     {"/version", http::verb::get, RouteKind::plain, false,
      [](const Request& request, const RouteContext&) {

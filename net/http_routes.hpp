@@ -76,8 +76,8 @@ struct RouteContext {
   const ApiContext* api = nullptr;
   // The Prometheus exposition; empty: /metrics is a 404.
   std::function<std::string()> metrics_text;
-  // Replicas up and in all, for /health (503 at none up); empty: always healthy.
-  std::function<std::pair<std::int32_t, std::int32_t>()> replicas_up;
+  // Replicas up, there, and their range, for /health (503 at none up); empty: always healthy.
+  std::function<ReplicaCount()> replicas_up;
   // GET /v1/cluster's body: nodes and replicas; empty: a 404.
   std::function<std::string()> cluster_json;
   // Whether the server drains (/health answers 503 then); empty: never.

@@ -114,10 +114,10 @@ RouteContext HttpServer::Impl::route_context() {
     };
   }
   if (engine.num_replicas() > 1 || engine.is_cluster_head()) {
-    r.replicas_up = [this] {
-      return std::make_pair(engine.num_replicas_up(), engine.num_replicas());
+    r.replicas_up = [this] { return engine.replica_count(); };
+    r.cluster_json = [this] {
+      return cluster_json(engine.nodes(), engine.replicas(), engine.replica_count());
     };
-    r.cluster_json = [this] { return cluster_json(engine.nodes(), engine.replicas()); };
   }
   if (engine.is_cluster_head()) {
     r.drain_node = [this](const std::string& name) { return engine.drain_node(name); };

@@ -20,6 +20,8 @@ using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
 using unfit_atom = caf::atom_constant<caf::atom("unfit")>;
 // The head to a drained node's keeper: its replicas have moved off; it may exit.
 using release_atom = caf::atom_constant<caf::atom("release")>;
+// An elastic replica left with its node (lost, or drained): what it held is free.
+using retired_atom = caf::atom_constant<caf::atom("retired")>;
 
 // What a drain asked by name answers (POST /v1/cluster/nodes/{name}/drain).
 enum class DrainAnswer : std::int32_t { started = 0, already = 1, unknown = 2 };
@@ -95,7 +97,11 @@ using registry_actor = caf::typed_actor<
     // A replica's drain off a node is over: its worker ended (the replica's index, the
     // node's name).
     caf::reacts_to<drained_atom, std::int32_t, std::string>,
-    // The replicas' schedulers, in order (replica_actor handles), for drains to reach.
+    // An elastic replica (its index) left: the slots it held on any node are free, and a
+    // drained node it was the last on is released.
+    caf::reacts_to<retired_atom, std::int32_t>,
+    // The replicas' schedulers by index (replica_actor handles; null: none there now), for
+    // drains to reach. Sent again as elastic replicas come and go.
     caf::reacts_to<replicas_atom, std::vector<caf::actor>>>;
 
 template <class Inspector>

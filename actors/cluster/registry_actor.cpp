@@ -179,12 +179,12 @@ DrainAnswer drain_node(Self self, RegistryState::Node& node, const char* asked_b
                    node.info.name.c_str(), asked_by, replicas.size());
   for (const std::int32_t r : replicas) {
     const auto index = static_cast<std::size_t>(r);
-    if (index < self->state.replicas.size()) {
+    if (index < self->state.replicas.size() && self->state.replicas[index]) {
       self->send(self->state.replicas[index], drain_atom::value, node.info.name,
                  node.info.shutdown_timeout_ms);
     } else {
-      // No scheduler yet (the head is starting): the replica is placed again elsewhere,
-      // as after a loss.
+      // No scheduler yet (the head is starting, or an elastic replica's first worker
+      // loads there): the replica is placed again elsewhere, as after a loss.
       std::erase(node.replicas, r);
     }
   }
@@ -300,6 +300,13 @@ registry_actor::behavior_type registry(Self self, std::string token,
           if (!node.draining || node.info.name != name) continue;
           if (std::erase(node.replicas, replica) > 0) release_if_drained(node);
         }
+      },
+      [self](retired_atom, std::int32_t replica) {
+        if (!from_here(self)) return;
+        for (auto& [id, node] : self->state.nodes) {
+          if (std::erase(node.replicas, replica) > 0) release_if_drained(node);
+        }
+        place_waiting(self);
       },
       [self](replicas_atom, const std::vector<caf::actor>& replicas) {
         if (!from_here(self)) return;

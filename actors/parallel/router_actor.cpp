@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <memory>
 
+#include "actors/parallel/elastic.hpp"
+
 namespace troupe::actors::parallel {
 
 namespace {
 
-using Self = front_actor::stateful_pointer<RouterState>;
+using Self = RouterSelf;
 
 // Probes answer at once (the replicas' schedulers never block); this only bounds a
 // replica that is wedged.
@@ -52,6 +54,11 @@ void route(Self self, RequestId id) {
     return;
   }
   auto& replica = state.replicas[route->replica];
+  if (!replica.actor) {
+    // It left (elastic) since it answered: routed again among those there now.
+    self->send(self, submit_atom::value, std::move(pending.submission));
+    return;
+  }
   ++replica.num_routed;
   if (route->reason == engine::RouteReason::prefix_hit) ++replica.num_prefix_routed;
   self->send(replica.actor, submit_atom::value, std::move(pending.submission));
@@ -81,10 +88,15 @@ void gather(Self self, Atom atom, Done done) {
     std::size_t left = 0;
     Done done;
   };
-  const std::size_t n = self->state.replicas.size();
-  auto g = std::make_shared<Gathered>(Gathered{std::vector<std::optional<Answer>>(n), n, done});
+  const auto& replicas = self->state.replicas;
+  const std::size_t n = replicas.size();
+  const auto present = static_cast<std::size_t>(num_present(self->state));
+  auto g =
+      std::make_shared<Gathered>(Gathered{std::vector<std::optional<Answer>>(n), present, done});
+  if (present == 0) return g->done(g->answers);
   for (std::size_t i = 0; i < n; ++i) {
-    self->request(self->state.replicas[i].actor, kProbeTimeout, atom)
+    if (!replicas[i].actor) continue;
+    self->request(replicas[i].actor, kProbeTimeout, atom)
         .then(
             [g, i](const Answer& a) {
               g->answers[i] = a;
@@ -108,13 +120,16 @@ caf::result<std::string> lora_replicas(Self self, std::int32_t slot, const std::
   };
   auto g = std::make_shared<Gathered>();
   g->promise = self->make_response_promise<std::string>();
-  g->pending = self->state.replicas.size();
+  g->pending = static_cast<std::size_t>(num_present(self->state));
   auto done = [g](std::size_t i, const std::string& error) {
     if (!error.empty() && g->error.empty())
       g->error = "replica " + std::to_string(i) + ": " + error;
     if (--g->pending == 0) g->promise.deliver(g->error);
   };
+  remember_lora(self, slot, path);
+  if (g->pending == 0) g->promise.deliver(std::string());
   for (std::size_t i = 0; i < self->state.replicas.size(); ++i) {
+    if (!self->state.replicas[i].actor) continue;
     self->request(self->state.replicas[i].actor, kLoadTimeout, lora_atom::value, slot, path)
         .then([done, i](const std::string& error) { done(i, error); },
               [self, done, i](const caf::error& e) {
@@ -124,11 +139,12 @@ caf::result<std::string> lora_replicas(Self self, std::int32_t slot, const std::
   return g->promise;
 }
 
-// Each replica's own numbers, with what the router sent it.
+// Each replica's own numbers, with what the router sent it (the replicas there now).
 std::vector<ReplicaStats> replica_stats(Self self, const Answers& answers) {
   std::vector<ReplicaStats> out;
-  for (std::size_t i = 0; i < answers.size(); ++i) {
+  for (std::size_t i = 0; i < answers.size() && i < self->state.replicas.size(); ++i) {
     const auto& r = self->state.replicas[i];
+    if (!r.actor) continue;
     ReplicaStats s;
     if (answers[i] && answers[i]->size() == 1) {
       s = answers[i]->front();
@@ -186,23 +202,33 @@ EngineStats sum_stats(const std::vector<ReplicaStats>& replicas) {
   return sum;
 }
 
-front_actor::behavior_type router(Self self, std::vector<replica_actor> replicas,
-                                  engine::RouterConfig config, caf::timespan failover_timeout) {
+namespace {
+
+router_actor::behavior_type behavior(Self self, std::vector<replica_actor> replicas,
+                                     engine::RouterConfig config, caf::timespan failover_timeout,
+                                     ElasticSetup elastic) {
   auto& state = self->state;
   state.failover_timeout = failover_timeout;
+  state.elastic = std::move(elastic);
   for (auto& r : replicas) {
     // Each replica hands back to the router the requests of a worker it lost.
     self->send(r, router_atom::value, caf::actor_cast<front_actor>(self));
     state.replicas.push_back({std::move(r)});
   }
   state.router = engine::Router(config);
+  if (state.elastic.factory || state.elastic.count) {  // elastic: the count is told
+    publish_replicas(self);
+    grow(self);
+  }
   // Shutting down: the replicas end their requests; those still being routed end here.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     for (auto& [id, p] : self->state.pending) {
       end_request(self, p.submission, FinishReason::abort, "the engine is shutting down");
     }
     self->state.pending.clear();
-    for (auto& r : self->state.replicas) self->send_exit(r.actor, msg.reason);
+    for (auto& r : self->state.replicas) {
+      if (r.actor) self->send_exit(r.actor, msg.reason);
+    }
     self->quit(msg.reason);
   });
   return {
@@ -217,12 +243,17 @@ front_actor::behavior_type router(Self self, std::vector<replica_actor> replicas
         auto& pending = state.pending[id];
         pending.views.resize(n);
         pending.received.assign(n, 0);
-        pending.num_unanswered = n;
+        pending.num_unanswered = static_cast<std::size_t>(num_present(state));
         pending.submission = std::move(s);
+        if (pending.num_unanswered == 0) return route(self, id);  // none there (elastic)
         // Answers come later, as messages: the entry (and its prompt) stays until then.
         const std::vector<TokenId>& prompt = pending.submission.prompt;
         const std::int32_t adapter = pending.submission.adapter;  // its prefixes are its own
         for (std::size_t i = 0; i < n; ++i) {
+          if (!state.replicas[i].actor) {
+            pending.views[i].up = false;  // an empty index
+            continue;
+          }
           self->request(state.replicas[i].actor, kProbeTimeout, probe_atom::value, prompt, adapter)
               .then([self, id, i](const ReplicaProbe& p) { on_probe(self, id, i, p); },
                     [self, id, i](const caf::error&) { on_probe(self, id, i, std::nullopt); });
@@ -235,7 +266,9 @@ front_actor::behavior_type router(Self self, std::vector<replica_actor> replicas
           state.pending.erase(it);
           return;
         }
-        for (auto& r : state.replicas) self->send(r.actor, abort_atom::value, id, reason);
+        for (auto& r : state.replicas) {
+          if (r.actor) self->send(r.actor, abort_atom::value, id, reason);
+        }
         if (state.recent_aborts.insert(id).second) state.recent_abort_order.push_back(id);
         if (state.recent_abort_order.size() > kMaxRecentAborts) {
           state.recent_aborts.erase(state.recent_abort_order.front());
@@ -260,7 +293,23 @@ front_actor::behavior_type router(Self self, std::vector<replica_actor> replicas
             [self, rp](const Answers& a) mutable { rp.deliver(replica_stats(self, a)); });
         return rp;
       },
+      [self](leave_atom, std::int32_t index) { return on_leave(self, index); },
+      [self](grown_atom, std::int32_t index, SupplyNews& news) { on_grown(self, index, news); },
+      [self](grow_atom) { grow(self); },
   };
+}
+
+}  // namespace
+
+router_actor::behavior_type router(Self self, std::vector<replica_actor> replicas,
+                                   engine::RouterConfig config, caf::timespan failover_timeout) {
+  return behavior(self, std::move(replicas), config, failover_timeout, {});
+}
+
+router_actor::behavior_type elastic_router(Self self, std::vector<replica_actor> replicas,
+                                           engine::RouterConfig config,
+                                           caf::timespan failover_timeout, ElasticSetup elastic) {
+  return behavior(self, std::move(replicas), config, failover_timeout, std::move(elastic));
 }
 
 }  // namespace troupe::actors::parallel

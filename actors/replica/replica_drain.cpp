@@ -39,6 +39,7 @@ void finish_drain(SchedulerSelf self, const std::string& why) {
   set_ready(self, false);
   move_off(self, left, "its node " + node + " drained");
   self->send(state.setup.source.registry, drained_atom::value, state.setup.index, node);
+  if (state.setup.elastic) return leave(self, "its node " + node + " drained");
   supply_worker(self);
 }
 

@@ -72,24 +72,33 @@ std::string describe_token_budget(const EngineConfig& config,
 
 }  // namespace
 
-Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConfig& config,
-                                     ReplicaStart start) {
+namespace {
+
+// Where replica `index`'s workers come from, and how long a step of a remote one may take.
+WorkerSource worker_source(const EngineConfig& config, const ReplicaStart& start,
+                           std::int32_t index, caf::duration& step_timeout) {
   WorkerSource source;
-  source.replica = start.index;
+  source.replica = index;
   source.tensor_parallel_size = config.tensor_parallel_size;
   source.collective_timeout = config.collective_timeout;
   source.before_step = start.before_step;
   source.num_replicas = config.data_parallel_size;
-  caf::duration step_timeout = caf::infinite;
+  step_timeout = caf::infinite;
   // Replica 0 may run in the head itself (ClusterConfig::head_hosts_replica).
-  if (config.cluster && !(config.cluster->head_hosts_replica && start.index == 0)) {
+  if (config.cluster && !(config.cluster->head_hosts_replica && index == 0)) {
     source.registry = start.registry;
     source.placement_wait = config.cluster->wait;
     source.nodes_needed = config.data_parallel_size - (config.cluster->head_hosts_replica ? 1 : 0);
     source.load_timeout = caf::duration{kGroupLoadTimeout};
     step_timeout = caf::duration{config.cluster->step_timeout};
   }
-  TROUPE_TRY(auto first, supply_and_wait(system, source, start.spec));
+  return source;
+}
+
+// The replica's scheduler, around the worker its supply brought.
+StartedReplica make_replica(caf::actor_system& system, const EngineConfig& config,
+                            ReplicaStart start, WorkerSource source, caf::duration step_timeout,
+                            SupplyNews first) {
   StartedReplica started;
   started.report = first.report;
   ReplicaSetup setup;
@@ -101,6 +110,8 @@ Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConf
   setup.end_of_generation = std::move(start.end_of_generation);
   setup.first = std::move(first);
   setup.spec = std::move(start.spec);
+  // An elastic replica on nodes leaves with its node rather than wait for another.
+  setup.elastic = config.elastic() && source.registry != nullptr;
   source.placement_wait = std::chrono::seconds(0);  // a replacement waits for a node
   setup.source = std::move(source);
   setup.step_timeout = step_timeout;
@@ -112,6 +123,40 @@ Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConf
   ++*setup.replicas_up;
   started.scheduler = system.spawn(scheduler, std::move(setup));
   return started;
+}
+
+}  // namespace
+
+Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConfig& config,
+                                     ReplicaStart start) {
+  caf::duration step_timeout;
+  WorkerSource source = worker_source(config, start, start.index, step_timeout);
+  TROUPE_TRY(auto first, supply_and_wait(system, source, start.spec));
+  return make_replica(system, config, std::move(start), std::move(source), step_timeout,
+                      std::move(first));
+}
+
+ReplicaFactory::ReplicaFactory(EngineConfig config, ReplicaStart start)
+    : config_(std::move(config)), start_(std::move(start)) {}
+
+void ReplicaFactory::supply(caf::actor_system& system, std::int32_t index, caf::actor_addr owner,
+                            std::function<void(SupplyNews)> news) const {
+  caf::duration step_timeout;
+  WorkerSource source = worker_source(config_, start_, index, step_timeout);
+  source.placement_wait = std::chrono::seconds(0);  // until a node with room joins
+  // A node that cannot load it is marked unfit, and the next one is waited for.
+  supply_worker(system, std::move(source), start_.spec, /*retry=*/true, 0, std::move(owner),
+                std::move(news));
+}
+
+StartedReplica ReplicaFactory::make(caf::actor_system& system, std::int32_t index,
+                                    SupplyNews first) const {
+  ReplicaStart start = start_;
+  start.index = index;
+  caf::duration step_timeout;
+  WorkerSource source = worker_source(config_, start, index, step_timeout);
+  return make_replica(system, config_, std::move(start), std::move(source), step_timeout,
+                      std::move(first));
 }
 
 }  // namespace troupe::actors

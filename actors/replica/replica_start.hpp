@@ -35,4 +35,24 @@ struct StartedReplica {
 Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConfig& config,
                                      ReplicaStart start);
 
+// Replicas started while serving (elastic data parallelism, EngineConfig::elastic): each
+// one's first worker is placed on the next node with room, waited for as long as it takes,
+// then its scheduler is made around it. Copied into the router, which asks for them.
+class ReplicaFactory {
+ public:
+  // `start`: what every replica gets (its index is each one's own).
+  ReplicaFactory(EngineConfig config, ReplicaStart start);
+
+  // Asks for replica `index`'s first worker; `news` hears the supply's news (in the
+  // supply's actor). The supply ends, and stops its worker, when `owner` ends first.
+  void supply(caf::actor_system& system, std::int32_t index, caf::actor_addr owner,
+              std::function<void(SupplyNews)> news) const;
+  // Replica `index`'s scheduler around the worker its supply loaded (`first`).
+  StartedReplica make(caf::actor_system& system, std::int32_t index, SupplyNews first) const;
+
+ private:
+  EngineConfig config_;
+  ReplicaStart start_;
+};
+
 }  // namespace troupe::actors

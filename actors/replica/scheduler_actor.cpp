@@ -151,7 +151,8 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
         alone.index = state.setup.index;
         alone.up = takes_requests(self);
         // Down: a new worker loads (on its new node), or the replica waits for a node.
-        alone.state = state.draining                        ? "draining"
+        alone.state = state.leaving                         ? "leaving"
+                      : state.draining                      ? "draining"
                       : state.worker_ready                  ? "up"
                       : remote(self) && state.nodes.empty() ? "waiting"
                                                             : "loading";

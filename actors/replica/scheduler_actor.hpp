@@ -11,7 +11,9 @@
 // for another replica, the others with the tokens they sent, and the replica is down until
 // the registry places new workers on nodes. A replica whose node drains takes no new
 // requests, hands its queue back, and lets its running requests finish within the node's
-// shutdown timeout before its worker ends (replica_drain.hpp).
+// shutdown timeout before its worker ends (replica_drain.hpp). An elastic replica
+// (EngineConfig::elastic) whose node goes does not wait for another: once its requests
+// have moved, it leaves the router and ends.
 #pragma once
 
 #include <atomic>
@@ -41,6 +43,9 @@ struct ReplicaSetup {
   // How many replicas have a worker (the engine refuses requests at zero); counted
   // with this one already, which gives it up when it loses its worker.
   std::shared_ptr<std::atomic<std::int32_t>> replicas_up;
+  // Elastic data parallelism, on nodes: a replica whose node goes (lost, or drained)
+  // leaves the router and ends rather than wait for another node (worker_keeping.hpp).
+  bool elastic = false;
 };
 
 struct SchedulerState {
@@ -63,6 +68,7 @@ struct SchedulerState {
   bool drain_expired = false;  // its timeout passed: it ends after the step in flight
   std::string draining_node;
   std::uint64_t drain_number = 0;
+  bool leaving = false;  // elastic: its node went; it ends once the router has let it go
   static inline const char* name = "troupe.scheduler";
 };
 

@@ -32,6 +32,11 @@ void StepObserver::on_worker_lost(const engine::EngineCore& core, std::int64_t h
   metrics_->record_replica_loss(replica_, handed_back);
 }
 
+void StepObserver::on_left() {
+  if (!metrics_) return;
+  metrics_->replica_left(replica_);
+}
+
 void StepObserver::on_migrated(std::int64_t num_requests) {
   if (metrics_ && num_requests > 0) metrics_->record_migrations(num_requests);
 }

@@ -28,6 +28,8 @@ class StepObserver {
   void on_ready(bool up);
   // Its worker was lost; `handed_back` requests went to other replicas.
   void on_worker_lost(const engine::EngineCore& core, std::int64_t handed_back);
+  // The replica left with its node (elastic): its series read 0 until its index returns.
+  void on_left();
   // Requests that had started on a lost worker resume elsewhere (troupe_request_migrations_total).
   void on_migrated(std::int64_t num_requests);
 

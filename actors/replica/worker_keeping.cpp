@@ -113,9 +113,25 @@ void lose_worker(SchedulerSelf self, const std::string& why) {
   state.observer->on_worker_lost(
       *state.core,
       state.router ? static_cast<std::int64_t>(lost.unstarted.size()) - lost.num_resumed : 0);
+  if (state.setup.elastic) return leave(self, "its node " + node + " was lost");
   // The same KV cache as before: the scheduler's block count does not change.
   state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
   supply_worker(self);
+}
+
+void leave(SchedulerSelf self, const std::string& why) {
+  auto& state = self->state;
+  state.leaving = true;
+  monitoring::logf(monitoring::LogLevel::info, "replica %d leaves (%s)", state.setup.index,
+                   why.c_str());
+  state.observer->on_left();
+  self->send(state.setup.source.registry, cluster::retired_atom::value, state.setup.index);
+  if (!state.router) return self->quit();
+  // Whatever the router sent before its answer (a submission routed here a moment ago)
+  // arrives first, and goes back to it: nothing is left here when this ends.
+  self->request(caf::actor_cast<caf::actor>(state.router), caf::infinite, leave_atom::value,
+                state.setup.index)
+      .then([self](bool) { self->quit(); }, [self](const caf::error&) { self->quit(); });
 }
 
 void on_supplied(SchedulerSelf self, SupplyNews& news) {

@@ -37,6 +37,10 @@ void lose_worker(SchedulerSelf self, const std::string& why);
 // go back to the router (a started one with its tokens, a migration).
 void move_off(SchedulerSelf self, engine::EngineCore::LostWorker& lost, const std::string& why);
 void on_supplied(SchedulerSelf self, SupplyNews& news);
+// An elastic replica whose node went (its requests moved off already): the registry
+// frees what it held, the router lets it go (it sends nothing here after its answer),
+// and it ends.
+void leave(SchedulerSelf self, const std::string& why);
 
 // The scheduler's: plans and sends the next step, unless one is in flight or nothing can run.
 void maybe_step(SchedulerSelf self);

@@ -137,6 +137,14 @@ struct EngineConfig {
   // Data parallelism: this many replicas, each a scheduler with its own worker, model
   // and KV cache, behind a router. Local replicas share num_threads between them.
   std::int32_t data_parallel_size = 1;
+  // Elastic data parallelism (a cluster's head only; --data-parallel-size MIN:MAX or auto):
+  // at most this many replicas, one started on each node that joins with room while
+  // serving, and each leaving with its node (drained or lost); data_parallel_size is then
+  // the least the head waits for at start. 0: fixed at data_parallel_size (a spare node
+  // stays a standby). kUnboundedReplicas: no cap but the nodes (auto).
+  std::int32_t data_parallel_max = 0;
+  static constexpr std::int32_t kUnboundedReplicas = 0x7fffffff;
+  bool elastic() const { return data_parallel_max != 0; }
   RoutingPolicy routing = RoutingPolicy::prefix;
   // Tensor parallelism: each replica's model split over this many ranks (Megatron-style;
   // vLLM's --tensor-parallel-size), each a worker: threads of this process, or workers on

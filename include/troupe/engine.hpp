@@ -65,7 +65,10 @@ class Engine {
   // Replicas that take requests now (a worker, and no drain), and in all; cheap (no message), for
   // /health.
   std::int32_t num_replicas_up() const;
+  // Replicas there now (elastic: they come and go with nodes).
   std::int32_t num_replicas() const;
+  // Up, there now, and the range they move in (for /health, /v1/cluster); cheap.
+  ReplicaCount replica_count() const;
   // Whether nodes join this engine (EngineConfig::cluster).
   bool is_cluster_head() const;
 

@@ -56,6 +56,20 @@ struct ReplicaStats {
   bool operator==(const ReplicaStats&) const = default;
 };
 
+// How many data-parallel replicas an engine has: up (taking requests), there now, and the
+// range they move in. Fixed (--data-parallel-size N): min == max == current. Elastic (a
+// range, or auto): replicas come with nodes and go with them; max is
+// EngineConfig::kUnboundedReplicas for auto.
+struct ReplicaCount {
+  std::int32_t up = 0;
+  std::int32_t current = 0;
+  std::int32_t min = 0;
+  std::int32_t max = 0;
+  bool elastic = false;
+
+  bool operator==(const ReplicaCount&) const = default;
+};
+
 // A node of the cluster as the head sees it.
 struct NodeStatus {
   std::string name;

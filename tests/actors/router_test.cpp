@@ -1,5 +1,6 @@
 // The router actor in front of stand-in replicas that answer as told: what it counts
 // when many requests arrive at once.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <thread>
 
@@ -16,6 +17,9 @@ struct StandInState {
   std::int32_t adapter = 0;
   std::int64_t num_received = 0;  // all still waiting: none ever ends
   bool probed = false;
+  actors::front_actor router;
+  std::int32_t index = 0;
+  std::shared_ptr<std::atomic<int>> left;  // set once the router let it leave
   static inline const char* name = "test.stand_in_replica";
 };
 
@@ -37,12 +41,30 @@ replica_actor::behavior_type stand_in(replica_actor::stateful_pointer<StandInSta
         const std::int32_t cached = adapter == s.adapter ? s.cached_prefix_tokens : 0;
         return actors::ReplicaProbe{true, waiting, 0, 0.0, cached, s.num_received};
       },
-      [](actors::router_atom, const actors::front_actor&) {},
+      [self](actors::router_atom, const actors::front_actor& router) {
+        self->state.router = router;
+      },
       [](actors::supplied_atom, const actors::SupplyNews&) {},
       [](actors::lora_atom, std::int32_t, const std::string&) { return std::string(); },
-      [](actors::drain_atom, const std::string&, std::int64_t) {},
+      [self](actors::drain_atom, const std::string&, std::int64_t) {
+        // Told to drain, it leaves as an elastic replica does (worker_keeping.cpp).
+        self->request(caf::actor_cast<caf::actor>(self->state.router), 5s,
+                      actors::leave_atom::value, self->state.index)
+            .then([self](bool ok) {
+              if (self->state.left) self->state.left->store(ok ? 1 : -1);
+            });
+      },
       [](actors::timeout_atom, std::uint64_t) {},
   };
+}
+
+// A stand-in that knows its index, and says when the router let it leave.
+replica_actor::behavior_type leaving_stand_in(replica_actor::stateful_pointer<StandInState> self,
+                                              std::int32_t index,
+                                              std::shared_ptr<std::atomic<int>> left) {
+  self->state.index = index;
+  self->state.left = std::move(left);
+  return stand_in(self, 0, 0);
 }
 
 }  // namespace
@@ -116,5 +138,57 @@ TEST_CASE("the prefix probe is by LoRA adapter: a prefix under one never draws a
   CHECK(stats[1].num_routed == 3);
   CHECK(stats[0].num_prefix_routed == 1);
   CHECK(stats[1].num_prefix_routed == 3);
+  self->send_exit(router, caf::exit_reason::kill);
+}
+
+TEST_CASE("an elastic replica that leaves is sent nothing more, and the count follows",
+          "[actors][data_parallel][elastic]") {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  auto left = std::make_shared<std::atomic<int>>(0);
+  std::vector<replica_actor> replicas{system.spawn(leaving_stand_in, 0, nullptr),
+                                      system.spawn(leaving_stand_in, 1, left)};
+  actors::parallel::ElasticSetup elastic;  // no factory: none grows here
+  elastic.min = 1;
+  elastic.max = 2;
+  elastic.count = std::make_shared<std::atomic<std::int32_t>>(0);
+  const auto count = elastic.count;
+  engine::RouterConfig routing;
+  routing.policy = RoutingPolicy::round_robin;
+  auto router =
+      system.spawn(actors::parallel::elastic_router, replicas, routing, caf::timespan{0}, elastic);
+  caf::scoped_actor self{system};
+  const auto eventually = [](auto done) {
+    for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(10ms);
+    return done();
+  };
+  CHECK(eventually([&] { return count->load() == 2; }));
+  // Its node drains: it asks the router to let it go.
+  self->send(replicas[1], actors::drain_atom::value, std::string("n1"), std::int64_t{0});
+  REQUIRE(eventually([&] { return left->load() != 0; }));
+  CHECK(left->load() == 1);
+  CHECK(count->load() == 1);
+  // A stranger cannot make a replica leave.
+  bool refused = false;
+  self->request(router, 5s, actors::leave_atom::value, std::int32_t{0})
+      .receive([&](bool ok) { refused = !ok; }, [&](const caf::error& e) { FAIL(to_string(e)); });
+  CHECK(refused);
+  for (RequestId id = 1; id <= 4; ++id) {
+    actors::Submission s;
+    s.id = id;
+    s.prompt = std::vector<TokenId>(4, 5);
+    caf::anon_send(router, actors::submit_atom::value, std::move(s));
+  }
+  std::vector<ReplicaStats> stats;
+  CHECK(eventually([&] {
+    self->request(router, 5s, actors::replicas_atom::value)
+        .receive([&](const std::vector<ReplicaStats>& s) { stats = s; },
+                 [&](const caf::error& e) { FAIL(to_string(e)); });
+    return stats.size() == 1 && stats[0].num_routed == 4;
+  }));
+  REQUIRE(stats.size() == 1);  // the replicas there now
+  CHECK(stats[0].index == 0);
+  CHECK(count->load() == 1);
   self->send_exit(router, caf::exit_reason::kill);
 }

@@ -21,7 +21,7 @@ ReplicaStats replica(std::int32_t index, double kv_usage) {
 
 TEST_CASE("the cluster's KV usage is written as a plain JSON number", "[cluster]") {
   const std::string body =
-      net::cluster_json({}, {replica(0, 0.0), replica(1, 0.25), replica(2, 1.0)});
+      net::cluster_json({}, {replica(0, 0.0), replica(1, 0.25), replica(2, 1.0)}, {3, 3, 3, 3});
   INFO(body);
   // Boost.JSON 1.81 writes every double with an exponent: 0E0, 2.5E-1, 1E0.
   CHECK(body.find(R"("kv_usage":0,)") != std::string::npos);
@@ -39,9 +39,35 @@ TEST_CASE("a replica waiting for a node shows no node and says it waits", "[clus
   waiting.up = false;
   waiting.state = "waiting";
   waiting.node.clear();
-  const test::Json parsed = test::JsonParser(net::cluster_json({}, {waiting})).parse();
+  const test::Json parsed =
+      test::JsonParser(net::cluster_json({}, {waiting}, {0, 1, 1, 1})).parse();
   const auto& r = parsed["replicas"].array.at(0);
   CHECK_FALSE(r["up"].boolean);
   CHECK(r["state"].string == "waiting");
   CHECK(r["node"].string.empty());
+}
+
+TEST_CASE("the replica count: up, there now and the range, with no cap as null",
+          "[cluster][elastic]") {
+  ReplicaCount count;
+  count.up = 1;
+  count.current = 2;
+  count.min = 1;
+  count.max = EngineConfig::kUnboundedReplicas;
+  count.elastic = true;
+  const test::Json cluster = test::JsonParser(net::cluster_json({}, {}, count)).parse();
+  const auto& c = cluster["replica_count"];
+  CHECK(c["up"].number == 1);
+  CHECK(c["current"].number == 2);
+  CHECK(c["min"].number == 1);
+  CHECK(c["max"].kind == test::Json::Kind::null);
+  CHECK(c["elastic"].boolean);
+  const std::string health = net::health_json(count);
+  CHECK(health ==
+        R"({"status":"ok","replicas_up":1,"replicas":2,"replicas_min":1,"replicas_max":null})");
+  count.max = 3;
+  count.up = 0;
+  CHECK(
+      net::health_json(count) ==
+      R"({"status":"unavailable","replicas_up":0,"replicas":2,"replicas_min":1,"replicas_max":3})");
 }

@@ -135,6 +135,21 @@ inline Ends read_ends(std::vector<std::unique_ptr<test::RawClient>>& streams, in
   return ends;
 }
 
+// Each stream's text (from read_ends) is what an undisturbed run gives: the same greedy
+// completion of `max_tokens`, asked again now. Stream i's prompt is prompt_for(first + i, 8).
+template <class Cluster>
+void check_undisturbed(Cluster& cluster, const std::vector<std::string>& texts, int max_tokens,
+                       int first = 0) {
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const int prompt = first + static_cast<int>(i);
+    INFO("stream " << prompt);
+    const Reply alone =
+        cluster.post("/v1/completions", completion(prompt_for(prompt, 8), max_tokens));
+    REQUIRE(alone.status == 200);
+    CHECK(texts[i] == json_of(alone.body)["choices"].array[0]["text"].string);
+  }
+}
+
 // A head and its nodes. The head waits for its replicas' nodes before it serves:
 // `nodes` of them (one per replica unless told), each with `node_threads` threads per
 // worker (one: a 2-core node holds two workers, a tensor-parallel group's two ranks).

@@ -23,17 +23,6 @@ void wait_for_queues(Cluster& cluster) {
   }));
 }
 
-// Each stream's text is what an undisturbed run gives (greedy, on the replica left).
-void check_undisturbed(Cluster& cluster, const std::vector<std::string>& texts) {
-  for (std::size_t i = 0; i < texts.size(); ++i) {
-    INFO("stream " << i);
-    const Reply alone =
-        cluster.post("/v1/completions", completion(prompt_for(static_cast<int>(i), 8), kTokens));
-    REQUIRE(alone.status == 200);
-    CHECK(texts[i] == json_of(alone.body)["choices"].array[0]["text"].string);
-  }
-}
-
 // After the drain: the node has left the cluster, the replica it held waits for a node,
 // and a new request is served by the other node's replica.
 void check_served_by_the_other(Cluster& cluster, const std::string& drained) {
@@ -81,7 +70,7 @@ TEST_CASE(
   CHECK(*code == 0);
   CHECK(cluster.nodes.at("n0")->output().find("the head released this node") != std::string::npos);
   check_served_by_the_other(cluster, "n0");
-  check_undisturbed(cluster, texts);
+  check_undisturbed(cluster, texts, kTokens);
 }
 
 TEST_CASE(
@@ -116,7 +105,7 @@ TEST_CASE(
   REQUIRE(code.has_value());
   CHECK(*code == 0);
   check_served_by_the_other(cluster, "n0");
-  check_undisturbed(cluster, texts);
+  check_undisturbed(cluster, texts, kTokens);
 }
 
 TEST_CASE("a drain already under way answers 409, and /v1/cluster shows the node draining",
@@ -189,7 +178,7 @@ TEST_CASE(
   const auto ends = read_ends(streams, kTokens, &texts);
   CHECK(ends.errors == 0);
   CHECK(ends.complete == kStreams);
-  check_undisturbed(cluster, texts);
+  check_undisturbed(cluster, texts, kTokens);
 }
 
 TEST_CASE(
@@ -218,7 +207,7 @@ TEST_CASE(
   const test::Json state = cluster.cluster();
   CHECK(state["replicas"].array.at(0)["node"].string != drained);
   CHECK(state["replicas"].array.at(0)["up"].boolean);
-  check_undisturbed(cluster, texts);
+  check_undisturbed(cluster, texts, kTokens);
 }
 
 TEST_CASE("a second SIGTERM on a draining node leaves at once, and its requests move",
@@ -239,7 +228,7 @@ TEST_CASE("a second SIGTERM on a draining node leaves at once, and its requests 
   const auto ends = read_ends(streams, kTokens, &texts);
   CHECK(ends.errors == 0);
   CHECK(ends.complete == 6);
-  check_undisturbed(cluster, texts);
+  check_undisturbed(cluster, texts, kTokens);
 }
 
 TEST_CASE("POST /v1/cluster/nodes/{name}/drain needs the API key", "[cluster][drain]") {

@@ -162,6 +162,44 @@ TEST_CASE("a rank killed under load ends its group's requests, and the group com
   }));
 }
 
+TEST_CASE(
+    "a rank killed under load with a second replica: the group's streams move there and "
+    "complete with their undisturbed text",
+    "[cluster][tp]") {
+  // Replica 0 is a group of two threads in the head; replica 1 a group over two nodes, a
+  // rank on each. Two sequences at a time each.
+  constexpr int kTokens = 80;
+  Cluster cluster(2, "round-robin",
+                  {"--tp", "2", "--head-replica", "--threads", "1", "--max-num-seqs", "2",
+                   "--failover-timeout", "60"},
+                  2, all_cores(), test::shared_file("models/stories260K.gguf"));
+  CHECK(cluster.cluster()["replicas"].array.at(1)["node"].string == "n0,n1");
+  auto streams = open_streams(cluster.port(), 4, kTokens);
+  // Both replicas run two (round-robin), and every stream has sent a token before the
+  // rank goes: replica 1's two move with their tokens.
+  REQUIRE(cluster.eventually([&] {
+    const test::Json state = cluster.cluster();
+    for (const auto& r : state["replicas"].array) {
+      if (r["num_running"].number != 2) return false;
+    }
+    return true;
+  }));
+  for (auto& c : streams) {
+    REQUIRE_THAT(c->read_until(R"("finish_reason":null)", 20s),
+                 Catch::Contains(R"("finish_reason":null)"));
+  }
+  cluster.nodes.at("n1")->kill(SIGKILL);
+  CHECK(cluster.head->wait_for("replica 1 lost its worker on node n0,n1", 20s).has_value());
+  std::vector<std::string> texts;
+  const auto ends = read_ends(streams, kTokens, &texts);
+  CHECK(ends.errors == 0);
+  CHECK(ends.complete == 4);
+  CHECK(cluster.metric("troupe_request_migrations_total") == 2);
+  // The head's group serves alone (replica 1 waits for a node with room for a rank).
+  CHECK(json_of(cluster.get("/health").body)["replicas_up"].number == 1);
+  check_undisturbed(cluster, texts, kTokens);
+}
+
 TEST_CASE("a rank that stops answering ends its group within seconds, and no stream hangs",
           "[cluster][tp]") {
   Cluster cluster(1, "round-robin", {"--tp", "2", "--collective-timeout", "2"}, 2, all_cores());

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -46,6 +47,8 @@ void record_everything(monitoring::Metrics& metrics) {
   metrics.set_replica_up(0, true);
   metrics.record_replica_loss(0, 1);
   metrics.record_node_join(1);
+  metrics.set_replica_count(1, 1, -1);  // elastic, auto: no cap (+Inf)
+  metrics.set_replica_count(2, 1, -1);
   metrics.observe_request("stop", 1.0, 0.1, 0.01, true);
   metrics.observe_request_tokens(7, 3);
   metrics.observe_inter_token(0.01);
@@ -262,4 +265,29 @@ TEST_CASE("LoRA adapters' running and waiting requests are summed over replicas"
   metrics.record_iteration(it);
   values = samples(metrics.serialize());
   CHECK(values.at(series("running", "a")) == 2);
+}
+
+TEST_CASE("the replica count, its range, and the replicas added and removed", "[monitoring]") {
+  monitoring::Metrics metrics("m", 2);
+  auto values = samples(metrics.serialize());
+  // A fixed count until told otherwise.
+  CHECK(values.at(R"(troupe_data_parallel_replicas{model_name="m"})") == 2);
+  CHECK(values.at(R"(troupe_data_parallel_replicas_min{model_name="m"})") == 2);
+  CHECK(values.at(R"(troupe_data_parallel_replicas_max{model_name="m"})") == 2);
+  metrics.set_replica_count(2, 1, 3);  // the elastic head's first word: nothing added
+  metrics.set_replica_count(3, 1, 3);
+  metrics.replica_left(1);
+  metrics.set_replica_count(2, 1, 3);
+  metrics.set_replica_count(1, 1, 3);
+  values = samples(metrics.serialize());
+  CHECK(values.at(R"(troupe_data_parallel_replicas{model_name="m"})") == 1);
+  CHECK(values.at(R"(troupe_data_parallel_replicas_min{model_name="m"})") == 1);
+  CHECK(values.at(R"(troupe_data_parallel_replicas_max{model_name="m"})") == 3);
+  CHECK(values.at(R"(troupe_data_parallel_replicas_added_total{model_name="m"})") == 1);
+  CHECK(values.at(R"(troupe_data_parallel_replicas_removed_total{model_name="m"})") == 2);
+  CHECK(values.at(R"(troupe_replica_up{model_name="m",replica="1"})") == 0);
+  metrics.set_replica_count(1, 1, -1);
+  values = samples(metrics.serialize());
+  CHECK(values.at(R"(troupe_data_parallel_replicas_max{model_name="m"})") ==
+        std::numeric_limits<double>::infinity());
 }
