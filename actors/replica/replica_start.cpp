@@ -71,7 +71,8 @@ Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConf
                                      ReplicaStart start) {
   WorkerSource source;
   source.replica = start.index;
-  source.tensor_parallel_size = config.tensor_parallel_size;
+  // A pipeline's stages are placed and driven as a group's ranks are.
+  source.tensor_parallel_size = config.tensor_parallel_size * config.pipeline_parallel_size;
   source.collective_timeout = config.collective_timeout;
   source.before_step = start.before_step;
   source.num_replicas = config.data_parallel_size;
