@@ -103,7 +103,8 @@ bool is_loopback(const std::string& host) {
 // nodes it needs may be refused (said at start rather than found out at a join).
 void warn_if_cramped(Engine::Impl& impl, const ClusterConfig& cluster) {
   const int room = impl.gate->room();
-  const int nodes = impl.config.data_parallel_size * impl.config.tensor_parallel_size;
+  const int nodes = impl.config.data_parallel_size * impl.config.tensor_parallel_size *
+                    impl.config.pipeline_parallel_size;
   if (room < 0 || room >= nodes + 4) return;
   monitoring::logf(monitoring::LogLevel::warning,
                    "the cluster port has room for %d connection(s) beside the %d descriptors "
@@ -185,9 +186,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     return make_error(ErrorCode::invalid_argument,
                       "speculative: num_speculative_tokens must be in [0, 32]");
   }
-  if (config.data_parallel_size < 1 || config.tensor_parallel_size < 1) {
+  if (config.data_parallel_size < 1 || config.tensor_parallel_size < 1 ||
+      config.pipeline_parallel_size < 1) {
     return make_error(ErrorCode::invalid_argument,
-                      "data_parallel_size and tensor_parallel_size must be at least 1");
+                      "data_parallel_size, tensor_parallel_size and pipeline_parallel_size must "
+                      "be at least 1");
+  }
+  if (config.tensor_parallel_size > 1 && config.pipeline_parallel_size > 1) {
+    return make_error(ErrorCode::unsupported,
+                      "tensor and pipeline parallelism together (--tensor-parallel-size with "
+                      "--pipeline-parallel-size) are not supported yet");
   }
   if (config.elastic() && !config.cluster) {
     return make_error(ErrorCode::invalid_argument,
@@ -228,6 +236,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   // tensor's blocks are checked by each rank as it loads).
   TROUPE_TRY_VOID(
       model::shard_layout(impl->model->config, {0, config.tensor_parallel_size}).map([](auto) {}));
+  if (config.pipeline_parallel_size > 1 || !config.pipeline_layer_partition.empty()) {
+    TROUPE_TRY_VOID(model::stage_layers(impl->model->config.num_layers,
+                                        config.pipeline_parallel_size,
+                                        config.pipeline_layer_partition)
+                        .map([](auto) {}));
+  }
   auto spec = worker::spec_for(config, config.model_path, impl->max_model_len);
   spec.model_fingerprint = model::file_fingerprint(*impl->model->file);
   // A node's draft file is checked as its model file is: the same bytes as the head's.
@@ -267,7 +281,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     }
   }
   const std::int32_t num_replicas = config.data_parallel_size;
-  const std::int32_t local_workers = num_replicas * config.tensor_parallel_size;
+  const std::int32_t local_workers =
+      num_replicas * config.tensor_parallel_size * config.pipeline_parallel_size;
   if (local_workers > 1 && spec.num_threads == 0 && !config.cluster) {
     // Local replicas and ranks share the cores rather than each taking all of them.
     const auto cores = static_cast<std::int32_t>(std::max(1U, std::thread::hardware_concurrency()));

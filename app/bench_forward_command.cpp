@@ -1,7 +1,10 @@
 // `troupe bench forward`: prefill and decode throughput of the forward pass alone
 // (bench/forward). With --tensor-parallel-size T, the model split over T ranks (one process
 // each, on CPUs; Gloo on loopback) against the whole model on one process with T times the
-// threads, in one run, with the share of each step spent in the all-reduce. This file is the
+// threads, in one run, with the share of each step spent in the all-reduce. With
+// --pipeline-parallel-size P, the model cut into P stages of layers the same way (this
+// process the last stage, which computes the logits: their hash says whether they are the
+// whole model's bits). This file is the
 // command line, the model's loading and the ranks' processes; the measures are bench/'s.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -20,6 +23,7 @@
 #include "bench/forward.hpp"
 #include "bench/forward_profile.hpp"
 #include "model/lora_adapter.hpp"
+#include "model/pipeline_parallel.hpp"
 #include "model/rendezvous_stores.hpp"
 #include "troupe/engine.hpp"
 #include "worker/backend_factory.hpp"
@@ -35,6 +39,9 @@ struct Options {
   EngineConfig engine;  // device settings
   bench::ForwardOptions run;
   std::int32_t tensor_parallel_size = 1;
+  std::int32_t pipeline_parallel_size = 1;
+  std::string layer_partition;    // --pp-layer-partition, as given
+  std::int32_t stage = -1;        // a pipeline stage's process (not the last), spawned by it
   bool memory_bandwidth = false;  // also measure the machine's read bandwidth
   bool profile = false;           // also time each op of a prefill and of decode steps
   std::int32_t rank = 0;          // a rank's process, spawned by rank 0
@@ -56,13 +63,18 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-// Starts ranks 1.. as processes of this binary, each told its rank and the rendezvous.
+// Starts ranks 1.. (or a pipeline's stages before the last) as processes of this binary,
+// each told its rank or stage and the rendezvous.
 std::vector<pid_t> spawn_ranks(const Options& opts, const std::string& dir) {
   std::vector<pid_t> ranks;
   const auto base = own_arguments();
-  for (std::int32_t r = 1; r < opts.tensor_parallel_size; ++r) {
+  const bool staged = opts.pipeline_parallel_size > 1;
+  const std::int32_t first = staged ? 0 : 1;
+  const std::int32_t end = staged ? opts.pipeline_parallel_size - 1 : opts.tensor_parallel_size;
+  for (std::int32_t r = first; r < end; ++r) {
     std::vector<std::string> args = base;
-    args.insert(args.end(), {"--tp-rank", std::to_string(r), "--tp-rendezvous", dir});
+    args.insert(args.end(),
+                {staged ? "--pp-stage" : "--tp-rank", std::to_string(r), "--tp-rendezvous", dir});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -84,6 +96,13 @@ Result<model::LoadedModel> open_rank(const Options& opts, std::int32_t max_model
   auto spec = worker::spec_for(opts.engine, path, max_model_len);
   spec.rank = opts.rank;
   spec.world_size = opts.tensor_parallel_size;
+  if (opts.pipeline_parallel_size > 1) {
+    spec.pipeline_size = opts.pipeline_parallel_size;
+    spec.pipeline_stage = opts.stage >= 0 ? opts.stage : opts.pipeline_parallel_size - 1;
+    if (!opts.layer_partition.empty()) {
+      TROUPE_TRY(spec.layer_partition, model::parse_layer_partition(opts.layer_partition));
+    }
+  }
   worker::GroupLink link;
   link.store = &store;
   link.prefix = "bench";
@@ -121,7 +140,15 @@ void add_bench_forward_command(CLI::App& bench) {
                   "split the model over this many CPU ranks (a process each), and compare with "
                   "the whole model on one process with as many threads in all")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--pipeline-parallel-size,--pp", opts->pipeline_parallel_size,
+                  "cut the model into this many pipeline stages of layers (a CPU process each, "
+                  "the hidden states passed on over Gloo), and compare with the whole model on "
+                  "one process with as many threads in all")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--pp-layer-partition", opts->layer_partition,
+                  "each stage's layer count, in order (\"6,6\"; default: balanced)");
   cmd->add_option("--tp-rank", opts->rank, "(internal) this process's rank")->group("");
+  cmd->add_option("--pp-stage", opts->stage, "(internal) this process's stage")->group("");
   cmd->add_option("--tp-rendezvous", opts->rendezvous, "(internal) the ranks' directory")
       ->group("");
   cmd->add_flag("--memory-bandwidth", opts->memory_bandwidth,
@@ -150,14 +177,25 @@ void add_bench_forward_command(CLI::App& bench) {
     // Decode steps replay CUDA graphs up to the longest sequence the run makes.
     const std::int32_t max_model_len = *std::max_element(run.contexts.begin(), run.contexts.end()) +
                                        std::max(run.prompt_len, run.gen_len) + 1;
-    const std::int32_t tp = opts->tensor_parallel_size;
+    const std::int32_t pp = opts->pipeline_parallel_size;
+    if (opts->tensor_parallel_size > 1 && pp > 1) {
+      fail(Error{ErrorCode::unsupported,
+                 "--tensor-parallel-size and --pipeline-parallel-size together are not "
+                 "supported yet"});
+    }
+    if (pp == 1 && !opts->layer_partition.empty()) {
+      fail(Error{ErrorCode::invalid_argument,
+                 "--pp-layer-partition needs --pipeline-parallel-size > 1"});
+    }
+    // Ranks or stages: each a process.
+    const std::int32_t tp = std::max(opts->tensor_parallel_size, pp);
     // Threads per rank: as given, or the cores shared among the ranks. The whole model
     // gets the threads of all the ranks.
     if (tp > 1 && opts->engine.num_threads <= 0) {
       const auto cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
       opts->engine.num_threads = std::max(1, cores / tp);
     }
-    if (opts->rank > 0) {  // one of the group's other ranks: same steps, no output
+    if (opts->rank > 0 || opts->stage >= 0) {  // another rank or stage: same steps, no output
       model::FileStore store(opts->rendezvous);
       auto loaded = open_rank(*opts, max_model_len, store);
       if (!loaded) fail(loaded.error());
@@ -165,16 +203,30 @@ void add_bench_forward_command(CLI::App& bench) {
       return;
     }
     if (tp > 1 && opts->engine.device != Device::cpu) {
-      fail(Error{ErrorCode::unsupported, "--tensor-parallel-size runs on CPU ranks only"});
+      fail(Error{ErrorCode::unsupported,
+                 "--tensor-parallel-size and --pipeline-parallel-size run on CPU processes only"});
     }
     if (tp > 1 && !opts->lora.empty()) {
       fail(Error{ErrorCode::unsupported,
-                 "--lora runs on the whole model (no --tensor-parallel-size)"});
+                 "--lora runs on the whole model (no --tensor-parallel-size or "
+                 "--pipeline-parallel-size)"});
     }
     Options whole = *opts;
     if (tp > 1) whole.engine.num_threads = opts->engine.num_threads * tp;
     auto loaded = open_model(whole.model, whole.engine, max_model_len);
     if (!loaded) fail(loaded.error());
+    std::string stages;  // the pipeline's layers, checked before any process starts
+    if (pp > 1) {
+      std::vector<std::int32_t> partition;
+      if (!opts->layer_partition.empty()) {
+        auto parsed = model::parse_layer_partition(opts->layer_partition);
+        if (!parsed) fail(parsed.error());
+        partition = std::move(*parsed);
+      }
+      auto ranges = model::stage_layers(loaded->config.num_layers, pp, partition);
+      if (!ranges) fail(ranges.error());
+      stages = model::describe_stages(*ranges);
+    }
     for (const auto& path : opts->lora) {
       auto adapter = model::LoraAdapter::open(path, *loaded->file, loaded->model->config());
       if (!adapter) fail(adapter.error());
@@ -236,8 +288,13 @@ void add_bench_forward_command(CLI::App& bench) {
         for (const pid_t p : ranks) ::kill(p, SIGKILL);
         fail(rank0.error());
       }
-      std::printf("split over %d ranks, a process each, %d thread(s) per rank\n", tp,
-                  opts->engine.num_threads);
+      if (pp > 1) {
+        std::printf("%d pipeline stages (layers %s), a process each, %d thread(s) per stage\n", pp,
+                    stages.c_str(), opts->engine.num_threads);
+      } else {
+        std::printf("split over %d ranks, a process each, %d thread(s) per rank\n", tp,
+                    opts->engine.num_threads);
+      }
       // A failed measure ends the other ranks: none waits on a collective that never comes.
       const auto end_ranks = [&] {
         for (const pid_t p : ranks) ::kill(p, SIGKILL);
@@ -256,10 +313,16 @@ void add_bench_forward_command(CLI::App& bench) {
         fail(measured_split.error());
       }
       split = std::move(*measured_split);
-      for (const auto& m : split) bench::print(run, m, true);
+      for (const auto& m : split) bench::print(run, m, pp == 1);
       for (const pid_t p : ranks) ::waitpid(p, nullptr, 0);
       std::filesystem::remove_all(dir);
       for (std::size_t c = 0; c < one.size(); ++c) {
+        if (pp > 1) {  // the stages' logits are the whole model's bits
+          std::printf("prefill logits at context %d: %s the whole model's\n", one[c].context,
+                      split[c].prefill_logits_hash == one[c].prefill_logits_hash
+                          ? "bit for bit"
+                          : "DIFFERENT from");
+        }
         std::printf("split / whole at context %d: prefill %.2fx", one[c].context,
                     split[c].prefill_tokens_per_second / one[c].prefill_tokens_per_second);
         for (std::size_t i = 0; i < one[c].decode.size(); ++i) {
@@ -274,7 +337,9 @@ void add_bench_forward_command(CLI::App& bench) {
       bench::ForwardReport report;
       report.model_path = model_path;
       report.backend = backend_name;
-      report.tensor_parallel_size = tp;
+      report.tensor_parallel_size = opts->tensor_parallel_size;
+      report.pipeline_parallel_size = pp;
+      report.layer_partition = stages;
       report.weight_bytes_per_step = step_bytes;
       report.memory_read_gb_per_second = bandwidth;
       report.whole = one;

@@ -81,6 +81,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   add_device_options(cmd, r.engine);
   add_speculative_option(cmd, r.engine);
   add_tensor_parallel_options(cmd, r.engine);
+  add_pipeline_parallel_options(cmd, r.engine);
   cmd->add_option("--output-json", opts->output_json, "also write the results here");
   cmd->callback([opts] {
     auto& run = opts->run;

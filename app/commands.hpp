@@ -63,6 +63,8 @@ CLI::Option* add_kv_cache_gb_option(CLI::App* cmd, double& kv_cache_gb, const st
 void add_device_options(CLI::App* cmd, EngineConfig& engine);
 // --tensor-parallel-size and --collective-timeout.
 void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine);
+// --pipeline-parallel-size (--pp) and --pp-layer-partition.
+void add_pipeline_parallel_options(CLI::App* cmd, EngineConfig& engine);
 // --max-num-batched-tokens (a number of tokens, or auto) and --target-itl-ms, as given.
 struct TokenBudgetFlags {
   std::string max_num_batched_tokens;  // empty: the device's default

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "app/commands.hpp"
+#include "model/pipeline_parallel.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe::app {
@@ -89,6 +90,25 @@ void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine) {
       ->type_name("SECONDS")
       ->default_str("30")
       ->check(number_in(0.0, 1e6, /*above_lo=*/true));
+}
+
+void add_pipeline_parallel_options(CLI::App* cmd, EngineConfig& engine) {
+  cmd->add_option("--pipeline-parallel-size,--pp", engine.pipeline_parallel_size,
+                  "cut each replica's layers into this many pipeline stages, a worker each "
+                  "(threads here, or workers on the cluster's nodes), the hidden states passed "
+                  "on over Gloo (CPU); one step in flight at a time")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option_function<std::string>(
+         "--pp-layer-partition",
+         [&engine](const std::string& text) {
+           auto parsed = model::parse_layer_partition(text);
+           if (!parsed) throw CLI::ValidationError("--pp-layer-partition", parsed.error().message);
+           engine.pipeline_layer_partition = std::move(*parsed);
+         },
+         "each pipeline stage's layer count, in order (vLLM's VLLM_PP_LAYER_PARTITION: "
+         "\"6,6\"); default: balanced, the first stages taking one more where they do not "
+         "divide")
+      ->type_name("N,N,...");
 }
 
 void add_token_budget_options(CLI::App* cmd, TokenBudgetFlags& flags) {

@@ -50,6 +50,7 @@ void add_generate_command(CLI::App& app) {
   add_device_options(cmd, opts->engine);
   add_speculative_option(cmd, opts->engine);
   add_tensor_parallel_options(cmd, opts->engine);
+  add_pipeline_parallel_options(cmd, opts->engine);
   cmd->add_option("--block-size", opts->engine.block_size, "KV cache block size in tokens")
       ->check(CLI::Range(1, 1024));
   add_kv_cache_gb_option(cmd, opts->kv_cache_gb, "KV cache memory in GiB");

@@ -92,7 +92,7 @@ void group_serve_flags(CLI::App* cmd) {
       {"Device and parallelism",
        {"--device", "--gpu-memory-utilization", "--enforce-eager", "--threads",
         "--data-parallel-size", "--router", "--tensor-parallel-size", "--pipeline-parallel-size",
-        "--collective-timeout"}},
+        "--pp-layer-partition", "--collective-timeout"}},
       {"Cluster",
        {"--cluster-port", "--cluster-host", "--cluster-token", "--cluster-wait",
         "--cluster-tls-cert", "--cluster-tls-key", "--cluster-tls-ca",
@@ -208,7 +208,6 @@ void add_serve_command(CLI::App& app) {
     net::ServerConfig server;
     bool no_prefix_caching = false;
     bool prefix_caching = true;       // vLLM's flag, accepted; on by default
-    int pipeline_parallel_size = 1;   // vLLM's; only 1
     std::string data_parallel = "1";  // --data-parallel-size: N, MIN:MAX or auto
     double kv_cache_gb = 1.0;
     std::uint64_t seed = 0;
@@ -310,17 +309,7 @@ void add_serve_command(CLI::App& app) {
   add_device_options(cmd, opts->engine);
   add_speculative_option(cmd, opts->engine);
   add_tensor_parallel_options(cmd, opts->engine);
-  cmd->add_option("--pipeline-parallel-size,--pp", opts->pipeline_parallel_size,
-                  "vLLM's pipeline stages: only 1 here (split a model with "
-                  "--tensor-parallel-size, replicate it with --data-parallel-size)")
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            if (value == "1") return {};
-            return "pipeline parallelism is not implemented here: split the model with "
-                   "--tensor-parallel-size, or replicate it with --data-parallel-size";
-          },
-          ""))
-      ->type_name("1");
+  add_pipeline_parallel_options(cmd, opts->engine);
   cmd->add_option("--cluster-port", opts->cluster.port,
                   "be a cluster's head: nodes join here, and each replica's worker runs on one "
                   "(0: any free port)")

@@ -6,6 +6,7 @@
 #include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <span>
@@ -109,6 +110,13 @@ Result<ForwardResult> measure(model::LoadedModel& loaded, const ForwardOptions& 
     total += seconds;
     all_reduce += backend.all_reduce_seconds() - before;
   }
+  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a over the logits' bytes
+  for (const float value : logits) {
+    unsigned char bytes[sizeof(float)];
+    std::memcpy(bytes, &value, sizeof(float));
+    for (const unsigned char b : bytes) hash = (hash ^ b) * 1099511628211ULL;
+  }
+  if (!logits.empty()) out.prefill_logits_hash = hash;
   out.prefill_tokens_per_second = opts.prompt_len / median(times);
   out.prefill_all_reduce_share = all_reduce / total;
   if (!lora_times.empty())
@@ -184,6 +192,12 @@ boost::json::object result_json(const ForwardResult& m) {
   boost::json::object o;
   o["context"] = m.context;
   o["prefill_tokens_per_second"] = m.prefill_tokens_per_second;
+  if (m.prefill_logits_hash != 0) {
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(m.prefill_logits_hash));
+    o["prefill_logits_hash"] = hex;
+  }
   if (m.prefill_lora_tokens_per_second > 0) {
     o["prefill_lora_tokens_per_second"] = m.prefill_lora_tokens_per_second;
   }
@@ -305,6 +319,10 @@ std::string to_json(const ForwardOptions& options, const ForwardReport& report) 
   json["prompt_len"] = options.prompt_len;
   json["gen_len"] = options.gen_len;
   json["tensor_parallel_size"] = report.tensor_parallel_size;
+  if (report.pipeline_parallel_size > 1) {
+    json["pipeline_parallel_size"] = report.pipeline_parallel_size;
+    json["pipeline_stages"] = report.layer_partition;
+  }
   json["weight_bytes_per_step"] = report.weight_bytes_per_step;
   if (report.memory_read_gb_per_second > 0.0) {
     json["memory_read_gb_per_second"] = report.memory_read_gb_per_second;
@@ -315,7 +333,7 @@ std::string to_json(const ForwardOptions& options, const ForwardReport& report) 
   boost::json::array contexts;
   for (const auto& m : report.whole) contexts.push_back(result_json(m));
   json["contexts"] = std::move(contexts);
-  if (report.tensor_parallel_size > 1) {
+  if (!report.split.empty()) {
     boost::json::object split_json = result_json(report.split.front());
     boost::json::array split_contexts;
     for (const auto& m : report.split) split_contexts.push_back(result_json(m));

@@ -3,7 +3,7 @@
 // (llama-bench's -d: the steps run after that many tokens are in the KV cache), on a model
 // already loaded; the weights a decode step reads and the machine's memory read bandwidth,
 // to say how close decode runs to the memory bound. Every rank of a tensor-parallel group
-// runs the same steps (the tokens come from the same seed). The command
+// (or stage of a pipeline) runs the same steps (the tokens come from the same seed). The command
 // (app/bench_forward_command.cpp) loads the model, starts the ranks and prints.
 #pragma once
 
@@ -36,6 +36,10 @@ struct ForwardResult {
   double prefill_tokens_per_second = 0.0;
   double prefill_all_reduce_share = 0.0;
   double prefill_lora_tokens_per_second = 0.0;  // under adapter 1 (num_adapters > 0)
+  // A hash of the prefill's logits (FNV-1a of their bytes), to tell that a split model
+  // computes the whole one's bits; 0 where this process computes none (a pipeline's stage
+  // but the last, a tensor-parallel rank but 0).
+  std::uint64_t prefill_logits_hash = 0;
   struct Decode {
     std::int32_t batch = 0;
     double tokens_per_second = 0.0;
@@ -67,10 +71,12 @@ double read_bandwidth_gb_s(int threads);
 struct ForwardReport {
   std::string model_path, backend;
   std::int32_t tensor_parallel_size = 1;
+  std::int32_t pipeline_parallel_size = 1;
+  std::string layer_partition;  // the pipeline's stages' layers ("[0, 6) [6, 12)")
   std::uint64_t weight_bytes_per_step = 0;
   double memory_read_gb_per_second = 0.0;  // 0: not measured
   std::vector<ForwardResult> whole;        // the whole model on one process
-  std::vector<ForwardResult> split;        // over the ranks (tensor_parallel_size > 1)
+  std::vector<ForwardResult> split;        // over the ranks or stages (either size > 1)
 };
 
 // The report as one JSON object, with a final newline.

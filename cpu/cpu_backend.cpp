@@ -462,4 +462,11 @@ Result<void> CpuBackend::read(Tensor tensor, std::span<float> host) {
   return {};
 }
 
+Result<void> CpuBackend::write(std::span<const float> host, Tensor tensor) {
+  const auto n = static_cast<std::size_t>(tensor.rows * tensor.cols);
+  if (host.size() < n) return make_error(ErrorCode::invalid_argument, "host buffer too small");
+  std::memcpy(tensor.data, host.data(), n * sizeof(float));
+  return {};
+}
+
 }  // namespace troupe::cpu

@@ -65,6 +65,8 @@ class CpuBackend final : public model::Backend {
                 model::Tensor y) override;
   void gather_logit_rows(model::Tensor x, model::Tensor out) override;
   Result<void> read(model::Tensor tensor, std::span<float> host) override;
+  Result<void> supports_pipeline_stage() const override { return {}; }
+  Result<void> write(std::span<const float> host, model::Tensor tensor) override;
   Result<void> join_group(std::shared_ptr<model::Communicator> group) override;
   void all_reduce(model::Tensor x) override;
   void gather_columns(model::Tensor part, model::Tensor whole) override;

@@ -19,6 +19,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 
 namespace {
 
@@ -91,7 +92,7 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 template <class Body>
 Result<void> guarded(std::string& failure, std::int32_t rank, const char* what, Body&& body) {
   if (!failure.empty()) {
-    return make_error(ErrorCode::unavailable, "the tensor-parallel group is broken: " + failure);
+    return make_error(ErrorCode::unavailable, "the group is broken: " + failure);
   }
   try {
     body();
@@ -197,6 +198,43 @@ Result<void> GlooCommunicator::gather(std::span<const float> part, std::span<flo
     options.setRoot(0);
     options.setTimeout(impl_->timeout);
     gloo::gather(options);
+  });
+}
+
+namespace {
+
+// The slot of point-to-point messages: a prefix none of Gloo's collectives use.
+constexpr std::uint8_t kPointToPointSlotPrefix = 0x70;
+
+}  // namespace
+
+Result<void> GlooCommunicator::send(std::span<const float> data, std::int32_t peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return make_error(ErrorCode::invalid_argument,
+                      "rank " + std::to_string(rank_) + " cannot send to rank " +
+                          std::to_string(peer) + " of " + std::to_string(size_));
+  }
+  return guarded(failure_, rank_, "send", [&] {
+    if (data.empty()) return;
+    // Gloo's API takes a mutable pointer; a send only reads it.
+    auto buffer =
+        impl_->context->createUnboundBuffer(const_cast<float*>(data.data()), data.size_bytes());
+    buffer->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, 0));
+    if (!buffer->waitSend(impl_->timeout)) throw std::runtime_error("the send was aborted");
+  });
+}
+
+Result<void> GlooCommunicator::recv(std::span<float> data, std::int32_t peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return make_error(ErrorCode::invalid_argument,
+                      "rank " + std::to_string(rank_) + " cannot receive from rank " +
+                          std::to_string(peer) + " of " + std::to_string(size_));
+  }
+  return guarded(failure_, rank_, "receive", [&] {
+    if (data.empty()) return;
+    auto buffer = impl_->context->createUnboundBuffer(data.data(), data.size_bytes());
+    buffer->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, 0));
+    if (!buffer->waitRecv(impl_->timeout)) throw std::runtime_error("the receive was aborted");
   });
 }
 

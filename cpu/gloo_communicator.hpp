@@ -37,6 +37,10 @@ class GlooCommunicator final : public model::Communicator {
   std::int32_t size() const override { return size_; }
   Result<void> all_reduce_sum(std::span<float> data) override;
   Result<void> gather(std::span<const float> part, std::span<float> gathered) override;
+  // Gloo's unbound buffers on the pair to `peer`, one slot for every message: a pair
+  // delivers in order.
+  Result<void> send(std::span<const float> data, std::int32_t peer) override;
+  Result<void> recv(std::span<float> data, std::int32_t peer) override;
   // Gloo's classic ring all-reduce (gloo::AllreduceRing, pinned buffers, set up again when
   // `data` changes), whose order of addition depends on the buffer's size (so not
   // batch-invariant beyond two ranks): the benchmark's point of comparison.

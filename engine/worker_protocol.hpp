@@ -39,6 +39,12 @@ struct WorkerSpec {
   std::optional<KvCacheDtype> kv_cache_dtype;  // unset: F16
   std::int32_t rank = 0;
   std::int32_t world_size = 1;
+  // A pipeline stage (pipeline_size > 1): stage `pipeline_stage` of `pipeline_size`, with the
+  // layers `layer_partition` gives it (each stage's count in order; empty: balanced). Its
+  // stages meet as a group's ranks do (rank i is stage i). Not with world_size > 1 yet.
+  std::int32_t pipeline_stage = 0;
+  std::int32_t pipeline_size = 1;
+  std::vector<std::int32_t> layer_partition = {};
   // Time a prefill and a decode at load (LoadReport::step_costs), for a token budget
   // sized to the machine. A rank of a split model does not: its steps need the group.
   bool calibrate_step_cost = false;

@@ -262,6 +262,18 @@ class Backend {
   // Copies a tensor to host memory.                      host: [rows * cols]
   virtual Result<void> read(Tensor tensor, std::span<float> host) = 0;
 
+  // --- pipeline parallelism (optional) ---
+  // Whether a pipeline stage can run here: its hidden states come from host memory
+  // (write) and go back to it (read) between the stages' ops.
+  virtual Result<void> supports_pipeline_stage() const {
+    return make_error(ErrorCode::unsupported, describe() + " cannot run a pipeline stage yet");
+  }
+  // Copies host memory into a tensor, within a step.       host: [rows * cols]
+  virtual Result<void> write(std::span<const float> host, Tensor tensor) {
+    (void)host, (void)tensor;
+    return supports_pipeline_stage();
+  }
+
   // --- tensor parallelism (optional) ---
   // Makes the backend one rank of a tensor-parallel group: all_reduce sums over `group`.
   virtual Result<void> join_group(std::shared_ptr<Communicator> group) {

@@ -1,7 +1,8 @@
 // What the ranks of a tensor-parallel group share: a communicator that sums a buffer
-// over the group, and the key-value store the ranks meet through to connect. The CPU
-// implementation is Gloo (cpu/gloo_communicator), the GPU's NCCL; the stores are in
-// model/rendezvous_stores.hpp, and the head's actors are one across processes (actors/).
+// over the group (and passes a pipeline's hidden states from stage to stage), and the key-value
+// store the ranks meet through to connect. The CPU implementation is Gloo (cpu/gloo_communicator),
+// the GPU's NCCL; the stores are in model/rendezvous_stores.hpp, and the head's actors are one
+// across processes (actors/).
 #pragma once
 
 #include <chrono>
@@ -30,6 +31,17 @@ class Communicator {
   // Rank 0's `gathered` = every rank's `part`, one after the other in rank order
   // ([size, part.size()]); the others pass an empty `gathered`. Fails as all_reduce_sum.
   virtual Result<void> gather(std::span<const float> part, std::span<float> gathered) = 0;
+  // Point to point, as a pipeline's stages pass hidden states on: `data` to rank `peer`,
+  // and `data` filled from rank `peer`. Each send is matched by the peer's recv of the same
+  // size, in the order they were made. Fails as all_reduce_sum (a timeout breaks the group).
+  virtual Result<void> send(std::span<const float> data, std::int32_t peer) {
+    (void)data, (void)peer;
+    return make_error(ErrorCode::unsupported, "this communicator has no point-to-point send");
+  }
+  virtual Result<void> recv(std::span<float> data, std::int32_t peer) {
+    (void)data, (void)peer;
+    return make_error(ErrorCode::unsupported, "this communicator has no point-to-point recv");
+  }
   // Takes now what all-reduces of up to `max_all_reduce` floats and gathers of parts of up
   // to `max_gather_part` floats will need, and connects the ranks for both, so that memory
   // sized after it (a GPU's KV pool) leaves them room. Every rank calls it with the same

@@ -87,6 +87,13 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
       step.logit_rows.empty() || !logits_here ? 0 : std::max<std::int64_t>(shape.logit_rows, 1);
   TROUPE_TRY_VOID(reserve(n, num_logits));
   TROUPE_TRY_VOID(group_adapter_rows(step));
+  const PipelineStage& stage = shard_.stage;
+  if (stage.is_staged() && pipe_ == nullptr) {
+    return make_error(ErrorCode::invalid_argument,
+                      "pipeline stage " + std::to_string(stage.index) + " has joined no pipeline");
+  }
+  // A later stage waits for the hidden states before its step begins.
+  if (!stage.is_first()) TROUPE_TRY_VOID(receive_hidden(n));
   TROUPE_TRY(const StepShape plan, b.begin_step(step));
   TROUPE_ASSERT(plan.rows == shape.rows && plan.logit_rows == shape.logit_rows,
                 "a backend began a step of another shape than it announced");
@@ -95,16 +102,29 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
                up = view(ws_.up, n);
   const Tensor logit_x = view(ws_.logit_x, num_logits);
   const Tensor out = view(ws_.logits, num_logits);
+  if (!stage.is_first()) {
+    const auto hidden =
+        std::span<const float>(pipe_buffer_).first(static_cast<std::size_t>(n * c.dim));
+    if (auto written = b.write(hidden, x); !written) {
+      (void)b.end_step();
+      return tl::make_unexpected(written.error());
+    }
+  }
+  // This stage's layers (all of them when the model is not staged); the stage before ended
+  // with x's residual add, as the unsplit model's add_rms_norm adds before it normalizes.
+  const auto num_layers = static_cast<std::int32_t>(layers_.size());
   if (!plan.replay) {
     const ArchFeatures& f = c.features;
-    b.embed(token_embedding_, x);
-    if (f.embedding_scale != 1.0f) b.scale(x, f.embedding_scale);
+    if (stage.is_first()) {
+      b.embed(token_embedding_, x);
+      if (f.embedding_scale != 1.0f) b.scale(x, f.embedding_scale);
+    }
     b.rms_norm(x, layers_[0].attn_norm, c.norm_eps, h);
-    for (std::int32_t layer = 0; layer < c.num_layers; ++layer) {
+    for (std::int32_t layer = 0; layer < num_layers; ++layer) {
       attention_block(layer, h, q, k, v, attn);
       b.add_rms_norm(x, h, layers_[layer].ffn_norm, c.norm_eps, h);
       const Tensor y = ffn_block(layer, h, gate, up);
-      if (layer + 1 < c.num_layers) {
+      if (layer + 1 < num_layers) {
         b.add_rms_norm(x, y, layers_[layer + 1].attn_norm, c.norm_eps, h);
       } else {
         b.add(x, y);
@@ -124,7 +144,31 @@ Result<Tensor> LlamaModel::run(const StepInput& step) {
     }
   }
   TROUPE_TRY_VOID(b.end_step());
+  if (!stage.is_last()) TROUPE_TRY_VOID(send_hidden(x));
   return out;
+}
+
+Result<void> LlamaModel::join_pipeline(std::shared_ptr<Communicator> pipe) {
+  const PipelineStage& stage = shard_.stage;
+  if (pipe == nullptr || pipe->size() != stage.count || pipe->rank() != stage.index) {
+    return make_error(ErrorCode::invalid_argument,
+                      "pipeline stage " + std::to_string(stage.index) + " of " +
+                          std::to_string(stage.count) + " needs the pipeline's rank " +
+                          std::to_string(stage.index) + " of " + std::to_string(stage.count));
+  }
+  pipe_ = std::move(pipe);
+  return {};
+}
+
+Result<void> LlamaModel::receive_hidden(std::int64_t rows) {
+  pipe_buffer_.resize(static_cast<std::size_t>(rows * local_.dim));
+  return pipe_->recv(pipe_buffer_, shard_.stage.index - 1);
+}
+
+Result<void> LlamaModel::send_hidden(Tensor x) {
+  pipe_buffer_.resize(static_cast<std::size_t>(x.rows * x.cols));
+  TROUPE_TRY_VOID(backend_->read(x, pipe_buffer_));
+  return pipe_->send(pipe_buffer_, shard_.stage.index + 1);
 }
 
 void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor k, Tensor v,
@@ -132,10 +176,11 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
   const auto& c = local_;
   const ArchFeatures& f = c.features;
   const LayerWeights& w = layers_[layer];
+  const std::int32_t model_layer = shard_.stage.layer_begin + layer;  // the file's blk.N
   Backend& b = *backend_;
   AttentionParams params{c.num_heads, c.num_kv_heads, c.head_dim, c.query_scale()};
   params.softcap = f.attention_softcap;
-  params.window = f.window_of(layer);
+  params.window = f.window_of(model_layer);
   if (f.attention_sinks) params.sinks = static_cast<const float*>(w.sinks.data);
   RopeParams rope{c.rope_layout, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
                   has_rope_freqs_ ? &rope_freqs_ : nullptr};
@@ -150,9 +195,9 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
   b.matmul(h, w.wq, q);
   b.matmul(h, w.wk, k);
   b.matmul(h, w.wv, v);
-  lora(layer, LoraTarget::attn_q, h, q);
-  lora(layer, LoraTarget::attn_k, h, k);
-  lora(layer, LoraTarget::attn_v, h, v);
+  lora(model_layer, LoraTarget::attn_q, h, q);
+  lora(model_layer, LoraTarget::attn_k, h, k);
+  lora(model_layer, LoraTarget::attn_v, h, v);
   if (f.qkv_bias) {
     b.add_bias(q, w.bq);
     b.add_bias(k, w.bk);
@@ -171,7 +216,7 @@ void LlamaModel::attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor 
   b.rope_store_kv(layer, q, k, v, c.head_dim, rope);
   b.attention(layer, q, params, attn);  // per sequence, over its own blocks
   b.matmul(attn, w.wo, h);
-  lora(layer, LoraTarget::attn_output, attn, h);
+  lora(model_layer, LoraTarget::attn_output, attn, h);
   if (shard_.is_split()) b.all_reduce(h);  // each rank's heads' share of the projection
   if (f.attn_output_bias) b.add_bias(h, w.bo);
   if (f.post_norms) b.rms_norm(h, w.post_attn_norm, c.norm_eps, h);
@@ -181,6 +226,7 @@ Tensor LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor u
   const auto& c = local_;
   const ArchFeatures& f = c.features;
   const LayerWeights& w = layers_[layer];
+  const std::int32_t model_layer = shard_.stage.layer_begin + layer;  // the file's blk.N
   Backend& b = *backend_;
   if (f.num_experts > 0) {
     const Tensor out = view(ws_.moe_out, h.rows);
@@ -191,8 +237,8 @@ Tensor LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor u
   }
   b.matmul(h, w.w_gate, gate);
   b.matmul(h, w.w_up, up);
-  lora(layer, LoraTarget::ffn_gate, h, gate);
-  lora(layer, LoraTarget::ffn_up, h, up);
+  lora(model_layer, LoraTarget::ffn_gate, h, gate);
+  lora(model_layer, LoraTarget::ffn_up, h, up);
   switch (f.activation) {
     case FfnActivation::silu:
       b.swiglu(gate, up, gate);
@@ -202,7 +248,7 @@ Tensor LlamaModel::ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor u
       break;
   }
   b.matmul(gate, w.w_down, h);
-  lora(layer, LoraTarget::ffn_down, gate, h);
+  lora(model_layer, LoraTarget::ffn_down, gate, h);
   if (shard_.is_split()) b.all_reduce(h);  // each rank's FFN slice's share
   if (f.post_norms) b.rms_norm(h, w.post_ffn_norm, c.norm_eps, h);
   return h;

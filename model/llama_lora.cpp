@@ -35,9 +35,10 @@ Result<std::shared_ptr<const LoraAdapter>> LlamaModel::fit_adapter(
     TROUPE_TRY(auto rank_part, adapter->cut({q, kv, kv, heads_in, ffn, ffn, ffn_in}));
     adapter = std::make_shared<const LoraAdapter>(std::move(rank_part));
   }
-  // The shapes were checked against the base file; check them against what was loaded too.
-  for (std::int32_t layer = 0; layer < config_.num_layers; ++layer) {
-    const LayerWeights& w = layers_[static_cast<std::size_t>(layer)];
+  // The shapes were checked against the base file; check them against what was loaded too
+  // (a pipeline stage's layers).
+  for (std::int32_t layer = shard_.stage.layer_begin; layer < shard_.stage.layer_end; ++layer) {
+    const LayerWeights& w = layers_[static_cast<std::size_t>(layer - shard_.stage.layer_begin)];
     for (std::size_t t = 0; t < kNumLoraTargets; ++t) {
       const auto target = static_cast<LoraTarget>(t);
       const LoraMatrix* m = adapter->find(layer, target);
@@ -57,8 +58,9 @@ Result<std::shared_ptr<const LoraAdapter>> LlamaModel::fit_adapter(
 
 Result<std::vector<LoraWeights>> LlamaModel::upload_adapter(const LoraAdapter& adapter) {
   // Every matrix where lora_add reads it; none kept if one fails.
+  // By the file's layer number; a pipeline stage's layers alone.
   std::vector<LoraWeights> uploaded(static_cast<std::size_t>(config_.num_layers) * kNumLoraTargets);
-  for (std::int32_t layer = 0; layer < config_.num_layers; ++layer) {
+  for (std::int32_t layer = shard_.stage.layer_begin; layer < shard_.stage.layer_end; ++layer) {
     for (std::size_t t = 0; t < kNumLoraTargets; ++t) {
       const LoraMatrix* m = adapter.find(layer, static_cast<LoraTarget>(t));
       if (m == nullptr) continue;

@@ -169,6 +169,8 @@ LlamaModel::LlamaModel(LlamaModel&& other) noexcept
       layers_(std::move(other.layers_)),
       owned_weights_(std::move(other.owned_weights_)),
       ws_(other.ws_),
+      pipe_(std::move(other.pipe_)),
+      pipe_buffer_(std::move(other.pipe_buffer_)),
       adapters_(std::move(other.adapters_)),
       lora_weights_(std::move(other.lora_weights_)) {
   other.ws_ = Workspace{};
@@ -192,6 +194,8 @@ LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
     owned_weights_ = std::move(other.owned_weights_);
     ws_ = other.ws_;
     other.ws_ = Workspace{};
+    pipe_ = std::move(other.pipe_);
+    pipe_buffer_ = std::move(other.pipe_buffer_);
     adapters_ = std::move(other.adapters_);
     lora_weights_ = std::move(other.lora_weights_);
   }
@@ -232,6 +236,30 @@ Result<LlamaModel> LlamaModel::load(const gguf::GgufFile& file, Backend& backend
   return model;
 }
 
+namespace {
+
+// The stage `asked` for, checked against the model; the whole model when not staged.
+Result<PipelineStage> stage_of(const LlamaConfig& config, const Backend& backend,
+                               const PipelineStage& asked) {
+  if (!asked.is_staged()) return PipelineStage{0, 1, 0, config.num_layers};
+  TROUPE_TRY_VOID(backend.supports_pipeline_stage());
+  const PipelineStage& s = asked;
+  const bool fits = s.index >= 0 && s.index < s.count && s.layer_begin >= 0 &&
+                    s.layer_begin < s.layer_end && s.layer_end <= config.num_layers &&
+                    (!s.is_first() || s.layer_begin == 0) &&
+                    (!s.is_last() || s.layer_end == config.num_layers);
+  if (!fits) {
+    return make_error(
+        ErrorCode::invalid_argument,
+        "pipeline stage " + std::to_string(s.index) + " of " + std::to_string(s.count) +
+            " with layers [" + std::to_string(s.layer_begin) + ", " + std::to_string(s.layer_end) +
+            ") does not fit a model of " + std::to_string(config.num_layers) + " layers");
+  }
+  return s;
+}
+
+}  // namespace
+
 Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& backend,
                                         const WeightSource& source, const Shard& shard,
                                         const LoadProgress& progress) {
@@ -240,8 +268,10 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
   if (shard.is_split() && !source.matrix_slice) {
     return make_error(ErrorCode::unsupported, "these weights cannot be split over ranks");
   }
+  TROUPE_TRY(const PipelineStage stage, stage_of(config, backend, shard.stage));
   LlamaModel model(config, backend);
   model.shard_ = shard;
+  model.shard_.stage = stage;
   model.local_ = model::local_config(config, part);
   const auto& c = model.config_;
   const std::int64_t hd = c.head_dim;
@@ -254,12 +284,17 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
     if (!shard.is_split()) return source.matrix(name, rows, cols);
     return source.matrix_slice(name, rows, cols, WeightSlice{axis, begin, count});
   };
-  TROUPE_TRY(model.token_embedding_, source.matrix("token_embd.weight", c.vocab_size, c.dim));
-  TROUPE_TRY(model.output_norm_, source.vector("output_norm.weight", c.dim));
+  // The embedding on the first stage, the output norm and head on the last.
+  if (stage.is_first()) {
+    TROUPE_TRY(model.token_embedding_, source.matrix("token_embd.weight", c.vocab_size, c.dim));
+  }
+  if (stage.is_last()) {
+    TROUPE_TRY(model.output_norm_, source.vector("output_norm.weight", c.dim));
+  }
   const bool tied = !source.has("output.weight");
   // The LM head split by vocabulary when it divides: each rank its rows, rank 0 gathers
   // the logits. Else rank 0 alone holds it.
-  model.vocab_split_ = shard.is_split() && c.vocab_size % shard.world_size == 0;
+  model.vocab_split_ = stage.is_last() && shard.is_split() && c.vocab_size % shard.world_size == 0;
   if (model.vocab_split_) {
     const std::int64_t part = c.vocab_size / shard.world_size;
     TROUPE_TRY(model.output_,
@@ -269,8 +304,10 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
     model.output_ = Weight{};
   } else if (!tied) {
     TROUPE_TRY(model.output_, source.matrix("output.weight", c.vocab_size, c.dim));
-  } else {
+  } else if (stage.is_first()) {
     model.output_ = model.token_embedding_;  // tied embeddings
+  } else {                                   // tied, on a last stage that holds no embedding
+    TROUPE_TRY(model.output_, source.matrix("token_embd.weight", c.vocab_size, c.dim));
   }
   if (source.has("rope_freqs.weight")) {
     TROUPE_TRY(model.rope_freqs_, source.vector("rope_freqs.weight", c.rope_dims / 2));
@@ -303,8 +340,8 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
     if (!shard.is_split()) return source.vector(name, size);
     return source.vector_slice(name, size, begin, count);
   };
-  model.layers_.reserve(c.num_layers);
-  for (std::int32_t i = 0; i < c.num_layers; ++i) {
+  model.layers_.reserve(static_cast<std::size_t>(stage.layer_end - stage.layer_begin));
+  for (std::int32_t i = stage.layer_begin; i < stage.layer_end; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     LayerWeights l;
     TROUPE_TRY(l.attn_norm, source.vector(b + "attn_norm.weight", c.dim));
@@ -367,7 +404,7 @@ Result<LlamaModel> LlamaModel::assemble(const LlamaConfig& config, Backend& back
       TROUPE_TRY(l.post_ffn_norm, source.vector(b + "post_ffw_norm.weight", c.dim));
     }
     model.layers_.push_back(l);
-    if (progress) progress(i + 1, c.num_layers);
+    if (progress) progress(i + 1 - stage.layer_begin, stage.layer_end - stage.layer_begin);
   }
   return model;
 }

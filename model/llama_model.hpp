@@ -68,7 +68,9 @@ using LoadProgress = std::function<void(std::int32_t layers_done, std::int32_t n
 class LlamaModel {
  public:
   // Loads every weight (of `shard`'s part) into `backend`, checking each one's shape and
-  // type. A split model's backend must have joined its group (Backend::join_group).
+  // type. A split model's backend must have joined its group (Backend::join_group). A
+  // pipeline stage (shard.stage) loads only its layers, the first the token embedding, the
+  // last the output norm and head.
   static Result<LlamaModel> load(const gguf::GgufFile& file, Backend& backend,
                                  const Shard& shard = {}, const LoadProgress& progress = {});
   // Builds the model from `config` with weights from `source`.
@@ -81,6 +83,11 @@ class LlamaModel {
   // The shape this rank computes with: its heads, KV heads and FFN slice.
   const LlamaConfig& local_config() const { return local_; }
   const Shard& shard() const { return shard_; }
+  // The layers this worker holds and runs: all of them, or its pipeline stage's.
+  std::int32_t num_stage_layers() const { return static_cast<std::int32_t>(layers_.size()); }
+  // A pipeline stage's link to the others (rank i of it is stage i): hidden states come
+  // from the stage before and go to the one after. A staged model runs no step without it.
+  Result<void> join_pipeline(std::shared_ptr<Communicator> pipe);
   Backend& backend() const { return *backend_; }
   // Bytes of the weights this rank holds, as stored (a tied output counted once).
   std::int64_t weight_bytes() const;
@@ -126,11 +133,16 @@ class LlamaModel {
   // step asked for first), or an empty tensor when it asked for none.
   Result<Tensor> run(const StepInput& step);
   // The layer's attention block: x's normalized input in h -> its output in h (before the
-  // residual add).
+  // residual add). `layer` counts this stage's layers (its KV cache's); the model's own
+  // number is shard_.stage.layer_begin + layer.
   void attention_block(std::int32_t layer, Tensor h, Tensor q, Tensor k, Tensor v, Tensor attn);
   // The layer's feed-forward block: h -> its output (h, or ws_.moe_out for a mixture of
   // experts), before the residual add.
   Tensor ffn_block(std::int32_t layer, Tensor h, Tensor gate, Tensor up);
+  // A pipeline stage's hidden states [rows, dim]: from the stage before into pipe_buffer_
+  // (before the step begins), and x's on to the stage after (once it ended).
+  Result<void> receive_hidden(std::int64_t rows);
+  Result<void> send_hidden(Tensor x);
   // A layer's routed experts, from `source`: stacked tensors (blk.N.ffn_gate_exps ...),
   // or older files' one tensor per expert (blk.N.ffn_gate.E ...).
   static Result<MoeLayer> load_experts(const LlamaConfig& config, const WeightSource& source,
@@ -161,6 +173,8 @@ class LlamaModel {
   // not contiguous there); the backend's weights may point into them.
   std::vector<std::unique_ptr<std::byte[]>> owned_weights_;
   Workspace ws_;
+  std::shared_ptr<Communicator> pipe_;  // a pipeline stage's link to the others
+  std::vector<float> pipe_buffer_;      // the hidden states passed on, in host memory
   // An adapter made fit for this model: its rank's part of each matrix, checked against
   // the loaded weights.
   Result<std::shared_ptr<const LoraAdapter>> fit_adapter(

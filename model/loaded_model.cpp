@@ -159,7 +159,9 @@ Result<void> LoadedModel::load_weights(std::unique_ptr<Backend> on, const Shard&
 
 KvCacheShape LoadedModel::kv_cache_shape(std::int32_t num_blocks, std::int32_t block_size) const {
   const LlamaConfig& c = model != nullptr ? model->local_config() : config;
-  return {c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim, kv_dtype};
+  // A pipeline stage's cache holds its layers alone.
+  const std::int32_t layers = model != nullptr ? model->num_stage_layers() : c.num_layers;
+  return {layers, num_blocks, block_size, c.num_kv_heads, c.head_dim, kv_dtype};
 }
 
 Result<void> LoadedModel::allocate_kv_cache(std::int32_t num_blocks, std::int32_t block_size) {

@@ -82,7 +82,8 @@ SampledToken ModelRunner::no_token(const Sampler& sampler, Sampler::MaskState st
 Result<void> ModelRunner::add_sequence(std::uint64_t id, const SamplingParams& params,
                                        std::span<const TokenId> prompt,
                                        std::span<const TokenId> generated) {
-  if (!model_.shard().computes_logits()) return {};  // rank 0 samples for the group
+  // Rank 0 (of the last pipeline stage) samples for the group.
+  if (!model_.shard().computes_logits()) return {};
   OutputGrammar constraint;
   if (!params.grammar.empty()) {
     TROUPE_TRY(constraint, output_grammar(params.grammar));
@@ -178,8 +179,8 @@ Result<std::vector<SampledToken>> ModelRunner::execute(
     return make_error(ErrorCode::invalid_argument,
                       "a step with drafts needs room for their tokens");
   }
-  // A rank other than 0 of a tensor-parallel group runs its share of the step and
-  // samples nothing: rank 0 holds the logits.
+  // A rank other than 0 of a tensor-parallel group, or a pipeline stage but the last, runs
+  // its share of the step and samples nothing: rank 0 of the last stage holds the logits.
   if (!model_.shard().computes_logits()) {
     TROUPE_TRY_VOID(model_.forward(step, logits_));
     return std::vector<SampledToken>{};
@@ -190,7 +191,9 @@ Result<std::vector<SampledToken>> ModelRunner::execute(
     const auto it = samplers_.find(id);
     if (it == samplers_.end()) {
       // The other ranks of a group run this step whatever: so does rank 0, and it fails.
-      if (model_.shard().is_split()) TROUPE_TRY_VOID(model_.forward(step, logits_));
+      if (model_.shard().is_split() || model_.shard().is_staged()) {
+        TROUPE_TRY_VOID(model_.forward(step, logits_));
+      }
       return make_error(ErrorCode::invalid_argument,
                         "no sampler for sequence " + std::to_string(id));
     }

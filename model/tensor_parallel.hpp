@@ -12,16 +12,21 @@
 
 #include "gguf/tensor_type.hpp"
 #include "model/llama_config.hpp"
+#include "model/pipeline_parallel.hpp"
 #include "troupe/result.hpp"
 
 namespace troupe::model {
 
+// A worker's part of a model: its rank of a tensor-parallel group, and its pipeline stage
+// (model/pipeline_parallel.hpp). Only rank 0 of the last stage computes logits and samples.
 struct Shard {
   std::int32_t rank = 0;
   std::int32_t world_size = 1;
+  PipelineStage stage = {};
 
   bool is_split() const { return world_size > 1; }
-  bool computes_logits() const { return rank == 0; }
+  bool is_staged() const { return stage.is_staged(); }
+  bool computes_logits() const { return rank == 0 && stage.is_last(); }
 };
 
 // The heads and FFN columns one rank holds. When the model has fewer KV heads than there

@@ -38,6 +38,8 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
   spec.kv_cache_dtype = config.kv_cache_dtype;
   if (config.speculative.enabled()) spec.draft_model_path = config.speculative.draft_model;
   spec.lora_adapters = config.lora_adapters;
+  spec.pipeline_size = config.pipeline_parallel_size;
+  spec.layer_partition = config.pipeline_layer_partition;
   return spec;
 }
 
@@ -198,11 +200,21 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
                             fingerprint + ", expected " + spec.model_fingerprint + ")");
     }
   }
-  const model::Shard shard{spec.rank, spec.world_size};
+  model::Shard shard{spec.rank, spec.world_size};
   TROUPE_TRY(const auto layout, model::shard_layout(m.config, shard));
   TROUPE_TRY_VOID(check_model(spec, model::local_config(m.config, layout)));
+  if (spec.pipeline_size > 1 || !spec.layer_partition.empty()) {
+    if (spec.world_size > 1) {
+      return make_error(ErrorCode::unsupported,
+                        "a pipeline stage split over tensor-parallel ranks is not supported yet: "
+                        "use --pipeline-parallel-size or --tensor-parallel-size");
+    }
+    TROUPE_TRY(shard.stage, model::pipeline_stage(m.config.num_layers, spec.pipeline_stage,
+                                                  spec.pipeline_size, spec.layer_partition));
+  }
   if (spec.device == Device::cpu) {  // mapped weights live in host memory
-    TROUPE_TRY_VOID(model::check_weights_fit(*m.file, m.config, spec.world_size,
+    TROUPE_TRY_VOID(model::check_weights_fit(*m.file, m.config,
+                                             spec.world_size * std::max(1, spec.pipeline_size),
                                              host_memory_bytes(), mapped_beside));
   }
   if (spec.device == Device::cuda && spec.kv_cache_dtype == KvCacheDtype::f32) {
@@ -212,6 +224,20 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
   }
   TROUPE_TRY(auto adapters, read_adapters(spec, m));
   TROUPE_TRY(auto backend, make_backend(spec, beside));
+  std::shared_ptr<model::Communicator> pipe;
+  if (shard.is_staged()) {
+    TROUPE_TRY_VOID(backend->supports_pipeline_stage());
+    if (link == nullptr) {
+      return make_error(ErrorCode::invalid_argument,
+                        "pipeline stage " + std::to_string(spec.pipeline_stage) + " of " +
+                            std::to_string(spec.pipeline_size) + " was given no pipeline to join");
+    }
+    // The stages meet as a group's ranks do: rank i is stage i.
+    engine::WorkerSpec as_rank = spec;
+    as_rank.rank = spec.pipeline_stage;
+    as_rank.world_size = spec.pipeline_size;
+    TROUPE_TRY(pipe, connect_group(as_rank, *link));
+  }
   if (shard.is_split()) {
     if (link == nullptr) {
       return make_error(ErrorCode::invalid_argument, "rank " + std::to_string(spec.rank) + " of " +
@@ -222,6 +248,7 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
     TROUPE_TRY_VOID(backend->join_group(std::move(group)));
   }
   TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard, progress));
+  if (pipe != nullptr) TROUPE_TRY_VOID(m.model->join_pipeline(std::move(pipe)));
   for (std::size_t i = 0; i < adapters.size(); ++i) {
     if (adapters[i] == nullptr) continue;
     TROUPE_TRY_VOID(m.model->set_adapter(static_cast<std::int32_t>(i + 1), std::move(adapters[i])));

@@ -141,7 +141,7 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
   }
   w->runner_ = std::make_unique<model::ModelRunner>(
       llama, w->model_.tokenizer->vocabulary().end_of_generation, w->model_.tokenizer.get());
-  if (spec.calibrate_step_cost && spec.world_size == 1) {
+  if (spec.calibrate_step_cost && spec.world_size == 1 && spec.pipeline_size <= 1) {
     // A calibration that fails costs only the measurement: the budget then starts from
     // its guess and learns from the first steps (a broken backend fails those anyway).
     auto costs = measure_step_costs(*w->runner_, spec, num_blocks, w->model_.config.vocab_size);
@@ -169,8 +169,8 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
     return make_error(ErrorCode::invalid_argument,
                       "the draft model " + spec.draft_model_path + " " + why);
   };
-  if (spec.world_size > 1) {
-    return refused("cannot run beside a tensor-parallel model (not supported yet)");
+  if (spec.world_size > 1 || spec.pipeline_size > 1) {
+    return refused("cannot run beside a tensor-parallel or pipelined model (not supported yet)");
   }
   if (spec.device != Device::cpu) {
     return refused("runs on the CPU only for now");
@@ -229,7 +229,9 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
     out = engine::failed_step(
         work.step_id, {ErrorCode::internal, "the step failed with an unknown exception", true});
   }
-  if (out.failed && model_.model->shard().is_split()) out.error.fatal = true;
+  // A group's ranks or a pipeline's stages may be out of step after a failure.
+  const model::Shard& shard = model_.model->shard();
+  if (out.failed && (shard.is_split() || shard.is_staged())) out.error.fatal = true;
   // A backend that is lost (a sticky CUDA error) fails every later step: replace it.
   if (out.failed && model_.backend->lost()) out.error.fatal = true;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -13,7 +13,7 @@ using Self = group_actor::stateful_pointer<GroupState>;
 
 std::string rank_name(Self self, std::size_t rank) {
   const auto& nodes = self->state.nodes;
-  std::string name = "rank " + std::to_string(rank);
+  std::string name = (self->state.pipeline ? "stage " : "rank ") + std::to_string(rank);
   if (rank < nodes.size() && !nodes[rank].empty()) name += " (node " + nodes[rank] + ")";
   return name;
 }
@@ -36,8 +36,8 @@ engine::StepOutput failed_step_of(Self self, std::size_t rank, engine::StepOutpu
 }
 
 // The group's load report once every rank loaded: the fewest KV blocks any rank holds
-// (the block tables are the same on every rank).
-engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports) {
+// (the block tables are the same on every rank, and every pipeline stage).
+engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports, bool pipeline) {
   engine::LoadReport report = reports.front();
   report.bytes_per_block = 0;
   report.weight_bytes = 0;
@@ -46,16 +46,18 @@ engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports)
     report.bytes_per_block += r.bytes_per_block;
     report.weight_bytes += r.weight_bytes;
   }
-  report.device_name =
-      std::to_string(reports.size()) + " tensor-parallel ranks of " + report.device_name;
+  report.device_name = std::to_string(reports.size()) +
+                       (pipeline ? " pipeline stages of " : " tensor-parallel ranks of ") +
+                       report.device_name;
   return report;
 }
 
-// The group's step output once every rank is done: rank 0's tokens.
-engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs) {
+// The group's step output once every rank is done: rank 0's tokens, or the last pipeline
+// stage's (the one that samples).
+engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs, bool pipeline) {
   double seconds = 0.0;
   for (const auto& o : outputs) seconds = std::max(seconds, o.seconds);
-  engine::StepOutput out = outputs.front();
+  engine::StepOutput out = pipeline ? outputs.back() : outputs.front();
   out.seconds = seconds;
   return out;
 }
@@ -68,7 +70,7 @@ void settle_load(Self self, Loading& loading) {
     loading.promise.deliver(failed_load(self, rank, std::move(report)));
     return;
   }
-  loading.promise.deliver(combine_loads(loading.answers));
+  loading.promise.deliver(combine_loads(loading.answers, self->state.pipeline));
 }
 
 // A load's rank answered (or failed to).
@@ -123,9 +125,24 @@ caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
   gathering->pending = state.ranks.size();
   gathering->promise = self->make_response_promise<engine::LoadReport>();
   state.loading = gathering;
-  // The replica's KV budget is shared: each rank holds its heads' part of every block.
+  // The replica's KV budget is shared: each rank holds its heads' part of every block (a
+  // pipeline stage its layers').
   if (spec.num_kv_blocks <= 0)
     spec.kv_cache_bytes = std::max<std::int64_t>(1, spec.kv_cache_bytes / size);
+  // A pipeline's stages are the group's ranks: rank i is stage i, each a whole (unsplit)
+  // worker of its layers.
+  state.pipeline = spec.pipeline_size > 1;
+  if (state.pipeline && spec.pipeline_size != size) {
+    engine::LoadReport failed;
+    failed.failed = true;
+    failed.error = {ErrorCode::invalid_argument,
+                    "a pipeline of " + std::to_string(spec.pipeline_size) +
+                        " stages cannot run on a group of " + std::to_string(size) + " workers",
+                    true};
+    gathering->answered = true;
+    gathering->promise.deliver(failed);
+    return gathering->promise;
+  }
   const GroupJoin join{caf::actor_cast<rendezvous_actor>(self), "tp",
                        static_cast<std::int64_t>(state.collective_timeout.count())};
   auto done = [self, gathering](std::size_t r, engine::LoadReport report) {
@@ -133,8 +150,12 @@ caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
   };
   for (std::size_t r = 0; r < state.ranks.size(); ++r) {
     engine::WorkerSpec rank_spec = spec;
-    rank_spec.rank = static_cast<std::int32_t>(r);
-    rank_spec.world_size = size;
+    if (state.pipeline) {
+      rank_spec.pipeline_stage = static_cast<std::int32_t>(r);
+    } else {
+      rank_spec.rank = static_cast<std::int32_t>(r);
+      rank_spec.world_size = size;
+    }
     // A GPU each: NCCL refuses two ranks of a group on one device. (A node sets its own
     // ranks' GPUs again from what it has.)
     if (spec.device == Device::cuda) rank_spec.device_index = static_cast<std::int32_t>(r);
@@ -172,7 +193,7 @@ caf::result<engine::StepOutput> step_ranks(Self self, const engine::StepWork& wo
     if (--gathering->pending == 0) {
       gathering->answered = true;
       self->state.stepping.erase(step_id);
-      gathering->promise.deliver(combine_steps(gathering->answers));
+      gathering->promise.deliver(combine_steps(gathering->answers, self->state.pipeline));
     }
   };
   // No timeout here: a rank that hangs fails the others' collectives within theirs (the
@@ -233,8 +254,11 @@ void lose_rank(Self self, std::size_t r, const std::string& why) {
         self, r, engine::failed_step(step_id, {ErrorCode::unavailable, message, true})));
   }
   state.stepping.clear();
-  self->quit(caf::make_error(caf::sec::runtime_error,
-                             rank_name(self, r) + " of the tensor-parallel group " + message));
+  self->quit(caf::make_error(
+      caf::sec::runtime_error,
+      rank_name(self, r) +
+          (self->state.pipeline ? " of the pipeline " : " of the tensor-parallel group ") +
+          message));
 }
 
 // Only the group's own ranks (their processes) use its store.

@@ -79,7 +79,8 @@ WorkerSource worker_source(const EngineConfig& config, const ReplicaStart& start
                            std::int32_t index, caf::duration& step_timeout) {
   WorkerSource source;
   source.replica = index;
-  source.tensor_parallel_size = config.tensor_parallel_size;
+  // A pipeline's stages are placed and driven as a group's ranks are.
+  source.tensor_parallel_size = config.tensor_parallel_size * config.pipeline_parallel_size;
   source.collective_timeout = config.collective_timeout;
   source.before_step = start.before_step;
   source.num_replicas = config.data_parallel_size;

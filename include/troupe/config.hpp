@@ -153,6 +153,13 @@ struct EngineConfig {
   // again; a collective that does not finish within collective_timeout is such a loss.
   std::int32_t tensor_parallel_size = 1;
   std::chrono::milliseconds collective_timeout{30000};
+  // Pipeline parallelism: each replica's layers cut into this many contiguous stages
+  // (vLLM's --pipeline-parallel-size), each a worker placed as a tensor-parallel rank is;
+  // the hidden states pass from stage to stage (CPU: Gloo). One step in flight at a time.
+  // Not with tensor_parallel_size > 1 yet.
+  std::int32_t pipeline_parallel_size = 1;
+  // Each stage's layer count in order (vLLM's VLLM_PP_LAYER_PARTITION); empty: balanced.
+  std::vector<std::int32_t> pipeline_layer_partition;
   // Set: this engine is a cluster's head and its replicas' workers run on nodes.
   std::optional<ClusterConfig> cluster;
 };

@@ -1,4 +1,5 @@
-// Gloo's all-reduce as troupe uses it: ranks as threads of this process on loopback.
+// Gloo's all-reduce (and a pipeline's point-to-point sends) as troupe uses it: ranks as
+// threads of this process on loopback.
 // The sum is added in rank order (the same bits on every rank, whatever the size), a
 // missing rank is an error within the timeout rather than a hang, and Gloo's SO_SNDBUF
 // calls go to troupe's setsockopt.
@@ -124,6 +125,66 @@ TEST_CASE("a rank that never joins the collective fails the others within the ti
         CHECK(std::chrono::steady_clock::now() - start < 10s);
         // The group is broken from now on: a second call fails at once.
         auto second = group.all_reduce_sum(data);
+        REQUIRE_FALSE(second.has_value());
+        CHECK(second.error().message.find("broken") != std::string::npos);
+        finished.set_value();
+      },
+      2s);
+}
+
+TEST_CASE("point-to-point sends pass buffers along a pipeline, in order, bit for bit",
+          "[cpu][collective][pp]") {
+  // Stage r receives from r - 1, adds its contribution and sends on, twice (two steps of
+  // different sizes, as a pipeline's steps are); the last stage keeps what arrived.
+  const std::int32_t size = GENERATE(2, 3);
+  std::vector<std::vector<float>> arrived(2);
+  with_group(size, [&](model::Communicator& group) {
+    const std::int32_t r = group.rank();
+    for (const std::size_t n : {std::size_t{5}, std::size_t{40001}}) {
+      std::vector<float> data(n, 0.0f);
+      if (r > 0) REQUIRE(group.recv(data, r - 1).has_value());
+      const auto mine = contribution(r, n);
+      for (std::size_t i = 0; i < n; ++i) data[i] += mine[i];
+      if (r + 1 < size) {
+        REQUIRE(group.send(data, r + 1).has_value());
+      } else {
+        arrived[n == 5 ? 0 : 1] = data;
+      }
+    }
+    // A peer outside the group, or itself, is refused.
+    std::vector<float> one(1);
+    CHECK_FALSE(group.send(one, r).has_value());
+    CHECK_FALSE(group.recv(one, size).has_value());
+  });
+  for (const std::size_t n : {std::size_t{5}, std::size_t{40001}}) {
+    std::vector<float> expected(n, 0.0f);
+    for (std::int32_t r = 0; r < size; ++r) {
+      const auto part = contribution(r, n);
+      for (std::size_t i = 0; i < n; ++i) expected[i] += part[i];
+    }
+    const auto& got = arrived[n == 5 ? 0 : 1];
+    REQUIRE(got.size() == n);
+    CHECK(std::memcmp(got.data(), expected.data(), n * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("a receive whose sender never sends fails within the timeout, and breaks the group",
+          "[cpu][collective][pp]") {
+  std::promise<void> finished;
+  auto released = finished.get_future().share();
+  with_group(
+      2,
+      [&](model::Communicator& group) {
+        if (group.rank() == 0) {
+          released.wait_for(20s);  // stays connected but never sends
+          return;
+        }
+        std::vector<float> data(16);
+        const auto start = std::chrono::steady_clock::now();
+        auto first = group.recv(data, 0);
+        CHECK_FALSE(first.has_value());
+        CHECK(std::chrono::steady_clock::now() - start < 10s);
+        auto second = group.send(data, 0);
         REQUIRE_FALSE(second.has_value());
         CHECK(second.error().message.find("broken") != std::string::npos);
         finished.set_value();

@@ -50,7 +50,12 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
   for (model::LlamaModel* rank : ranks_) {
     runners.push_back(std::make_unique<model::ModelRunner>(*rank, end_of_generation_));
   }
-  model::ModelRunner& runner = *runners.front();
+  // The rank that samples: rank 0, of the last stage when the model is a pipeline.
+  std::size_t sampling = 0;
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    if (ranks_[r]->shard().computes_logits()) sampling = r;
+  }
+  model::ModelRunner& runner = *runners[sampling];
   runner.set_logits_observer([&results](std::uint64_t id, std::span<const float> logits) {
     auto& first = results[id].first_logits;
     if (first.empty()) first.assign(logits.begin(), logits.end());
@@ -66,10 +71,11 @@ Result<std::vector<GenerationResult>> BatchGenerator::run(
                                                      std::to_string(cache.num_blocks) +
                                                      " blocks cannot run these sequences");
     }
-    // The other ranks run the same step at the same time as rank 0, a thread each: every
-    // collective of the step waits until all the ranks have called it.
+    // The other ranks (or stages) run the same step at the same time as the sampling one, a
+    // thread each: every collective of the step waits until all the ranks have called it.
     std::vector<std::future<engine::StepOutput>> others;
-    for (std::size_t r = 1; r < runners.size(); ++r) {
+    for (std::size_t r = 0; r < runners.size(); ++r) {
+      if (r == sampling) continue;
       others.push_back(
           std::async(std::launch::async, [&, r] { return worker::run_step(*runners[r], *work); }));
     }

@@ -3,7 +3,8 @@
 // golden tests, which need neither actors nor a server. It also keeps each
 // sequence's logits at its first generated position, for comparing with llama.cpp.
 // The model may be a tensor-parallel group whose ranks are in this process: every
-// step then runs on every rank at once (a thread each), and rank 0 samples.
+// step then runs on every rank at once (a thread each), and rank 0 samples; or a pipeline
+// whose stages are in this process, and the last stage samples.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,8 @@ class BatchGenerator {
   // The model's KV cache must be allocated; its blocks are the scheduler's pool.
   BatchGenerator(model::LlamaModel& model, std::vector<TokenId> end_of_generation)
       : ranks_{&model}, end_of_generation_(std::move(end_of_generation)) {}
-  // The ranks of one group, rank 0 first, each with its KV cache allocated.
+  // The ranks of one group, rank 0 first (or a pipeline's stages, in any order), each with
+  // its KV cache allocated; the one that computes logits samples.
   BatchGenerator(std::vector<model::LlamaModel*> ranks, std::vector<TokenId> end_of_generation)
       : ranks_(std::move(ranks)), end_of_generation_(std::move(end_of_generation)) {}
 

@@ -1,0 +1,76 @@
+// Pipeline parallelism across node processes on loopback (issue 34): a replica whose layers
+// are cut into two stages, a worker on each of two nodes, the hidden states passed between
+// the nodes' processes; it answers llama.cpp's greedy outputs (stories260K), and an
+// architecture reference (gemma2: windows and softcaps by layer) what one process serving
+// it whole answers.
+#include "cluster/cluster_support.hpp"
+
+using namespace troupe;
+using namespace troupe::test::cluster;
+
+namespace {
+
+// Threads per worker that fill a node: it then holds one stage, and the pipeline spans
+// nodes.
+std::string all_cores() {
+  return std::to_string(std::max(1U, std::thread::hardware_concurrency()));
+}
+
+std::string text_of(const Reply& r) {
+  return json_of(r.body)["choices"].array[0]["text"].string;
+}
+
+// The pipeline's replica is on both nodes, one stage each.
+void check_spans_both_nodes(Cluster& cluster) {
+  const test::Json state = cluster.cluster();
+  REQUIRE(state["nodes"].array.size() == 2u);
+  for (const auto& n : state["nodes"].array) {
+    CHECK(n["ranks"].number == 1);
+    CHECK(n["replica"].number == 0);
+  }
+  CHECK(state["replicas"].array.at(0)["node"].string == "n0,n1");
+}
+
+}  // namespace
+
+TEST_CASE("stories260K in two pipeline stages on two nodes gives llama.cpp's greedy outputs",
+          "[cluster][pp][shared]") {
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  const auto cases =
+      test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
+          .parse();
+  Cluster cluster(1, "round-robin", {"--pp", "2"}, 2, all_cores(), model);
+  for (const auto& c : cases.array) {
+    INFO("prompt '" << c["prompt"].string << "'");
+    const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
+                             R"(,"max_tokens":64,"temperature":0,"ignore_eos":true})";
+    const Reply reply = cluster.post("/v1/completions", body);
+    REQUIRE(reply.status == 200);
+    CHECK(text_of(reply) == c["output_text"].string);
+  }
+  check_spans_both_nodes(cluster);
+}
+
+TEST_CASE("gemma2 in two pipeline stages on two nodes answers what one process answers",
+          "[cluster][pp][shared]") {
+  const std::string model = test::shared_file("models/archs/gemma2.gguf");
+  const auto golden =
+      test::JsonParser(test::read_text(test::shared_file("golden/archs/gemma2.json"))).parse();
+  Cluster cluster(1, "round-robin", {"--pp", "2"}, 2, all_cores(), model);
+  ChildProcess single({TROUPE_BINARY, "serve", "-m", model, "--port", "0", "--threads", "1",
+                       "--kv-cache-gb", "0.02"});
+  const auto port = single.wait_for(R"(serving '.*' at http://127\.0\.0\.1:(\d+))", 60s);
+  REQUIRE(port.has_value());
+  for (const auto& p : golden["prompts"].array) {
+    INFO("prompt " << p["name"].string);
+    const std::string body = R"({"prompt":)" + ids(p["prompt_ids"].ints()) +
+                             R"(,"max_tokens":32,"temperature":0,"ignore_eos":true})";
+    const Reply alone =
+        http(static_cast<std::uint16_t>(std::stoi(*port)), "POST", "/v1/completions", body);
+    const Reply staged = cluster.post("/v1/completions", body);
+    REQUIRE(alone.status == 200);
+    REQUIRE(staged.status == 200);
+    CHECK(text_of(staged) == text_of(alone));
+  }
+  check_spans_both_nodes(cluster);
+}
