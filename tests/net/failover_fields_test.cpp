@@ -62,20 +62,13 @@ std::string what_the_client_read(const test::HttpReply& reply, bool streamed) {
                                         {"usage", comparable(answer.at("usage"))}});
   }
   json::array events;
-  bool done = false;
-  for (std::size_t pos = 0; (pos = reply.body.find("data: ", pos)) != std::string::npos;) {
-    const auto end = reply.body.find("\n\n", pos);
-    const std::string event = reply.body.substr(pos + 6, end - pos - 6);
-    pos = end;
-    if (event == "[DONE]") {
-      done = true;
-      continue;
-    }
+  const test::SseEvents sse = test::sse_events(reply.body);
+  for (const std::string& event : sse.data) {
     const json::value parsed = json::parse(event);
     CHECK_FALSE(parsed.as_object().contains("error"));
     events.push_back(comparable(parsed.at("choices")));
   }
-  CHECK(done);
+  CHECK(sse.done);
   return json::serialize(events);
 }
 

@@ -6,6 +6,7 @@
 #include <boost/beast.hpp>
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace troupe::test {
 
@@ -51,6 +52,28 @@ inline HttpReply post_json(std::uint16_t port, const std::string& target, std::s
                         [](const std::exception_ptr&) {});
   io.run_for(deadline);
   return reply;
+}
+
+// The data of each server-sent event of `body`, in order, and whether the stream ended
+// with [DONE] (which is not among them).
+struct SseEvents {
+  std::vector<std::string> data;
+  bool done = false;
+};
+
+inline SseEvents sse_events(const std::string& body) {
+  SseEvents events;
+  for (std::size_t pos = 0; (pos = body.find("data: ", pos)) != std::string::npos;) {
+    const auto end = body.find("\n\n", pos);
+    std::string data = body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") {
+      events.done = true;
+    } else {
+      events.data.push_back(std::move(data));
+    }
+  }
+  return events;
 }
 
 }  // namespace troupe::test

@@ -91,15 +91,8 @@ Output streamed_output(const std::string& target, const Reply& reply) {
   INFO(reply.body);
   REQUIRE(reply.status == 200);
   Output out;
-  bool done = false;
-  for (std::size_t pos = 0; (pos = reply.body.find("data: ", pos)) != std::string::npos;) {
-    const auto end = reply.body.find("\n\n", pos);
-    const std::string event = reply.body.substr(pos + 6, end - pos - 6);
-    pos = end;
-    if (event == "[DONE]") {
-      done = true;
-      continue;
-    }
+  const test::SseEvents events = test::sse_events(reply.body);
+  for (const std::string& event : events.data) {
     const json::value parsed = json::parse(event);
     const auto& choices = parsed.at("choices").as_array();
     if (choices.empty()) continue;  // the usage chunk
@@ -114,7 +107,7 @@ Output streamed_output(const std::string& target, const Reply& reply) {
     if (const auto& reason = choice.at("finish_reason"); reason.is_string())
       out.finish_reason = reason.as_string();
   }
-  CHECK(done);
+  CHECK(events.done);
   return out;
 }
 
