@@ -236,6 +236,9 @@ void Scheduler::plan_draft(const Sequence& seq, std::int32_t budget, std::int32_
   // one sequence's catching up takes at most a share of the step's.
   const std::int32_t last = seq.num_tokens() - 1;
   const std::int32_t unseen = last - seq.num_draft_computed;
+  // Too near its end to repay catching up: a plain decode (and so every step after).
+  const std::int32_t repay = config_.draft_catch_up_repay;
+  if (repay > 0 && unseen > repay * (seq.max_tokens - seq.num_generated())) return;
   chunk.draft_from = seq.num_draft_computed;
   const std::int32_t k = std::min(room, budget - 1 - unseen);
   if (k > 0 && unseen <= most_catch_up) {

@@ -386,6 +386,8 @@ TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and
     // The threshold turns speculation off while more than two sequences decode.
     auto some = spec;
     some.speculation.disable_by_batch_size = 2;
+    // Near their ends as most are when the batch falls to 2, they catch up all the same.
+    some.draft_catch_up_repay = 0;
     const auto out = serve(runner, some, requests, /*staggered=*/true);
     for (std::size_t i = 0; i < requests.size(); ++i) {
       INFO("request " << i);
@@ -481,6 +483,7 @@ TEST_CASE(
     if (same) CHECK(out.spec.num_accepted_tokens > 10);
   };
   SECTION("alone") {
+    int drafted = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       INFO("request " << i);
       const auto out = serve(runner, spec, {requests[i]}, false, &draft->proposer);
@@ -489,12 +492,18 @@ TEST_CASE(
       // Its own copy proposes the model's greedy tokens: a greedy request without
       // penalties (which the draft does not apply) accepts every one.
       const SamplingParams& p = requests[i].params;
-      if (same && p.temperature == 0.0f && p.frequency_penalty == 0.0f &&
+      // A prompt too long for its output to repay catching the draft up gets none.
+      const bool repays = static_cast<std::int32_t>(requests[i].prompt.size()) <=
+                          spec.draft_catch_up_repay * (p.max_tokens - 1);
+      if (!repays) CHECK(out.spec.num_drafts == 0);
+      if (same && repays && p.temperature == 0.0f && p.frequency_penalty == 0.0f &&
           p.repetition_penalty == 1.0f) {
         CHECK(out.spec.num_drafts > 0);
         CHECK(out.spec.num_accepted_tokens == out.spec.num_draft_tokens);
+        ++drafted;
       }
     }
+    CHECK(drafted >= (same ? 2 : 0));
   }
   SECTION("in a batch beside prefill chunks") {
     check(serve(runner, spec, requests, /*staggered=*/true, &draft->proposer));
@@ -502,6 +511,8 @@ TEST_CASE(
   SECTION("in a batch where only some speculate, so the draft falls behind and catches up") {
     auto some = spec;
     some.speculation.disable_by_batch_size = 2;
+    // Near their ends as most are when the batch falls to 2, they catch up all the same.
+    some.draft_catch_up_repay = 0;
     check(serve(runner, some, requests, /*staggered=*/true, &draft->proposer));
   }
   SECTION(
@@ -734,7 +745,7 @@ TEST_CASE(
     std::vector<Request> out(kRequests);
     for (int i = 0; i < kRequests; ++i) {
       // A prompt that repeats itself, so the n-gram proposer proposes too.
-      out[i].prompt = {7, 8, 9, 10, 7, 8, 9, 10, 7, 8};
+      out[i].prompt = {7, 8, 9, 10, 7, 8, 9, 10};
       out[i].params.max_tokens = kTokens;
       out[i].params.ignore_eos = true;
       out[i].params.temperature = 1.0f;
@@ -842,4 +853,32 @@ TEST_CASE("while prompts wait, a draft model catches up by a quarter of the budg
   CHECK(plan.chunks[0].draft_to - plan.chunks[0].draft_from == 4);
   CHECK(plan.chunks[1].id == 2);
   CHECK(plan.chunks[1].num_new_tokens == 11);
+}
+
+TEST_CASE("a draft model does not catch up a sequence too near its end to repay it",
+          "[engine][speculative]") {
+  // Catching up n unseen tokens needs n / draft_catch_up_repay tokens left: the tail
+  // of a batch, where few decodes are left and each has a long text the draft has not
+  // seen, decodes plainly instead of paying for a catch-up it never gets back.
+  const std::vector<TokenId> prompt(20, 3);
+  for (const std::int32_t max_tokens : {6, 12}) {
+    INFO("max_tokens " << max_tokens);
+    auto config = spec_config(2);
+    config.speculation.draft_model = "draft.gguf";
+    engine::Scheduler s(config);
+    REQUIRE(s.add({1, prompt, max_tokens}).has_value());
+    auto plan = s.schedule();
+    std::vector<engine::SampledResult> first = {{20}};
+    s.update(plan, first);  // 21 tokens, the draft has seen none: 20 to catch up
+    plan = s.schedule();
+    REQUIRE(plan.chunks.size() == 1);
+    const auto& chunk = plan.chunks[0];
+    const bool repays = 20 <= config.draft_catch_up_repay * (max_tokens - 1);
+    CHECK(repays == (max_tokens == 12));
+    CHECK(chunk.runs_draft_model() == repays);
+    CHECK(chunk.draft.size() == (repays ? 2u : 0u));
+    CHECK(chunk.num_new_tokens == (repays ? 3 : 1));
+    CHECK(plan.num_catch_up_tokens == (repays ? 20 : 0));
+    REQUIRE(s.check_invariants().has_value());
+  }
 }
