@@ -120,6 +120,7 @@ LoadedModel& LoadedModel::operator=(LoadedModel&& other) noexcept {
   backend = std::move(other.backend);
   model = std::move(other.model);
   kv_dtype = other.kv_dtype;
+  group = std::move(other.group);
   return *this;
 }
 

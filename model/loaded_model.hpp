@@ -25,6 +25,9 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;  // with the weights: the backend they live on
   std::unique_ptr<LlamaModel> model;
   KvCacheDtype kv_dtype = KvCacheDtype::f16;  // how its KV cache stores keys and values
+  // A rank of a tensor-parallel group: the group its backend joined (null otherwise). The
+  // worker shares rank 0's draft proposals over it.
+  std::shared_ptr<Communicator> group;
 
   LoadedModel() = default;
   LoadedModel(LoadedModel&&) noexcept = default;

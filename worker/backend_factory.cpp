@@ -244,8 +244,8 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
                                                          std::to_string(spec.world_size) +
                                                          " was given no group to join");
     }
-    TROUPE_TRY(auto group, connect_group(spec, *link));
-    TROUPE_TRY_VOID(backend->join_group(std::move(group)));
+    TROUPE_TRY(m.group, connect_group(spec, *link));
+    TROUPE_TRY_VOID(backend->join_group(m.group));
   }
   TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard, progress));
   if (pipe != nullptr) TROUPE_TRY_VOID(m.model->join_pipeline(std::move(pipe)));

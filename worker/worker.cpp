@@ -54,8 +54,37 @@ Result<std::vector<engine::StepCost>> measure_step_costs(model::ModelRunner& run
 
 }  // namespace
 
+namespace {
+
+// A tensor-parallel group's ranks all verify rank 0's proposals: rank 0 sends `step`'s
+// tokens (its placeholders filled in), the others receive them, as a sum over the group
+// to which only rank 0 adds (token ids are exact in floats). The last element says whether
+// rank 0's draft model succeeded, so a failed draft fails the step on every rank alike.
+Result<void> share_proposals(model::Communicator& group, model::StepInput& step,
+                             Result<void> proposed) {
+  const bool first = group.rank() == 0;
+  std::vector<float> shared(step.tokens.size() + 1, 0.0f);
+  if (first && proposed) {
+    for (std::size_t i = 0; i < step.tokens.size(); ++i) {
+      shared[i] = static_cast<float>(step.tokens[i]);
+    }
+    shared.back() = 1.0f;
+  }
+  TROUPE_TRY_VOID(group.all_reduce_sum(shared));
+  if (first && !proposed) return proposed;
+  if (shared.back() != 1.0f) {
+    return make_error(ErrorCode::internal, "rank 0's draft model failed to propose");
+  }
+  for (std::size_t i = 0; i < step.tokens.size(); ++i) {
+    step.tokens[i] = static_cast<TokenId>(shared[i]);
+  }
+  return {};
+}
+
+}  // namespace
+
 engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work,
-                            model::DraftProposer* draft) {
+                            model::DraftProposer* draft, model::Communicator* group) {
   auto fail = [&work](Error error) {
     return engine::failed_step(work.step_id, {error.code, std::move(error.message), false});
   };
@@ -67,18 +96,21 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
       refused = added.error();
     }
   }
-  // The draft model fills in the proposals of a copy of the step (never in a group: a
-  // draft model beside a split model is refused at load).
+  // The draft model fills in the proposals of a copy of the step; in a group, rank 0's
+  // draft model, for every rank.
   std::optional<model::StepInput> drafted;
   if (!work.drafts.empty()) {
-    if (draft == nullptr) {
+    const bool shares = group != nullptr && group->size() > 1;
+    const bool proposes = !shares || group->rank() == 0;
+    if (proposes && draft == nullptr) {
       return fail({ErrorCode::invalid_argument,
                    "the step asks for a draft model, and this worker has none"});
     }
     drafted = work.step;
-    if (auto proposed = draft->propose(work.drafts, *drafted); !proposed) {
-      return fail(proposed.error());
-    }
+    Result<void> proposed;
+    if (proposes) proposed = draft->propose(work.drafts, *drafted);
+    if (shares) proposed = share_proposals(*group, *drafted, std::move(proposed));
+    if (!proposed) return fail(proposed.error());
   }
   // Run even if a sampler was refused: a rank of a group that skipped its forward pass
   // would leave the others waiting in their collectives.
@@ -118,7 +150,7 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
   // padded to its graph's size at most max_num_seqs), then the KV pool from what is left.
   TROUPE_TRY_VOID(
       llama.prepare(std::max(spec.max_num_batched_tokens, spec.max_num_seqs), spec.max_num_seqs));
-  if (!spec.draft_model_path.empty()) TROUPE_TRY_VOID(w->load_draft(spec));
+  if (!spec.draft_model_path.empty() && spec.rank == 0) TROUPE_TRY_VOID(w->load_draft(spec));
   // A draft model's cache has a block for each of the model's, under the same id.
   const auto shape = w->model_.kv_cache_shape(0, spec.block_size);
   std::int64_t block_bytes = backend.kv_block_bytes(shape);
@@ -169,13 +201,17 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
     return make_error(ErrorCode::invalid_argument,
                       "the draft model " + spec.draft_model_path + " " + why);
   };
-  if (spec.world_size > 1 || spec.pipeline_size > 1) {
-    return refused("cannot run beside a tensor-parallel or pipelined model (not supported yet)");
+  if (spec.pipeline_size > 1) {
+    return refused("cannot run beside a pipelined model (not supported yet)");
   }
   if (spec.device != Device::cpu) {
     return refused("runs on the CPU only for now");
   }
+  // A tensor-parallel group's rank 0 alone runs the whole draft model (it is small): the
+  // others take its proposals over the group, so every rank verifies the same tokens.
   engine::WorkerSpec draft_spec = spec;
+  draft_spec.rank = 0;
+  draft_spec.world_size = 1;
   draft_spec.model_path = spec.draft_model_path;
   draft_spec.model_fingerprint = spec.draft_model_fingerprint;  // checked by open_model
   draft_spec.draft_model_path.clear();
@@ -221,7 +257,7 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
   // A throwing step leaves the backend in an unknown state: the worker must go.
   try {
     if (before_step_) before_step_();
-    out = run_step(*runner_, work, proposer_.get());
+    out = run_step(*runner_, work, proposer_.get(), model_.group.get());
   } catch (const std::exception& e) {
     out = engine::failed_step(
         work.step_id, {ErrorCode::internal, std::string("the step failed: ") + e.what(), true});

@@ -16,10 +16,12 @@
 namespace troupe::worker {
 
 // One step on a runner: samplers for new sequences, the draft model's proposals (with
-// `draft`), the forward pass, sampling. Errors are in the output; an exception is not
-// caught here.
+// `draft`), the forward pass, sampling. On a rank of a tensor-parallel `group`, rank 0
+// alone has the draft model: the others take its proposals over the group. Errors are in
+// the output; an exception is not caught here.
 engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work,
-                            model::DraftProposer* draft = nullptr);
+                            model::DraftProposer* draft = nullptr,
+                            model::Communicator* group = nullptr);
 
 class Worker {
  public:

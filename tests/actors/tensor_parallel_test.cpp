@@ -101,6 +101,39 @@ TEST_CASE("LoRA adapters on a split model: each rank its part, one worker's gree
   for (const auto& path : whole.lora_adapters) std::filesystem::remove(path);
 }
 
+TEST_CASE(
+    "a draft model beside a split model: rank 0 proposes for every rank, one worker's greedy "
+    "outputs",
+    "[actors][tp][speculative]") {
+  // Rank 0 alone holds the draft model; the other rank takes its proposals over the group,
+  // so both verify the same tokens. The model as its own draft has every greedy proposal
+  // accepted; another model's are mostly wrong, and the outputs are the same either way.
+  auto whole = Engine::create(split(1, 1));
+  REQUIRE(whole.has_value());
+  const auto expected = run_all(**whole, 6, 16);
+  const std::string other = test::write_small_model(
+      "tensor-parallel-other-draft", [](model::RandomModelSpec& spec) { spec.seed = 99; });
+  for (const bool same : {true, false}) {
+    INFO((same ? "the model as its own draft" : "another model as the draft"));
+    EngineConfig config = split(1, 2);
+    config.speculative.draft_model = same ? config.model_path : other;
+    config.speculative.num_speculative_tokens = 3;
+    config.speculative.disable_by_batch_size = 64;  // every step proposes
+    auto engine = Engine::create(config);
+    REQUIRE(engine.has_value());
+    CHECK(run_all(**engine, 6, 16) == expected);
+    const EngineStats stats = (*engine)->stats();
+    CHECK(stats.spec_num_drafts > 0);
+    if (same) {
+      CHECK(stats.spec_num_accepted_tokens == stats.spec_num_draft_tokens);
+    } else {
+      CHECK(stats.spec_num_accepted_tokens < stats.spec_num_draft_tokens);
+    }
+    CHECK(test::kv_drains(**engine));
+  }
+  std::filesystem::remove(other);
+}
+
 TEST_CASE("a shape that cannot be split is refused before any worker starts", "[actors][tp]") {
   auto engine = Engine::create(split(1, 3));  // 4 heads
   REQUIRE_FALSE(engine.has_value());
