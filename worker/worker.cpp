@@ -204,8 +204,9 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
   if (spec.pipeline_size > 1) {
     return refused("cannot run beside a pipelined model (not supported yet)");
   }
-  if (spec.device != Device::cpu) {
-    return refused("runs on the CPU only for now");
+  // Rank 0 shares its proposals through host memory, which NCCL's collectives do not take.
+  if (spec.world_size > 1 && spec.device != Device::cpu) {
+    return refused("cannot run beside a model split over GPUs (not supported yet)");
   }
   // A tensor-parallel group's rank 0 alone runs the whole draft model (it is small): the
   // others take its proposals over the group, so every rank verifies the same tokens.
