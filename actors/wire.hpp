@@ -116,8 +116,9 @@ typename Inspector::result_type inspect(Inspector& f, WorkerSpec& x) {
            x.num_threads, x.cuda_graphs, x.block_size, x.max_model_len, x.max_num_seqs,
            x.max_num_batched_tokens, x.num_kv_blocks, x.kv_cache_bytes, x.gpu_memory_utilization,
            x.rank, x.world_size, x.device_index, kv_cache_dtype.has, kv_cache_dtype.value,
-           x.calibrate_step_cost, x.draft_model_path, x.draft_model_fingerprint, x.lora_adapters,
-           x.pipeline_stage, x.pipeline_size, x.layer_partition, load);
+           x.calibrate_step_cost, x.draft_model_path, x.draft_model_fingerprint,
+           x.draft_num_threads, x.lora_adapters, x.pipeline_stage, x.pipeline_size,
+           x.layer_partition, load);
 }
 
 template <class Inspector>

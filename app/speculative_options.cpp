@@ -14,6 +14,8 @@ namespace {
 
 // Most tokens proposed a step: a draft longer than this is seldom all accepted.
 constexpr std::int64_t kMostSpeculativeTokens = 32;
+// Most threads a draft model's own pool may have.
+constexpr std::int64_t kMostDraftThreads = 1024;
 // Longest n-gram looked up (the proposer scans the sequence once per length).
 constexpr std::int64_t kMostLookup = 64;
 
@@ -60,12 +62,13 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& json) {
                                          "num_speculative_tokens",
                                          "prompt_lookup_max",
                                          "prompt_lookup_min",
-                                         "disable_by_batch_size"};
+                                         "disable_by_batch_size",
+                                         "draft_num_threads"};
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return key == k; }) == std::end(kKnown)) {
       return bad("unknown field \"" + std::string(key) +
                  "\" (known: method, model, num_speculative_tokens, prompt_lookup_max, "
-                 "prompt_lookup_min, disable_by_batch_size)");
+                 "prompt_lookup_min, disable_by_batch_size, draft_num_threads)");
     }
   }
   SpeculativeConfig config;
@@ -94,9 +97,15 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& json) {
     TROUPE_TRY(const auto batch,
                integer(o, "disable_by_batch_size", 1, std::numeric_limits<std::int32_t>::max()));
     if (batch) config.disable_by_batch_size = *batch;
+    TROUPE_TRY(const auto threads, integer(o, "draft_num_threads", 1, kMostDraftThreads));
+    if (threads) config.draft_num_threads = *threads;
     return config;
   }
   if (!has_method) return bad("method is required (\"ngram\", or a draft model's \"model\")");
+  if (const auto* v = o.if_contains("draft_num_threads"); v != nullptr && !v->is_null()) {
+    return bad("draft_num_threads is for a draft model (\"model\"), not method \"" +
+               std::string(method->is_string() ? method->as_string() : "") + "\"");
+  }
   if (method->as_string() == "draft_model") return bad("method draft_model needs a \"model\"");
   if (method->as_string() != "ngram" && method->as_string() != "[ngram]") {
     return bad(

@@ -49,9 +49,10 @@ struct WorkerSpec {
   // sized to the machine. A rank of a split model does not: its steps need the group.
   bool calibrate_step_cost = false;
   // Speculative decoding with a draft model: its file, loaded beside the model on the same
-  // device and threads, with a KV cache of its own under the same block ids. Empty: none.
+  // device, with a KV cache of its own under the same block ids. Empty: none.
   std::string draft_model_path;
   std::string draft_model_fingerprint;  // of the head's draft file; empty: not checked
+  std::int32_t draft_num_threads = 0;   // its CPU threads, a pool of its own (0: the model's)
   // LoRA adapter files (llama.cpp's GGUF layout) for the model, attached in this order:
   // the i-th is slot i + 1 (CoreRequest::adapter). CPU only for now; each rank of a split
   // model keeps its part of every matrix.

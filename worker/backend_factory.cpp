@@ -36,7 +36,10 @@ engine::WorkerSpec spec_for(const EngineConfig& config, std::string model_path,
   spec.kv_cache_bytes = config.kv_cache_bytes;
   spec.gpu_memory_utilization = config.gpu_memory_utilization;
   spec.kv_cache_dtype = config.kv_cache_dtype;
-  if (config.speculative.enabled()) spec.draft_model_path = config.speculative.draft_model;
+  if (config.speculative.enabled()) {
+    spec.draft_model_path = config.speculative.draft_model;
+    spec.draft_num_threads = config.speculative.draft_num_threads;
+  }
   spec.lora_adapters = config.lora_adapters;
   spec.pipeline_size = config.pipeline_parallel_size;
   spec.layer_partition = config.pipeline_layer_partition;

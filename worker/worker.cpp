@@ -217,13 +217,18 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
   draft_spec.model_fingerprint = spec.draft_model_fingerprint;  // checked by open_model
   draft_spec.draft_model_path.clear();
   draft_spec.draft_model_fingerprint.clear();
+  draft_spec.draft_num_threads = 0;
   draft_spec.lora_adapters.clear();  // the draft proposes with its own weights alone
-  // The draft runs only between the model's steps: on the model's threads.
+  // The draft runs only between the model's steps: on the model's threads, or on a pool
+  // of its own where the spec gives it a thread count.
+  const bool own_threads = spec.device == Device::cpu && spec.draft_num_threads > 0;
+  if (own_threads) draft_spec.num_threads = spec.draft_num_threads;
   // Its weights are mapped beside the model's: the two must fit in memory together.
   const std::int64_t beside = spec.device == Device::cpu
                                   ? model::tensor_bytes(*model_.file) / std::max(1, spec.world_size)
                                   : 0;
-  auto draft = open_model(draft_spec, nullptr, {}, model_.backend.get(), beside);
+  auto draft =
+      open_model(draft_spec, nullptr, {}, own_threads ? nullptr : model_.backend.get(), beside);
   if (!draft) return make_error(draft.error().code, "the draft model: " + draft.error().message);
   draft_ = std::move(*draft);
   // The same vocabulary: every id stands for the same bytes in both.

@@ -72,6 +72,10 @@ struct SpeculativeConfig {
   // The draft model's file; empty: ngram. With one, a decode's draft is k placeholders
   // that the worker fills in, after the draft has run the tokens it has not seen.
   std::string draft_model;
+  // The draft model's CPU threads: a pool of its own (a small model may run best on fewer
+  // threads than the model). 0: the model's own pool. It never runs at the same time as
+  // the model either way.
+  std::int32_t draft_num_threads = 0;
   // No proposals in a step with more decoding sequences than this: a large batch's step is
   // bound by compute, not by reading the weights once, and verifying k tokens then costs
   // about k tokens (vLLM's speculative_disable_by_batch_size).

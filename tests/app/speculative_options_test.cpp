@@ -60,6 +60,10 @@ TEST_CASE("a bad --speculative-config is refused naming the field, by every comm
        "method \"ngram\" does not take a model"},
       {R"({"method": "draft_model", "num_speculative_tokens": 3})",
        "method draft_model needs a \"model\""},
+      {R"({"model": "draft.gguf", "num_speculative_tokens": 3, "draft_num_threads": 0})",
+       "draft_num_threads must be in [1, 1024], not 0"},
+      {R"({"method": "ngram", "num_speculative_tokens": 3, "draft_num_threads": 2})",
+       "draft_num_threads is for a draft model"},
       {R"({"model": "draft.gguf"})", "num_speculative_tokens is required with a draft model"},
       {R"({"model": 7, "num_speculative_tokens": 3})", "model must be the draft model's file path"},
       {R"({"model": "draft.gguf", "num_speculative_tokens": 3, "prompt_lookup_max": 2})",
@@ -84,8 +88,9 @@ TEST_CASE("a bad --speculative-config is refused naming the field, by every comm
 
 // The model as its own draft: stories260K is the only small model in ../shared with its
 // vocabulary.
-std::string own_draft(const std::string& model) {
-  return R"({"model": ")" + model + R"(", "num_speculative_tokens": 3})";
+std::string own_draft(const std::string& model, int threads = 0) {
+  return R"({"model": ")" + model + R"(", "num_speculative_tokens": 3)" +
+         (threads > 0 ? R"(, "draft_num_threads": )" + std::to_string(threads) : "") + "}";
 }
 
 TEST_CASE("generate prints the same greedy text with and without speculation",
@@ -93,11 +98,14 @@ TEST_CASE("generate prints the same greedy text with and without speculation",
   const std::string model = troupe::test::shared_file("models/stories260K.gguf");
   const std::vector<std::string> base = {
       "generate", "-m", model, "-p", "Once upon a time", "-n", "100", "--ignore-eos", "-t", "1"};
-  const bool draft = GENERATE(false, true);
-  INFO((draft ? "a draft model" : "n-gram lookup"));
+  // n-gram lookup, a draft model on the model's pool, a draft model on a pool of its own
+  const int proposer = GENERATE(0, 1, 2);
+  INFO((proposer == 0   ? "n-gram lookup"
+        : proposer == 1 ? "a draft model"
+                        : "a draft model on 2 threads of its own"));
   auto with = base;
   with.push_back("--speculative-config");
-  with.push_back(draft ? own_draft(model) : std::string(kNgram));
+  with.push_back(proposer == 0 ? std::string(kNgram) : own_draft(model, proposer == 2 ? 2 : 0));
   const auto plain = run(base);
   const auto spec = run(with);
   REQUIRE(plain.first == 0);
