@@ -44,6 +44,8 @@ run() {
     old-auto) binary=$TROUPE_OLD flags=(--max-num-batched-tokens auto) ;;
   esac
   local server
+  # The last run's server may still hold the port for a moment after it exited.
+  for _ in $(seq 1 100); do ss -ltn | grep -q ":$port " || break; sleep 0.1; done
   if [ "$budget" = llama ]; then
     # LLAMA_SERVER: llama.cpp's (or ik_llama.cpp's) llama-server, 16 slots of 512 tokens.
     "$LLAMA_SERVER" -m "$model" --port "$port" -t 2 --parallel 16 -c 8192 -fa on 2>"$log" >&2 &
@@ -76,7 +78,8 @@ run() {
   other=$(awk -v j="$((j1 - j0))" -v s="$((s1 - s0))" -v c="$client" -v hz="$hz" \
     -v t="$(echo "$t1 - $t0" | bc)" 'BEGIN{printf "%.2f", ((j - s) / hz - c) / t}')
   local start
-  start=$(grep -o 'token budget: .*' "$log" | head -1 | sed 's/.*(\(.*\))$/\1/')
+  # (llama-server prints no budget)
+  start=$(grep -o 'token budget: .*' "$log" | head -1 | sed 's/.*(\(.*\))$/\1/' || true)
   python3 - "$json" "$budget" "$rate" "$tag" "$other" "$start" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -5,8 +5,9 @@
 # another. Prints each server's wall time and decode rate, its speed-up over the plain
 # one, whether its four texts equal the plain server's byte for byte, and its spec-decode
 # counters from /metrics. LLAMA_SERVER=path adds llama.cpp's (or ik_llama.cpp's)
-# llama-server on the same pair, plain and with the draft (--draft-max k, --draft-min 0,
-# --draft-p-min 0), the same four requests: its speed-up is over its own plain run, its
+# llama-server on the same pair, plain and with the draft (ik_llama.cpp's --spec-type
+# draft:n_max=k,p_min=0.0, or llama.cpp's --draft-max k --draft-min 0 --draft-p-min 0), the
+# same four requests: its speed-up is over its own plain run, its
 # texts are compared with its own plain run's, and its draft counters come from the
 # responses' timings.
 set -euo pipefail
@@ -42,7 +43,16 @@ for round in $(seq "$rounds"); do
       llama_*)
         port=${LLAMA_PORT:-18870}
         args=(-m "$target" --port "$port" -t "$threads" -c 2048)
-        [ "$name" = llama_draft ] && args+=(-md "$draft" --draft-max "$k" --draft-min 0 --draft-p-min 0)
+        if [ "$name" = llama_draft ]; then
+          # ik_llama.cpp takes the draft's length in --spec-type; llama.cpp in --draft-max.
+          # (the help read whole first: grep -q would cut the pipe, failing it under pipefail)
+          help=$("$LLAMA_SERVER" --help 2>&1 || true)
+          if grep -q -- '--spec-type' <<<"$help"; then
+            args+=(-md "$draft" --spec-type "draft:n_max=$k,p_min=0.0")
+          else
+            args+=(-md "$draft" --draft-max "$k" --draft-min 0 --draft-p-min 0)
+          fi
+        fi
         "$LLAMA_SERVER" "${args[@]}" >"$log" 2>&1 &
         pid=$!
         for _ in $(seq 600); do
