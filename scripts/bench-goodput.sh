@@ -48,7 +48,10 @@ run() {
   for _ in $(seq 1 100); do ss -ltn | grep -q ":$port " || break; sleep 0.1; done
   if [ "$budget" = llama ]; then
     # LLAMA_SERVER: llama.cpp's (or ik_llama.cpp's) llama-server, 16 slots of 512 tokens.
-    "$LLAMA_SERVER" -m "$model" --port "$port" -t 2 --parallel 16 -c 8192 -fa on 2>"$log" >&2 &
+    # LLAMA_FLAGS: more of its flags (e.g. ik_llama.cpp's -rtr, its run-time repacking).
+    # shellcheck disable=SC2086
+    "$LLAMA_SERVER" -m "$model" --port "$port" -t 2 --parallel 16 -c 8192 -fa on ${LLAMA_FLAGS:-} \
+      2>"$log" >&2 &
     server=$!
     client_flags=(--vocab-size "${VOCAB_SIZE:-32000}")
     for _ in $(seq 1 600); do

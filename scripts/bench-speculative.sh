@@ -42,7 +42,9 @@ for round in $(seq "$rounds"); do
     case $name in
       llama_*)
         port=${LLAMA_PORT:-18870}
-        args=(-m "$target" --port "$port" -t "$threads" -c 2048)
+        # LLAMA_FLAGS: more of its flags (e.g. ik_llama.cpp's -rtr, its run-time repacking).
+        # shellcheck disable=SC2206
+        args=(-m "$target" --port "$port" -t "$threads" -c 2048 ${LLAMA_FLAGS:-})
         if [ "$name" = llama_draft ]; then
           # ik_llama.cpp takes the draft's length in --spec-type; llama.cpp in --draft-max.
           # (the help read whole first: grep -q would cut the pipe, failing it under pipefail)
