@@ -45,7 +45,8 @@ run() {
   esac
   local server
   # The last run's server may still hold the port for a moment after it exited.
-  for _ in $(seq 1 100); do ss -ltn | grep -q ":$port " || break; sleep 0.1; done
+  # (grep -c reads all of ss's output: grep -q would cut the pipe, failing it under pipefail)
+  for _ in $(seq 1 100); do [ "$(ss -ltn | grep -c ":$port ")" = 0 ] && break; sleep 0.1; done
   if [ "$budget" = llama ]; then
     # LLAMA_SERVER: llama.cpp's (or ik_llama.cpp's) llama-server, 16 slots of 512 tokens.
     # LLAMA_FLAGS: more of its flags (e.g. ik_llama.cpp's -rtr, its run-time repacking).
