@@ -75,6 +75,10 @@ run() {
   local j1 s1 t1
   j1=$(busy_jiffies); s1=$(proc_jiffies "$server"); t1=$(date +%s.%N)
   kill "$server"; wait "$server" 2>/dev/null || true
+  # llama-server leaves a process of its own holding the port: end whatever listens there.
+  for listener in $(ss -ltnpH "sport = :$port" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+    kill "$listener" 2>/dev/null || true
+  done
   for p in "${spinners[@]}"; do wait "$p" 2>/dev/null || true; done
   pids=()
   local client other

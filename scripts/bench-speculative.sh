@@ -93,6 +93,10 @@ for round in $(seq "$rounds"); do
     done
     metrics=$(curl -s "http://127.0.0.1:$port/metrics" || true)
     kill "$pid"; wait "$pid" 2>/dev/null || true
+    # llama-server leaves a process of its own holding the port: end whatever listens there.
+    for listener in $(ss -ltnpH "sport = :$port" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+      kill "$listener" 2>/dev/null || true
+    done
     pid=""
     seconds=$(python3 -c "print(f'{$end - $start:.2f}')")
     eval "seconds_$name=$seconds"
