@@ -44,9 +44,9 @@ run() {
     old-auto) binary=$TROUPE_OLD flags=(--max-num-batched-tokens auto) ;;
   esac
   local server
-  # The last run's server may still hold the port for a moment after it exited.
-  # (grep -c reads all of ss's output: grep -q would cut the pipe, failing it under pipefail)
-  for _ in $(seq 1 100); do [ "$(ss -ltn | grep -c ":$port ")" = 0 ] && break; sleep 0.1; done
+  # A port of its own for each run: the last run's server, or its connections, may still
+  # hold the one before for a moment (llama-server's does).
+  port=$((port + 1))
   if [ "$budget" = llama ]; then
     # LLAMA_SERVER: llama.cpp's (or ik_llama.cpp's) llama-server, 16 slots of 512 tokens.
     # LLAMA_FLAGS: more of its flags (e.g. ik_llama.cpp's -rtr, its run-time repacking).
@@ -75,7 +75,7 @@ run() {
   local j1 s1 t1
   j1=$(busy_jiffies); s1=$(proc_jiffies "$server"); t1=$(date +%s.%N)
   kill "$server"; wait "$server" 2>/dev/null || true
-  # llama-server leaves a process of its own holding the port: end whatever listens there.
+  # llama-server leaves a process of its own: end whatever still listens on the port.
   for listener in $(ss -ltnpH "sport = :$port" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
     kill "$listener" 2>/dev/null || true
   done
