@@ -10,7 +10,10 @@
 # less its median inter-token gap). Prints a line per setting: the extra latency's
 # p50/p99, the kill-to-first-token time, the stall the survivors' streams see, and the
 # counts (streams complete with finish_reason length and every token, errors,
-# migrations); the runs' JSON and every process's log stay under SCRATCH.
+# migrations); the runs' JSON and every process's log stay under SCRATCH. Detection is
+# the head's "node ... was lost" log line less the kill's time. SHARED_PREFIX: the first
+# tokens of every prompt are the same (a system prompt); HEAD_FLAGS: more flags for the
+# head (--max-num-batched-tokens 2048, say).
 #   LENGTHS="16 64 128" CACHES="on off" REPEATS=3 scripts/bench-failover.sh
 #   MODEL=../shared/models/stories260K.gguf LENGTHS=16 REPEATS=1 scripts/bench-failover.sh
 set -euo pipefail
@@ -61,6 +64,8 @@ run() {
   local length=$1 cache=$2 rep=$3
   local tag="L$length-$cache-$rep" flags=()
   [ "$cache" = off ] && flags=(--no-enable-prefix-caching)
+  # shellcheck disable=SC2206  # HEAD_FLAGS: words
+  flags+=(${HEAD_FLAGS:-})
   "$troupe" serve -m "$MODEL" --port 0 --cluster-port 0 --cluster-token "$token" --dp 2 \
     --router round-robin --threads 1 --kv-cache-gb 0.5 --cluster-wait 60 "${flags[@]}" \
     >"$scratch/head-$tag.log" 2>&1 &
@@ -83,7 +88,7 @@ run() {
 }
 
 echo "model $MODEL, $streams streams, prompt $prompt_len tokens ($shared shared)," \
-  "max_tokens L+$extra, $repeats repeats; $(uptime | sed 's/.*load/load/')"
+  "max_tokens L+$extra, $repeats repeats, head flags '${HEAD_FLAGS:-}'; $(uptime | sed 's/.*load/load/')"
 for length in $lengths; do
   for cache in $caches; do
     for rep in $(seq 1 "$repeats"); do run "$length" "$cache" "$rep"; done
@@ -94,7 +99,7 @@ from importlib import import_module
 client = import_module("bench-failover-client")
 scratch, length, cache = sys.argv[1], sys.argv[2], sys.argv[3]
 repeats, n = int(sys.argv[4]), int(sys.argv[5])
-extra, resume, stall, at_kill, itl, detect = [], [], [], [], [], []
+extra, resume, stall, at_kill, itl, detect, after = [], [], [], [], [], [], []
 complete = errors = migrations = lost = 0
 for rep in range(1, repeats + 1):
     tag = f"L{length}-{cache}-{rep}"
@@ -107,6 +112,8 @@ for rep in range(1, repeats + 1):
         if m and m.group(2) == run["node"]:
             seen = datetime.datetime.fromisoformat(m.group(1) + "+00:00").timestamp()
             detect.append((seen - run["kill_wall"]) * 1e3)
+            after += [s["kill_to_resume_ms"] - detect[-1] for s in run["streams"]
+                      if s["lost"] and "extra_ms" in s]
             break
     for s in run["streams"]:
         if "extra_ms" not in s:
@@ -122,7 +129,8 @@ print(f"L={length} cache={cache}: migrated {len(extra)} streams (moved after "
       f"{min(at_kill, default=0)}-{max(at_kill, default=0)} tokens, their ITL median "
       f"{client.median(itl):.1f} ms): extra p50 {f(extra, 50)} ms p99 {f(extra, 99)} ms; "
       f"kill->next token p50 {f(resume, 50)} ms; detection (head log) p50 {f(detect, 50)} "
-      f"max {f(detect, 100)} ms; survivors' stall p50 {f(stall, 50)} p99 {f(stall, 99)} ms; "
+      f"max {f(detect, 100)} ms, from it to the next token p50 {f(after, 50)} "
+      f"p99 {f(after, 99)} ms; survivors' stall p50 {f(stall, 50)} p99 {f(stall, 99)} ms; "
       f"complete {complete}/{repeats * n}, errors {errors}, migrations {migrations:.0f}/{lost}")
 PY
   done
