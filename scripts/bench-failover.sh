@@ -13,7 +13,8 @@
 # migrations); the runs' JSON and every process's log stay under SCRATCH. Detection is
 # the head's "node ... was lost" log line less the kill's time. SHARED_PREFIX: the first
 # tokens of every prompt are the same (a system prompt); HEAD_FLAGS: more flags for the
-# head (--max-num-batched-tokens 2048, say).
+# head (--max-num-batched-tokens 2048, say); REPORT_ONLY=1: the lines of the runs
+# already in SCRATCH, none run.
 #   LENGTHS="16 64 128" CACHES="on off" REPEATS=3 scripts/bench-failover.sh
 #   MODEL=../shared/models/stories260K.gguf LENGTHS=16 REPEATS=1 scripts/bench-failover.sh
 set -euo pipefail
@@ -91,7 +92,9 @@ echo "model $MODEL, $streams streams, prompt $prompt_len tokens ($shared shared)
   "max_tokens L+$extra, $repeats repeats, head flags '${HEAD_FLAGS:-}'; $(uptime | sed 's/.*load/load/')"
 for length in $lengths; do
   for cache in $caches; do
-    for rep in $(seq 1 "$repeats"); do run "$length" "$cache" "$rep"; done
+    if [ -z "${REPORT_ONLY:-}" ]; then
+      for rep in $(seq 1 "$repeats"); do run "$length" "$cache" "$rep"; done
+    fi
     python3 - "$scratch" "$length" "$cache" "$repeats" "$streams" <<'PY'
 import datetime, json, re, sys
 sys.path.insert(0, "scripts")
