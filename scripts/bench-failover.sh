@@ -16,7 +16,7 @@
 # head (--max-num-batched-tokens 2048, say); REPORT_ONLY=1: the lines of the runs
 # already in SCRATCH, none run.
 #   LENGTHS="16 64 128" CACHES="on off" REPEATS=3 scripts/bench-failover.sh
-#   MODEL=../shared/models/stories260K.gguf LENGTHS=16 REPEATS=1 scripts/bench-failover.sh
+#   MODEL=../shared/models/stories260K.gguf LENGTHS=16 REPEATS=1 scripts/bench-failover.sh  # quick: its context is 128
 set -euo pipefail
 cd "$(dirname "$0")/.."
 troupe=${TROUPE:-build/app/troupe}
