@@ -48,15 +48,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# wait_for FILE REGEX SECONDS: the first group of REGEX's first match in FILE.
+# wait_for FILE REGEX SECONDS PID: the first group of REGEX's first match in FILE, once
+# there; fails after SECONDS (wall clock) or once process PID (the head) has ended.
 wait_for() {
-  local value=""
-  for _ in $(seq 1 $(($3 * 10))); do
+  local value="" deadline=$((SECONDS + $3))
+  while [ $SECONDS -lt $deadline ] && kill -0 "$4" 2>/dev/null; do
     value=$(sed -nE "s|.*$2.*|\1|p" "$1" 2>/dev/null | head -1)
     [ -n "$value" ] && break
     sleep 0.1
   done
-  [ -n "$value" ] || { echo "no '$2' in $1 after $3 s:" >&2; tail -5 "$1" >&2; return 1; }
+  [ -n "$value" ] || { echo "no '$2' in $1 (after $3 s, or the head ended):" >&2; tail -5 "$1" >&2; return 1; }
   echo "$value"
 }
 
@@ -70,9 +71,10 @@ run() {
   "$troupe" serve -m "$MODEL" --port 0 --cluster-port 0 --cluster-token "$token" --dp 2 \
     --router round-robin --threads 1 --kv-cache-gb 0.5 --cluster-wait 60 "${flags[@]}" \
     >"$scratch/head-$tag.log" 2>&1 &
-  pids+=($!)
+  local head=$!
+  pids+=("$head")
   local cport hport
-  cport=$(wait_for "$scratch/head-$tag.log" 'cluster port 127\.0\.0\.1:([0-9]+)' 60)
+  cport=$(wait_for "$scratch/head-$tag.log" 'cluster port 127\.0\.0\.1:([0-9]+)' 60 "$head")
   local node_args=()
   for name in n0 n1; do
     "$troupe" node --join "127.0.0.1:$cport" --cluster-token "$token" --name "$name" \
@@ -81,7 +83,7 @@ run() {
     node_args+=(--node "$name=$!")
     disown  # the client kills one: no "Killed" notice from this shell
   done
-  hport=$(wait_for "$scratch/head-$tag.log" "serving '.*' at http://127\.0\.0\.1:([0-9]+)" 120)
+  hport=$(wait_for "$scratch/head-$tag.log" "serving '.*' at http://127\.0\.0\.1:([0-9]+)" 120 "$head")
   python3 scripts/bench-failover-client.py --port "$hport" --streams "$streams" \
     --length "$length" --max-tokens $((length + extra)) --prompt-len "$prompt_len" \
     --shared-prefix "$shared" "${node_args[@]}" >"$scratch/failover-$tag.json"
