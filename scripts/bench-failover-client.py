@@ -127,10 +127,9 @@ def get_json(port, path):
 
 
 def loads(port):
-    """Each replica's (node, running + waiting)."""
+    """Each replica's (node, requests the router sent it): a count that only grows."""
     state = get_json(port, "/v1/cluster")
-    return {int(r["index"]): (r.get("node", ""), int(r["num_running"]) + int(r["num_waiting"]))
-            for r in state["replicas"]}
+    return {int(r["index"]): (r.get("node", ""), int(r["num_routed"])) for r in state["replicas"]}
 
 
 def metric(port, name):
@@ -173,7 +172,7 @@ def main():
         s = Stream(a.port, body)
         s.start()
         streams.append(s)
-        # Which replica took it: the one whose load rose (requests end only at max_tokens).
+        # Which replica took it: the one the router sent one more.
         deadline = time.monotonic() + 30
         placed = None
         while placed is None and time.monotonic() < deadline:
