@@ -47,6 +47,7 @@ void route(Self self, RequestId id) {
       s.failover_deadline_ns = now + std::chrono::nanoseconds(state.failover_timeout).count();
     }
     if (s.moved && now < s.failover_deadline_ns) {
+      state.retrying[s.id] = s.requester;
       self->delayed_send(self, kFailoverRetry, submit_atom::value, std::move(s));
       return;
     }
@@ -226,6 +227,12 @@ router_actor::behavior_type behavior(Self self, std::vector<replica_actor> repli
       end_request(self, p.submission, FinishReason::abort, "the engine is shutting down");
     }
     self->state.pending.clear();
+    // Those waiting for a replica to take them: their retries will not come.
+    for (auto& [id, requester] : self->state.retrying) {
+      self->send(requester, token_atom::value,
+                 end_of(id, FinishReason::abort, "the engine is shutting down"));
+    }
+    self->state.retrying.clear();
     for (auto& r : self->state.replicas) {
       if (r.actor) self->send_exit(r.actor, msg.reason);
     }
@@ -235,6 +242,7 @@ router_actor::behavior_type behavior(Self self, std::vector<replica_actor> repli
       [self](submit_atom, Submission& s) {
         auto& state = self->state;
         const RequestId id = s.id;
+        state.retrying.erase(id);  // its retry (if it was one) is here
         if (state.recent_aborts.erase(id) > 0) {
           end_request(self, s, FinishReason::abort, "");
           return;

@@ -65,6 +65,9 @@ struct RouterState {
   std::vector<Replica> replicas;  // by index
   engine::Router router;
   std::unordered_map<RequestId, Pending> pending;
+  // Moved requests that found no replica up, by id: their submissions wait in a delayed
+  // message (kFailoverRetry), lost if the router ends first; so it ends them here then.
+  std::unordered_map<RequestId, request_actor> retrying;
   // Ids aborted while not here (the last kMaxRecentAborts): a request that a replica hands
   // back after losing its worker may be cancelled on its way, and must not run.
   std::unordered_set<RequestId> recent_aborts;

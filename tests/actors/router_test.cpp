@@ -2,6 +2,7 @@
 // when many requests arrive at once.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <future>
 #include <thread>
 
 #include "actors/parallel/router_actor.hpp"
@@ -19,7 +20,8 @@ struct StandInState {
   bool probed = false;
   actors::front_actor router;
   std::int32_t index = 0;
-  std::shared_ptr<std::atomic<int>> left;  // set once the router let it leave
+  std::shared_ptr<std::atomic<int>> left;    // set once the router let it leave
+  std::shared_ptr<std::atomic<int>> probes;  // set: down (no worker), counting its probes
   static inline const char* name = "test.stand_in_replica";
 };
 
@@ -39,7 +41,8 @@ replica_actor::behavior_type stand_in(replica_actor::stateful_pointer<StandInSta
         if (!std::exchange(s.probed, true)) std::this_thread::sleep_for(50ms);
         const auto waiting = static_cast<std::int32_t>(s.num_received);
         const std::int32_t cached = adapter == s.adapter ? s.cached_prefix_tokens : 0;
-        return actors::ReplicaProbe{true, waiting, 0, 0.0, cached, s.num_received};
+        if (s.probes) ++*s.probes;
+        return actors::ReplicaProbe{!s.probes, waiting, 0, 0.0, cached, s.num_received};
       },
       [self](actors::router_atom, const actors::front_actor& router) {
         self->state.router = router;
@@ -64,6 +67,13 @@ replica_actor::behavior_type leaving_stand_in(replica_actor::stateful_pointer<St
                                               std::shared_ptr<std::atomic<int>> left) {
   self->state.index = index;
   self->state.left = std::move(left);
+  return stand_in(self, 0, 0);
+}
+
+// A stand-in whose worker is lost: it says it is down, and counts the probes.
+replica_actor::behavior_type down_stand_in(replica_actor::stateful_pointer<StandInState> self,
+                                           std::shared_ptr<std::atomic<int>> probes) {
+  self->state.probes = std::move(probes);
   return stand_in(self, 0, 0);
 }
 
@@ -191,4 +201,48 @@ TEST_CASE("an elastic replica that leaves is sent nothing more, and the count fo
   CHECK(stats[0].index == 0);
   CHECK(count->load() == 1);
   self->send_exit(router, caf::exit_reason::kill);
+}
+
+TEST_CASE("a moved request waiting for a replica when the engine shuts down ends, saying why",
+          "[actors][data_parallel][failover]") {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  auto probes = std::make_shared<std::atomic<int>>(0);
+  std::vector<replica_actor> replicas{system.spawn(down_stand_in, probes)};
+  auto router = system.spawn(actors::parallel::router, replicas, engine::RouterConfig{},
+                             caf::timespan{std::chrono::seconds(60)});
+  auto ended = std::make_shared<std::promise<engine::RequestEvent>>();
+  auto requester = system.spawn([ended](actors::request_actor::pointer) {
+    return actors::request_actor::behavior_type{
+        [ended](actors::token_atom, const engine::RequestEvent& e) {
+          if (e.finish_reason != FinishReason::none) ended->set_value(e);
+        },
+        [](actors::timeout_atom) {},
+    };
+  });
+  auto end = ended->get_future();
+  // Handed back by a replica that lost its worker, with the tokens it streamed.
+  actors::Submission s;
+  s.id = 7;
+  s.prompt = {1, 2, 3};
+  s.resumed = {4, 5};
+  s.moved = true;
+  s.requester = requester;
+  caf::anon_send(router, actors::submit_atom::value, std::move(s));
+  // No replica is up: it is probed, waits 250 ms and is probed again. Just after that
+  // second answer it waits for its next retry: the engine shuts down then.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (probes->load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(probes->load() >= 2);
+  std::this_thread::sleep_for(50ms);
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  REQUIRE(end.wait_for(10s) == std::future_status::ready);
+  const engine::RequestEvent e = end.get();
+  CHECK(e.id == 7);
+  CHECK(e.finish_reason == FinishReason::abort);
+  CHECK(e.error == "the engine is shutting down");
+  caf::anon_send_exit(requester, caf::exit_reason::kill);
 }
