@@ -47,6 +47,7 @@ run() {
   # A port of its own for each run: the last run's server, or its connections, may still
   # hold the one before for a moment (llama-server's does).
   port=$((port + 1))
+  while [ "$(ss -tanH "sport = :$port" | wc -l)" != 0 ]; do port=$((port + 1)); done
   if [ "$budget" = llama ]; then
     # LLAMA_SERVER: llama.cpp's (or ik_llama.cpp's) llama-server, 16 slots of 512 tokens.
     # LLAMA_FLAGS: more of its flags (e.g. ik_llama.cpp's -rtr, its run-time repacking).
