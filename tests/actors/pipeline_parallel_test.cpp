@@ -137,3 +137,33 @@ TEST_CASE("a stage failing with two steps in flight: both are lost, and their re
   CHECK((*engine)->stats().num_worker_restarts == 1);
   CHECK(test::kv_drains(**engine));
 }
+
+TEST_CASE("n-gram speculation on a pipeline with two steps in flight keeps the greedy outputs",
+          "[actors][pp][speculative]") {
+  // Prompts that repeat themselves, so that the n-grams find proposals; greedy only.
+  const auto run = [](Engine& engine) {
+    Collector c;
+    std::vector<RequestId> ids;
+    for (int i = 0; i < 8; ++i) {
+      std::vector<TokenId> prompt;
+      for (int k = 0; k < 12 + i; ++k) prompt.push_back(static_cast<TokenId>(5 + (i + k) % 4));
+      ids.push_back(*engine.submit(test::greedy(std::move(prompt), 12 + i), c.callback()));
+    }
+    REQUIRE(c.wait(ids.size()));
+    std::vector<std::vector<TokenId>> out;
+    for (RequestId id : ids) out.push_back(c.get(id).tokens);
+    return out;
+  };
+  auto whole = Engine::create(pipelined(1));
+  REQUIRE(whole.has_value());
+  const auto expected = run(**whole);
+  EngineConfig config = pipelined(2);
+  config.speculative.num_speculative_tokens = 3;
+  config.speculative.prompt_lookup_max = 3;
+  config.speculative.disable_by_batch_size = 64;  // every step proposes
+  auto engine = Engine::create(config);
+  REQUIRE(engine.has_value());
+  CHECK(run(**engine) == expected);
+  CHECK((*engine)->stats().spec_num_drafts > 0);
+  CHECK(test::kv_drains(**engine));
+}
