@@ -135,7 +135,10 @@ void Scheduler::start(const BatchPlan& plan) {
 }
 
 std::int32_t Scheduler::step_share() const {
-  if (config_.max_steps_in_flight <= 1) return std::numeric_limits<std::int32_t>::max();
+  // A static batch is one: it is admitted whole (and the steps after it wait for it).
+  if (config_.max_steps_in_flight <= 1 || config_.mode != BatchingMode::continuous) {
+    return std::numeric_limits<std::int32_t>::max();
+  }
   // The live sequences split between the steps in flight: while one step runs some, the
   // next takes the others (a step that took all would leave the next none).
   const auto live = static_cast<std::int32_t>(running_.size() + waiting_.size());

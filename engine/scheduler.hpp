@@ -47,7 +47,8 @@ struct SchedulerConfig {
   std::int32_t draft_catch_up_repay = 2;
   // Steps planned before the earlier ones are applied (a pipeline's micro-batches): each
   // takes sequences no step in flight holds, and at most its share of the live ones
-  // (running and waiting, divided by this), so that the steps split them. 1: one at a time.
+  // (running and waiting, divided by this), so that the steps split them (a static batch
+  // is admitted whole). 1: one at a time.
   std::int32_t max_steps_in_flight = 1;
 };
 

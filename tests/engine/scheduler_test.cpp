@@ -444,3 +444,30 @@ TEST_CASE(
     CHECK(s.num_in_flight() == 0u);
   }
 }
+
+TEST_CASE("a plan takes its share of the live sequences, a static batch all of them",
+          "[engine][scheduler][pp]") {
+  auto config = small_config();
+  config.max_num_batched_tokens = 64;
+  config.max_num_seqs = 8;
+  config.num_blocks = 64;
+  config.max_steps_in_flight = 2;
+  for (const auto mode : {BatchingMode::continuous, BatchingMode::static_batch}) {
+    config.mode = mode;
+    Scheduler s(config);
+    for (SeqId id = 1; id <= 5; ++id) REQUIRE(s.add({id, range(1, 4), 3}).has_value());
+    const BatchPlan first = s.schedule();
+    s.start(first);
+    const BatchPlan second = s.schedule();
+    s.start(second);
+    if (mode == BatchingMode::continuous) {
+      CHECK(chunks_of(first) == Chunks{{1, 4}, {2, 4}, {3, 4}});  // 5 live: 3 and 2
+      CHECK(chunks_of(second) == Chunks{{4, 4}, {5, 4}});
+    } else {
+      CHECK(first.chunks.size() == 5u);
+      CHECK(second.chunks.empty());
+    }
+    REQUIRE(s.check_invariants().has_value());
+    CHECK(s.num_in_flight() == 5u);
+  }
+}
