@@ -96,7 +96,12 @@ void add_pipeline_parallel_options(CLI::App* cmd, EngineConfig& engine) {
   cmd->add_option("--pipeline-parallel-size,--pp", engine.pipeline_parallel_size,
                   "cut each replica's layers into this many pipeline stages, a worker each "
                   "(threads here, or workers on the cluster's nodes), the hidden states passed "
-                  "on over Gloo (CPU); one step in flight at a time")
+                  "on over Gloo (CPU)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--pp-steps-in-flight", engine.pipeline_steps_in_flight,
+                  "a pipelined replica's steps in flight at once, each over other sequences, so "
+                  "that its stages work at once (micro-batches; 1: one at a time); default: "
+                  "one per stage")
       ->check(CLI::Range(1, 64));
   cmd->add_option_function<std::string>(
          "--pp-layer-partition",

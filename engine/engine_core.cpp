@@ -165,8 +165,14 @@ struct Timed {
 
 }  // namespace
 
+bool EngineCore::in_flight(std::uint64_t step_id) const {
+  return std::any_of(in_flight_.begin(), in_flight_.end(),
+                     [step_id](const InFlight& step) { return step.step_id == step_id; });
+}
+
 std::optional<StepWork> EngineCore::next_step() {
-  if (in_flight_ || !scheduler_.has_unfinished()) return std::nullopt;
+  const auto most = static_cast<std::size_t>(scheduler_.config().max_steps_in_flight);
+  if (in_flight_.size() >= most || !scheduler_.has_unfinished()) return std::nullopt;
   const Timed timed{counters_.schedule_seconds};
   if (token_budget_) {
     const TokenBudgetConfig& c = token_budget_->config();
@@ -182,6 +188,7 @@ std::optional<StepWork> EngineCore::next_step() {
   InFlight flight;
   flight.plan = scheduler_.schedule();
   if (flight.plan.chunks.empty()) return std::nullopt;
+  scheduler_.start(flight.plan);
   StepWork work;
   work.step_id = flight.step_id = next_step_id_++;
   work.step = build_step_input(flight.plan, scheduler_, &work.sampled_ids, &work.prompt_rows,
@@ -207,27 +214,29 @@ std::optional<StepWork> EngineCore::next_step() {
   flight.sampled_ids = work.sampled_ids;
   flight.num_drafts = work.num_drafts;
   flight.prompt_rows = work.prompt_rows;
-  in_flight_ = std::move(flight);
+  in_flight_.push_back(std::move(flight));
   return work;
 }
 
-AppliedStep EngineCore::fail_step(const InFlight& step, const WorkerError& error) {
-  // A lost worker (fatal): the step's sequences resume on the next one (reset_worker), as
+AppliedStep EngineCore::fail_steps(std::span<const InFlight> steps, const WorkerError& error) {
+  // A lost worker (fatal): the steps' sequences resume on the next one (reset_worker), as
   // do the others, unless the worker was lost under them too often. Otherwise the step's
   // sequences end with the error; the others carry on.
   AppliedStep applied;
   applied.worker_lost = error.fatal;
-  for (const ScheduledChunk& chunk : step.plan.chunks) {
-    const auto it = requests_.find(chunk.id);
-    if (error.fatal && it != requests_.end() && ++it->second.num_migrations <= kMaxMigrations) {
-      continue;
-    }
-    std::string why = error.message;
-    if (error.fatal) {
-      why += " (its worker was lost under it " + std::to_string(kMaxMigrations + 1) + " times)";
-    }
-    if (auto update = cancel(chunk.id, FinishReason::error, why)) {
-      applied.updates.push_back(std::move(*update));
+  for (const InFlight& step : steps) {
+    for (const ScheduledChunk& chunk : step.plan.chunks) {
+      const auto it = requests_.find(chunk.id);
+      if (error.fatal && it != requests_.end() && ++it->second.num_migrations <= kMaxMigrations) {
+        continue;
+      }
+      std::string why = error.message;
+      if (error.fatal) {
+        why += " (its worker was lost under it " + std::to_string(kMaxMigrations + 1) + " times)";
+      }
+      if (auto update = cancel(chunk.id, FinishReason::error, why)) {
+        applied.updates.push_back(std::move(*update));
+      }
     }
   }
   return applied;
@@ -263,17 +272,31 @@ void EngineCore::note_speculation(const InFlight& step, const StepOutput& output
 }
 
 AppliedStep EngineCore::apply(const StepOutput& output) {
-  TROUPE_ASSERT(in_flight_.has_value(), "a step output with no step in flight");
+  TROUPE_ASSERT(!in_flight_.empty(), "a step output with no step in flight");
   const Timed timed{counters_.schedule_seconds};
   counters_.step_seconds += output.seconds;
-  InFlight step = std::move(*in_flight_);
-  in_flight_.reset();
+  InFlight step = std::move(in_flight_.front());
+  in_flight_.pop_front();
   AppliedStep applied;
-  if (output.failed) {
-    applied = fail_step(step, output.error);
-  } else if (output.step_id != step.step_id || output.tokens.size() != step.sampled_ids.size() ||
-             !scores_match(step, output) || !drafts_match(step, output)) {
-    applied = fail_step(step, {ErrorCode::internal, "the worker answered another step", true});
+  const bool fatal = output.failed ? output.error.fatal
+                                   : output.step_id != step.step_id ||
+                                         output.tokens.size() != step.sampled_ids.size() ||
+                                         !scores_match(step, output) || !drafts_match(step, output);
+  if (fatal) {
+    // The worker is lost, and every step in flight with it.
+    std::vector<InFlight> lost;
+    lost.push_back(std::move(step));
+    while (!in_flight_.empty()) {
+      lost.push_back(std::move(in_flight_.front()));
+      in_flight_.pop_front();
+    }
+    applied = fail_steps(
+        lost, output.failed
+                  ? output.error
+                  : WorkerError{ErrorCode::internal, "the worker answered another step", true});
+    step = std::move(lost.front());
+  } else if (output.failed) {
+    applied = fail_steps(std::span(&step, 1), output.error);
   } else {
     keep_scores(output);
     // Each sampled sequence's tokens: its first, then those its draft's verification
@@ -408,6 +431,7 @@ EngineStats EngineCore::stats() const {
 }
 
 std::int64_t EngineCore::reset_worker() {
+  in_flight_.clear();  // lost with the worker (apply() dropped them already)
   scheduler_.reset_kv_cache();
   std::int64_t migrated = 0;
   for (auto& [id, request] : requests_) {
@@ -452,7 +476,7 @@ EngineCore::LostWorker EngineCore::take_waiting() {
 }
 
 EngineCore::LostWorker EngineCore::lose_worker(const std::string& error) {
-  in_flight_.reset();
+  in_flight_.clear();
   std::vector<SeqId> ids;
   ids.reserve(requests_.size());
   for (const auto& [id, request] : requests_) ids.push_back(id);

@@ -8,6 +8,7 @@
 #include <any>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -120,9 +121,12 @@ class EngineCore {
   // Ends every request (shutdown, or no worker can be made).
   std::vector<AddressedEvent> end_all(FinishReason reason, const std::string& error);
 
-  // The next step's work, or nothing when a step is in flight or nothing can run.
+  // The next step's work, or nothing when config.max_steps_in_flight steps are in flight
+  // or nothing can run. Steps in flight together hold disjoint sequences.
   std::optional<StepWork> next_step();
-  // Applies the output of the step in flight.
+  // Applies the output of the oldest step in flight (steps apply in the order they were
+  // issued; the driver holds back a later step's output that comes first). A fatal failure
+  // loses every step in flight: their sequences resume on the next worker (reset_worker).
   AppliedStep apply(const StepOutput& output);
   // A new worker took over: the KV memory is gone, so every running sequence is
   // recomputed and every live request is announced to the worker again, with the tokens
@@ -152,9 +156,14 @@ class EngineCore {
   // replica draining off its node). The worker forgets those it held.
   LostWorker take_waiting();
 
-  bool step_in_flight() const { return in_flight_.has_value(); }
-  // The id of the step in flight (0 when none).
-  std::uint64_t step_in_flight_id() const { return in_flight_ ? in_flight_->step_id : 0; }
+  bool step_in_flight() const { return !in_flight_.empty(); }
+  // The id of the oldest step in flight, the one apply() takes next (0 when none).
+  std::uint64_t step_in_flight_id() const {
+    return in_flight_.empty() ? 0 : in_flight_.front().step_id;
+  }
+  // Whether step `step_id` is in flight (not applied, nor lost with its worker).
+  bool in_flight(std::uint64_t step_id) const;
+  std::size_t num_steps_in_flight() const { return in_flight_.size(); }
   bool has_work() const { return scheduler_.has_unfinished(); }
   std::size_t num_requests() const { return requests_.size(); }
   const Scheduler& scheduler() const { return scheduler_; }
@@ -215,14 +224,15 @@ class EngineCore {
   // The request's prompt_logprobs for its first event: once, and only when all are known.
   static void attach_prompt_logprobs(LiveRequest& request, RequestEvent& event);
   void forget(SeqId id);
-  AppliedStep fail_step(const InFlight& step, const WorkerError& error);
+  // A failed step: fatal, every step in flight is lost with the worker (all of `steps`).
+  AppliedStep fail_steps(std::span<const InFlight> steps, const WorkerError& error);
 
   Scheduler scheduler_;
   std::optional<TokenBudget> token_budget_;
   std::vector<TokenId> end_of_generation_;
   std::unordered_map<SeqId, LiveRequest> requests_;
   std::vector<std::uint64_t> removed_;  // for the worker, with the next step
-  std::optional<InFlight> in_flight_;
+  std::deque<InFlight> in_flight_;      // in the order they were issued
   std::uint64_t next_step_id_ = 1;
   std::vector<StreamProgress> progress_;  // slo_step_seconds' scratch
   CoreCounters counters_;

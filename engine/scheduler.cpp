@@ -23,7 +23,8 @@ Scheduler::Scheduler(const SchedulerConfig& config)
       token_budget_(config.max_num_batched_tokens),
       kv_(config.num_blocks, config.block_size, config.enable_prefix_caching) {
   TROUPE_ASSERT(config.num_blocks > 0 && config.block_size > 0 && config.max_num_seqs > 0 &&
-                    config.max_num_batched_tokens > 0 && config.max_model_len > 1,
+                    config.max_num_batched_tokens > 0 && config.max_model_len > 1 &&
+                    config.max_steps_in_flight > 0,
                 "scheduler limits must be positive");
 }
 
@@ -107,6 +108,7 @@ bool Scheduler::abort(SeqId id) {
 void Scheduler::finish(Sequence& seq) {
   kv_.free(seq);
   const SeqId id = seq.id;
+  in_flight_.erase(id);
   std::erase(running_, id);
   if (const auto w = std::find(waiting_.begin(), waiting_.end(), id); w != waiting_.end()) {
     waiting_.erase(w);
@@ -128,6 +130,21 @@ bool Scheduler::admits_new_sequences() const {
   return config_.mode == BatchingMode::continuous || running_.empty();
 }
 
+void Scheduler::start(const BatchPlan& plan) {
+  for (const ScheduledChunk& chunk : plan.chunks) in_flight_.insert(chunk.id);
+}
+
+std::int32_t Scheduler::step_share() const {
+  // A static batch is one: it is admitted whole (and the steps after it wait for it).
+  if (config_.max_steps_in_flight <= 1 || config_.mode != BatchingMode::continuous) {
+    return std::numeric_limits<std::int32_t>::max();
+  }
+  // The live sequences split between the steps in flight: while one step runs some, the
+  // next takes the others (a step that took all would leave the next none).
+  const auto live = static_cast<std::int32_t>(running_.size() + waiting_.size());
+  return std::max(1, (live + config_.max_steps_in_flight - 1) / config_.max_steps_in_flight);
+}
+
 BatchPlan Scheduler::schedule() {
   BatchPlan plan;
   // Static batching prefills its whole batch at once, whatever the budget.
@@ -142,14 +159,21 @@ BatchPlan Scheduler::schedule() {
 
 void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
   // First the decodes (one token each: stall-free), then the unfinished prefills.
+  // A sequence in a step in flight waits for its output (its next token follows it), and
+  // a step takes at most its share of the sequences.
+  const auto share = static_cast<std::size_t>(step_share());
   std::vector<SeqId> order;
   order.reserve(running_.size());
   for (SeqId id : running_) {
-    if (!sequences_.at(id).is_prefilling()) order.push_back(id);
+    if (!sequences_.at(id).is_prefilling() && !in_flight(id) && order.size() < share) {
+      order.push_back(id);
+    }
   }
   const auto num_decodes = static_cast<std::int32_t>(order.size());
   for (SeqId id : running_) {
-    if (sequences_.at(id).is_prefilling()) order.push_back(id);
+    if (sequences_.at(id).is_prefilling() && !in_flight(id) && order.size() < share) {
+      order.push_back(id);
+    }
   }
   // Speculative decoding: only while the decodes are few enough that a step's cost is
   // reading the weights, not computing with them.
@@ -272,6 +296,7 @@ bool Scheduler::reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& p
                         std::int32_t& budget) {
   while (!kv_.allocate_slots(seq, num_new_tokens)) {
     Sequence* victim = pick_victim();
+    // `seq` itself is one (it is running and in no step in flight).
     TROUPE_ASSERT(victim != nullptr, "a running sequence but no victim");
     preempt(*victim, plan, budget);
     if (victim == &seq) return false;
@@ -280,8 +305,10 @@ bool Scheduler::reserve(Sequence& seq, std::int32_t num_new_tokens, BatchPlan& p
 }
 
 Sequence* Scheduler::pick_victim() {
+  // Never one in a step in flight: that step writes its blocks and its output needs it.
   Sequence* victim = nullptr;
   for (SeqId id : running_) {
+    if (in_flight(id)) continue;
     Sequence& s = sequences_.at(id);
     if (victim == nullptr || less_urgent(s, *victim, config_.policy)) victim = &s;
   }
@@ -322,7 +349,8 @@ bool Scheduler::make_room_for(const Sequence& seq, BatchPlan& plan, std::int32_t
 void Scheduler::schedule_waiting(BatchPlan& plan, std::int32_t& budget) {
   // Each pass admits the most urgent waiting sequence, preempts a less urgent running one
   // for it (priority policy; running_ shrinks), or stops: the loop ends.
-  while (!waiting_.empty() && budget > 0) {
+  const auto share = static_cast<std::size_t>(step_share());
+  while (!waiting_.empty() && budget > 0 && plan.chunks.size() < share) {
     const SeqId id = waiting_.front();
     Sequence& seq = sequences_.at(id);
     if (static_cast<std::int32_t>(running_.size()) >= config_.max_num_seqs) {
@@ -354,6 +382,7 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
   std::size_t next = 0;
   for (const ScheduledChunk& chunk : plan.chunks) {
     const SampledResult* result = chunk.samples ? &sampled[next++] : nullptr;
+    in_flight_.erase(chunk.id);
     const auto it = sequences_.find(chunk.id);
     if (it == sequences_.end()) continue;  // aborted while its step ran
     Sequence& seq = it->second;
@@ -412,6 +441,7 @@ std::vector<FinishedSequence> Scheduler::update(const BatchPlan& plan,
 void Scheduler::reset_kv_cache() {
   BatchPlan unused;
   std::int32_t budget = 0;
+  in_flight_.clear();  // the steps in flight were lost with the KV memory
   // Latest first, so that enqueueing at the front restores arrival order.
   while (!running_.empty()) preempt(sequences_.at(running_.back()), unused, budget);
   kv_.clear_prefix_cache();
@@ -481,6 +511,12 @@ Result<void> Scheduler::check_invariants() const {
   }
   if (running_.size() + waiting_.size() != sequences_.size()) {
     return broken("a sequence is in neither queue");
+  }
+  for (SeqId id : in_flight_) {
+    const auto it = sequences_.find(id);
+    if (it == sequences_.end() || it->second.status != SequenceStatus::running) {
+      return broken("sequence " + std::to_string(id) + " is in flight but not running");
+    }
   }
   return {};
 }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/kv_cache_manager.hpp"
@@ -44,6 +45,11 @@ struct SchedulerConfig {
   // generated token (1.35x on 9.6 ms decodes), so catching up pays from about a third; a
   // half leaves room for acceptance below the draft's best.
   std::int32_t draft_catch_up_repay = 2;
+  // Steps planned before the earlier ones are applied (a pipeline's micro-batches): each
+  // takes sequences no step in flight holds, and at most its share of the live ones
+  // (running and waiting, divided by this), so that the steps split them (a static batch
+  // is admitted whole). 1: one at a time.
+  std::int32_t max_steps_in_flight = 1;
 };
 
 struct SequenceRequest {
@@ -124,8 +130,13 @@ class Scheduler {
   void set_token_budget(std::int32_t num_tokens);
   std::int32_t token_budget() const { return token_budget_; }
 
-  // Plans the next iteration.
+  // Plans the next iteration, of sequences no step in flight holds (none is preempted).
   BatchPlan schedule();
+  // The plan went to the worker: its sequences are in flight until update() applies it (or
+  // abort() ends them, or reset_kv_cache() loses them) and no plan takes them meanwhile.
+  void start(const BatchPlan& plan);
+  bool in_flight(SeqId id) const { return in_flight_.contains(id); }
+  std::size_t num_in_flight() const { return in_flight_.size(); }
   // Applies an iteration's results: `sampled` has one entry per chunk that samples,
   // in plan order; kNoToken where the row did not sample (a grammar's mask was late): the
   // chunk's last position then counts as not computed, and runs again in the next plan.
@@ -204,6 +215,8 @@ class Scheduler {
   void enqueue_waiting(SeqId id, bool at_front);
   void finish(Sequence& seq);
   bool admits_new_sequences() const;
+  // The most sequences one step takes (max_steps_in_flight > 1): its share of the live ones.
+  std::int32_t step_share() const;
 
   SchedulerConfig config_;
   std::int32_t token_budget_ = 0;  // of a continuous iteration
@@ -213,6 +226,7 @@ class Scheduler {
   std::vector<SeqId> running_;                     // in admission order
   std::uint64_t next_arrival_ = 0;
   std::int64_t num_preemptions_ = 0;
+  std::unordered_set<SeqId> in_flight_;  // in a step started and not yet applied
 };
 
 }  // namespace troupe::engine

@@ -18,6 +18,12 @@ engine::SchedulerConfig scheduler_config(const EngineConfig& config, std::int32_
   sc.speculation = config.speculative;
   sc.policy = config.policy;
   sc.mode = config.mode;
+  // A pipeline keeps up to one step a stage in flight (or as many as asked), so that its
+  // stages work at once; an unsplit replica's steps follow each other.
+  if (config.pipeline_parallel_size > 1) {
+    sc.max_steps_in_flight = config.pipeline_steps_in_flight > 0 ? config.pipeline_steps_in_flight
+                                                                 : config.pipeline_parallel_size;
+  }
   return sc;
 }
 

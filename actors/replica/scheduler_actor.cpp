@@ -9,12 +9,37 @@ namespace {
 
 using Self = SchedulerSelf;
 
+// Applies the output of the oldest step in flight, then those of later steps that came
+// before it, in order; then plans the next steps.
 void on_output(Self self, const engine::StepOutput& output, double round_trip_seconds = 0.0) {
-  auto applied = self->state.core->apply(output);
+  auto& state = self->state;
+  auto applied = state.core->apply(output);
   deliver_all(self, applied.updates);
-  if (!output.failed) self->state.observer->on_step(*self->state.core, applied, round_trip_seconds);
+  if (!output.failed) state.observer->on_step(*state.core, applied, round_trip_seconds);
   if (applied.worker_lost) return lose_worker(self, "its worker answered another step");
+  const auto early = state.early_outputs.find(state.core->step_in_flight_id());
+  if (early != state.early_outputs.end()) {
+    auto next = std::move(early->second);
+    state.early_outputs.erase(early);
+    return on_output(self, next.output, next.round_trip_seconds);
+  }
   maybe_step(self);
+}
+
+// A step's output: applied now when its step is the oldest in flight, else held until the
+// steps before it are (a pipeline's stages run them in order).
+void on_answer(Self self, std::uint64_t step_id, engine::StepOutput output,
+               double round_trip_seconds) {
+  auto& state = self->state;
+  if (!state.core->in_flight(step_id)) return;  // its worker was lost
+  if (remote(self) && output.failed && output.error.fatal) {
+    return lose_worker(self, output.error.message);
+  }
+  if (state.core->step_in_flight_id() != step_id) {
+    state.early_outputs[step_id] = {std::move(output), round_trip_seconds};
+    return;
+  }
+  on_output(self, output, round_trip_seconds);
 }
 
 // A LoRA adapter in slot `slot` of this replica: kept in the spec (a worker that replaces
@@ -43,6 +68,8 @@ caf::result<std::string> set_lora(Self self, std::int32_t slot, const std::strin
 void maybe_step(Self self) {
   auto& state = self->state;
   if (!state.worker_ready || check_drained(self)) return;
+  // A drain past its timeout lets the steps in flight finish and sends no more.
+  if (state.draining && state.drain_expired) return;
   if (!state.worker) {
     // A local worker could not be made: the next step's work asks again.
     if (state.core->scheduler().has_unfinished()) {
@@ -51,28 +78,28 @@ void maybe_step(Self self) {
     }
     return;
   }
-  auto work = state.core->next_step();
-  if (!work) return;
-  const std::uint64_t step_id = work->step_id;
-  const auto sent = std::chrono::steady_clock::now();
-  self->request(state.worker, state.setup.step_timeout, step_atom::value, std::move(*work))
-      .then(
-          [self, step_id, sent](const engine::StepOutput& output) {
-            if (self->state.core->step_in_flight_id() != step_id) return;  // its worker was lost
-            if (remote(self) && output.failed && output.error.fatal) {
-              return lose_worker(self, output.error.message);
-            }
-            on_output(
-                self, output,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
-          },
-          [self, step_id](const caf::error& err) {
-            if (self->state.core->step_in_flight_id() != step_id) return;
-            const std::string why = "the worker stopped: " + self->system().render(err);
-            if (remote(self)) return lose_worker(self, why);
-            // A new local worker takes over; this step's requests fail.
-            on_output(self, engine::failed_step(step_id, {ErrorCode::internal, why, true}));
-          });
+  // A pipelined replica sends its next step while the earlier ones run (each stage runs
+  // them in order, the steps' sequences disjoint).
+  while (auto work = state.core->next_step()) {
+    const std::uint64_t step_id = work->step_id;
+    const auto sent = std::chrono::steady_clock::now();
+    self->request(state.worker, state.setup.step_timeout, step_atom::value, std::move(*work))
+        .then(
+            [self, step_id, sent](engine::StepOutput& output) {
+              on_answer(
+                  self, step_id, std::move(output),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+            },
+            [self, step_id](const caf::error& err) {
+              if (!self->state.core->in_flight(step_id)) return;
+              const std::string why = "the worker stopped: " + self->system().render(err);
+              if (remote(self)) return lose_worker(self, why);
+              // A new local worker takes over, and every step in flight is lost with the old
+              // one: their requests resume on it.
+              on_output(self, engine::failed_step(self->state.core->step_in_flight_id(),
+                                                  {ErrorCode::internal, why, true}));
+            });
+  }
 }
 
 replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {

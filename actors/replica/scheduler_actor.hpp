@@ -1,6 +1,7 @@
 // The scheduler actor: one replica, a shell around engine::EngineCore. One step is in
-// flight at a time; while it runs, submissions and aborts are taken in, and the next
-// step is planned when it returns.
+// flight at a time (a pipelined replica's: up to its micro-batches, over disjoint
+// sequences, applied in the order they were sent); while it runs, submissions and aborts
+// are taken in, and the next step is planned when it returns.
 //
 // Its worker comes from the replica's worker supply (worker_supply.hpp): a thread of this
 // process, or workers on nodes of a cluster, perhaps a tensor-parallel group replaced as a
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -69,6 +71,13 @@ struct SchedulerState {
   std::string draining_node;
   std::uint64_t drain_number = 0;
   bool leaving = false;  // elastic: its node went; it ends once the router has let it go
+  // Outputs of steps that answered before an older step in flight (applied in order),
+  // with their round trips.
+  struct EarlyOutput {
+    engine::StepOutput output;
+    double round_trip_seconds = 0.0;
+  };
+  std::map<std::uint64_t, EarlyOutput> early_outputs;
   static inline const char* name = "troupe.scheduler";
 };
 

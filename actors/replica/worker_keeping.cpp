@@ -92,6 +92,7 @@ void move_off(SchedulerSelf self, engine::EngineCore::LostWorker& lost, const st
 // took its KV cache and samplers with it (a loss can be told twice: the first counts).
 void lose_worker(SchedulerSelf self, const std::string& why) {
   auto& state = self->state;
+  state.early_outputs.clear();  // of steps lost with the worker
   if (!remote(self)) {
     retire_worker(self);
     // Its requests resume on the replacement, with the tokens they sent.

@@ -159,9 +159,13 @@ struct EngineConfig {
   std::chrono::milliseconds collective_timeout{30000};
   // Pipeline parallelism: each replica's layers cut into this many contiguous stages
   // (vLLM's --pipeline-parallel-size), each a worker placed as a tensor-parallel rank is;
-  // the hidden states pass from stage to stage (CPU: Gloo). One step in flight at a time.
-  // Not with tensor_parallel_size > 1 yet.
+  // the hidden states pass from stage to stage (CPU: Gloo). Not with tensor_parallel_size > 1
+  // yet.
   std::int32_t pipeline_parallel_size = 1;
+  // A pipelined replica's steps in flight at once (micro-batches over disjoint sequences,
+  // vLLM's virtual engines): while stage 2 runs one, stage 1 runs the next. 0: one per
+  // stage (pipeline_parallel_size); 1: one at a time. An unsplit replica runs one.
+  std::int32_t pipeline_steps_in_flight = 0;
   // Each stage's layer count in order (vLLM's VLLM_PP_LAYER_PARTITION); empty: balanced.
   std::vector<std::int32_t> pipeline_layer_partition;
   // Set: this engine is a cluster's head and its replicas' workers run on nodes.

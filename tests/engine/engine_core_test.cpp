@@ -1,5 +1,8 @@
 // The step loop on its own, with a fake worker: what a driver sends and hears.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <deque>
+#include <iterator>
 #include <map>
 #include <numeric>
 
@@ -674,4 +677,190 @@ TEST_CASE("a request's LoRA adapter slot reaches its rows of the step, and only 
   CHECK(counts.waiting.empty());
   run_all(core);
   CHECK(core.scheduler().adapter_counts().running.empty());
+}
+
+namespace {
+
+// A fake worker whose token depends on the sequence's tokens so far (as a model's does):
+// a step applied out of order, or a sequence run twice at once, would change them.
+StepOutput history_answer(const EngineCore& core, const StepWork& work) {
+  StepOutput out;
+  out.step_id = work.step_id;
+  for (const std::uint64_t id : work.sampled_ids) {
+    const Sequence* seq = core.scheduler().find(id);
+    TokenId token = 3;
+    if (seq != nullptr) {
+      for (const TokenId t : seq->tokens) token = static_cast<TokenId>((token * 31 + t) % 97 + 3);
+    }
+    out.tokens.push_back({token, -0.5f, {}});
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> sorted(std::vector<std::uint64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// Runs every request with up to `in_flight` steps at once: each round issues steps until
+// the core has no more, then applies the oldest. Checks that the steps in flight hold
+// disjoint sequences; `most_in_flight` is the most that were.
+Run run_in_flight(EngineCore& core, std::size_t& most_in_flight) {
+  Run run;
+  std::deque<StepWork> flight;
+  most_in_flight = 0;
+  for (;;) {
+    while (auto work = core.next_step()) {
+      for (const StepWork& other : flight) {
+        std::vector<std::uint64_t> shared;
+        std::set_intersection(other.sampled_ids.begin(), other.sampled_ids.end(),
+                              work->sampled_ids.begin(), work->sampled_ids.end(),
+                              std::back_inserter(shared));
+        CHECK(shared.empty());
+      }
+      for (const std::uint64_t id : work->sampled_ids) CHECK(core.scheduler().in_flight(id));
+      flight.push_back(std::move(*work));
+      flight.back().sampled_ids = sorted(flight.back().sampled_ids);
+    }
+    most_in_flight = std::max(most_in_flight, flight.size());
+    REQUIRE(core.scheduler().check_invariants().has_value());
+    if (flight.empty()) break;
+    REQUIRE(core.step_in_flight_id() == flight.front().step_id);
+    auto output = history_answer(core, flight.front());
+    flight.pop_front();
+    for (const auto& u : core.apply(output).updates) {
+      if (u.token.id != kNoToken) run.tokens[u.id].push_back(u.token.id);
+      if (u.finish_reason != FinishReason::none) run.ends[u.id] = u.finish_reason;
+    }
+  }
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("two steps in flight hold disjoint sequences, apply in order and give one step's tokens",
+          "[engine][core][pp]") {
+  auto config = small_config();
+  config.max_num_batched_tokens = 16;
+  const auto add_all = [](EngineCore& core) {
+    for (SeqId id = 1; id <= 7; ++id) {
+      REQUIRE(core.add(request(id, 3 + static_cast<std::int32_t>(id) * 2,
+                               2 + static_cast<std::int32_t>(id * 3 % 11)))
+                  .has_value());
+    }
+  };
+  EngineCore one(config, {kEos});
+  add_all(one);
+  std::size_t most = 0;
+  const Run expected = run_in_flight(one, most);
+  CHECK(most == 1u);
+  config.max_steps_in_flight = 2;
+  EngineCore two(config, {kEos});
+  add_all(two);
+  const Run got = run_in_flight(two, most);
+  CHECK(most == 2u);
+  CHECK(got.tokens == expected.tokens);
+  CHECK(got.ends == expected.ends);
+  CHECK(two.num_requests() == 0u);
+  CHECK(two.scheduler().kv_cache().usage() == 0.0);
+  CHECK(two.scheduler().num_in_flight() == 0u);
+  // Each step carried its share: about half the sequences, so more steps than one at a time.
+  CHECK(two.stats().num_steps > one.stats().num_steps);
+  CHECK(two.stats().num_generated_tokens == one.stats().num_generated_tokens);
+}
+
+TEST_CASE("a later step's output applied first is another step's: the worker is lost",
+          "[engine][core][pp]") {
+  auto config = small_config();
+  config.max_steps_in_flight = 2;
+  EngineCore core(config, {kEos});
+  REQUIRE(core.add(request(1, 6)).has_value());
+  REQUIRE(core.add(request(2, 6)).has_value());
+  auto first = core.next_step();
+  auto second = core.next_step();
+  REQUIRE(first.has_value());
+  REQUIRE(second.has_value());
+  CHECK_FALSE(core.next_step().has_value());  // two at most
+  CHECK(first->sampled_ids == std::vector<std::uint64_t>{1});
+  CHECK(second->sampled_ids == std::vector<std::uint64_t>{2});
+  CHECK(core.step_in_flight_id() == first->step_id);
+  CHECK(core.in_flight(second->step_id));
+  const auto applied = core.apply(answer(*second));
+  CHECK(applied.worker_lost);
+  CHECK_FALSE(core.step_in_flight());  // both lost
+  CHECK_FALSE(core.in_flight(second->step_id));
+  CHECK(core.reset_worker() == 2);
+  const auto run = run_all(core);
+  CHECK(run.tokens.at(1).size() == 6u);
+  CHECK(run.tokens.at(2).size() == 6u);
+  CHECK(core.scheduler().kv_cache().usage() == 0.0);
+}
+
+TEST_CASE(
+    "with two steps in flight a cancel frees its blocks at once and a fatal failure loses both "
+    "steps: their requests resume",
+    "[engine][core][pp]") {
+  auto config = small_config();
+  config.max_num_batched_tokens = 16;
+  config.max_steps_in_flight = 2;
+  EngineCore expected_core(small_config(), {kEos});
+  EngineCore core(config, {kEos});
+  for (SeqId id = 1; id <= 4; ++id) {
+    REQUIRE(core.add(request(id, 8, 3 + static_cast<std::int32_t>(id))).has_value());
+    REQUIRE(expected_core.add(request(id, 8, 3 + static_cast<std::int32_t>(id))).has_value());
+  }
+  std::size_t most = 0;
+  const Run expected = run_in_flight(expected_core, most);
+  Run run;
+  const auto take = [&run](const AppliedStep& applied) {
+    for (const auto& u : applied.updates) {
+      if (u.token.id != kNoToken) run.tokens[u.id].push_back(u.token.id);
+      if (u.finish_reason != FinishReason::none) run.ends[u.id] = u.finish_reason;
+    }
+  };
+  auto a = core.next_step();
+  auto b = core.next_step();
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  take(core.apply(history_answer(core, *a)));
+  a = core.next_step();  // beside b
+  REQUIRE(a.has_value());
+  // Sequence 4 is cancelled in its step in flight: its blocks go now, and its step's
+  // output brings it nothing.
+  const SeqId cancelled = b->sampled_ids.back();
+  const double before = core.scheduler().kv_cache().usage();
+  REQUIRE(core.cancel(cancelled, FinishReason::abort).has_value());
+  CHECK(core.scheduler().kv_cache().usage() < before);
+  CHECK_FALSE(core.scheduler().in_flight(cancelled));
+  REQUIRE(core.scheduler().check_invariants().has_value());
+  const auto applied = core.apply(history_answer(core, *b));
+  for (const auto& u : applied.updates) CHECK(u.id != cancelled);
+  take(applied);
+  // The worker fails the older step in flight fatally: the newer one is lost with it.
+  auto c = core.next_step();
+  REQUIRE(c.has_value());
+  const auto lost = core.apply(failed_step(a->step_id, {ErrorCode::internal, "boom", true}));
+  CHECK(lost.worker_lost);
+  CHECK(lost.updates.empty());
+  CHECK_FALSE(core.step_in_flight());
+  CHECK(core.scheduler().num_in_flight() == 3u);  // until the worker is replaced
+  CHECK(core.reset_worker() == 3);
+  CHECK(core.scheduler().num_in_flight() == 0u);
+  REQUIRE(core.scheduler().check_invariants().has_value());
+  const Run rest = run_in_flight(core, most);
+  for (const auto& [id, tokens] : rest.tokens) {
+    run.tokens[id].insert(run.tokens[id].end(), tokens.begin(), tokens.end());
+  }
+  for (const auto& [id, end] : rest.ends) run.ends[id] = end;
+  for (SeqId id = 1; id <= 4; ++id) {
+    INFO("request " << id);
+    if (id == cancelled) {
+      CHECK(run.ends.count(id) == 0u);
+      continue;
+    }
+    CHECK(run.tokens[id] == expected.tokens.at(id));
+    CHECK(run.ends.at(id) == FinishReason::length);
+  }
+  CHECK(core.scheduler().kv_cache().usage() == 0.0);
+  CHECK(core.num_requests() == 0u);
 }

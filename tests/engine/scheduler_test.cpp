@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <deque>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -385,4 +386,88 @@ TEST_CASE("static batching ignores the token budget", "[engine][scheduler]") {
   BatchPlan plan;
   step(s, plan);
   CHECK(plan.num_tokens == 12);
+}
+
+TEST_CASE(
+    "plans in flight together never share a sequence, and preemption never takes one in flight",
+    "[engine][scheduler][pp]") {
+  // Tight KV: the sequences outgrow the pool and preempt each other while two plans are
+  // out at once (a pipeline's micro-batches), each applied in the order it was made.
+  for (const std::int32_t in_flight : {2, 3}) {
+    INFO(in_flight << " plans in flight");
+    auto config = small_config();
+    config.max_num_batched_tokens = 12;
+    config.max_num_seqs = 6;
+    config.num_blocks = 12;
+    config.max_steps_in_flight = in_flight;
+    Scheduler s(config);
+    for (SeqId id = 1; id <= 6; ++id) {
+      REQUIRE(s.add({id, range(static_cast<TokenId>(10 * id), 3 + static_cast<int>(id)), 9})
+                  .has_value());
+    }
+    std::deque<BatchPlan> flight;
+    std::set<SeqId> finished;
+    std::size_t most = 0;
+    for (int round = 0; round < 500 && s.has_unfinished(); ++round) {
+      while (flight.size() < static_cast<std::size_t>(in_flight)) {
+        BatchPlan plan = s.schedule();
+        if (plan.chunks.empty()) break;
+        for (const auto& other : flight) {
+          for (const auto& chunk : plan.chunks) {
+            for (const auto& theirs : other.chunks) CHECK(chunk.id != theirs.id);
+          }
+          for (SeqId victim : plan.preempted) {
+            for (const auto& theirs : other.chunks) CHECK(victim != theirs.id);
+          }
+        }
+        for (const auto& chunk : plan.chunks) CHECK_FALSE(s.in_flight(chunk.id));
+        s.start(plan);
+        REQUIRE(s.check_invariants().has_value());
+        flight.push_back(std::move(plan));
+      }
+      most = std::max(most, flight.size());
+      REQUIRE_FALSE(flight.empty());
+      const BatchPlan plan = std::move(flight.front());
+      flight.pop_front();
+      std::vector<SampledResult> sampled;
+      for (const auto& c : plan.chunks) {
+        if (c.samples) sampled.push_back({7});
+      }
+      for (const auto& f : s.update(plan, sampled)) finished.insert(f.id);
+      for (const auto& c : plan.chunks) CHECK_FALSE(s.in_flight(c.id));
+      REQUIRE(s.check_invariants().has_value());
+    }
+    CHECK(finished.size() == 6u);
+    CHECK(most == static_cast<std::size_t>(in_flight));
+    CHECK(s.num_preemptions() > 0);
+    CHECK(s.kv_cache().usage() == 0.0);
+    CHECK(s.num_in_flight() == 0u);
+  }
+}
+
+TEST_CASE("a plan takes its share of the live sequences, a static batch all of them",
+          "[engine][scheduler][pp]") {
+  auto config = small_config();
+  config.max_num_batched_tokens = 64;
+  config.max_num_seqs = 8;
+  config.num_blocks = 64;
+  config.max_steps_in_flight = 2;
+  for (const auto mode : {BatchingMode::continuous, BatchingMode::static_batch}) {
+    config.mode = mode;
+    Scheduler s(config);
+    for (SeqId id = 1; id <= 5; ++id) REQUIRE(s.add({id, range(1, 4), 3}).has_value());
+    const BatchPlan first = s.schedule();
+    s.start(first);
+    const BatchPlan second = s.schedule();
+    s.start(second);
+    if (mode == BatchingMode::continuous) {
+      CHECK(chunks_of(first) == Chunks{{1, 4}, {2, 4}, {3, 4}});  // 5 live: 3 and 2
+      CHECK(chunks_of(second) == Chunks{{4, 4}, {5, 4}});
+    } else {
+      CHECK(first.chunks.size() == 5u);
+      CHECK(second.chunks.empty());
+    }
+    REQUIRE(s.check_invariants().has_value());
+    CHECK(s.num_in_flight() == 5u);
+  }
 }
