@@ -100,9 +100,9 @@ void add_pipeline_parallel_options(CLI::App* cmd, EngineConfig& engine) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--pp-steps-in-flight", engine.pipeline_steps_in_flight,
                   "a pipelined replica's steps in flight at once, each over other sequences, so "
-                  "that its stages work at once (micro-batches; 1: one at a time); default: "
-                  "one per stage")
-      ->check(CLI::Range(1, 64));
+                  "that its stages work at once (micro-batches; 1: one at a time)")
+      ->check(CLI::Range(1, 64))
+      ->default_str("one per stage");
   cmd->add_option_function<std::string>(
          "--pp-layer-partition",
          [&engine](const std::string& text) {
