@@ -52,10 +52,6 @@ Result<std::vector<engine::StepCost>> measure_step_costs(model::ModelRunner& run
   return measured;
 }
 
-}  // namespace
-
-namespace {
-
 // A tensor-parallel group's ranks all verify rank 0's proposals: rank 0 sends `step`'s
 // tokens (its placeholders filled in), the others receive them, as a sum over the group
 // to which only rank 0 adds (token ids are exact in floats). The last element says whether
@@ -102,13 +98,15 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   if (!work.drafts.empty()) {
     const bool shares = group != nullptr && group->size() > 1;
     const bool proposes = !shares || group->rank() == 0;
-    if (proposes && draft == nullptr) {
-      return fail({ErrorCode::invalid_argument,
-                   "the step asks for a draft model, and this worker has none"});
-    }
     drafted = work.step;
+    // A rank 0 without a draft model still shares (its failure): the others wait for it.
     Result<void> proposed;
-    if (proposes) proposed = draft->propose(work.drafts, *drafted);
+    if (proposes && draft == nullptr) {
+      proposed = make_error(ErrorCode::invalid_argument,
+                            "the step asks for a draft model, and this worker has none");
+    } else if (proposes) {
+      proposed = draft->propose(work.drafts, *drafted);
+    }
     if (shares) proposed = share_proposals(*group, *drafted, std::move(proposed));
     if (!proposed) return fail(proposed.error());
   }

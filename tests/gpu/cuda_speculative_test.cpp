@@ -9,20 +9,13 @@
 #include <vector>
 
 #include "engine/engine_core.hpp"
-#include "gpu/cuda_backend.hpp"
+#include "gpu/gpu_test_support.hpp"
 #include "support/small_model.hpp"
-#include "support/test_support.hpp"
 #include "worker/worker.hpp"
 
 using namespace troupe;
 
 namespace {
-
-void gpu_or_skip() {
-  if (auto device = gpu::probe_device(0); !device) {
-    test::skip_test(device.error().message + " (the GPU tests need an NVIDIA GPU)");
-  }
-}
 
 engine::WorkerSpec gpu_spec(const std::string& path, const std::string& draft) {
   engine::WorkerSpec spec;
@@ -70,7 +63,7 @@ std::map<engine::SeqId, std::vector<TokenId>> serve(worker::Worker& worker,
 
 TEST_CASE("a draft model on the GPU: the plain worker's greedy outputs, its own copy accepted",
           "[gpu][speculative]") {
-  gpu_or_skip();
+  (void)test::gpu_or_skip();  // skips without a device
   const std::string path = test::write_small_model("cuda-speculative-target");
   const std::string other = test::write_small_model(
       "cuda-speculative-other", [](model::RandomModelSpec& spec) { spec.seed = 99; });
