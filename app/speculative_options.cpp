@@ -147,7 +147,7 @@ void add_speculative_option(CLI::App* cmd, EngineConfig& engine) {
          "{\"model\": \"draft.gguf\", \"num_speculative_tokens\": k} has a draft model with "
          "the same vocabulary propose them; the step verifies them (the output is the same). "
          "\"disable_by_batch_size\": b "
-         "(default 4) turns proposals off in steps of more than b decoding sequences "
+         "(default 4) turns proposals off while more than b sequences run or wait "
          "(default: off)")
       ->type_name("JSON");
 }

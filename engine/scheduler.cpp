@@ -175,11 +175,16 @@ void Scheduler::schedule_running(BatchPlan& plan, std::int32_t& budget) {
       order.push_back(id);
     }
   }
-  // Speculative decoding: only while the decodes are few enough that a step's cost is
-  // reading the weights, not computing with them.
+  // Speculative decoding: only while the sequences are few enough that a step's cost is
+  // reading the weights, not computing with them. They count running and waiting (vLLM
+  // counts its queue too): while a queue waits to prefill, the steps are compute-bound
+  // already, and a draft would take budget from the prompts (a draft model's passes and
+  // catching up delay every sequence of the step) for a speed-up that ends as soon as
+  // those prompts decode.
   const SpeculativeConfig& spec = config_.speculation;
+  const auto num_live = running_.size() + waiting_.size();
   const bool speculate = spec.enabled() && config_.mode == BatchingMode::continuous &&
-                         num_decodes <= spec.disable_by_batch_size;
+                         num_live <= static_cast<std::size_t>(spec.disable_by_batch_size);
   // With prompts to prefill, a draft model's catching up takes a share of the budget only.
   const bool prompts_wait =
       !waiting_.empty() || static_cast<std::size_t>(num_decodes) < order.size();

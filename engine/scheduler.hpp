@@ -39,7 +39,7 @@ struct SchedulerConfig {
   SpeculativeConfig speculation = {};
   // A draft model catches up n unseen tokens only where at least n / draft_catch_up_repay
   // tokens are left to generate (0: wherever): a sequence near its end (the tail of a
-  // batch, where the decodes fall to disable_by_batch_size) would pay for the catching up
+  // batch, where the sequences fall to disable_by_batch_size) would pay for the catching up
   // and never be repaid. Measured (BENCHMARKS.md, 110M F16 target, Q8_0 draft): a catch-up
   // costs about a prefill token each (0.7-0.85 ms), an accepted draft saves about 2.5 ms a
   // generated token (1.35x on 9.6 ms decodes), so catching up pays from about a third; a

@@ -76,9 +76,9 @@ struct SpeculativeConfig {
   // threads than the model). 0: the model's own pool. It never runs at the same time as
   // the model either way.
   std::int32_t draft_num_threads = 0;
-  // No proposals in a step with more decoding sequences than this: a large batch's step is
-  // bound by compute, not by reading the weights once, and verifying k tokens then costs
-  // about k tokens (vLLM's speculative_disable_by_batch_size).
+  // No proposals while more sequences than this are running or waiting: a large batch's
+  // step is bound by compute, not by reading the weights once, and verifying k tokens then
+  // costs about k tokens (vLLM's speculative_disable_by_batch_size, which counts its queue).
   std::int32_t disable_by_batch_size = 4;
   // The draft model's context length, read from its file by the engine (0: no bound): a
   // sequence that has reached it gets no more proposals, as vLLM stops drafting past the

@@ -201,6 +201,32 @@ TEST_CASE("no draft in a step with more decoding sequences than disable_by_batch
   CHECK(plan.num_draft_tokens > 0);
 }
 
+TEST_CASE("no draft while sequences waiting push the count past disable_by_batch_size",
+          "[engine][speculative]") {
+  // A burst's first request decodes alone while the others queue (here: no seat for them).
+  // It gets no draft while the queue is long: those prompts will make the steps
+  // compute-bound, and a draft would take their budget.
+  auto config = spec_config(3);
+  config.speculation.disable_by_batch_size = 2;
+  config.max_num_seqs = 1;
+  engine::Scheduler s(config);
+  const std::vector<TokenId> prompt = {1, 2, 3, 1, 2, 3, 1, 2};
+  for (engine::SeqId id = 1; id <= 3; ++id) REQUIRE(s.add({id, prompt, 20}).has_value());
+  auto plan = s.schedule();
+  REQUIRE(plan.chunks.size() == 1);
+  std::vector<engine::SampledResult> token(1, {3});
+  s.update(plan, token);
+  plan = s.schedule();  // one decoding, two waiting: three, above 2
+  REQUIRE(plan.chunks.size() == 1);
+  CHECK(plan.chunks[0].is_decode());
+  CHECK(plan.num_draft_tokens == 0);
+  s.update(plan, token);
+  s.abort(3);
+  plan = s.schedule();  // one decoding, one waiting: at the threshold, drafts again
+  REQUIRE(plan.chunks.size() == 1);
+  CHECK(plan.num_draft_tokens > 0);
+}
+
 namespace {
 
 struct Request {
@@ -385,7 +411,7 @@ TEST_CASE("outputs with n-gram speculation are the outputs without it, alone and
   SECTION("in a batch where only some speculate") {
     // The threshold turns speculation off while more than two sequences decode.
     auto some = spec;
-    some.speculation.disable_by_batch_size = 2;
+    some.speculation.disable_by_batch_size = 3;
     // Near their ends as most are when the batch falls to 2, they catch up all the same.
     some.draft_catch_up_repay = 0;
     const auto out = serve(runner, some, requests, /*staggered=*/true);
@@ -510,7 +536,7 @@ TEST_CASE(
   }
   SECTION("in a batch where only some speculate, so the draft falls behind and catches up") {
     auto some = spec;
-    some.speculation.disable_by_batch_size = 2;
+    some.speculation.disable_by_batch_size = 3;
     // Near their ends as most are when the batch falls to 2, they catch up all the same.
     some.draft_catch_up_repay = 0;
     check(serve(runner, some, requests, /*staggered=*/true, &draft->proposer));
