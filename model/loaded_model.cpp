@@ -121,6 +121,7 @@ LoadedModel& LoadedModel::operator=(LoadedModel&& other) noexcept {
   model = std::move(other.model);
   kv_dtype = other.kv_dtype;
   group = std::move(other.group);
+  pipe = std::move(other.pipe);
   return *this;
 }
 

@@ -28,6 +28,9 @@ struct LoadedModel {
   // A rank of a tensor-parallel group: the group its backend joined (null otherwise). The
   // worker shares rank 0's draft proposals over it.
   std::shared_ptr<Communicator> group;
+  // A pipeline stage: the pipeline its model joined (null otherwise). The worker passes
+  // stage 0's draft proposals to the last stage over it.
+  std::shared_ptr<Communicator> pipe;
 
   LoadedModel() = default;
   LoadedModel(LoadedModel&&) noexcept = default;

@@ -251,7 +251,8 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
     TROUPE_TRY_VOID(backend->join_group(m.group));
   }
   TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard, progress));
-  if (pipe != nullptr) TROUPE_TRY_VOID(m.model->join_pipeline(std::move(pipe)));
+  if (pipe != nullptr) TROUPE_TRY_VOID(m.model->join_pipeline(pipe));
+  m.pipe = std::move(pipe);
   for (std::size_t i = 0; i < adapters.size(); ++i) {
     if (adapters[i] == nullptr) continue;
     TROUPE_TRY_VOID(m.model->set_adapter(static_cast<std::int32_t>(i + 1), std::move(adapters[i])));

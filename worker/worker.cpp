@@ -77,10 +77,40 @@ Result<void> share_proposals(model::Communicator& group, model::StepInput& step,
   return {};
 }
 
+// A pipeline's stage 0 sends its proposals to the last stage, which verifies them (the
+// stages between run hidden states only): the step's tokens, its placeholders filled in,
+// and whether its draft model succeeded, so that a failed draft fails the step on both.
+// Over the pipe's pair of the two, in step order, before the step's hidden states.
+Result<void> pass_proposals(model::Communicator& pipe, model::StepInput& step,
+                            Result<void> proposed) {
+  const std::int32_t last = pipe.size() - 1;
+  std::vector<float> passed(step.tokens.size() + 1, 0.0f);
+  if (pipe.rank() == 0) {
+    if (proposed) {
+      for (std::size_t i = 0; i < step.tokens.size(); ++i) {
+        passed[i] = static_cast<float>(step.tokens[i]);
+      }
+      passed.back() = 1.0f;
+    }
+    TROUPE_TRY_VOID(pipe.send(passed, last));
+    return proposed;
+  }
+  if (pipe.rank() != last) return {};
+  TROUPE_TRY_VOID(pipe.recv(passed, 0));
+  if (passed.back() != 1.0f) {
+    return make_error(ErrorCode::internal, "stage 0's draft model failed to propose");
+  }
+  for (std::size_t i = 0; i < step.tokens.size(); ++i) {
+    step.tokens[i] = static_cast<TokenId>(passed[i]);
+  }
+  return {};
+}
+
 }  // namespace
 
 engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work,
-                            model::DraftProposer* draft, model::Communicator* group) {
+                            model::DraftProposer* draft, model::Communicator* group,
+                            model::Communicator* pipe) {
   auto fail = [&work](Error error) {
     return engine::failed_step(work.step_id, {error.code, std::move(error.message), false});
   };
@@ -93,11 +123,13 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
     }
   }
   // The draft model fills in the proposals of a copy of the step; in a group, rank 0's
-  // draft model, for every rank.
+  // draft model, for every rank; in a pipeline, stage 0's, for the last stage.
   std::optional<model::StepInput> drafted;
+  std::optional<Error> draft_failed;
   if (!work.drafts.empty()) {
     const bool shares = group != nullptr && group->size() > 1;
-    const bool proposes = !shares || group->rank() == 0;
+    const bool passes = pipe != nullptr && pipe->size() > 1;
+    const bool proposes = (!shares || group->rank() == 0) && (!passes || pipe->rank() == 0);
     drafted = work.step;
     // A rank 0 without a draft model still shares (its failure): the others wait for it.
     Result<void> proposed;
@@ -108,7 +140,14 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
       proposed = draft->propose(work.drafts, *drafted);
     }
     if (shares) proposed = share_proposals(*group, *drafted, std::move(proposed));
-    if (!proposed) return fail(proposed.error());
+    if (passes) proposed = pass_proposals(*pipe, *drafted, std::move(proposed));
+    if (!proposed && !passes) return fail(proposed.error());
+    // A stage still runs its part of a failed step: the stages after it wait for its
+    // hidden states.
+    if (!proposed) {
+      draft_failed = proposed.error();
+      drafted = work.step;
+    }
   }
   // Run even if a sampler was refused: a rank of a group that skipped its forward pass
   // would leave the others waiting in their collectives.
@@ -116,6 +155,7 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   std::vector<std::vector<model::SampledToken>> more;
   auto tokens = runner.execute(drafted ? *drafted : work.step, work.sampled_ids, work.prompt_rows,
                                &prompt_scores, work.num_drafts, &more);
+  if (draft_failed) return fail(std::move(*draft_failed));
   if (refused) return fail(std::move(*refused));
   if (!tokens) return fail(tokens.error());
   engine::StepOutput out;
@@ -148,7 +188,10 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
   // padded to its graph's size at most max_num_seqs), then the KV pool from what is left.
   TROUPE_TRY_VOID(
       llama.prepare(std::max(spec.max_num_batched_tokens, spec.max_num_seqs), spec.max_num_seqs));
-  if (!spec.draft_model_path.empty() && spec.rank == 0) TROUPE_TRY_VOID(w->load_draft(spec));
+  // Rank 0 of a group, stage 0 of a pipeline: the one that proposes.
+  if (!spec.draft_model_path.empty() && spec.rank == 0 && spec.pipeline_stage == 0) {
+    TROUPE_TRY_VOID(w->load_draft(spec));
+  }
   // A draft model's cache has a block for each of the model's, under the same id.
   const auto shape = w->model_.kv_cache_shape(0, spec.block_size);
   std::int64_t block_bytes = backend.kv_block_bytes(shape);
@@ -199,9 +242,6 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
     return make_error(ErrorCode::invalid_argument,
                       "the draft model " + spec.draft_model_path + " " + why);
   };
-  if (spec.pipeline_size > 1) {
-    return refused("cannot run beside a pipelined model (not supported yet)");
-  }
   // Rank 0 shares its proposals through host memory, which NCCL's collectives do not take.
   if (spec.world_size > 1 && spec.device != Device::cpu) {
     return refused("cannot run beside a model split over GPUs (not supported yet)");
@@ -211,6 +251,9 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
   engine::WorkerSpec draft_spec = spec;
   draft_spec.rank = 0;
   draft_spec.world_size = 1;
+  draft_spec.pipeline_stage = 0;  // and a pipeline's stage 0 alone runs the whole draft
+  draft_spec.pipeline_size = 1;
+  draft_spec.layer_partition.clear();
   draft_spec.model_path = spec.draft_model_path;
   draft_spec.model_fingerprint = spec.draft_model_fingerprint;  // checked by open_model
   draft_spec.draft_model_path.clear();
@@ -261,7 +304,7 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
   // A throwing step leaves the backend in an unknown state: the worker must go.
   try {
     if (before_step_) before_step_();
-    out = run_step(*runner_, work, proposer_.get(), model_.group.get());
+    out = run_step(*runner_, work, proposer_.get(), model_.group.get(), model_.pipe.get());
   } catch (const std::exception& e) {
     out = engine::failed_step(
         work.step_id, {ErrorCode::internal, std::string("the step failed: ") + e.what(), true});

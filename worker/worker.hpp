@@ -17,11 +17,14 @@ namespace troupe::worker {
 
 // One step on a runner: samplers for new sequences, the draft model's proposals (with
 // `draft`), the forward pass, sampling. On a rank of a tensor-parallel `group`, rank 0
-// alone has the draft model: the others take its proposals over the group. Errors are in
-// the output; an exception is not caught here.
+// alone has the draft model: the others take its proposals over the group. On a stage of
+// a `pipe`line, stage 0 alone has it (it embeds the tokens) and sends its proposals to the
+// last stage (which verifies them); the stages between need only the hidden states. Errors
+// are in the output; an exception is not caught here.
 engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& work,
                             model::DraftProposer* draft = nullptr,
-                            model::Communicator* group = nullptr);
+                            model::Communicator* group = nullptr,
+                            model::Communicator* pipe = nullptr);
 
 class Worker {
  public:

@@ -2,6 +2,7 @@
 // cut into stages (threads of this process, Gloo on loopback), with up to one step a stage
 // in flight at once (micro-batches over disjoint sequences).
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <thread>
 
 #include "actors/engine_hooks.hpp"
@@ -166,4 +167,67 @@ TEST_CASE("n-gram speculation on a pipeline with two steps in flight keeps the g
   CHECK(run(**engine) == expected);
   CHECK((*engine)->stats().spec_num_drafts > 0);
   CHECK(test::kv_drains(**engine));
+}
+
+TEST_CASE(
+    "a draft model beside a pipeline: stage 0 proposes, the last stage verifies, the unsplit "
+    "model's greedy outputs",
+    "[actors][pp][speculative]") {
+  // Stage 0 alone holds the draft model (it embeds the tokens) and sends its proposals to
+  // the last stage, which verifies them, before the step's hidden states. The model as its
+  // own draft has every greedy proposal accepted; another model's are mostly wrong; the
+  // outputs are the same either way, with one step a stage in flight.
+  const auto run = [](Engine& engine) {
+    Collector c;
+    std::vector<RequestId> ids;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<TokenId> prompt;
+      for (int k = 0; k < 3 + i; ++k) prompt.push_back(static_cast<TokenId>(7 + i * 31 + k * 5));
+      ids.push_back(*engine.submit(test::greedy(std::move(prompt), 14 + i), c.callback()));
+    }
+    REQUIRE(c.wait(ids.size()));
+    std::vector<std::vector<TokenId>> out;
+    for (RequestId id : ids) out.push_back(c.get(id).tokens);
+    return out;
+  };
+  // Three layers, so that three stages have one each.
+  const std::string target = test::write_small_model(
+      "pipeline-draft-target", [](model::RandomModelSpec& spec) { spec.num_layers = 3; });
+  const std::string other =
+      test::write_small_model("pipeline-other-draft", [](model::RandomModelSpec& spec) {
+        spec.num_layers = 3;
+        spec.seed = 99;
+      });
+  const auto config_of = [&](std::int32_t stages) {
+    EngineConfig c = pipelined(stages);
+    c.model_path = target;
+    return c;
+  };
+  auto whole = Engine::create(config_of(1));
+  REQUIRE(whole.has_value());
+  const auto expected = run(**whole);
+  for (const std::int32_t stages : {2, 3}) {
+    for (const bool same : {true, false}) {
+      INFO(stages << " stages, " << (same ? "the model as its own draft" : "another model"));
+      EngineConfig config = config_of(stages);
+      config.speculative.draft_model = same ? target : other;
+      config.speculative.num_speculative_tokens = 3;
+      config.speculative.disable_by_batch_size = 64;  // every step proposes
+      auto engine = Engine::create(config);
+      INFO((engine ? std::string() : engine.error().message));
+      REQUIRE(engine.has_value());
+      CHECK(run(**engine) == expected);
+      const EngineStats stats = (*engine)->stats();
+      CHECK(stats.spec_num_drafts > 0);
+      if (same) {
+        CHECK(stats.spec_num_accepted_tokens == stats.spec_num_draft_tokens);
+      } else {
+        CHECK(stats.spec_num_accepted_tokens < stats.spec_num_draft_tokens);
+      }
+      CHECK(test::kv_drains(**engine));
+      CHECK(stats.num_worker_restarts == 0);
+    }
+  }
+  std::filesystem::remove(target);
+  std::filesystem::remove(other);
 }
