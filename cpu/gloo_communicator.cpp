@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include <gloo/allgather.h>
@@ -25,6 +26,18 @@ namespace {
 
 // On unless TROUPE_GLOO_KEEP_SNDBUF is set (to compare without rebuilding).
 std::atomic<bool> send_buffer_fix{std::getenv("TROUPE_GLOO_KEEP_SNDBUF") == nullptr};
+
+// TROUPE_GLOO_LINK_DELAY_US: an emulated link's one-way delay (benchmarks; 0: none).
+std::chrono::microseconds link_delay() {
+  static const std::chrono::microseconds delay = [] {
+    const char* text = std::getenv("TROUPE_GLOO_LINK_DELAY_US");
+    if (text == nullptr) return std::chrono::microseconds{0};
+    char* end = nullptr;
+    const long long us = std::strtoll(text, &end, 10);
+    return std::chrono::microseconds{end != text && *end == '\0' && us > 0 ? us : 0};
+  }();
+  return delay;
+}
 
 // Whether code at `address` is Gloo's: only its SO_SNDBUF calls are ignored.
 bool is_gloo_code(void* address) {
@@ -125,6 +138,7 @@ struct GlooCommunicator::Impl {
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::chrono::milliseconds timeout;
   std::vector<float> send, received, owned, gathered;  // scratch, kept between steps
+  std::vector<float> stamped;  // a point-to-point message and its send time (link delay)
   // The benchmark's Gloo ring, set up for one buffer.
   std::unique_ptr<gloo::AllreduceRing<float>> ring;
   const float* ring_data = nullptr;
@@ -179,6 +193,7 @@ Result<void> GlooCommunicator::all_reduce_sum(std::span<float> data) {
     } else {
       scatter_gather_sum(data);
     }
+    if (link_delay().count() > 0) std::this_thread::sleep_for(link_delay());
   });
 }
 
@@ -198,6 +213,7 @@ Result<void> GlooCommunicator::gather(std::span<const float> part, std::span<flo
     options.setRoot(0);
     options.setTimeout(impl_->timeout);
     gloo::gather(options);
+    if (link_delay().count() > 0) std::this_thread::sleep_for(link_delay());
   });
 }
 
@@ -205,6 +221,11 @@ namespace {
 
 // The slot of point-to-point messages: a prefix none of Gloo's collectives use.
 constexpr std::uint8_t kPointToPointSlotPrefix = 0x70;
+
+// With an emulated link delay a message carries its send time (the steady clock's
+// nanoseconds, the same clock for every process of the host) in two more floats' bits.
+constexpr std::size_t kStampFloats = 2;
+static_assert(kStampFloats * sizeof(float) == sizeof(std::int64_t));
 
 }  // namespace
 
@@ -216,9 +237,18 @@ Result<void> GlooCommunicator::send(std::span<const float> data, std::int32_t pe
   }
   return guarded(failure_, rank_, "send", [&] {
     if (data.empty()) return;
+    std::span<const float> message = data;
+    if (link_delay().count() > 0) {
+      auto& stamped = impl_->stamped;
+      stamped.assign(data.begin(), data.end());
+      stamped.resize(data.size() + kStampFloats);
+      const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+      std::memcpy(stamped.data() + data.size(), &now, sizeof now);
+      message = stamped;
+    }
     // Gloo's API takes a mutable pointer; a send only reads it.
-    auto buffer =
-        impl_->context->createUnboundBuffer(const_cast<float*>(data.data()), data.size_bytes());
+    auto buffer = impl_->context->createUnboundBuffer(const_cast<float*>(message.data()),
+                                                      message.size_bytes());
     buffer->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, 0));
     if (!buffer->waitSend(impl_->timeout)) throw std::runtime_error("the send was aborted");
   });
@@ -232,9 +262,21 @@ Result<void> GlooCommunicator::recv(std::span<float> data, std::int32_t peer) {
   }
   return guarded(failure_, rank_, "receive", [&] {
     if (data.empty()) return;
-    auto buffer = impl_->context->createUnboundBuffer(data.data(), data.size_bytes());
+    const bool delayed = link_delay().count() > 0;
+    auto& stamped = impl_->stamped;
+    if (delayed) stamped.resize(data.size() + kStampFloats);
+    std::span<float> message = delayed ? std::span<float>(stamped) : data;
+    auto buffer = impl_->context->createUnboundBuffer(message.data(), message.size_bytes());
     buffer->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, 0));
     if (!buffer->waitRecv(impl_->timeout)) throw std::runtime_error("the receive was aborted");
+    if (delayed) {
+      std::copy_n(stamped.data(), data.size(), data.data());
+      std::int64_t sent = 0;
+      std::memcpy(&sent, stamped.data() + data.size(), sizeof sent);
+      std::this_thread::sleep_until(
+          std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(sent)) +
+          link_delay());
+    }
   });
 }
 

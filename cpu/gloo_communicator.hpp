@@ -6,6 +6,12 @@
 // the kernel's send-buffer autotuning: all-reduces of 64 KB and more then stall on
 // delayed ACKs (../shared/STACK.md measured 1 MB at 90 ms). This library interposes
 // setsockopt() so that Gloo's SO_SNDBUF calls are ignored (set_gloo_send_buffer_fix).
+//
+// For benchmarks only: TROUPE_GLOO_LINK_DELAY_US=d (microseconds) emulates a link with that
+// one-way delay where `tc netem` cannot run (a kernel without queueing disciplines, as
+// here). A point-to-point message carries its send time and is not received before
+// send time + d; a collective returns d after it completes (two ranks that enter together
+// exchange once: one one-way delay). Every process of a group must be given the same d.
 #pragma once
 
 #include <chrono>
