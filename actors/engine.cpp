@@ -243,6 +243,20 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                         .map([](auto) {}));
   }
   auto spec = worker::spec_for(config, config.model_path, impl->max_model_len);
+  // A pipeline without a partition of its own splits the layers by what a decode step
+  // reads of each (the last stage also reads the head): every stage and the head's views
+  // get that one partition.
+  if (config.pipeline_parallel_size > 1 && config.pipeline_layer_partition.empty()) {
+    spec.layer_partition = model::weight_balanced_partition(*impl->model->file, impl->model->config,
+                                                            config.pipeline_parallel_size);
+    impl->config.pipeline_layer_partition = spec.layer_partition;
+    const auto stages = model::stage_layers(impl->model->config.num_layers,
+                                            config.pipeline_parallel_size, spec.layer_partition);
+    if (stages) {
+      monitoring::log_debug("pipeline stages by the weights a decode step reads: " +
+                            model::describe_stages(*stages));
+    }
+  }
   spec.model_fingerprint = model::file_fingerprint(*impl->model->file);
   // A node's draft file is checked as its model file is: the same bytes as the head's.
   if (!spec.draft_model_path.empty()) {

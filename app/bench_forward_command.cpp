@@ -222,6 +222,13 @@ void add_bench_forward_command(CLI::App& bench) {
         auto parsed = model::parse_layer_partition(opts->layer_partition);
         if (!parsed) fail(parsed.error());
         partition = std::move(*parsed);
+      } else {
+        // The engine's default: balanced by the weights a decode step reads.
+        partition = model::weight_balanced_partition(*loaded->file, loaded->config, pp);
+        std::string text;
+        for (const std::int32_t n : partition)
+          text += (text.empty() ? "" : ",") + std::to_string(n);
+        opts->layer_partition = text;
       }
       auto ranges = model::stage_layers(loaded->config.num_layers, pp, partition);
       if (!ranges) fail(ranges.error());

@@ -111,8 +111,8 @@ void add_pipeline_parallel_options(CLI::App* cmd, EngineConfig& engine) {
            engine.pipeline_layer_partition = std::move(*parsed);
          },
          "each pipeline stage's layer count, in order (vLLM's VLLM_PP_LAYER_PARTITION: "
-         "\"6,6\"); default: balanced, the first stages taking one more where they do not "
-         "divide")
+         "\"6,6\"); default: balanced by the bytes of weights a decode step reads on each "
+         "stage, the last stage's head included")
       ->type_name("N,N,...");
 }
 

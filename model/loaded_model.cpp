@@ -1,7 +1,10 @@
 #include "model/loaded_model.hpp"
 
+#include "model/pipeline_parallel.hpp"
+
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
@@ -47,6 +50,45 @@ std::string format_bytes(std::int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
   return text;
+}
+
+StepWeightBytes step_weight_bytes(const gguf::GgufFile& file, const LlamaConfig& config) {
+  StepWeightBytes out;
+  out.layers.assign(static_cast<std::size_t>(std::max(0, config.num_layers)), 0.0);
+  const double expert_share =
+      config.features.num_experts > 0 && config.features.num_experts_used > 0
+          ? static_cast<double>(config.features.num_experts_used) /
+                static_cast<double>(config.features.num_experts)
+          : 1.0;
+  double embedding = 0.0;
+  bool has_output = false;
+  for (const auto& t : file.tensors()) {
+    const std::string_view name = t.name;
+    const auto bytes = static_cast<double>(t.num_bytes);
+    if (name.starts_with("blk.")) {
+      std::int32_t layer = -1;
+      const auto digits = name.substr(4);
+      const auto [end, error] =
+          std::from_chars(digits.data(), digits.data() + digits.size(), layer);
+      if (error != std::errc{} || layer < 0 || layer >= config.num_layers) continue;
+      out.layers[static_cast<std::size_t>(layer)] +=
+          is_expert_tensor(name) ? bytes * expert_share : bytes;
+    } else if (name.starts_with("output")) {  // output.weight, output_norm.weight, ...
+      out.head += bytes;
+      has_output = has_output || name.starts_with("output.");
+    } else if (name.starts_with("token_embd.")) {
+      embedding += bytes;
+    }
+  }
+  if (!has_output) out.head += embedding;  // tied: the head reads the embedding
+  return out;
+}
+
+std::vector<std::int32_t> weight_balanced_partition(const gguf::GgufFile& file,
+                                                    const LlamaConfig& config,
+                                                    std::int32_t num_stages) {
+  const StepWeightBytes costs = step_weight_bytes(file, config);
+  return balance_layers(costs.layers, costs.head, num_stages);
 }
 
 std::int64_t tensor_bytes(const gguf::GgufFile& file) {

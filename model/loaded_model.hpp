@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf_file.hpp"
 #include "model/backend.hpp"
@@ -66,6 +67,23 @@ Result<void> check_weights_fit(const gguf::GgufFile& file, const LlamaConfig& co
                                std::int64_t beside_bytes = 0);
 // The bytes of a file's tensors: what its weights take once mapped.
 std::int64_t tensor_bytes(const gguf::GgufFile& file);
+
+// What a decode step reads of each layer's weights, and of the output norm and head: their
+// bytes (a decode reads each weight once, so on a CPU its time goes by them), routed
+// experts' by num_experts_used of num_experts. The token embedding is a lookup (nothing),
+// unless it is also the head (tied embeddings).
+struct StepWeightBytes {
+  std::vector<double> layers;  // [num_layers]
+  double head = 0.0;
+};
+StepWeightBytes step_weight_bytes(const gguf::GgufFile& file, const LlamaConfig& config);
+
+// The default split of a model's layers into `num_stages` pipeline stages: balanced by
+// step_weight_bytes, the head counting for the last stage (balance_layers). Empty where
+// the model has fewer layers than stages.
+std::vector<std::int32_t> weight_balanced_partition(const gguf::GgufFile& file,
+                                                    const LlamaConfig& config,
+                                                    std::int32_t num_stages);
 
 // Whether a tensor holds routed experts: stacked (blk.N.ffn_gate_exps.weight) or one per
 // expert, as older Mixtral files have them (blk.N.ffn_gate.E.weight).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 
 namespace troupe::model {
 
@@ -45,6 +46,44 @@ Result<std::vector<LayerRange>> stage_layers(std::int32_t num_layers, std::int32
     begin += n;
   }
   return stages;
+}
+
+std::vector<std::int32_t> balance_layers(std::span<const double> layer_costs,
+                                         double last_stage_cost, std::int32_t num_stages) {
+  const auto n = static_cast<std::int32_t>(layer_costs.size());
+  if (num_stages < 1 || num_stages > n) return {};
+  std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0.0);
+  for (std::int32_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_costs[i];
+  const double unreachable = std::numeric_limits<double>::infinity();
+  const auto at = [n](std::int32_t s, std::int32_t i) {
+    return static_cast<std::size_t>(s) * static_cast<std::size_t>(n + 1) +
+           static_cast<std::size_t>(i);
+  };
+  // best[s][i]: the least costliest stage of the first i layers in s stages; cut[s][i]:
+  // where the last of those s stages begins.
+  std::vector<double> best(static_cast<std::size_t>(num_stages + 1) * (n + 1), unreachable);
+  std::vector<std::int32_t> cut(best.size(), 0);
+  best[at(0, 0)] = 0.0;
+  for (std::int32_t s = 1; s <= num_stages; ++s) {
+    for (std::int32_t i = s; i <= n; ++i) {
+      const double extra = s == num_stages && i == n ? last_stage_cost : 0.0;
+      // The latest start first: among equals, the earlier stages keep more layers.
+      for (std::int32_t j = i - 1; j >= s - 1; --j) {
+        const double cost = std::max(best[at(s - 1, j)], prefix[i] - prefix[j] + extra);
+        if (cost < best[at(s, i)]) {
+          best[at(s, i)] = cost;
+          cut[at(s, i)] = j;
+        }
+      }
+    }
+  }
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(num_stages));
+  for (std::int32_t s = num_stages, i = n; s >= 1; --s) {
+    const std::int32_t j = cut[at(s, i)];
+    counts[static_cast<std::size_t>(s - 1)] = i - j;
+    i = j;
+  }
+  return counts;
 }
 
 Result<PipelineStage> pipeline_stage(std::int32_t num_layers, std::int32_t index,

@@ -43,6 +43,14 @@ struct LayerRange {
 Result<std::vector<LayerRange>> stage_layers(std::int32_t num_layers, std::int32_t num_stages,
                                              std::span<const std::int32_t> partition = {});
 
+// The contiguous split of layers costing `layer_costs` into `num_stages` stages of at least
+// one layer each whose costliest stage costs least, the last stage paying `last_stage_cost`
+// too (the output norm and the head). Among equal splits, the one whose earlier stages take
+// more layers (so equal costs split as stage_layers' balanced default does). The counts, in
+// stage order; empty where there are fewer layers than stages.
+std::vector<std::int32_t> balance_layers(std::span<const double> layer_costs,
+                                         double last_stage_cost, std::int32_t num_stages);
+
 // The stage `index` of `num_stages` of a model of `num_layers` (stage_layers' range).
 Result<PipelineStage> pipeline_stage(std::int32_t num_layers, std::int32_t index,
                                      std::int32_t num_stages,

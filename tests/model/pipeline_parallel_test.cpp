@@ -72,3 +72,44 @@ TEST_CASE("a layer partition is read from its command-line text", "[model][pp]")
     CHECK_THAT(refused.error().message, Catch::Contains("layer counts separated by commas"));
   }
 }
+
+TEST_CASE("balance_layers makes the costliest stage as cheap as it can be", "[model][pp]") {
+  const std::vector<double> equal(12, 1.0);
+  // No head: the balanced split, the remainder to the first stages.
+  CHECK(model::balance_layers(equal, 0.0, 2) == std::vector<std::int32_t>{6, 6});
+  const std::vector<double> thirteen(13, 1.0);
+  CHECK(model::balance_layers(thirteen, 0.0, 2) == std::vector<std::int32_t>{7, 6});
+  CHECK(model::balance_layers(std::vector<double>(26, 1.0), 0.0, 3) ==
+        std::vector<std::int32_t>{9, 9, 8});
+  // A head that costs 3.5 layers, as a 110M model's 32000 x 768 head against its 7M-weight
+  // layers: the last stage takes fewer layers (8 + 4 + 3.5 = 7.5 at most, not 6 + 9.5).
+  CHECK(model::balance_layers(equal, 3.5, 2) == std::vector<std::int32_t>{8, 4});
+  CHECK(model::balance_layers(equal, 3.5, 3) == std::vector<std::int32_t>{5, 5, 2});
+  // A head costlier than every layer together: the last stage still keeps one layer.
+  CHECK(model::balance_layers(equal, 100.0, 2) == std::vector<std::int32_t>{11, 1});
+  // Uneven layers: the costly one is alone.
+  const std::vector<double> uneven = {1, 1, 6, 1, 1, 1};
+  CHECK(model::balance_layers(uneven, 0.0, 3) == std::vector<std::int32_t>{2, 1, 3});
+  // Every split is optimal: no other contiguous split has a cheaper costliest stage.
+  const auto worst = [](const std::vector<double>& costs, double head,
+                        const std::vector<std::int32_t>& counts) {
+    double most = 0.0;
+    std::size_t at = 0;
+    for (std::size_t s = 0; s < counts.size(); ++s) {
+      double sum = s + 1 == counts.size() ? head : 0.0;
+      for (std::int32_t i = 0; i < counts[s]; ++i) sum += costs[at++];
+      most = std::max(most, sum);
+    }
+    return most;
+  };
+  const std::vector<double> costs = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const auto split = model::balance_layers(costs, 4.0, 3);
+  REQUIRE(split.size() == 3);
+  for (std::int32_t a = 1; a < 9; ++a) {
+    for (std::int32_t b = 1; a + b < 10; ++b) {
+      CHECK(worst(costs, 4.0, split) <= worst(costs, 4.0, {a, b, 10 - a - b}));
+    }
+  }
+  // More stages than layers: no split.
+  CHECK(model::balance_layers(std::vector<double>(2, 1.0), 0.0, 3).empty());
+}
