@@ -143,6 +143,41 @@ Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConf
                       std::move(first));
 }
 
+Result<std::vector<StartedReplica>> start_replicas(caf::actor_system& system,
+                                                   const EngineConfig& config,
+                                                   const ReplicaStart& every) {
+  std::vector<StartedReplica> started;
+  if (!config.cluster) {
+    for (std::int32_t i = 0; i < config.data_parallel_size; ++i) {
+      ReplicaStart start = every;
+      start.index = i;
+      auto replica = start_replica(system, config, std::move(start));
+      if (!replica) {
+        for (auto& r : started) caf::anon_send_exit(r.scheduler, caf::exit_reason::user_shutdown);
+        return tl::unexpected(replica.error());
+      }
+      started.push_back(std::move(*replica));
+    }
+    return started;
+  }
+  std::vector<WorkerSource> sources;
+  std::vector<caf::duration> step_timeouts;
+  for (std::int32_t i = 0; i < config.data_parallel_size; ++i) {
+    caf::duration step_timeout;
+    sources.push_back(worker_source(config, every, i, step_timeout));
+    step_timeouts.push_back(step_timeout);
+  }
+  TROUPE_TRY(auto loaded, supply_all_and_wait(system, sources, every.spec));
+  for (std::int32_t i = 0; i < config.data_parallel_size; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    ReplicaStart start = every;
+    start.index = i;
+    started.push_back(make_replica(system, config, std::move(start), std::move(sources[at]),
+                                   step_timeouts[at], std::move(loaded[at])));
+  }
+  return started;
+}
+
 ReplicaFactory::ReplicaFactory(EngineConfig config, ReplicaStart start)
     : config_(std::move(config)), start_(std::move(start)) {}
 
