@@ -119,6 +119,7 @@ StartedReplica make_replica(caf::actor_system& system, const EngineConfig& confi
   setup.spec = std::move(start.spec);
   // An elastic replica on nodes leaves with its node rather than wait for another.
   setup.elastic = config.elastic() && source.registry != nullptr;
+  if (config.cluster) setup.failover_timeout = caf::timespan{config.cluster->failover_timeout};
   source.placement_wait = std::chrono::seconds(0);  // a replacement waits for a node
   setup.source = std::move(source);
   setup.step_timeout = step_timeout;
