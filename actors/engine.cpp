@@ -309,21 +309,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   every.registry = impl->registry;
   every.before_step = hooks.before_step;
   every.replicas_up = impl->replicas_up;
-  for (std::int32_t i = 0; i < num_replicas; ++i) {
-    actors::ReplicaStart start = every;
-    start.index = i;
-    auto replica = actors::start_replica(*impl->system, impl->config, std::move(start));
-    if (!replica) {
-      abandon(replicas);
-      return tl::unexpected(replica.error());
-    }
+  auto started = actors::start_replicas(*impl->system, impl->config, every);
+  if (!started) {
+    abandon(replicas);
+    return tl::unexpected(started.error());
+  }
+  for (auto& replica : *started) {
     // Every replica has the same shape: the last one's report stands for all.
-    impl->device_description = replica->report.device_name;
-    impl->weight_bytes = replica->report.weight_bytes;
+    impl->device_description = replica.report.device_name;
+    impl->weight_bytes = replica.report.weight_bytes;
     impl->kv_cache_bytes =
-        static_cast<std::int64_t>(replica->report.num_kv_blocks) * replica->report.bytes_per_block;
-    impl->token_budget_description = std::move(replica->token_budget_description);
-    replicas.push_back(std::move(replica->scheduler));
+        static_cast<std::int64_t>(replica.report.num_kv_blocks) * replica.report.bytes_per_block;
+    impl->token_budget_description = std::move(replica.token_budget_description);
+    replicas.push_back(std::move(replica.scheduler));
   }
   if (impl->registry) {
     // A node's drain reaches its replicas through the registry.

@@ -41,20 +41,26 @@ void publish_replicas(RouterSelf self) {
 void grow(RouterSelf self) {
   auto& state = self->state;
   const ElasticSetup& e = state.elastic;
-  if (!e.factory || state.growing >= 0 || num_present(state) >= e.max) return;
+  if (!e.factory) return;
+  // One waits for a node at a time (the registry places them in the order they asked).
+  for (const auto& [index, placed] : state.growing) {
+    if (!placed) return;
+  }
+  const auto wanted = std::int64_t{num_present(state)} + std::ssize(state.growing);
+  if (wanted >= e.max) return;
   // The lowest free index: a replica that left gives its index (and its series) back.
   std::int32_t index = 0;
-  while (static_cast<std::size_t>(index) < state.replicas.size() &&
-         state.replicas[static_cast<std::size_t>(index)].actor) {
+  while ((static_cast<std::size_t>(index) < state.replicas.size() &&
+          state.replicas[static_cast<std::size_t>(index)].actor) ||
+         state.growing.contains(index)) {
     ++index;
   }
-  state.growing = index;
+  state.growing[index] = false;
   router_actor me = caf::actor_cast<router_actor>(self);
   e.factory->supply(self->home_system(), index, self->address(), [me, index](SupplyNews news) {
     if (news.stage == SupplyNews::Stage::placed) {
       monitoring::logf(monitoring::LogLevel::info, "replica %d loads on node %s", index,
                        cluster::node_label(news.nodes).c_str());
-      return;
     }
     caf::anon_send(me, grown_atom::value, index, std::move(news));
   });
@@ -62,11 +68,17 @@ void grow(RouterSelf self) {
 
 void on_grown(RouterSelf self, std::int32_t index, SupplyNews& news) {
   auto& state = self->state;
-  if (index != state.growing) {
+  const auto growing = state.growing.find(index);
+  if (growing == state.growing.end()) {
     if (news.worker) self->send_exit(news.worker, caf::exit_reason::kill);
     return;
   }
-  state.growing = -1;
+  if (news.stage == SupplyNews::Stage::placed) {
+    // Its worker loads there: the next node to join is the next replica's, now.
+    growing->second = true;
+    return grow(self);
+  }
+  state.growing.erase(growing);
   if (news.stage != SupplyNews::Stage::loaded) {
     monitoring::logf(monitoring::LogLevel::warning, "no worker for a new replica %d: %s", index,
                      news.error.message.c_str());

@@ -5,14 +5,16 @@
 // replica (the one holding the request ends it; the others know nothing of it).
 //
 // Elastic (EngineConfig::elastic, elastic.hpp): the replicas come and go. One replica's
-// first worker is always asked for while there are fewer than the maximum (the registry
-// places it on the next node with room); once it loads, the replica joins the others. A
-// replica whose node goes leaves: its index is empty (and reused by a later one).
+// first worker is always waiting for a node while there are fewer than the maximum (the
+// registry places it on the next node with room, and the next one is asked for at once);
+// once it loads, the replica joins the others. A replica whose node goes leaves: its index
+// is empty (and reused by a later one).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
@@ -75,7 +77,9 @@ struct RouterState {
   caf::timespan failover_timeout{0};  // how long a moved request waits for a replica
   // Elastic only (null factory: a fixed count).
   ElasticSetup elastic;
-  std::int32_t growing = -1;  // the index whose first worker is asked for (-1: none)
+  // The indexes whose first worker is asked for, each with whether it is placed (loading
+  // on a node) yet: one at most waits for a node, the placed ones load meanwhile.
+  std::map<std::int32_t, bool> growing;
   // Run-time LoRA adapter paths by slot - 1, as last set: a replica that joins gets them.
   std::vector<std::optional<std::string>> lora_paths;
   static inline const char* name = "troupe.router";

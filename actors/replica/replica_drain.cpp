@@ -2,6 +2,8 @@
 #include "monitoring/log.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 namespace troupe::actors {
 
@@ -16,17 +18,27 @@ void finish_drain(SchedulerSelf self, const std::string& why) {
   state.setup.spec.num_kv_blocks = state.core->scheduler().config().num_blocks;
   if (!state.router) {
     // Alone (one replica), there is nowhere to move: what is left stays, and resumes with
-    // its tokens on the next worker (a spare node, or this one back).
+    // its tokens on the next worker (a spare node, or this one back) if one loads within
+    // the failover timeout; else it ends with an error then.
+    const auto wait_s = std::chrono::duration<double>(state.setup.failover_timeout).count();
     monitoring::logf(monitoring::LogLevel::info,
-                     "replica %d drained off node %s (%s; %zu request(s) wait for a new worker)",
-                     state.setup.index, node.c_str(), why.c_str(), state.core->num_requests());
+                     "replica %d drained off node %s (%s; %zu request(s) wait up to %.0f s for "
+                     "a new worker)",
+                     state.setup.index, node.c_str(), why.c_str(), state.core->num_requests(),
+                     wait_s);
     retire_worker(self);
     state.observer->on_migrated(state.core->reset_worker());
     state.draining = false;
     state.draining_node.clear();
     set_ready(self, false);
     self->send(state.setup.source.registry, drained_atom::value, state.setup.index, node);
-    return supply_worker(self);
+    supply_worker(self);
+    if (state.core->num_requests() == 0) return;
+    state.worker_wait = ++state.drain_number;
+    state.worker_wait_why =
+        "replica " + std::to_string(state.setup.index) + " drained off node " + node;
+    self->delayed_send(self, state.setup.failover_timeout, timeout_atom::value, state.worker_wait);
+    return;
   }
   auto left = state.core->lose_worker("replica " + std::to_string(state.setup.index) +
                                       " drained off node " + node);
@@ -41,6 +53,22 @@ void finish_drain(SchedulerSelf self, const std::string& why) {
   self->send(state.setup.source.registry, drained_atom::value, state.setup.index, node);
   if (state.setup.elastic) return leave(self, "its node " + node + " drained");
   supply_worker(self);
+}
+
+// Alone, the requests a drain left waited the failover timeout for a new worker, and
+// none loaded: they end with the error (each stream with its error event).
+void worker_wait_over(SchedulerSelf self) {
+  auto& state = self->state;
+  state.worker_wait = 0;
+  if (state.worker_ready) return;
+  const auto wait_s = std::chrono::duration<double>(state.setup.failover_timeout).count();
+  char why[96];
+  std::snprintf(why, sizeof why, "; no node took it within %.0f s (--failover-timeout)", wait_s);
+  auto ended =
+      state.core->end_all(FinishReason::error, "no replica is up: " + state.worker_wait_why + why);
+  monitoring::logf(monitoring::LogLevel::warning, "replica %d: %zu request(s) end: %s%s",
+                   state.setup.index, ended.size(), state.worker_wait_why.c_str(), why);
+  deliver_all(self, ended);
 }
 
 }  // namespace
@@ -90,6 +118,7 @@ bool check_drained(SchedulerSelf self) {
 
 void drain_timed_out(SchedulerSelf self, std::uint64_t number) {
   auto& state = self->state;
+  if (number != 0 && number == state.worker_wait) return worker_wait_over(self);
   if (!state.draining || number != state.drain_number) return;
   state.drain_expired = true;
   check_drained(self);

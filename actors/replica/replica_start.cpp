@@ -119,6 +119,7 @@ StartedReplica make_replica(caf::actor_system& system, const EngineConfig& confi
   setup.spec = std::move(start.spec);
   // An elastic replica on nodes leaves with its node rather than wait for another.
   setup.elastic = config.elastic() && source.registry != nullptr;
+  if (config.cluster) setup.failover_timeout = caf::timespan{config.cluster->failover_timeout};
   source.placement_wait = std::chrono::seconds(0);  // a replacement waits for a node
   setup.source = std::move(source);
   setup.step_timeout = step_timeout;
@@ -141,6 +142,41 @@ Result<StartedReplica> start_replica(caf::actor_system& system, const EngineConf
   TROUPE_TRY(auto first, supply_and_wait(system, source, start.spec));
   return make_replica(system, config, std::move(start), std::move(source), step_timeout,
                       std::move(first));
+}
+
+Result<std::vector<StartedReplica>> start_replicas(caf::actor_system& system,
+                                                   const EngineConfig& config,
+                                                   const ReplicaStart& every) {
+  std::vector<StartedReplica> started;
+  if (!config.cluster) {
+    for (std::int32_t i = 0; i < config.data_parallel_size; ++i) {
+      ReplicaStart start = every;
+      start.index = i;
+      auto replica = start_replica(system, config, std::move(start));
+      if (!replica) {
+        for (auto& r : started) caf::anon_send_exit(r.scheduler, caf::exit_reason::user_shutdown);
+        return tl::unexpected(replica.error());
+      }
+      started.push_back(std::move(*replica));
+    }
+    return started;
+  }
+  std::vector<WorkerSource> sources;
+  std::vector<caf::duration> step_timeouts;
+  for (std::int32_t i = 0; i < config.data_parallel_size; ++i) {
+    caf::duration step_timeout;
+    sources.push_back(worker_source(config, every, i, step_timeout));
+    step_timeouts.push_back(step_timeout);
+  }
+  TROUPE_TRY(auto loaded, supply_all_and_wait(system, sources, every.spec));
+  for (std::int32_t i = 0; i < config.data_parallel_size; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    ReplicaStart start = every;
+    start.index = i;
+    started.push_back(make_replica(system, config, std::move(start), std::move(sources[at]),
+                                   step_timeouts[at], std::move(loaded[at])));
+  }
+  return started;
 }
 
 ReplicaFactory::ReplicaFactory(EngineConfig config, ReplicaStart start)

@@ -48,6 +48,10 @@ struct ReplicaSetup {
   // Elastic data parallelism, on nodes: a replica whose node goes (lost, or drained)
   // leaves the router and ends rather than wait for another node (worker_keeping.hpp).
   bool elastic = false;
+  // Alone (no router) on nodes: how long the requests a drain left here wait for the next
+  // worker before they end with an error (--failover-timeout, as a moved request waits
+  // for a replica; 0: they end at once).
+  caf::timespan failover_timeout{0};
 };
 
 struct SchedulerState {
@@ -70,7 +74,11 @@ struct SchedulerState {
   bool drain_expired = false;  // its timeout passed: it ends after the step in flight
   std::string draining_node;
   std::uint64_t drain_number = 0;
-  bool leaving = false;  // elastic: its node went; it ends once the router has let it go
+  // Alone, after a drain: the number of the timer (a drain number) that bounds how long
+  // its requests wait for the next worker (0: none runs).
+  std::uint64_t worker_wait = 0;
+  std::string worker_wait_why;  // why they wait ("replica 0 drained off node n0")
+  bool leaving = false;         // elastic: its node went; it ends once the router has let it go
   // Outputs of steps that answered before an older step in flight (applied in order),
   // with their round trips.
   struct EarlyOutput {

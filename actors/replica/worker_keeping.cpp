@@ -156,6 +156,7 @@ void on_supplied(SchedulerSelf self, SupplyNews& news) {
   } else {
     state.worker = std::move(news.worker);
     state.nodes = std::move(news.nodes);
+    state.worker_wait = 0;  // in time: what waited for it resumes here
     self->monitor(state.worker);
     if (state.supply_lora_changes != state.lora_changes) {
       // LoRA slots changed while it loaded: it hears them before its first step (a

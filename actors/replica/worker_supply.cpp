@@ -1,8 +1,10 @@
 #include "actors/replica/worker_supply.hpp"
 #include "monitoring/log.hpp"
 
-#include <future>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 
 #include "actors/parallel/group_actor.hpp"
 
@@ -209,18 +211,56 @@ void supply_worker(caf::actor_system& system, WorkerSource source, engine::Worke
 
 Result<SupplyNews> supply_and_wait(caf::actor_system& system, WorkerSource source,
                                    engine::WorkerSpec spec) {
-  auto answer = std::make_shared<std::promise<Result<SupplyNews>>>();
-  auto answered = answer->get_future();
-  supply_worker(system, std::move(source), std::move(spec), /*retry=*/false, 0, {},
-                [answer](SupplyNews n) {
-                  if (n.stage == Stage::placed) return;
-                  if (n.stage == Stage::failed) {
-                    answer->set_value(tl::unexpected(std::move(n.error)));
-                  } else {
-                    answer->set_value(std::move(n));
-                  }
-                });
-  return answered.get();
+  std::vector<WorkerSource> one;
+  one.push_back(std::move(source));
+  TROUPE_TRY(auto loaded, supply_all_and_wait(system, std::move(one), spec));
+  return std::move(loaded.front());
+}
+
+Result<std::vector<SupplyNews>> supply_all_and_wait(caf::actor_system& system,
+                                                    std::vector<WorkerSource> sources,
+                                                    const engine::WorkerSpec& spec) {
+  struct Waiting {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<std::optional<SupplyNews>> loaded;
+    std::size_t num_loaded = 0;
+    std::optional<Error> failed;  // the first failure: what is loaded, or loads later, goes
+  };
+  auto waiting = std::make_shared<Waiting>();
+  waiting->loaded.resize(sources.size());
+  // The supplies' owner: its end stops every supply still at work, and its worker.
+  auto owner = system.spawn<caf::hidden>(
+      [](caf::event_based_actor*) -> caf::behavior { return {[](std::int32_t) {}}; });
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    supply_worker(system, std::move(sources[i]), spec, /*retry=*/false, 0, owner.address(),
+                  [waiting, i](SupplyNews n) {
+                    if (n.stage == Stage::placed) return;
+                    std::lock_guard lock(waiting->mutex);
+                    if (n.stage == Stage::failed) {
+                      if (!waiting->failed) waiting->failed = std::move(n.error);
+                    } else if (waiting->failed) {
+                      caf::anon_send_exit(n.worker, caf::exit_reason::kill);
+                    } else {
+                      waiting->loaded[i] = std::move(n);
+                      ++waiting->num_loaded;
+                    }
+                    waiting->changed.notify_all();
+                  });
+  }
+  std::unique_lock lock(waiting->mutex);
+  waiting->changed.wait(
+      lock, [&] { return waiting->failed || waiting->num_loaded == waiting->loaded.size(); });
+  caf::anon_send_exit(owner, caf::exit_reason::kill);
+  if (waiting->failed) {
+    for (auto& n : waiting->loaded) {
+      if (n) caf::anon_send_exit(n->worker, caf::exit_reason::kill);
+    }
+    return tl::unexpected(*waiting->failed);
+  }
+  std::vector<SupplyNews> out;
+  for (auto& n : waiting->loaded) out.push_back(std::move(*n));
+  return out;
 }
 
 }  // namespace troupe::actors

@@ -1,9 +1,9 @@
 // A replica's worker lifecycle, written once: place (on nodes, through the registry),
 // spawn (a worker, or a tensor-parallel group around its ranks), load (the spec), and do
 // it again after a loss. The engine waits for a replica's first worker at start-up
-// (supply_and_wait); its scheduler asks for each replacement (supply_worker) and hears
-// the outcome as messages. Each supply runs in an actor of its own, so that neither
-// waits on the other.
+// (supply_and_wait; a head for all of its replicas' at once, supply_all_and_wait); its
+// scheduler asks for each replacement (supply_worker) and hears the outcome as messages.
+// Each supply runs in an actor of its own, so that neither waits on the other.
 #pragma once
 
 #include <caf/all.hpp>
@@ -51,5 +51,13 @@ void supply_worker(caf::actor_system& system, WorkerSource source, engine::Worke
 // retry: the loaded worker, or why there is none.
 Result<SupplyNews> supply_and_wait(caf::actor_system& system, WorkerSource source,
                                    engine::WorkerSpec spec);
+
+// Several supplies at once (the replicas of a cluster's head at start-up), waited for
+// together: each is placed as soon as a node has room, whatever the others' loads. The
+// loaded workers in the order of `sources`; or the first failure, when every other
+// supply is stopped (and the workers already loaded with it).
+Result<std::vector<SupplyNews>> supply_all_and_wait(caf::actor_system& system,
+                                                    std::vector<WorkerSource> sources,
+                                                    const engine::WorkerSpec& spec);
 
 }  // namespace troupe::actors

@@ -3,9 +3,12 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <future>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "actors/parallel/router_actor.hpp"
+#include "actors/replica/replica_start.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -76,6 +79,48 @@ replica_actor::behavior_type down_stand_in(replica_actor::stateful_pointer<Stand
   self->state.probes = std::move(probes);
   return stand_in(self, 0, 0);
 }
+
+// Elastic replicas with no nodes: the test hears each supply asked for and tells its news
+// (placed, loaded) as a node would; a replica that loads is a stand-in.
+class StandInFactory : public actors::ReplicaFactory {
+ public:
+  StandInFactory() : ReplicaFactory(EngineConfig{}, actors::ReplicaStart{}) {}
+
+  void supply(caf::actor_system&, std::int32_t index, caf::actor_addr,
+              std::function<void(actors::SupplyNews)> news) const override {
+    std::lock_guard lock(mutex_);
+    asked_.push_back(index);
+    news_[index] = std::move(news);
+  }
+  actors::StartedReplica make(caf::actor_system& system, std::int32_t index,
+                              actors::SupplyNews) const override {
+    actors::StartedReplica started;
+    started.scheduler = system.spawn(leaving_stand_in, index, nullptr);
+    return started;
+  }
+
+  std::vector<std::int32_t> asked() const {
+    std::lock_guard lock(mutex_);
+    return asked_;
+  }
+  // Supply `index`'s news, as its actor would send it.
+  void tell(std::int32_t index, actors::SupplyNews::Stage stage, const std::string& node) const {
+    std::function<void(actors::SupplyNews)> news;
+    {
+      std::lock_guard lock(mutex_);
+      news = news_.at(index);
+    }
+    actors::SupplyNews n;
+    n.stage = stage;
+    n.nodes = {node};
+    news(std::move(n));
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::vector<std::int32_t> asked_;
+  mutable std::map<std::int32_t, std::function<void(actors::SupplyNews)>> news_;
+};
 
 }  // namespace
 
@@ -245,4 +290,52 @@ TEST_CASE("a moved request waiting for a replica when the engine shuts down ends
   CHECK(e.finish_reason == FinishReason::abort);
   CHECK(e.error == "the engine is shutting down");
   caf::anon_send_exit(requester, caf::exit_reason::kill);
+}
+
+TEST_CASE("an elastic router asks for the next replica as soon as one is placed, not loaded",
+          "[actors][data_parallel][elastic]") {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  auto factory = std::make_shared<StandInFactory>();
+  actors::parallel::ElasticSetup elastic;
+  elastic.factory = factory;
+  elastic.min = 1;
+  elastic.max = 3;
+  elastic.count = std::make_shared<std::atomic<std::int32_t>>(0);
+  const auto count = elastic.count;
+  std::vector<replica_actor> replicas{system.spawn(leaving_stand_in, 0, nullptr)};
+  auto router = system.spawn(actors::parallel::elastic_router, replicas, engine::RouterConfig{},
+                             caf::timespan{0}, elastic);
+  // Ended whatever fails (its replicas end with it).
+  const std::shared_ptr<void> end_router(
+      nullptr, [router](void*) { caf::anon_send_exit(router, caf::exit_reason::kill); });
+  caf::scoped_actor self{system};
+  const auto eventually = [](auto done) {
+    for (int i = 0; i < 500 && !done(); ++i) std::this_thread::sleep_for(10ms);
+    return done();
+  };
+  // The router has handled everything sent to it before this.
+  const auto settled = [&] {
+    self->request(router, 5s, actors::replicas_atom::value)
+        .receive([](const std::vector<ReplicaStats>&) {},
+                 [](const caf::error& e) { FAIL(to_string(e)); });
+  };
+  using Stage = actors::SupplyNews::Stage;
+  using Asked = std::vector<std::int32_t>;
+  REQUIRE(eventually([&] { return factory->asked() == Asked{1}; }));
+  // Replica 1 is placed on n1 and loads there; a node that joins meanwhile must find
+  // replica 2 waiting for it, not wait for that load.
+  factory->tell(1, Stage::placed, "n1");
+  settled();
+  REQUIRE(factory->asked() == Asked{1, 2});
+  // Two loading and one there make the maximum: no fourth is asked for.
+  factory->tell(2, Stage::placed, "n2");
+  settled();
+  CHECK(factory->asked() == Asked{1, 2});
+  factory->tell(2, Stage::loaded, "n2");
+  factory->tell(1, Stage::loaded, "n1");
+  CHECK(eventually([&] { return count->load() == 3; }));
+  settled();
+  CHECK(factory->asked() == Asked{1, 2});
 }

@@ -195,3 +195,109 @@ TEST_CASE("a worker supply waited for from outside the actors ends when its work
     caf::anon_send_exit(group, caf::exit_reason::kill);
   }
 }
+
+namespace {
+
+using go_atom = caf::atom_constant<caf::atom("go")>;
+constexpr auto kHeldAtMost = 5s;
+
+// A worker whose load is answered only once `go` comes (a replica whose load takes as long
+// as another's takes to start): `report` then, or a failure when `fail`. Unanswered within
+// kHeldAtMost, it fails, saying so.
+caf::behavior held_load(caf::event_based_actor* self, engine::LoadReport report, bool fail) {
+  auto held = std::make_shared<std::optional<caf::response_promise>>();
+  return {
+      [self, held](actors::load_atom, const engine::WorkerSpec&) -> caf::response_promise {
+        auto promise = self->make_response_promise();
+        *held = promise;
+        self->delayed_send(self, kHeldAtMost, go_atom::value, false);
+        return promise;
+      },
+      [held, report, fail](go_atom, bool told) {
+        if (!*held) return;
+        if (!told) {
+          (*held)->deliver(failure(ErrorCode::timed_out,
+                                   "no other replica was asked for while this one loaded"));
+        } else {
+          (*held)->deliver(fail ? failure(ErrorCode::invalid_file, "truncated") : report);
+        }
+        held->reset();
+      },
+  };
+}
+
+// A worker that loads at once, telling `other` (a held_load) to answer.
+caf::behavior telling_load(caf::event_based_actor* self, caf::actor other,
+                           engine::LoadReport report) {
+  return {
+      [self, other, report](actors::load_atom, const engine::WorkerSpec&) {
+        self->send(other, go_atom::value, true);
+        return report;
+      },
+  };
+}
+
+engine::LoadReport with_blocks(std::int32_t n) {
+  engine::LoadReport report;
+  report.num_kv_blocks = n;
+  return report;
+}
+
+actors::WorkerSource stand_in_source(std::int32_t replica, const caf::actor& worker) {
+  actors::WorkerSource source;
+  source.replica = replica;
+  source.spawn_local = [worker](caf::actor_system&) {
+    return caf::actor_cast<worker_actor>(worker);
+  };
+  return source;
+}
+
+}  // namespace
+
+TEST_CASE("a head's replicas are supplied at once: one loads while another's load is held",
+          "[actors][cluster]") {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  // Replica 0's load ends only once replica 1's has started: one after the other, it
+  // would wait for replica 1 (and give up after kHeldAtMost).
+  auto first = system.spawn(held_load, with_blocks(10), false);
+  auto second = system.spawn(telling_load, first, with_blocks(11));
+  const auto start = std::chrono::steady_clock::now();
+  auto loaded = actors::supply_all_and_wait(
+      system, {stand_in_source(0, first), stand_in_source(1, second)}, engine::WorkerSpec{});
+  INFO((loaded ? std::string() : loaded.error().message));
+  REQUIRE(loaded.has_value());
+  REQUIRE(loaded->size() == 2);
+  CHECK((*loaded)[0].report.num_kv_blocks == 10);  // in the replicas' order
+  CHECK((*loaded)[1].report.num_kv_blocks == 11);
+  CHECK(std::chrono::steady_clock::now() - start < kHeldAtMost);
+  for (auto& n : *loaded) caf::anon_send_exit(n.worker, caf::exit_reason::kill);
+}
+
+TEST_CASE("one failed supply of a head's replicas stops the others, loaded or loading",
+          "[actors][cluster]") {
+  caf::actor_system_config config;
+  actors::add_message_types(config);
+  caf::actor_system system{config};
+  // Replica 0 fails once replica 1 has loaded; replica 2's load never ends.
+  auto failing = system.spawn(held_load, engine::LoadReport{}, true);
+  auto loads = system.spawn(telling_load, failing, with_blocks(11));
+  auto silent = system.spawn(held_load, engine::LoadReport{}, false);
+  caf::scoped_actor self{system};
+  self->monitor(loads);
+  self->monitor(silent);
+  auto loaded = actors::supply_all_and_wait(
+      system, {stand_in_source(0, failing), stand_in_source(1, loads), stand_in_source(2, silent)},
+      engine::WorkerSpec{});
+  REQUIRE_FALSE(loaded.has_value());
+  CHECK(loaded.error().code == ErrorCode::invalid_file);
+  CHECK(loaded.error().message == "truncated");
+  // Both other workers end: the one that loaded, and the one still loading.
+  int ended = 0;
+  for (int i = 0; i < 2; ++i) {
+    self->receive([&](const caf::down_msg&) { ++ended; },
+                  caf::after(std::chrono::seconds(5)) >> [] {});
+  }
+  CHECK(ended == 2);
+}

@@ -165,7 +165,8 @@ TEST_CASE(
   }));
   for (const std::string name : {"n0", "n1"}) {
     INFO("restarting " << name);
-    CHECK(cluster.metric("troupe_num_requests_running") > 0);  // under load
+    // Under load (the gauge follows each replica's steps: its first one may still run).
+    CHECK(cluster.eventually([&] { return cluster.metric("troupe_num_requests_running") > 0; }));
     cluster.nodes.at(name)->kill(SIGTERM);
     const auto code = cluster.nodes.at(name)->wait_exit(60s);
     REQUIRE(code.has_value());
@@ -208,6 +209,43 @@ TEST_CASE(
   CHECK(state["replicas"].array.at(0)["node"].string != drained);
   CHECK(state["replicas"].array.at(0)["up"].boolean);
   check_undisturbed(cluster, texts, kTokens);
+}
+
+TEST_CASE(
+    "one replica drained off its only node: what is left waits --failover-timeout for a "
+    "node, then ends with an error event and [DONE], and a node that joins later serves",
+    "[cluster][drain]") {
+  // One replica on one node, no time to finish there, and 2 s for a node to take it.
+  Cluster cluster(1, "round-robin", {"--max-num-seqs", "1", "--failover-timeout", "2"}, 1, "1", "",
+                  {"--shutdown-timeout", "0"});
+  auto streams = open_streams(cluster.port(), 3, kTokens);
+  REQUIRE(cluster.eventually([&] {
+    const test::Json state = cluster.cluster();
+    const auto& r = state["replicas"].array.at(0);
+    return r["num_running"].number == 1 && r["num_waiting"].number == 2;
+  }));
+  cluster.nodes.at("n0")->kill(SIGTERM);
+  const auto code = cluster.nodes.at("n0")->wait_exit(30s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  // No node comes: each stream ends with the error event, then [DONE] (the running one
+  // after the tokens it streamed; the queued ones before any).
+  for (auto& stream : streams) {
+    const std::string all = stream->read_until("data: [DONE]", 30s);
+    INFO(all.substr(0, 400));
+    CHECK_THAT(all, Catch::Contains("data: [DONE]"));
+    const auto error = all.find(R"(data: {"error")");
+    REQUIRE(error != std::string::npos);
+    CHECK(error < all.find("data: [DONE]"));
+    CHECK_THAT(all.substr(error), Catch::Contains("no node took it within 2 s"));
+  }
+  CHECK(cluster.head->wait_for("replica 0: 3 request\\(s\\) end: replica 0 drained off node n0", 5s)
+            .has_value());
+  CHECK(cluster.get("/health").status == 503);
+  // The replica still waits for a node: one that joins serves again.
+  cluster.add_node("n1");
+  REQUIRE(cluster.eventually([&] { return cluster.get("/health").status == 200; }, 60s));
+  CHECK(cluster.post("/v1/completions", completion(prompt_for(1, 8), 4)).status == 200);
 }
 
 TEST_CASE("a second SIGTERM on a draining node leaves at once, and its requests move",
