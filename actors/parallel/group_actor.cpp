@@ -41,7 +41,9 @@ engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports,
   engine::LoadReport report = reports.front();
   report.bytes_per_block = 0;
   report.weight_bytes = 0;
+  report.parts.clear();
   for (const auto& r : reports) {
+    report.parts.insert(report.parts.end(), r.parts.begin(), r.parts.end());
     report.num_kv_blocks = std::min(report.num_kv_blocks, r.num_kv_blocks);
     report.bytes_per_block += r.bytes_per_block;
     report.weight_bytes += r.weight_bytes;

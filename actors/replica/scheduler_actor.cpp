@@ -109,6 +109,7 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
   state.core->calibrate(setup.first.report.step_costs);
   state.worker = std::move(setup.first.worker);
   state.nodes = std::move(setup.first.nodes);
+  state.parts = setup.first.report.parts;
   state.setup = std::move(setup);
   state.observer = std::make_unique<StepObserver>(state.setup.index, state.setup.metrics,
                                                   state.setup.step_events);
@@ -185,6 +186,10 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
                                                             : "loading";
         alone.node = cluster::node_label(state.nodes);
         alone.stats = state.core->stats();
+        alone.workers = state.parts;
+        for (std::size_t i = 0; i < alone.workers.size() && i < state.nodes.size(); ++i) {
+          alone.workers[i].node = state.nodes[i];
+        }
         return {alone};
       },
       [self](probe_atom, const std::vector<TokenId>& prompt, std::int32_t adapter) -> ReplicaProbe {

@@ -27,8 +27,30 @@ std::string text_of(const Reply& r) {
   return json_of(r.body)["choices"].array[0]["text"].string;
 }
 
+// A pipelined replica's workers in /v1/cluster: stage i on the i-th node of its label, the
+// stages' layers one after the other from 0 to `num_layers`, no tensor-parallel rank.
+void check_stages(const test::Json& replica, std::size_t num_stages, int num_layers) {
+  const auto& workers = replica["workers"].array;
+  REQUIRE(workers.size() == num_stages);
+  std::string label;
+  int next_layer = 0;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    INFO("stage " << i);
+    CHECK(workers[i]["stage"].number == static_cast<double>(i));
+    CHECK(workers[i]["rank"].kind == test::Json::Kind::null);
+    const std::vector<int> layers = workers[i]["layers"].ints();
+    REQUIRE(layers.size() == 2u);
+    CHECK(layers[0] == next_layer);
+    CHECK(layers[1] > layers[0]);
+    next_layer = layers[1];
+    label += (i > 0 ? "," : "") + workers[i]["node"].string;
+  }
+  CHECK(next_layer == num_layers);
+  CHECK(label == replica["node"].string);
+}
+
 // The pipeline's replica is on both nodes, one stage each.
-void check_spans_both_nodes(Cluster& cluster) {
+void check_spans_both_nodes(Cluster& cluster, int num_layers) {
   const test::Json state = cluster.cluster();
   REQUIRE(state["nodes"].array.size() == 2u);
   for (const auto& n : state["nodes"].array) {
@@ -36,6 +58,7 @@ void check_spans_both_nodes(Cluster& cluster) {
     CHECK(n["replica"].number == 0);
   }
   CHECK(state["replicas"].array.at(0)["node"].string == "n0,n1");
+  check_stages(state["replicas"].array.at(0), 2, num_layers);
 }
 
 }  // namespace
@@ -55,7 +78,7 @@ TEST_CASE("stories260K in two pipeline stages on two nodes gives llama.cpp's gre
     REQUIRE(reply.status == 200);
     CHECK(text_of(reply) == c["output_text"].string);
   }
-  check_spans_both_nodes(cluster);
+  check_spans_both_nodes(cluster, 5);  // stories260K: 5 layers, [0, 3) and [3, 5)
 }
 
 TEST_CASE("gemma2 in two pipeline stages on two nodes answers what one process answers",
@@ -79,7 +102,8 @@ TEST_CASE("gemma2 in two pipeline stages on two nodes answers what one process a
     REQUIRE(staged.status == 200);
     CHECK(text_of(staged) == text_of(alone));
   }
-  check_spans_both_nodes(cluster);
+  check_spans_both_nodes(
+      cluster, static_cast<int>(golden["manifest"]["metadata"]["gemma2.block_count"].number));
 }
 
 TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy outputs",
@@ -128,5 +152,6 @@ TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy out
     CHECK(std::set<std::string>{label.substr(0, comma), label.substr(comma + 1)} ==
           nodes_of[index]);
     CHECK(r["num_routed"].number == static_cast<double>(cases.array.size()));
+    check_stages(r, 2, 5);
   }
 }
