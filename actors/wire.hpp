@@ -164,7 +164,7 @@ typename Inspector::result_type inspect(Inspector& f, RequestEvent& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
   return f(caf::meta::type_name("troupe.StepOutput"), x.step_id, x.tokens, x.failed, x.error,
-           x.seconds, x.prompt_logprobs, x.num_more, x.more_tokens);
+           x.seconds, x.prompt_logprobs, x.num_more, x.more_tokens, x.hop_seconds);
 }
 
 }  // namespace engine

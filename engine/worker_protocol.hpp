@@ -135,6 +135,9 @@ struct StepOutput {
   bool failed = false;
   WorkerError error;
   double seconds = 0.0;  // in the worker
+  // A pipeline's hops into its later stages, in seconds (LlamaModel::take_hop_seconds):
+  // one a stage after the first, in stage order; empty for an unstaged worker.
+  std::vector<double> hop_seconds = {};
 
   bool operator==(const StepOutput&) const = default;
 };

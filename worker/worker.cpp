@@ -276,6 +276,7 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
     out = engine::failed_step(
         work.step_id, {ErrorCode::internal, "the step failed with an unknown exception", true});
   }
+  out.hop_seconds = model_.model->take_hop_seconds();
   // A group's ranks or a pipeline's stages may be out of step after a failure.
   const model::Shard& shard = model_.model->shard();
   if (out.failed && (shard.is_split() || shard.is_staged())) out.error.fatal = true;

@@ -58,9 +58,14 @@ engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports,
 // stage's (the one that samples).
 engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs, bool pipeline) {
   double seconds = 0.0;
-  for (const auto& o : outputs) seconds = std::max(seconds, o.seconds);
+  std::vector<double> hops;  // each later stage's hop, in stage order
+  for (const auto& o : outputs) {
+    seconds = std::max(seconds, o.seconds);
+    hops.insert(hops.end(), o.hop_seconds.begin(), o.hop_seconds.end());
+  }
   engine::StepOutput out = pipeline ? outputs.back() : outputs.front();
   out.seconds = seconds;
+  out.hop_seconds = std::move(hops);
   return out;
 }
 

@@ -15,7 +15,10 @@ void on_output(Self self, const engine::StepOutput& output, double round_trip_se
   auto& state = self->state;
   auto applied = state.core->apply(output);
   deliver_all(self, applied.updates);
-  if (!output.failed) state.observer->on_step(*state.core, applied, round_trip_seconds);
+  if (!output.failed) {
+    state.observer->on_step(*state.core, applied, round_trip_seconds);
+    state.observer->on_pipeline_hops(output.hop_seconds);
+  }
   if (applied.worker_lost) return lose_worker(self, "its worker answered another step");
   const auto early = state.early_outputs.find(state.core->step_in_flight_id());
   if (early != state.early_outputs.end()) {

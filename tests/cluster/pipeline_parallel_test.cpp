@@ -154,4 +154,7 @@ TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy out
     CHECK(r["num_routed"].number == static_cast<double>(cases.array.size()));
     check_stages(r, 2, 5);
   }
+  // Each replica's steps timed their hop into stage 1, on the head's /metrics.
+  CHECK(cluster.metric("troupe_pipeline_hop_seconds_count") > 0);
+  CHECK(cluster.metric("troupe_pipeline_hop_seconds_sum") > 0);
 }
