@@ -70,9 +70,15 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaWorker& x) {
+  return f(caf::meta::type_name("troupe.ReplicaWorker"), x.node, x.rank, x.stage, x.layer_begin,
+           x.layer_end);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplicaStats& x) {
   return f(caf::meta::type_name("troupe.ReplicaStats"), x.index, x.up, x.state, x.node,
-           x.num_routed, x.num_prefix_routed, x.stats);
+           x.num_routed, x.num_prefix_routed, x.stats, x.workers);
 }
 
 namespace model {
@@ -135,7 +141,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
   return f(caf::meta::type_name("troupe.LoadReport"), x.num_kv_blocks, x.bytes_per_block,
            x.weight_bytes, x.device_name, x.vocab_size, x.failed, x.error, x.failed_rank,
-           x.step_costs);
+           x.step_costs, x.parts);
 }
 
 template <class Inspector>
@@ -158,7 +164,7 @@ typename Inspector::result_type inspect(Inspector& f, RequestEvent& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
   return f(caf::meta::type_name("troupe.StepOutput"), x.step_id, x.tokens, x.failed, x.error,
-           x.seconds, x.prompt_logprobs, x.num_more, x.more_tokens);
+           x.seconds, x.prompt_logprobs, x.num_more, x.more_tokens, x.hop_seconds);
 }
 
 }  // namespace engine

@@ -16,6 +16,7 @@
 #include "model/step_input.hpp"
 #include "troupe/result.hpp"
 #include "troupe/sampling.hpp"
+#include "troupe/stats.hpp"
 
 namespace troupe::engine {
 
@@ -81,6 +82,9 @@ struct LoadReport {
   WorkerError error;
   std::int32_t failed_rank = -1;     // a tensor-parallel group's rank that could not load
   std::vector<StepCost> step_costs;  // calibration steps, when the spec asked for them
+  // What each worker holds (its rank, stage and layers; `node` empty): one, or a group's
+  // ranks (a pipeline's stages) in order.
+  std::vector<ReplicaWorker> parts = {};
 
   bool operator==(const LoadReport&) const = default;
 };
@@ -131,6 +135,9 @@ struct StepOutput {
   bool failed = false;
   WorkerError error;
   double seconds = 0.0;  // in the worker
+  // A pipeline's hops into its later stages, in seconds (LlamaModel::take_hop_seconds):
+  // one a stage after the first, in stage order; empty for an unstaged worker.
+  std::vector<double> hop_seconds = {};
 
   bool operator==(const StepOutput&) const = default;
 };

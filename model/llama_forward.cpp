@@ -3,6 +3,8 @@
 // out (logits read back, or tokens sampled on the device). Loading the weights is
 // llama_model.cpp's.
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <functional>
 #include <span>
 #include <vector>
@@ -160,14 +162,41 @@ Result<void> LlamaModel::join_pipeline(std::shared_ptr<Communicator> pipe) {
   return {};
 }
 
+namespace {
+
+// The sender's clock travels after the hidden states: an int64 in two floats' bytes.
+constexpr std::size_t kStampFloats = sizeof(std::int64_t) / sizeof(float);
+constexpr std::size_t kMaxHopsKept = 64;
+
+std::int64_t wall_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 Result<void> LlamaModel::receive_hidden(std::int64_t rows) {
-  pipe_buffer_.resize(static_cast<std::size_t>(rows * local_.dim));
-  return pipe_->recv(pipe_buffer_, shard_.stage.index - 1);
+  const auto size = static_cast<std::size_t>(rows * local_.dim);
+  pipe_buffer_.resize(size + kStampFloats);
+  const std::int64_t posted = wall_clock_ns();
+  TROUPE_TRY_VOID(pipe_->recv(pipe_buffer_, shard_.stage.index - 1));
+  const std::int64_t whole = wall_clock_ns();
+  std::int64_t sent = 0;
+  std::memcpy(&sent, pipe_buffer_.data() + size, sizeof sent);
+  const std::int64_t from = std::max(sent, posted);
+  // Kept for take_hop_seconds, the latest few where no one takes them (a benchmark's loop).
+  if (hop_seconds_.size() >= kMaxHopsKept) hop_seconds_.erase(hop_seconds_.begin());
+  hop_seconds_.push_back(static_cast<double>(std::max<std::int64_t>(0, whole - from)) * 1e-9);
+  return {};
 }
 
 Result<void> LlamaModel::send_hidden(Tensor x) {
-  pipe_buffer_.resize(static_cast<std::size_t>(x.rows * x.cols));
-  TROUPE_TRY_VOID(backend_->read(x, pipe_buffer_));
+  const auto size = static_cast<std::size_t>(x.rows * x.cols);
+  pipe_buffer_.resize(size + kStampFloats);
+  TROUPE_TRY_VOID(backend_->read(x, std::span<float>(pipe_buffer_).first(size)));
+  const std::int64_t sent = wall_clock_ns();
+  std::memcpy(pipe_buffer_.data() + size, &sent, sizeof sent);
   return pipe_->send(pipe_buffer_, shard_.stage.index + 1);
 }
 

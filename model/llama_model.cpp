@@ -171,6 +171,7 @@ LlamaModel::LlamaModel(LlamaModel&& other) noexcept
       ws_(other.ws_),
       pipe_(std::move(other.pipe_)),
       pipe_buffer_(std::move(other.pipe_buffer_)),
+      hop_seconds_(std::move(other.hop_seconds_)),
       adapters_(std::move(other.adapters_)),
       lora_weights_(std::move(other.lora_weights_)) {
   other.ws_ = Workspace{};
@@ -196,6 +197,7 @@ LlamaModel& LlamaModel::operator=(LlamaModel&& other) noexcept {
     other.ws_ = Workspace{};
     pipe_ = std::move(other.pipe_);
     pipe_buffer_ = std::move(other.pipe_buffer_);
+    hop_seconds_ = std::move(other.hop_seconds_);
     adapters_ = std::move(other.adapters_);
     lora_weights_ = std::move(other.lora_weights_);
   }

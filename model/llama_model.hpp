@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/backend.hpp"
@@ -88,6 +89,13 @@ class LlamaModel {
   // A pipeline stage's link to the others (rank i of it is stage i): hidden states come
   // from the stage before and go to the one after. A staged model runs no step without it.
   Result<void> join_pipeline(std::shared_ptr<Communicator> pipe);
+  // A later pipeline stage's hops since the last call, in seconds, each the time from the
+  // stage before starting to send a step's hidden states (or, when it sent first, from
+  // this stage posting its receive) to this stage holding them whole, read on the wall
+  // clock of both (one host: exact; across hosts: as close as their clocks agree; a
+  // negative difference counts as 0). Empty on the first stage and an unstaged model; the
+  // latest 64 where no one takes them.
+  std::vector<double> take_hop_seconds() { return std::exchange(hop_seconds_, {}); }
   Backend& backend() const { return *backend_; }
   // Bytes of the weights this rank holds, as stored (a tied output counted once).
   std::int64_t weight_bytes() const;
@@ -174,7 +182,10 @@ class LlamaModel {
   std::vector<std::unique_ptr<std::byte[]>> owned_weights_;
   Workspace ws_;
   std::shared_ptr<Communicator> pipe_;  // a pipeline stage's link to the others
-  std::vector<float> pipe_buffer_;      // the hidden states passed on, in host memory
+  // The hidden states passed on, in host memory, and after them the sender's clock at its
+  // send (kStampFloats floats holding an int64 of nanoseconds since the epoch).
+  std::vector<float> pipe_buffer_;
+  std::vector<double> hop_seconds_;  // take_hop_seconds()
   // An adapter made fit for this model: its rank's part of each matrix, checked against
   // the loaded weights.
   Result<std::shared_ptr<const LoraAdapter>> fit_adapter(

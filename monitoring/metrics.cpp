@@ -198,6 +198,11 @@ struct Metrics::Impl {
       "troupe_step_overhead_seconds",
       "Per step, the round trip to the worker minus the worker's own time (messaging, network)",
       {0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1});
+  p::Histogram& pipeline_hop = histogram(
+      "troupe_pipeline_hop_seconds",
+      "Per pipeline hop, from the stage before sending a step's hidden states (or the stage "
+      "posting its receive, if later) to the stage holding them, on the receiving stage",
+      {0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1});
   p::Histogram& iteration_tokens =
       histogram("troupe_iteration_tokens", "Tokens run through the model per iteration",
                 {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
@@ -258,6 +263,10 @@ std::string Metrics::serialize() const {
   std::ostringstream out;
   p::TextSerializer().Serialize(out, families);
   return out.str();
+}
+
+void Metrics::record_pipeline_hops(const std::vector<double>& seconds) {
+  for (const double s : seconds) impl_->pipeline_hop.Observe(std::max(0.0, s));
 }
 
 void Metrics::record_iteration(const Iteration& it) {

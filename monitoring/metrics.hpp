@@ -59,6 +59,9 @@ class Metrics {
     std::vector<std::int64_t> waiting_by_adapter = {};
   };
   void record_iteration(const Iteration& iteration);
+  // A pipelined replica's step: each hop of its hidden states into a later stage, in
+  // seconds (troupe_pipeline_hop_seconds; LlamaModel::take_hop_seconds says what is timed).
+  void record_pipeline_hops(const std::vector<double>& seconds);
   // The LoRA adapters served (--lora-modules): names[i] is adapter slot i + 1. Their
   // troupe_lora_requests_running and _waiting series (label lora_name) start at 0; each
   // iteration sets them to the sum over replicas. Call before the engine runs.

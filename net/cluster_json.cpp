@@ -87,6 +87,23 @@ json::array gpus_of(const NodeStatus& n) {
   return gpus;
 }
 
+// A replica's workers: each one's node and layers [begin, end), its tensor-parallel rank
+// and pipeline stage (null where the replica is not split that way).
+json::array workers_of(const ReplicaStats& r) {
+  json::array workers;
+  auto or_null = [](std::int32_t v) -> json::value {
+    if (v < 0) return nullptr;
+    return v;
+  };
+  for (const ReplicaWorker& w : r.workers) {
+    workers.emplace_back(json::object{{"node", w.node},
+                                      {"rank", or_null(w.rank)},
+                                      {"stage", or_null(w.stage)},
+                                      {"layers", json::array{w.layer_begin, w.layer_end}}});
+  }
+  return workers;
+}
+
 }  // namespace
 
 std::string cluster_json(const std::vector<NodeStatus>& nodes,
@@ -122,7 +139,8 @@ std::string cluster_json(const std::vector<NodeStatus>& nodes,
                                            {"prefix_cache_blocks", s.prefix_cache_blocks},
                                            {"prefix_hit_tokens", s.prefix_hit_tokens},
                                            {"prefix_queried_tokens", s.prefix_queried_tokens},
-                                           {"num_worker_restarts", s.num_worker_restarts}});
+                                           {"num_worker_restarts", s.num_worker_restarts},
+                                           {"workers", workers_of(r)}});
   }
   std::string out;
   json::object counted{{"up", count.up},

@@ -226,6 +226,13 @@ Result<std::unique_ptr<Worker>> Worker::load(const engine::WorkerSpec& spec, con
       llama.weight_bytes() + (w->draft_.model ? w->draft_.model->weight_bytes() : 0);
   w->report_.device_name = backend.describe();
   w->report_.vocab_size = w->model_.config.vocab_size;
+  const model::PipelineStage& stage = llama.shard().stage;
+  ReplicaWorker part;
+  part.rank = spec.world_size > 1 ? spec.rank : -1;
+  part.stage = stage.is_staged() ? stage.index : -1;
+  part.layer_begin = stage.layer_begin;
+  part.layer_end = stage.layer_end > 0 ? stage.layer_end : w->model_.config.num_layers;
+  w->report_.parts = {part};
   return w;
 }
 
@@ -312,6 +319,7 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
     out = engine::failed_step(
         work.step_id, {ErrorCode::internal, "the step failed with an unknown exception", true});
   }
+  out.hop_seconds = model_.model->take_hop_seconds();
   // A group's ranks or a pipeline's stages may be out of step after a failure.
   const model::Shard& shard = model_.model->shard();
   if (out.failed && (shard.is_split() || shard.is_staged())) out.error.fatal = true;

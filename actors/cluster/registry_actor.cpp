@@ -30,16 +30,14 @@ bool from_here(Self self) {
   return sender != nullptr && sender->node() == self->node();
 }
 
-// Where a replica's `ranks` workers go: nodes hold one replica's workers at most (as
-// before groups: replicas never share a node's cores or GPUs). All ranks on the free node
-// with the most slots when it has room for them, else over the free nodes with the most
-// slots first; empty when the free nodes have too little room.
+}  // namespace
+
 std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryState::Node>& nodes,
-                                       std::int32_t ranks) {
+                                       std::int32_t ranks, bool one_per_node) {
   std::vector<std::pair<caf::node_id, std::int32_t>> free;  // node, its slots
   for (const auto& [id, node] : nodes) {
     if (node.replicas.empty() && node.unfit.empty() && !node.draining)
-      free.emplace_back(id, node.info.num_slots());
+      free.emplace_back(id, one_per_node ? 1 : node.info.num_slots());
   }
   std::stable_sort(free.begin(), free.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -51,6 +49,8 @@ std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryStat
   }
   return {};
 }
+
+namespace {
 
 // One placement's workers being spawned, one request to the middleman per rank: the
 // registry answers joins and lists nodes meanwhile (a remote spawn to a node that died but
@@ -110,7 +110,8 @@ void place_waiting(Self self) {
   const auto middleman = self->home_system().middleman().actor_handle();
   const std::set<std::string> interface = self->home_system().message_types<worker_actor>();
   while (!state.waiting.empty()) {
-    const auto chosen = choose_nodes(state.nodes, state.waiting.front().ranks);
+    const auto& next = state.waiting.front();
+    const auto chosen = choose_nodes(state.nodes, next.ranks, next.one_per_node);
     if (chosen.empty()) return;
     auto s = std::make_shared<Spawning>();
     s->waiting = std::move(state.waiting.front());
@@ -245,7 +246,8 @@ registry_actor::behavior_type registry(Self self, std::string token,
         place_waiting(self);
         return {true, "welcome, " + info.name};
       },
-      [self](place_atom, std::int32_t replica, std::int32_t ranks) -> caf::result<Placement> {
+      [self](place_atom, std::int32_t replica, std::int32_t ranks,
+             bool one_per_node) -> caf::result<Placement> {
         if (!from_here(self)) return caf::sec::request_receiver_down;
         if (ranks < 1) return caf::sec::invalid_argument;
         auto& state = self->state;
@@ -254,7 +256,7 @@ registry_actor::behavior_type registry(Self self, std::string token,
           if (std::erase(node.replicas, replica) > 0) release_if_drained(node);
         }
         auto promise = self->make_response_promise<Placement>();
-        state.waiting.push_back({replica, ranks, promise});
+        state.waiting.push_back({replica, ranks, one_per_node, promise});
         place_waiting(self);
         return promise;
       },

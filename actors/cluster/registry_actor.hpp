@@ -2,12 +2,12 @@
 // placement of replicas' workers on them. A node holds one replica's workers: one, or
 // up to its slots (NodeInfo::num_slots) of a tensor-parallel group's ranks; a group
 // stays on one node when one has room for all its ranks (vLLM's rule), else spreads over
-// several. A node drained (its SIGTERM, or the head's POST /v1/cluster/nodes/{name}/drain)
-// takes no new placement; its replicas are told to drain, and once each has (its worker
-// ended), the node is released: its keeper hears release_atom and the node exits. It spawns a
-// worker on a node by name (CAF's remote spawn, asked of the middleman without waiting, so that
-// joins and node lists are answered meanwhile). A placement that finds no room waits until a node
-// joins or frees its slots.
+// several; a pipeline's stages each take a node of their own. A node drained (its SIGTERM, or the
+// head's POST /v1/cluster/nodes/{name}/drain) takes no new placement; its replicas are told to
+// drain, and once each has (its worker ended), the node is released: its keeper hears release_atom
+// and the node exits. It spawns a worker on a node by name (CAF's remote spawn, asked of the
+// middleman without waiting, so that joins and node lists are answered meanwhile). A placement that
+// finds no room waits until a node joins or frees its slots.
 #pragma once
 
 #include <caf/all.hpp>
@@ -33,6 +33,7 @@ struct RegistryState {
   struct Waiting {
     std::int32_t replica = 0;
     std::int32_t ranks = 1;
+    bool one_per_node = false;  // a pipeline's stages: each on a node of its own
     caf::typed_response_promise<Placement> promise;
   };
   std::string token;
@@ -48,6 +49,15 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<Registry
                                        std::string token,
                                        std::shared_ptr<monitoring::Metrics> metrics,
                                        std::shared_ptr<ClusterGate> gate);
+
+// Where a replica's `ranks` workers go, a node for each in rank order: nodes hold one
+// replica's workers at most (replicas never share a node's cores or GPUs). All ranks on
+// the free node with the most slots when it has room for them (a tensor-parallel group,
+// as vLLM places one), else over the free nodes with the most slots first; with
+// `one_per_node` (a pipeline's stages) each on a free node of its own, so that a stage's
+// node holds only its layers. Empty when the free nodes have too little room.
+std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryState::Node>& nodes,
+                                       std::int32_t ranks, bool one_per_node);
 
 // Whether two tokens are equal, in time independent of where they differ.
 bool tokens_match(const std::string& a, const std::string& b);

@@ -41,7 +41,9 @@ engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports,
   engine::LoadReport report = reports.front();
   report.bytes_per_block = 0;
   report.weight_bytes = 0;
+  report.parts.clear();
   for (const auto& r : reports) {
+    report.parts.insert(report.parts.end(), r.parts.begin(), r.parts.end());
     report.num_kv_blocks = std::min(report.num_kv_blocks, r.num_kv_blocks);
     report.bytes_per_block += r.bytes_per_block;
     report.weight_bytes += r.weight_bytes;
@@ -56,9 +58,14 @@ engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports,
 // stage's (the one that samples).
 engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs, bool pipeline) {
   double seconds = 0.0;
-  for (const auto& o : outputs) seconds = std::max(seconds, o.seconds);
+  std::vector<double> hops;  // each later stage's hop, in stage order
+  for (const auto& o : outputs) {
+    seconds = std::max(seconds, o.seconds);
+    hops.insert(hops.end(), o.hop_seconds.begin(), o.hop_seconds.end());
+  }
   engine::StepOutput out = pipeline ? outputs.back() : outputs.front();
   out.seconds = seconds;
+  out.hop_seconds = std::move(hops);
   return out;
 }
 

@@ -87,6 +87,8 @@ WorkerSource worker_source(const EngineConfig& config, const ReplicaStart& start
   source.replica = index;
   // A pipeline's stages are placed and driven as a group's ranks are.
   source.tensor_parallel_size = config.tensor_parallel_size * config.pipeline_parallel_size;
+  // ... but each stage on a node of its own, which then holds only its layers.
+  source.pipeline = config.pipeline_parallel_size > 1;
   source.collective_timeout = config.collective_timeout;
   source.before_step = start.before_step;
   source.num_replicas = config.data_parallel_size;
@@ -95,7 +97,9 @@ WorkerSource worker_source(const EngineConfig& config, const ReplicaStart& start
   if (config.cluster && !(config.cluster->head_hosts_replica && index == 0)) {
     source.registry = start.registry;
     source.placement_wait = config.cluster->wait;
-    source.nodes_needed = config.data_parallel_size - (config.cluster->head_hosts_replica ? 1 : 0);
+    source.nodes_needed =
+        (config.data_parallel_size - (config.cluster->head_hosts_replica ? 1 : 0)) *
+        (source.pipeline ? config.pipeline_parallel_size : 1);
     source.load_timeout = caf::duration{kGroupLoadTimeout};
     step_timeout = caf::duration{config.cluster->step_timeout};
   }

@@ -15,7 +15,10 @@ void on_output(Self self, const engine::StepOutput& output, double round_trip_se
   auto& state = self->state;
   auto applied = state.core->apply(output);
   deliver_all(self, applied.updates);
-  if (!output.failed) state.observer->on_step(*state.core, applied, round_trip_seconds);
+  if (!output.failed) {
+    state.observer->on_step(*state.core, applied, round_trip_seconds);
+    state.observer->on_pipeline_hops(output.hop_seconds);
+  }
   if (applied.worker_lost) return lose_worker(self, "its worker answered another step");
   const auto early = state.early_outputs.find(state.core->step_in_flight_id());
   if (early != state.early_outputs.end()) {
@@ -109,6 +112,7 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
   state.core->calibrate(setup.first.report.step_costs);
   state.worker = std::move(setup.first.worker);
   state.nodes = std::move(setup.first.nodes);
+  state.parts = setup.first.report.parts;
   state.setup = std::move(setup);
   state.observer = std::make_unique<StepObserver>(state.setup.index, state.setup.metrics,
                                                   state.setup.step_events);
@@ -185,6 +189,10 @@ replica_actor::behavior_type scheduler(Self self, ReplicaSetup setup) {
                                                             : "loading";
         alone.node = cluster::node_label(state.nodes);
         alone.stats = state.core->stats();
+        alone.workers = state.parts;
+        for (std::size_t i = 0; i < alone.workers.size() && i < state.nodes.size(); ++i) {
+          alone.workers[i].node = state.nodes[i];
+        }
         return {alone};
       },
       [self](probe_atom, const std::vector<TokenId>& prompt, std::int32_t adapter) -> ReplicaProbe {

@@ -58,12 +58,13 @@ struct SchedulerState {
   std::unique_ptr<engine::EngineCore> core;
   ReplicaSetup setup;
   std::unique_ptr<StepObserver> observer;
-  worker_actor worker;             // null while a replacement is supplied
-  std::vector<std::string> nodes;  // where it runs (empty: this process, or not placed yet)
-  bool worker_ready = true;        // false while a replacement is placed or loads
-  std::uint64_t supply = 0;        // the number of the latest supply asked for
-  front_actor router;              // where a lost worker's unstarted requests go (null: none)
-  std::int64_t num_received = 0;   // submissions (ReplicaProbe::num_received)
+  worker_actor worker;               // null while a replacement is supplied
+  std::vector<std::string> nodes;    // where it runs (empty: this process, or not placed yet)
+  std::vector<ReplicaWorker> parts;  // what its loaded worker's ranks hold (empty: none loaded)
+  bool worker_ready = true;          // false while a replacement is placed or loads
+  std::uint64_t supply = 0;          // the number of the latest supply asked for
+  front_actor router;                // where a lost worker's unstarted requests go (null: none)
+  std::int64_t num_received = 0;     // submissions (ReplicaProbe::num_received)
   // Run-time LoRA loads and unloads so far, and how many the latest supply's spec held: a
   // worker supplied from an older spec is told the slots when it arrives.
   std::uint64_t lora_changes = 0;

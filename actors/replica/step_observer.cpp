@@ -14,6 +14,10 @@ void StepObserver::on_step(const engine::EngineCore& core, const engine::Applied
   publish(core, step, round_trip_seconds);
 }
 
+void StepObserver::on_pipeline_hops(const std::vector<double>& seconds) {
+  if (metrics_ && !seconds.empty()) metrics_->record_pipeline_hops(seconds);
+}
+
 void StepObserver::on_cancel(RequestId id, FinishReason reason) {
   if (step_events_ && step_events_->watched()) {
     cancelled_.push_back({id, finish_reason_name(reason)});

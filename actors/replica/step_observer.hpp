@@ -22,6 +22,8 @@ class StepObserver {
   // A step's output was applied: `round_trip_seconds` from its send to its answer.
   void on_step(const engine::EngineCore& core, const engine::AppliedStep& step,
                double round_trip_seconds);
+  // A pipelined step's hops into its later stages (StepOutput::hop_seconds).
+  void on_pipeline_hops(const std::vector<double>& seconds);
   // A request was cancelled between steps: the next step event lists it.
   void on_cancel(RequestId id, FinishReason reason);
   // The replica has a worker, or has none.

@@ -53,6 +53,7 @@ void retire_worker(SchedulerSelf self) {
   self->send_exit(state.worker, caf::exit_reason::kill);
   state.worker = nullptr;
   state.nodes.clear();
+  state.parts.clear();
 }
 
 // Asks for a new worker; its news comes as supplied_atom messages.
@@ -144,6 +145,7 @@ void on_supplied(SchedulerSelf self, SupplyNews& news) {
   const std::string node = cluster::node_label(news.nodes);
   if (news.stage == SupplyNews::Stage::placed) {
     state.nodes = std::move(news.nodes);
+    state.parts.clear();
   } else if (news.stage == SupplyNews::Stage::failed) {
     monitoring::logf(monitoring::LogLevel::warning, "replica %d has no worker: %s",
                      state.setup.index, news.error.message.c_str());
@@ -157,6 +159,7 @@ void on_supplied(SchedulerSelf self, SupplyNews& news) {
     state.worker = std::move(news.worker);
     state.nodes = std::move(news.nodes);
     state.worker_wait = 0;  // in time: what waited for it resumes here
+    state.parts = news.report.parts;
     self->monitor(state.worker);
     if (state.supply_lora_changes != state.lora_changes) {
       // LoRA slots changed while it loaded: it hears them before its first step (a

@@ -41,6 +41,18 @@ struct EngineStats {
   bool operator==(const EngineStats&) const = default;
 };
 
+// One worker of a replica: where it runs and what of the model it holds. A tensor-parallel
+// group's ranks and a pipeline's stages are a worker each, in rank (stage) order.
+struct ReplicaWorker {
+  std::string node;              // its node's name (empty: this process)
+  std::int32_t rank = -1;        // its tensor-parallel rank (-1: the model is not split)
+  std::int32_t stage = -1;       // its pipeline stage (-1: the replica is not pipelined)
+  std::int32_t layer_begin = 0;  // the layers it holds: [layer_begin, layer_end)
+  std::int32_t layer_end = 0;
+
+  bool operator==(const ReplicaWorker&) const = default;
+};
+
 // One data-parallel replica: its scheduler's numbers and how many requests it took.
 struct ReplicaStats {
   std::int32_t index = 0;
@@ -52,6 +64,7 @@ struct ReplicaStats {
   std::int64_t num_routed = 0;         // requests the router sent it
   std::int64_t num_prefix_routed = 0;  // of those, for the prefix it held
   EngineStats stats;
+  std::vector<ReplicaWorker> workers;  // its loaded worker's ranks or stages (none while down)
 
   bool operator==(const ReplicaStats&) const = default;
 };

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "actors/engine_hooks.hpp"
+#include "monitoring/metrics.hpp"
 #include "support/engine_support.hpp"
 #include "support/event_collector.hpp"
 #include "support/small_model.hpp"
@@ -230,4 +231,43 @@ TEST_CASE(
   }
   std::filesystem::remove(target);
   std::filesystem::remove(other);
+
+namespace {
+
+// A metric's value in the exposition ("name{model_name=\"troupe\"} value"), or -1.
+double metric_value(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name + "{");
+  if (at == std::string::npos) return -1;
+  const auto value = text.find("} ", at);
+  return value == std::string::npos ? -1 : std::stod(text.substr(value + 2));
+}
+
+}  // namespace
+
+TEST_CASE("a pipelined replica times each step's hop into its second stage",
+          "[actors][pp][monitoring]") {
+  EngineConfig config = pipelined(2);
+  config.metrics = std::make_shared<monitoring::Metrics>();
+  auto engine = Engine::create(config);
+  REQUIRE(engine.has_value());
+  run_all(**engine);
+  // Asked first: the scheduler records a step's hops after it delivered its tokens.
+  const auto num_steps = static_cast<double>((*engine)->stats().num_steps);
+  const std::string text = config.metrics->serialize();
+  INFO(text.substr(text.find("troupe_pipeline_hop_seconds")));
+  // One hop a step (two stages), each a moment: Gloo on loopback.
+  const double count = metric_value(text, "troupe_pipeline_hop_seconds_count");
+  CHECK(count > 0);
+  CHECK(count == num_steps);
+  const double sum = metric_value(text, "troupe_pipeline_hop_seconds_sum");
+  CHECK(sum > 0);
+  CHECK(sum / count < 1.0);
+  // An unsplit replica has no hop.
+  EngineConfig whole_config = pipelined(1);
+  whole_config.metrics = std::make_shared<monitoring::Metrics>();
+  auto whole = Engine::create(whole_config);
+  REQUIRE(whole.has_value());
+  run_all(**whole);
+  CHECK((*whole)->stats().num_steps > 0);
+  CHECK(metric_value(whole_config.metrics->serialize(), "troupe_pipeline_hop_seconds_count") == 0);
 }

@@ -46,11 +46,59 @@ TEST_CASE("a node that cannot spawn a worker leaves, and the replica tries the n
     return false;
   };
   join("n0");
-  self->send(registry, cluster::place_atom::value, std::int32_t{0}, std::int32_t{1});
+  self->send(registry, cluster::place_atom::value, std::int32_t{0}, std::int32_t{1}, false);
   CHECK(nodes_left_soon());
   // The replica waited for the next node, and tried it.
   join("n1");
   CHECK(nodes_left_soon());
   self->send_exit(registry, caf::exit_reason::kill);
   self->send_exit(keeper, caf::exit_reason::kill);
+}
+
+namespace {
+
+// `count` free CPU nodes of `slots` slots each (2 cores, 2 / slots threads a worker).
+std::map<caf::node_id, cluster::RegistryState::Node> free_nodes(int count, int slots) {
+  std::map<caf::node_id, cluster::RegistryState::Node> nodes;
+  for (int i = 0; i < count; ++i) {
+    cluster::RegistryState::Node node;
+    node.info.name = "n" + std::to_string(i);
+    node.info.num_cores = 2;
+    node.info.num_threads = 2 / slots;
+    node.info.device = "cpu";
+    // Node ids differ by process id only, as processes on one host do.
+    const auto id = caf::make_node_id(static_cast<std::uint32_t>(100 + i),
+                                      "0123456789abcdef0123456789abcdef01234567");
+    REQUIRE(id);
+    nodes[*id] = node;
+  }
+  return nodes;
+}
+
+}  // namespace
+
+TEST_CASE("a group stays on one node with room, a pipeline's stages take a node each",
+          "[actors][cluster]") {
+  auto nodes = free_nodes(4, 2);
+  // Two tensor-parallel ranks: one node holds both.
+  const auto group = cluster::choose_nodes(nodes, 2, false);
+  REQUIRE(group.size() == 2u);
+  CHECK(group[0] == group[1]);
+  // Two pipeline stages: two nodes, though either has the slots for both.
+  const auto stages = cluster::choose_nodes(nodes, 2, true);
+  REQUIRE(stages.size() == 2u);
+  CHECK(stages[0] != stages[1]);
+  // DP 2 x PP 2 on four nodes: the second replica's stages take the two nodes left.
+  for (const auto& id : stages) nodes.at(id).replicas.push_back(0);
+  const auto second = cluster::choose_nodes(nodes, 2, true);
+  REQUIRE(second.size() == 2u);
+  CHECK(second[0] != second[1]);
+  for (const auto& id : second) CHECK(nodes.at(id).replicas.empty());
+  // A third replica's stages find no room (each free node holds one stage at most).
+  for (const auto& id : second) nodes.at(id).replicas.push_back(1);
+  CHECK(cluster::choose_nodes(nodes, 2, true).empty());
+  // Nor do four stages on three free nodes.
+  auto three = free_nodes(3, 2);
+  CHECK(cluster::choose_nodes(three, 4, true).empty());
+  CHECK(cluster::choose_nodes(three, 3, true).size() == 3u);
 }

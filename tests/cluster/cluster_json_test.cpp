@@ -71,3 +71,43 @@ TEST_CASE("the replica count: up, there now and the range, with no cap as null",
       net::health_json(count) ==
       R"({"status":"unavailable","replicas_up":0,"replicas":2,"replicas_min":1,"replicas_max":3})");
 }
+
+TEST_CASE("a replica's workers: each one's node and layers, a stage's index, a rank's rank",
+          "[cluster][pp]") {
+  ReplicaStats staged = replica(0, 0.0);
+  staged.node = "n0,n1";
+  staged.workers = {{"n0", -1, 0, 0, 8}, {"n1", -1, 1, 8, 16}};
+  ReplicaStats split = replica(1, 0.0);
+  split.workers = {{"n2", 0, -1, 0, 16}, {"n2", 1, -1, 0, 16}};
+  ReplicaStats whole = replica(2, 0.0);
+  whole.node.clear();
+  whole.workers = {{"", -1, -1, 0, 16}};
+  ReplicaStats down = replica(3, 0.0);
+  down.up = false;
+  down.state = "waiting";
+  const std::string body = net::cluster_json({}, {staged, split, whole, down}, {3, 4, 4, 4});
+  INFO(body);
+  const test::Json parsed = test::JsonParser(body).parse();
+  const auto& replicas = parsed["replicas"].array;
+  REQUIRE(replicas.size() == 4u);
+  const auto& stages = replicas[0]["workers"].array;
+  REQUIRE(stages.size() == 2u);
+  CHECK(stages[1]["node"].string == "n1");
+  CHECK(stages[1]["stage"].number == 1);
+  CHECK(stages[1]["rank"].kind == test::Json::Kind::null);
+  CHECK(stages[1]["layers"].ints() == std::vector<int>{8, 16});
+  CHECK(stages[0]["layers"].ints() == std::vector<int>{0, 8});
+  const auto& ranks = replicas[1]["workers"].array;
+  REQUIRE(ranks.size() == 2u);
+  CHECK(ranks[1]["rank"].number == 1);
+  CHECK(ranks[1]["stage"].kind == test::Json::Kind::null);
+  CHECK(ranks[1]["layers"].ints() == std::vector<int>{0, 16});
+  const auto& alone = replicas[2]["workers"].array;
+  REQUIRE(alone.size() == 1u);
+  CHECK(alone[0]["node"].string.empty());
+  CHECK(alone[0]["rank"].kind == test::Json::Kind::null);
+  CHECK(alone[0]["stage"].kind == test::Json::Kind::null);
+  // A replica with no worker loaded lists none.
+  CHECK(replicas[3]["workers"].array.empty());
+  CHECK(replicas[3]["workers"].kind == test::Json::Kind::array);
+}

@@ -2,8 +2,11 @@
 // are cut into two stages, a worker on each of two nodes, the hidden states passed between
 // the nodes' processes; it answers llama.cpp's greedy outputs (stories260K), and an
 // architecture reference (gemma2: windows and softcaps by layer) what one process serving
-// it whole answers.
+// it whole answers; and two such replicas on four nodes (DP 2 x PP 2) both serve llama.cpp's
+// outputs.
 #include "cluster/cluster_support.hpp"
+
+#include <set>
 
 using namespace troupe;
 using namespace troupe::test::cluster;
@@ -16,12 +19,38 @@ std::string all_cores() {
   return std::to_string(std::max(1U, std::thread::hardware_concurrency()));
 }
 
+std::string get_body(Cluster& cluster) {
+  return cluster.get("/v1/cluster").body;
+}
+
 std::string text_of(const Reply& r) {
   return json_of(r.body)["choices"].array[0]["text"].string;
 }
 
+// A pipelined replica's workers in /v1/cluster: stage i on the i-th node of its label, the
+// stages' layers one after the other from 0 to `num_layers`, no tensor-parallel rank.
+void check_stages(const test::Json& replica, std::size_t num_stages, int num_layers) {
+  const auto& workers = replica["workers"].array;
+  REQUIRE(workers.size() == num_stages);
+  std::string label;
+  int next_layer = 0;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    INFO("stage " << i);
+    CHECK(workers[i]["stage"].number == static_cast<double>(i));
+    CHECK(workers[i]["rank"].kind == test::Json::Kind::null);
+    const std::vector<int> layers = workers[i]["layers"].ints();
+    REQUIRE(layers.size() == 2u);
+    CHECK(layers[0] == next_layer);
+    CHECK(layers[1] > layers[0]);
+    next_layer = layers[1];
+    label += (i > 0 ? "," : "") + workers[i]["node"].string;
+  }
+  CHECK(next_layer == num_layers);
+  CHECK(label == replica["node"].string);
+}
+
 // The pipeline's replica is on both nodes, one stage each.
-void check_spans_both_nodes(Cluster& cluster) {
+void check_spans_both_nodes(Cluster& cluster, int num_layers) {
   const test::Json state = cluster.cluster();
   REQUIRE(state["nodes"].array.size() == 2u);
   for (const auto& n : state["nodes"].array) {
@@ -29,6 +58,7 @@ void check_spans_both_nodes(Cluster& cluster) {
     CHECK(n["replica"].number == 0);
   }
   CHECK(state["replicas"].array.at(0)["node"].string == "n0,n1");
+  check_stages(state["replicas"].array.at(0), 2, num_layers);
 }
 
 }  // namespace
@@ -48,7 +78,7 @@ TEST_CASE("stories260K in two pipeline stages on two nodes gives llama.cpp's gre
     REQUIRE(reply.status == 200);
     CHECK(text_of(reply) == c["output_text"].string);
   }
-  check_spans_both_nodes(cluster);
+  check_spans_both_nodes(cluster, 5);  // stories260K: 5 layers, [0, 3) and [3, 5)
 }
 
 TEST_CASE("gemma2 in two pipeline stages on two nodes answers what one process answers",
@@ -72,5 +102,59 @@ TEST_CASE("gemma2 in two pipeline stages on two nodes answers what one process a
     REQUIRE(staged.status == 200);
     CHECK(text_of(staged) == text_of(alone));
   }
-  check_spans_both_nodes(cluster);
+  check_spans_both_nodes(
+      cluster, static_cast<int>(golden["manifest"]["metadata"]["gemma2.block_count"].number));
+}
+
+TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy outputs",
+          "[cluster][pp][shared]") {
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  const auto cases =
+      test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
+          .parse();
+  // One thread a worker: every node has the slots for both of a replica's stages, and
+  // still holds one (a pipeline's stages take a node each).
+  Cluster cluster(2, "round-robin", {"--pp", "2"}, 4, "1", model);
+  // Each case twice: round-robin gives each replica every prompt once.
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& c : cases.array) {
+      INFO("prompt '" << c["prompt"].string << "', round " << round);
+      const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
+                               R"(,"max_tokens":64,"temperature":0,"ignore_eos":true})";
+      const Reply reply = cluster.post("/v1/completions", body);
+      REQUIRE(reply.status == 200);
+      CHECK(text_of(reply) == c["output_text"].string);
+    }
+  }
+  const test::Json state = cluster.cluster();
+  INFO(get_body(cluster));
+  // Four nodes, a stage each: two for each replica.
+  REQUIRE(state["nodes"].array.size() == 4u);
+  std::map<int, std::set<std::string>> nodes_of;
+  for (const auto& n : state["nodes"].array) {
+    CHECK(n["ranks"].number == 1);
+    CHECK(n["slots"].number >= 1);
+    nodes_of[static_cast<int>(n["replica"].number)].insert(n["name"].string);
+  }
+  REQUIRE(nodes_of.size() == 2u);
+  CHECK(nodes_of[0].size() == 2u);
+  CHECK(nodes_of[1].size() == 2u);
+  // Both up, each on its two nodes, each routed half the requests.
+  const auto& replicas = state["replicas"].array;
+  REQUIRE(replicas.size() == 2u);
+  for (const auto& r : replicas) {
+    const int index = static_cast<int>(r["index"].number);
+    INFO("replica " << index);
+    CHECK(r["up"].boolean);
+    const std::string label = r["node"].string;  // its stages' nodes in order: "n2,n0"
+    const auto comma = label.find(',');
+    REQUIRE(comma != std::string::npos);
+    CHECK(std::set<std::string>{label.substr(0, comma), label.substr(comma + 1)} ==
+          nodes_of[index]);
+    CHECK(r["num_routed"].number == static_cast<double>(cases.array.size()));
+    check_stages(r, 2, 5);
+  }
+  // Each replica's steps timed their hop into stage 1, on the head's /metrics.
+  CHECK(cluster.metric("troupe_pipeline_hop_seconds_count") > 0);
+  CHECK(cluster.metric("troupe_pipeline_hop_seconds_sum") > 0);
 }

@@ -71,6 +71,16 @@ TEST_CASE("stories260K split over two nodes gives llama.cpp's greedy outputs",
   }
   const test::Json replica = cluster.cluster()["replicas"].array.at(0);
   CHECK(replica["node"].string == "n0,n1");
+  // Its workers: rank 0 on n0, rank 1 on n1, each with every layer (stories260K: 5), no
+  // pipeline stage.
+  const auto& workers = replica["workers"].array;
+  REQUIRE(workers.size() == 2u);
+  for (std::size_t r = 0; r < workers.size(); ++r) {
+    CHECK(workers[r]["node"].string == "n" + std::to_string(r));
+    CHECK(workers[r]["rank"].number == static_cast<double>(r));
+    CHECK(workers[r]["stage"].kind == test::Json::Kind::null);
+    CHECK(workers[r]["layers"].ints() == std::vector<int>{0, 5});
+  }
 }
 
 TEST_CASE("two replicas of two ranks each: each group on one node, one process's outputs",
