@@ -231,6 +231,7 @@ TEST_CASE(
   }
   std::filesystem::remove(target);
   std::filesystem::remove(other);
+}
 
 namespace {
 
