@@ -1,9 +1,9 @@
 // Pipeline parallelism across node processes on loopback (issue 34): a replica whose layers
 // are cut into two stages, a worker on each of two nodes, the hidden states passed between
-// the nodes' processes; it answers llama.cpp's greedy outputs (stories260K), and an
-// architecture reference (gemma2: windows and softcaps by layer) what one process serving
-// it whole answers; and two such replicas on four nodes (DP 2 x PP 2) both serve llama.cpp's
-// outputs.
+// the nodes' processes; it answers llama.cpp's greedy outputs (stories260K), and
+// architecture references (gemma2: windows and softcaps by layer; qwen2: biases, a tied
+// head) what one process serving them whole answers; and two such replicas on four nodes
+// (DP 2 x PP 2) both serve llama.cpp's outputs.
 #include "cluster/cluster_support.hpp"
 
 #include <set>
@@ -81,11 +81,16 @@ TEST_CASE("stories260K in two pipeline stages on two nodes gives llama.cpp's gre
   check_spans_both_nodes(cluster, 5);  // stories260K: 5 layers, [0, 3) and [3, 5)
 }
 
-TEST_CASE("gemma2 in two pipeline stages on two nodes answers what one process answers",
+TEST_CASE("gemma2 and qwen2 in two pipeline stages on two nodes answer what one process answers",
           "[cluster][pp][shared]") {
-  const std::string model = test::shared_file("models/archs/gemma2.gguf");
+  // One process serving the whole model gives llama.cpp's greedy outputs for every prompt
+  // of the reference (tests/golden/archs_test.cpp); the two stages must give its texts.
+  const std::string arch = GENERATE(as<std::string>{}, "gemma2", "qwen2");
+  INFO(arch);
+  const std::string model = test::shared_file("models/archs/" + arch + ".gguf");
   const auto golden =
-      test::JsonParser(test::read_text(test::shared_file("golden/archs/gemma2.json"))).parse();
+      test::JsonParser(test::read_text(test::shared_file("golden/archs/" + arch + ".json")))
+          .parse();
   Cluster cluster(1, "round-robin", {"--pp", "2"}, 2, all_cores(), model);
   ChildProcess single({TROUPE_BINARY, "serve", "-m", model, "--port", "0", "--threads", "1",
                        "--kv-cache-gb", "0.02"});
@@ -103,7 +108,7 @@ TEST_CASE("gemma2 in two pipeline stages on two nodes answers what one process a
     CHECK(text_of(staged) == text_of(alone));
   }
   check_spans_both_nodes(
-      cluster, static_cast<int>(golden["manifest"]["metadata"]["gemma2.block_count"].number));
+      cluster, static_cast<int>(golden["manifest"]["metadata"][arch + ".block_count"].number));
 }
 
 TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy outputs",
