@@ -102,7 +102,7 @@ typename Inspector::result_type inspect(Inspector& f, PromptRows& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, DraftWork& x) {
   return f(caf::meta::type_name("troupe.DraftWork"), x.seq, x.first_position, x.tokens,
-           x.num_proposals);
+           x.num_proposals, x.id);
 }
 
 template <class Inspector>

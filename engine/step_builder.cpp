@@ -30,7 +30,7 @@ model::StepInput build_step_input(const BatchPlan& plan, const Scheduler& schedu
       drafts->push_back({step.num_seqs(), chunk.draft_from,
                          std::vector<TokenId>(seq->tokens.begin() + chunk.draft_from,
                                               seq->tokens.begin() + chunk.draft_to),
-                         num_draft});
+                         num_draft, chunk.id});
     }
     if (num_draft == 0) {
       const std::span<const TokenId> tokens(seq->tokens.data() + first,

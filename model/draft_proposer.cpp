@@ -9,7 +9,11 @@ TokenId DraftProposer::argmax(std::span<const float> logits) {
   return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-Result<void> DraftProposer::propose(std::span<const DraftWork> work, StepInput& step) {
+Result<void> DraftProposer::propose(std::span<const DraftWork> work, StepInput& step,
+                                    std::span<std::optional<ProposalGuide>> guides) {
+  if (!guides.empty() && guides.size() != work.size()) {
+    return make_error(ErrorCode::invalid_argument, "draft work: one guide per work item");
+  }
   auto bad = [](const std::string& what) {
     return make_error(ErrorCode::invalid_argument, "draft work: " + what);
   };
@@ -62,7 +66,9 @@ Result<void> DraftProposer::propose(std::span<const DraftWork> work, StepInput& 
     TROUPE_TRY_VOID(model_.forward(pass, logits_));
     for (std::size_t r = 0; r < rows_of.size(); ++r) {
       const std::span<const float> row(logits_.data() + r * vocab, vocab);
-      step.tokens[placeholder[rows_of[r]] + j] = argmax(row);
+      const std::size_t w = rows_of[r];
+      step.tokens[placeholder[w] + j] =
+          !guides.empty() && guides[w] ? guides[w]->choose(row) : argmax(row);
     }
   }
   return {};

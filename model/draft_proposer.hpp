@@ -8,10 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "model/llama_model.hpp"
+#include "model/sampler.hpp"
 #include "model/step_input.hpp"
 #include "troupe/result.hpp"
 
@@ -27,6 +29,7 @@ struct DraftWork {
   // Tokens to propose after them; 0: it only catches up. A sequence that proposes k tokens
   // has the chunk [last token, k placeholders] in the target's step.
   std::int32_t num_proposals = 0;
+  std::uint64_t id = 0;  // the sequence's id (its sampler's, in the model's runner)
 
   bool operator==(const DraftWork&) const = default;
 };
@@ -38,9 +41,11 @@ class DraftProposer {
   // Runs `work` on the draft model, sharing `step`'s block tables, and writes each
   // proposing sequence's tokens into its placeholders in `step`: k proposals take k
   // passes, the first of them also running every sequence's unseen tokens. Each proposal
-  // is the draft's most likely token (the lowest id among equals). An error where the
-  // work does not match the step.
-  Result<void> propose(std::span<const DraftWork> work, StepInput& step);
+  // is the draft's most likely token (the lowest id among equals), or, for a work item
+  // with a guide (`guides`, one per item, or empty: none), the most likely its grammar
+  // allows. An error where the work does not match the step.
+  Result<void> propose(std::span<const DraftWork> work, StepInput& step,
+                       std::span<std::optional<ProposalGuide>> guides = {});
 
  private:
   // The id of the largest of `logits` (the first such).

@@ -45,6 +45,12 @@ class ModelRunner {
   // them and their cached masks; past this many the cache starts over.
   static constexpr std::size_t kMaxCachedGrammars = 64;
   void remove_sequence(std::uint64_t id) { samplers_.erase(id); }
+  // A guide for sequence `id`'s draft proposals, where its output is held to a grammar
+  // (Sampler::proposal_guide); none otherwise, or for a sequence it does not know.
+  std::optional<ProposalGuide> proposal_guide(std::uint64_t id) const {
+    const auto it = samplers_.find(id);
+    return it == samplers_.end() ? std::nullopt : it->second.proposal_guide();
+  }
 
   // Runs `step`; logit row i samples for sequence sampled_ids[i]. The logit rows after
   // those score prompts (`prompt_rows`, in order, one row per target); their scores go to

@@ -1,6 +1,7 @@
 #include "model/sampler.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -246,6 +247,45 @@ Sampler::MaskState Sampler::compute_mask() {
     take(job);
   }
   return mask_state();
+}
+
+std::optional<ProposalGuide> Sampler::proposal_guide() const {
+  if (!constrained() || grammar_broken_ || !failure_.empty() || job_.job) return std::nullopt;
+  return ProposalGuide(*matcher_, taken_, masker_, ends_);
+}
+
+TokenId ProposalGuide::choose(std::span<const float> logits) {
+  const auto likeliest = [&] {
+    return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  };
+  if (!guiding_) return likeliest();
+  MaskJob job(std::move(state_), std::move(taken_), masker_);
+  taken_.clear();
+  job.run();
+  if (job.failed() || job.refused()) {
+    guiding_ = false;
+    return likeliest();
+  }
+  state_ = std::move(job.state());
+  const std::vector<std::uint64_t>& mask = job.mask();
+  TokenId best = kNoToken;
+  for (std::size_t word = 0; word < mask.size(); ++word) {
+    for (std::uint64_t bits = mask[word]; bits != 0; bits &= bits - 1) {
+      const auto t =
+          static_cast<TokenId>(word * 64 + static_cast<std::size_t>(std::countr_zero(bits)));
+      if (static_cast<std::size_t>(t) >= logits.size() ||
+          std::find(ends_.begin(), ends_.end(), t) != ends_.end()) {
+        continue;
+      }
+      if (best == kNoToken || logits[t] > logits[best]) best = t;
+    }
+  }
+  if (best == kNoToken) {  // only an end may come: the draft ends here in all but name
+    guiding_ = false;
+    return likeliest();
+  }
+  taken_ = masker_->token_bytes(best);
+  return best;
 }
 
 void Sampler::apply_grammar(std::vector<float>& logits) {

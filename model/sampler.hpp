@@ -58,6 +58,31 @@ struct OutputGrammar {
   std::shared_ptr<const grammar::TokenMasker> masker;
 };
 
+// Guides a draft model's proposals for an output held to a grammar: from the grammar's
+// state after the output so far, each proposal is the likeliest token the grammar allows
+// next (as the verification's mask will), so a draft is not wasted on a token the model's
+// masked draw can never be. It never proposes an end token. Where the grammar cannot be
+// followed (its work budget), it stops guiding and the proposal is the likeliest of all.
+class ProposalGuide {
+ public:
+  ProposalGuide(grammar::Matcher state, std::string taken,
+                std::shared_ptr<const grammar::TokenMasker> masker, std::vector<TokenId> ends)
+      : state_(std::move(state)),
+        taken_(std::move(taken)),
+        masker_(std::move(masker)),
+        ends_(std::move(ends)) {}
+
+  // The proposal from one row of the draft's logits [vocab]; the guide then stands after it.
+  TokenId choose(std::span<const float> logits);
+
+ private:
+  grammar::Matcher state_;
+  std::string taken_;  // bytes state_ has not been advanced by
+  std::shared_ptr<const grammar::TokenMasker> masker_;
+  std::vector<TokenId> ends_;
+  bool guiding_ = true;
+};
+
 class Sampler {
  public:
   // Checks the parameters; `end_of_generation` are the vocabulary's EOS-like ids. With
@@ -123,6 +148,9 @@ class Sampler {
   // matcher disagreed, or a limit of the matcher was passed): only end tokens follow. Known
   // once the next mask's work has run (the matcher advances with it, off the step).
   bool grammar_broken() const { return grammar_broken_; }
+  // A guide for a draft's proposals after the output so far: none for a free output (or a
+  // grammar not started yet, broken, failed, or with its next mask under way).
+  std::optional<ProposalGuide> proposal_guide() const;
 
  private:
   Sampler() = default;

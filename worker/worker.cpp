@@ -137,7 +137,15 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
       proposed = make_error(ErrorCode::invalid_argument,
                             "the step asks for a draft model, and this worker has none");
     } else if (proposes) {
-      proposed = draft->propose(work.drafts, *drafted);
+      // Outputs held to a grammar are guided by it, where this runner samples them (a
+      // pipeline's stage 0 does not: its samplers never see the tokens).
+      std::vector<std::optional<model::ProposalGuide>> guides;
+      if (!passes) {
+        for (const model::DraftWork& d : work.drafts) {
+          guides.push_back(d.num_proposals > 0 ? runner.proposal_guide(d.id) : std::nullopt);
+        }
+      }
+      proposed = draft->propose(work.drafts, *drafted, guides);
     }
     if (shares) proposed = share_proposals(*group, *drafted, std::move(proposed));
     if (passes) proposed = pass_proposals(*pipe, *drafted, std::move(proposed));

@@ -597,6 +597,53 @@ item ::= [a-z]{1,3} | "'" [A-Z]{2} "'"
   CHECK(speculating.kv_drains());
 }
 
+TEST_CASE(
+    "a draft model under constraints proposes what the grammar allows: the model as its own "
+    "draft has its greedy proposals accepted",
+    "[net][integration][speculative]") {
+  // Each proposal is the draft's likeliest token among those the grammar allows next, as
+  // the verification's mask will have it: with the model as its own draft a greedy output's
+  // proposals are the model's masked tokens, all but where only an end may come (the guide
+  // never proposes one). Unguided, the draft's likeliest token is mostly one the grammar
+  // refuses.
+  const std::string model =
+      test::write_small_model("structured-model-" + std::to_string(kContextLength) + "-0",
+                              [](model::RandomModelSpec& s) { s.context_length = kContextLength; });
+  SpeculativeConfig self;
+  self.draft_model = model;
+  self.num_speculative_tokens = 3;
+  self.disable_by_batch_size = 64;
+  Server plain;
+  Server drafting({}, kContextLength, 2048, self);
+  std::vector<Job> jobs;
+  for (const json::object& constraint :
+       {response_format(json::parse(kNestedSchema)),
+        json::object{{"guided_regex", "(ab|cd){2,8}-[0-9]{2}"}},
+        response_format(json::parse(R"({"type": "array", "minItems": 6, "maxItems": 6,
+            "items": {"type": "integer", "minimum": 0, "maximum": 9}})"))}) {
+    auto one = jobs_for(constraint, jobs.size(), 300);
+    jobs.push_back(one.front());  // greedy
+  }
+  std::vector<Job> again = jobs;
+  run_all(plain, jobs, 1);
+  run_all(drafting, again, 1);
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    INFO(describe(jobs[j]));
+    const auto want = outputs_of(jobs[j].target, jobs[j].reply);
+    const auto got = outputs_of(again[j].target, again[j].reply);
+    REQUIRE(want.size() == 1);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].text == want[0].text);
+  }
+  const EngineStats stats = drafting.engine->stats();
+  INFO(stats.spec_num_accepted_tokens << " of " << stats.spec_num_draft_tokens << " accepted");
+  REQUIRE(stats.spec_num_draft_tokens > 30);
+  // At most one refused draft an output (where it must end), with its later tokens.
+  CHECK(stats.spec_num_accepted_tokens >=
+        stats.spec_num_draft_tokens - 3 * static_cast<std::int64_t>(jobs.size()));
+  CHECK(drafting.kv_drains());
+}
+
 TEST_CASE("a WebSocket generate message with a constraint streams a valid output",
           "[net][websocket][integration]") {
   Server s;
