@@ -236,27 +236,20 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   // tensor's blocks are checked by each rank as it loads).
   TROUPE_TRY_VOID(
       model::shard_layout(impl->model->config, {0, config.tensor_parallel_size}).map([](auto) {}));
-  if (config.pipeline_parallel_size > 1 || !config.pipeline_layer_partition.empty()) {
-    TROUPE_TRY_VOID(model::stage_layers(impl->model->config.num_layers,
-                                        config.pipeline_parallel_size,
-                                        config.pipeline_layer_partition)
-                        .map([](auto) {}));
-  }
-  auto spec = worker::spec_for(config, config.model_path, impl->max_model_len);
   // A pipeline without a partition of its own splits the layers by what a decode step
   // reads of each (the last stage also reads the head): every stage and the head's views
-  // get that one partition.
-  if (config.pipeline_parallel_size > 1 && config.pipeline_layer_partition.empty()) {
-    spec.layer_partition = model::weight_balanced_partition(*impl->model->file, impl->model->config,
-                                                            config.pipeline_parallel_size);
-    impl->config.pipeline_layer_partition = spec.layer_partition;
-    const auto stages = model::stage_layers(impl->model->config.num_layers,
-                                            config.pipeline_parallel_size, spec.layer_partition);
-    if (stages) {
-      monitoring::log_debug("pipeline stages by the weights a decode step reads: " +
-                            model::describe_stages(*stages));
-    }
+  // get that one partition (none where there are more stages than layers: refused below).
+  auto& partition = impl->config.pipeline_layer_partition;
+  if (config.pipeline_parallel_size > 1 && partition.empty()) {
+    partition = model::weight_balanced_partition(*impl->model->file, impl->model->config,
+                                                 config.pipeline_parallel_size);
   }
+  if (config.pipeline_parallel_size > 1 || !partition.empty()) {
+    TROUPE_TRY(const auto stages, model::stage_layers(impl->model->config.num_layers,
+                                                      config.pipeline_parallel_size, partition));
+    monitoring::log_debug("pipeline stages: " + model::describe_stages(stages));
+  }
+  auto spec = worker::spec_for(impl->config, config.model_path, impl->max_model_len);
   spec.model_fingerprint = model::file_fingerprint(*impl->model->file);
   // A node's draft file is checked as its model file is: the same bytes as the head's.
   if (!spec.draft_model_path.empty()) {

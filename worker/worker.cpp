@@ -52,58 +52,58 @@ Result<std::vector<engine::StepCost>> measure_step_costs(model::ModelRunner& run
   return measured;
 }
 
-// A tensor-parallel group's ranks all verify rank 0's proposals: rank 0 sends `step`'s
-// tokens (its placeholders filled in), the others receive them, as a sum over the group
-// to which only rank 0 adds (token ids are exact in floats). The last element says whether
-// rank 0's draft model succeeded, so a failed draft fails the step on every rank alike.
-Result<void> share_proposals(model::Communicator& group, model::StepInput& step,
-                             Result<void> proposed) {
-  const bool first = group.rank() == 0;
-  std::vector<float> shared(step.tokens.size() + 1, 0.0f);
-  if (first && proposed) {
+// What rank or stage 0 passes on of a step with a draft: the step's tokens (its
+// placeholders filled in; token ids are exact in floats) and, last, whether its draft model
+// succeeded (1), so that a failed draft fails the step on every worker that verifies.
+std::vector<float> proposals_message(const model::StepInput& step, bool proposed) {
+  std::vector<float> message(step.tokens.size() + 1, 0.0f);
+  if (proposed) {
     for (std::size_t i = 0; i < step.tokens.size(); ++i) {
-      shared[i] = static_cast<float>(step.tokens[i]);
+      message[i] = static_cast<float>(step.tokens[i]);
     }
-    shared.back() = 1.0f;
+    message.back() = 1.0f;
   }
-  TROUPE_TRY_VOID(group.all_reduce_sum(shared));
-  if (first && !proposed) return proposed;
-  if (shared.back() != 1.0f) {
-    return make_error(ErrorCode::internal, "rank 0's draft model failed to propose");
+  return message;
+}
+
+// The tokens of a proposals_message into `step`, or the failure of `who`'s draft model.
+Result<void> take_proposals(std::span<const float> message, model::StepInput& step,
+                            const std::string& who) {
+  if (message.back() != 1.0f) {
+    return make_error(ErrorCode::internal, who + "'s draft model failed to propose");
   }
   for (std::size_t i = 0; i < step.tokens.size(); ++i) {
-    step.tokens[i] = static_cast<TokenId>(shared[i]);
+    step.tokens[i] = static_cast<TokenId>(message[i]);
   }
   return {};
 }
 
+// A tensor-parallel group's ranks all verify rank 0's proposals: a sum over the group of
+// rank 0's message, to which the others add nothing.
+Result<void> share_proposals(model::Communicator& group, model::StepInput& step,
+                             Result<void> proposed) {
+  const bool first = group.rank() == 0;
+  std::vector<float> shared = first ? proposals_message(step, proposed.has_value())
+                                    : std::vector<float>(step.tokens.size() + 1, 0.0f);
+  TROUPE_TRY_VOID(group.all_reduce_sum(shared));
+  if (first) return proposed;
+  return take_proposals(shared, step, "rank 0");
+}
+
 // A pipeline's stage 0 sends its proposals to the last stage, which verifies them (the
-// stages between run hidden states only): the step's tokens, its placeholders filled in,
-// and whether its draft model succeeded, so that a failed draft fails the step on both.
-// Over the pipe's pair of the two, in step order, before the step's hidden states.
+// stages between run hidden states only), over the pipe's pair of the two, in step order,
+// before the step's hidden states.
 Result<void> pass_proposals(model::Communicator& pipe, model::StepInput& step,
                             Result<void> proposed) {
   const std::int32_t last = pipe.size() - 1;
-  std::vector<float> passed(step.tokens.size() + 1, 0.0f);
   if (pipe.rank() == 0) {
-    if (proposed) {
-      for (std::size_t i = 0; i < step.tokens.size(); ++i) {
-        passed[i] = static_cast<float>(step.tokens[i]);
-      }
-      passed.back() = 1.0f;
-    }
-    TROUPE_TRY_VOID(pipe.send(passed, last));
+    TROUPE_TRY_VOID(pipe.send(proposals_message(step, proposed.has_value()), last));
     return proposed;
   }
   if (pipe.rank() != last) return {};
+  std::vector<float> passed(step.tokens.size() + 1, 0.0f);
   TROUPE_TRY_VOID(pipe.recv(passed, 0));
-  if (passed.back() != 1.0f) {
-    return make_error(ErrorCode::internal, "stage 0's draft model failed to propose");
-  }
-  for (std::size_t i = 0; i < step.tokens.size(); ++i) {
-    step.tokens[i] = static_cast<TokenId>(passed[i]);
-  }
-  return {};
+  return take_proposals(passed, step, "stage 0");
 }
 
 }  // namespace

@@ -70,6 +70,18 @@ std::vector<std::vector<TokenId>> run_all(Engine& engine,
   return out;
 }
 
+// Submits `requests` at once; each one's tokens.
+std::vector<std::vector<TokenId>> outputs_of(Engine& engine,
+                                             std::vector<GenerateRequest> requests) {
+  Collector c;
+  std::vector<RequestId> ids;
+  for (auto& r : requests) ids.push_back(*engine.submit(std::move(r), c.callback()));
+  REQUIRE(c.wait(ids.size()));
+  std::vector<std::vector<TokenId>> out;
+  for (RequestId id : ids) out.push_back(c.get(id).tokens);
+  return out;
+}
+
 const std::vector<std::vector<TokenId>>& unsplit_outputs() {
   static const auto expected = [] {
     auto whole = Engine::create(pipelined(1));
@@ -144,17 +156,13 @@ TEST_CASE("n-gram speculation on a pipeline with two steps in flight keeps the g
           "[actors][pp][speculative]") {
   // Prompts that repeat themselves, so that the n-grams find proposals; greedy only.
   const auto run = [](Engine& engine) {
-    Collector c;
-    std::vector<RequestId> ids;
+    std::vector<GenerateRequest> requests;
     for (int i = 0; i < 8; ++i) {
       std::vector<TokenId> prompt;
       for (int k = 0; k < 12 + i; ++k) prompt.push_back(static_cast<TokenId>(5 + (i + k) % 4));
-      ids.push_back(*engine.submit(test::greedy(std::move(prompt), 12 + i), c.callback()));
+      requests.push_back(test::greedy(std::move(prompt), 12 + i));
     }
-    REQUIRE(c.wait(ids.size()));
-    std::vector<std::vector<TokenId>> out;
-    for (RequestId id : ids) out.push_back(c.get(id).tokens);
-    return out;
+    return outputs_of(engine, std::move(requests));
   };
   auto whole = Engine::create(pipelined(1));
   REQUIRE(whole.has_value());
@@ -179,17 +187,13 @@ TEST_CASE(
   // own draft has every greedy proposal accepted; another model's are mostly wrong; the
   // outputs are the same either way, with one step a stage in flight.
   const auto run = [](Engine& engine) {
-    Collector c;
-    std::vector<RequestId> ids;
+    std::vector<GenerateRequest> requests;
     for (int i = 0; i < 6; ++i) {
       std::vector<TokenId> prompt;
       for (int k = 0; k < 3 + i; ++k) prompt.push_back(static_cast<TokenId>(7 + i * 31 + k * 5));
-      ids.push_back(*engine.submit(test::greedy(std::move(prompt), 14 + i), c.callback()));
+      requests.push_back(test::greedy(std::move(prompt), 14 + i));
     }
-    REQUIRE(c.wait(ids.size()));
-    std::vector<std::vector<TokenId>> out;
-    for (RequestId id : ids) out.push_back(c.get(id).tokens);
-    return out;
+    return outputs_of(engine, std::move(requests));
   };
   // Three layers, so that three stages have one each.
   const std::string target = test::write_small_model(
@@ -219,12 +223,7 @@ TEST_CASE(
       REQUIRE(engine.has_value());
       CHECK(run(**engine) == expected);
       const EngineStats stats = (*engine)->stats();
-      CHECK(stats.spec_num_drafts > 0);
-      if (same) {
-        CHECK(stats.spec_num_accepted_tokens == stats.spec_num_draft_tokens);
-      } else {
-        CHECK(stats.spec_num_accepted_tokens < stats.spec_num_draft_tokens);
-      }
+      test::check_draft_acceptance(stats, same);
       CHECK(test::kv_drains(**engine));
       CHECK(stats.num_worker_restarts == 0);
     }

@@ -284,6 +284,24 @@ std::string describe(const Job& job) {
   return job.target + " " + json::serialize(job.body);
 }
 
+// Runs `jobs` on `plain` and a copy on `speculating` (`num_threads` clients each): every
+// output of the speculating server is the plain one's, text and finish reason.
+void check_same_outputs(const Server& plain, const Server& speculating, std::vector<Job> jobs,
+                        int num_threads = 4) {
+  std::vector<Job> again = jobs;
+  run_all(plain, jobs, num_threads);
+  run_all(speculating, again, num_threads);
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    INFO(describe(jobs[j]));
+    const auto want = outputs_of(jobs[j].target, jobs[j].reply);
+    const auto got = outputs_of(again[j].target, again[j].reply);
+    REQUIRE(want.size() == 1);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].text == want[0].text);
+    CHECK(got[0].finish_reason == want[0].finish_reason);
+  }
+}
+
 // Each job's one output, required to have finished on its own (not cut by max_tokens).
 std::vector<std::string> finished_outputs(const std::vector<Job>& jobs) {
   std::vector<std::string> texts;
@@ -579,18 +597,7 @@ item ::= [a-z]{1,3} | "'" [A-Z]{2} "'"
     const auto more = jobs_for(constraint, jobs.size(), 200);
     jobs.insert(jobs.end(), more.begin(), more.end());
   }
-  std::vector<Job> again = jobs;
-  run_all(plain, jobs);
-  run_all(speculating, again);
-  for (std::size_t j = 0; j < jobs.size(); ++j) {
-    INFO(describe(jobs[j]));
-    const auto want = outputs_of(jobs[j].target, jobs[j].reply);
-    const auto got = outputs_of(again[j].target, again[j].reply);
-    REQUIRE(want.size() == 1);
-    REQUIRE(got.size() == 1);
-    CHECK(got[0].text == want[0].text);
-    CHECK(got[0].finish_reason == want[0].finish_reason);
-  }
+  check_same_outputs(plain, speculating, jobs);
   const EngineStats stats = speculating.engine->stats();
   CHECK(stats.spec_num_drafts > 0);
   CHECK(stats.spec_num_accepted_tokens > 0);
@@ -624,17 +631,7 @@ TEST_CASE(
     auto one = jobs_for(constraint, jobs.size(), 300);
     jobs.push_back(one.front());  // greedy
   }
-  std::vector<Job> again = jobs;
-  run_all(plain, jobs, 1);
-  run_all(drafting, again, 1);
-  for (std::size_t j = 0; j < jobs.size(); ++j) {
-    INFO(describe(jobs[j]));
-    const auto want = outputs_of(jobs[j].target, jobs[j].reply);
-    const auto got = outputs_of(again[j].target, again[j].reply);
-    REQUIRE(want.size() == 1);
-    REQUIRE(got.size() == 1);
-    CHECK(got[0].text == want[0].text);
-  }
+  check_same_outputs(plain, drafting, jobs, 1);
   const EngineStats stats = drafting.engine->stats();
   INFO(stats.spec_num_accepted_tokens << " of " << stats.spec_num_draft_tokens << " accepted");
   REQUIRE(stats.spec_num_draft_tokens > 30);

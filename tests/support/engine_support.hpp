@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
 #include "troupe/engine.hpp"
 
 namespace troupe::test {
@@ -44,6 +46,17 @@ inline GenerateRequest greedy(std::vector<TokenId> prompt, int max_tokens) {
   r.params.max_tokens = max_tokens;
   r.params.ignore_eos = true;
   return r;
+}
+
+// After a run with a draft model proposing in every step: drafts were verified, and the
+// model as its own draft (`same`) had every greedy proposal accepted, another model not all.
+inline void check_draft_acceptance(const EngineStats& stats, bool same) {
+  CHECK(stats.spec_num_drafts > 0);
+  if (same) {
+    CHECK(stats.spec_num_accepted_tokens == stats.spec_num_draft_tokens);
+  } else {
+    CHECK(stats.spec_num_accepted_tokens < stats.spec_num_draft_tokens);
+  }
 }
 
 }  // namespace troupe::test
