@@ -202,25 +202,38 @@ using go_atom = caf::atom_constant<caf::atom("go")>;
 constexpr auto kHeldAtMost = 5s;
 
 // A worker whose load is answered only once `go` comes (a replica whose load takes as long
-// as another's takes to start): `report` then, or a failure when `fail`. Unanswered within
-// kHeldAtMost, it fails, saying so.
+// as another's takes to start): `report` then, or a failure when `fail`. A `go` that comes
+// before its own load request (the other supply was faster) counts when that request does.
+// Unanswered within kHeldAtMost, it fails, saying so.
 caf::behavior held_load(caf::event_based_actor* self, engine::LoadReport report, bool fail) {
   auto held = std::make_shared<std::optional<caf::response_promise>>();
+  auto told_early = std::make_shared<bool>(false);
+  auto answer = [report, fail](caf::response_promise& promise, bool told) {
+    if (!told) {
+      promise.deliver(
+          failure(ErrorCode::timed_out, "no other replica was asked for while this one loaded"));
+    } else {
+      promise.deliver(fail ? failure(ErrorCode::invalid_file, "truncated") : report);
+    }
+  };
   return {
-      [self, held](actors::load_atom, const engine::WorkerSpec&) -> caf::response_promise {
+      [self, held, told_early, answer](actors::load_atom,
+                                       const engine::WorkerSpec&) -> caf::response_promise {
         auto promise = self->make_response_promise();
+        if (*told_early) {
+          answer(promise, true);
+          return promise;
+        }
         *held = promise;
         self->delayed_send(self, kHeldAtMost, go_atom::value, false);
         return promise;
       },
-      [held, report, fail](go_atom, bool told) {
-        if (!*held) return;
-        if (!told) {
-          (*held)->deliver(failure(ErrorCode::timed_out,
-                                   "no other replica was asked for while this one loaded"));
-        } else {
-          (*held)->deliver(fail ? failure(ErrorCode::invalid_file, "truncated") : report);
+      [held, told_early, answer](go_atom, bool told) {
+        if (!*held) {
+          *told_early = *told_early || told;
+          return;
         }
+        answer(**held, told);
         held->reset();
       },
   };
