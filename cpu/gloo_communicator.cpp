@@ -219,8 +219,15 @@ Result<void> GlooCommunicator::gather(std::span<const float> part, std::span<flo
 
 namespace {
 
-// The slot of point-to-point messages: a prefix none of Gloo's collectives use.
+// The slot of point-to-point messages: a prefix none of Gloo's collectives use, and the
+// message's length as the tag. A receive then matches only a send of its own size: a peer
+// out of step (another step's message) leaves it waiting until the timeout, a clean error,
+// where Gloo's transport would end the process on a message longer than the buffer.
 constexpr std::uint8_t kPointToPointSlotPrefix = 0x70;
+
+gloo::Slot point_to_point_slot(std::size_t num_floats) {
+  return gloo::Slot::build(kPointToPointSlotPrefix, static_cast<std::uint32_t>(num_floats));
+}
 
 // With an emulated link delay a message carries its send time (the steady clock's
 // nanoseconds, the same clock for every process of the host) in two more floats' bits.
@@ -249,7 +256,7 @@ Result<void> GlooCommunicator::send(std::span<const float> data, std::int32_t pe
     // Gloo's API takes a mutable pointer; a send only reads it.
     auto buffer = impl_->context->createUnboundBuffer(const_cast<float*>(message.data()),
                                                       message.size_bytes());
-    buffer->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, 0));
+    buffer->send(peer, point_to_point_slot(message.size()));
     if (!buffer->waitSend(impl_->timeout)) throw std::runtime_error("the send was aborted");
   });
 }
@@ -267,7 +274,7 @@ Result<void> GlooCommunicator::recv(std::span<float> data, std::int32_t peer) {
     if (delayed) stamped.resize(data.size() + kStampFloats);
     std::span<float> message = delayed ? std::span<float>(stamped) : data;
     auto buffer = impl_->context->createUnboundBuffer(message.data(), message.size_bytes());
-    buffer->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, 0));
+    buffer->recv(peer, point_to_point_slot(message.size()));
     if (!buffer->waitRecv(impl_->timeout)) throw std::runtime_error("the receive was aborted");
     if (delayed) {
       std::copy_n(stamped.data(), data.size(), data.data());

@@ -127,8 +127,10 @@ engine::StepOutput run_step(model::ModelRunner& runner, const engine::StepWork& 
   std::optional<model::StepInput> drafted;
   std::optional<Error> draft_failed;
   if (!work.drafts.empty()) {
-    const bool shares = group != nullptr && group->size() > 1;
     const bool passes = pipe != nullptr && pipe->size() > 1;
+    // In a pipeline whose stages are groups, stage 0's ranks share (each embeds the tokens)
+    // and each passes them on to its peer of the last stage.
+    const bool shares = group != nullptr && group->size() > 1 && (!passes || pipe->rank() == 0);
     const bool proposes = (!shares || group->rank() == 0) && (!passes || pipe->rank() == 0);
     drafted = work.step;
     // A rank 0 without a draft model still shares (its failure): the others wait for it.
@@ -315,6 +317,14 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
 
 engine::StepOutput Worker::step(const engine::StepWork& work) {
   const auto start = std::chrono::steady_clock::now();
+  if (out_of_step_) {
+    return engine::failed_step(work.step_id,
+                               {ErrorCode::internal,
+                                "an earlier step failed (" + *out_of_step_ +
+                                    "): this worker is "
+                                    "out of step with its group, and must be replaced",
+                                true});
+  }
   engine::StepOutput out;
   // A throwing step leaves the backend in an unknown state: the worker must go.
   try {
@@ -330,7 +340,10 @@ engine::StepOutput Worker::step(const engine::StepWork& work) {
   out.hop_seconds = model_.model->take_hop_seconds();
   // A group's ranks or a pipeline's stages may be out of step after a failure.
   const model::Shard& shard = model_.model->shard();
-  if (out.failed && (shard.is_split() || shard.is_staged())) out.error.fatal = true;
+  if (out.failed && (shard.is_split() || shard.is_staged())) {
+    out.error.fatal = true;
+    out_of_step_ = out.error.message;
+  }
   // A backend that is lost (a sticky CUDA error) fails every later step: replace it.
   if (out.failed && model_.backend->lost()) out.error.fatal = true;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

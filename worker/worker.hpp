@@ -6,6 +6,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "engine/worker_protocol.hpp"
 #include "model/draft_proposer.hpp"
@@ -64,6 +66,11 @@ class Worker {
   engine::LoadReport report_;
   Device device_ = Device::cpu;
   std::function<void()> before_step_;
+  // Why a rank of a group (or a pipeline's stage) failed a step: its communicators may be
+  // out of step with the others' (a send the peer never receives, a receive of another
+  // step's message), so it fails every later step without touching them, until it is
+  // replaced.
+  std::optional<std::string> out_of_step_;
 };
 
 }  // namespace troupe::worker

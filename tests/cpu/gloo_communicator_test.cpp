@@ -192,6 +192,29 @@ TEST_CASE("a receive whose sender never sends fails within the timeout, and brea
       2s);
 }
 
+TEST_CASE(
+    "a receive of another size than the peer sent fails within the timeout, and the process "
+    "lives",
+    "[cpu][collective][pp]") {
+  // A peer out of step (another step's message, longer than the buffer posted) once ended
+  // the process from Gloo's transport thread; the sizes now tell the messages apart.
+  with_group(
+      2,
+      [&](model::Communicator& group) {
+        if (group.rank() == 0) {
+          std::vector<float> longer(64, 1.0f);
+          CHECK_FALSE(group.send(longer, 1).has_value());  // never received
+          return;
+        }
+        std::vector<float> data(16);
+        const auto start = std::chrono::steady_clock::now();
+        auto received = group.recv(data, 0);
+        REQUIRE_FALSE(received.has_value());
+        CHECK(std::chrono::steady_clock::now() - start < 10s);
+      },
+      1s);
+}
+
 TEST_CASE("a group whose ranks do not all arrive fails to connect within the timeout",
           "[cpu][collective]") {
   model::InProcessStore store;
