@@ -192,11 +192,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                       "data_parallel_size, tensor_parallel_size and pipeline_parallel_size must "
                       "be at least 1");
   }
-  if (config.tensor_parallel_size > 1 && config.pipeline_parallel_size > 1) {
-    return make_error(ErrorCode::unsupported,
-                      "tensor and pipeline parallelism together (--tensor-parallel-size with "
-                      "--pipeline-parallel-size) are not supported yet");
-  }
   if (config.elastic() && !config.cluster) {
     return make_error(ErrorCode::invalid_argument,
                       "elastic data parallelism (a range of replicas, or auto) needs a cluster "

@@ -4,7 +4,8 @@
 // threads, in one run, with the share of each step spent in the all-reduce. With
 // --pipeline-parallel-size P, the model cut into P stages of layers the same way (this
 // process the last stage, which computes the logits: their hash says whether they are the
-// whole model's bits). This file is the
+// whole model's bits); with both, each stage a group of T ranks (T x P processes). This
+// file is the
 // command line, the model's loading and the ranks' processes; the measures are bench/'s.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -63,18 +64,35 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-// Starts ranks 1.. (or a pipeline's stages before the last) as processes of this binary,
-// each told its rank or stage and the rendezvous.
+// Starts every rank of every stage but this process's (the last stage's rank 0) as
+// processes of this binary, each told its rank, its stage and the rendezvous.
 std::vector<pid_t> spawn_ranks(const Options& opts, const std::string& dir) {
   std::vector<pid_t> ranks;
-  const auto base = own_arguments();
-  const bool staged = opts.pipeline_parallel_size > 1;
-  const std::int32_t first = staged ? 0 : 1;
-  const std::int32_t end = staged ? opts.pipeline_parallel_size - 1 : opts.tensor_parallel_size;
-  for (std::int32_t r = first; r < end; ++r) {
+  auto base = own_arguments();
+  // The partition is passed on as chosen: the one given is dropped here, and added back.
+  for (std::size_t i = 0; i < base.size();) {
+    const std::string& a = base[i];
+    if (a == "--pp-layer-partition") {
+      base.erase(base.begin() + static_cast<std::ptrdiff_t>(i),
+                 base.begin() + static_cast<std::ptrdiff_t>(std::min(i + 2, base.size())));
+    } else if (a.rfind("--pp-layer-partition=", 0) == 0) {
+      base.erase(base.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  const std::int32_t stages = std::max(1, opts.pipeline_parallel_size);
+  const std::int32_t per_stage = std::max(1, opts.tensor_parallel_size);
+  for (std::int32_t w = 0; w < stages * per_stage; ++w) {
+    const std::int32_t stage = w / per_stage, r = w % per_stage;
+    if (stage == stages - 1 && r == 0) continue;  // this process
     std::vector<std::string> args = base;
-    args.insert(args.end(),
-                {staged ? "--pp-stage" : "--tp-rank", std::to_string(r), "--tp-rendezvous", dir});
+    args.insert(args.end(), {"--tp-rank", std::to_string(r), "--tp-rendezvous", dir});
+    if (stages > 1) {
+      // Every stage the partition this process chose (the default is computed here).
+      args.insert(args.end(), {"--pp-stage", std::to_string(stage), "--pp-layer-partition",
+                               opts.layer_partition});
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -178,17 +196,12 @@ void add_bench_forward_command(CLI::App& bench) {
     const std::int32_t max_model_len = *std::max_element(run.contexts.begin(), run.contexts.end()) +
                                        std::max(run.prompt_len, run.gen_len) + 1;
     const std::int32_t pp = opts->pipeline_parallel_size;
-    if (opts->tensor_parallel_size > 1 && pp > 1) {
-      fail(Error{ErrorCode::unsupported,
-                 "--tensor-parallel-size and --pipeline-parallel-size together are not "
-                 "supported yet"});
-    }
     if (pp == 1 && !opts->layer_partition.empty()) {
       fail(Error{ErrorCode::invalid_argument,
                  "--pp-layer-partition needs --pipeline-parallel-size > 1"});
     }
-    // Ranks or stages: each a process.
-    const std::int32_t tp = std::max(opts->tensor_parallel_size, pp);
+    // Ranks of stages: each a process.
+    const std::int32_t tp = opts->tensor_parallel_size * pp;
     // Threads per rank: as given, or the cores shared among the ranks. The whole model
     // gets the threads of all the ranks.
     if (tp > 1 && opts->engine.num_threads <= 0) {
@@ -295,7 +308,12 @@ void add_bench_forward_command(CLI::App& bench) {
         for (const pid_t p : ranks) ::kill(p, SIGKILL);
         fail(rank0.error());
       }
-      if (pp > 1) {
+      if (pp > 1 && opts->tensor_parallel_size > 1) {
+        std::printf(
+            "%d pipeline stages (layers %s) of %d ranks, a process each, %d thread(s) "
+            "per rank\n",
+            pp, stages.c_str(), opts->tensor_parallel_size, opts->engine.num_threads);
+      } else if (pp > 1) {
         std::printf("%d pipeline stages (layers %s), a process each, %d thread(s) per stage\n", pp,
                     stages.c_str(), opts->engine.num_threads);
       } else {
@@ -320,11 +338,11 @@ void add_bench_forward_command(CLI::App& bench) {
         fail(measured_split.error());
       }
       split = std::move(*measured_split);
-      for (const auto& m : split) bench::print(run, m, pp == 1);
+      for (const auto& m : split) bench::print(run, m, opts->tensor_parallel_size > 1);
       for (const pid_t p : ranks) ::waitpid(p, nullptr, 0);
       std::filesystem::remove_all(dir);
       for (std::size_t c = 0; c < one.size(); ++c) {
-        if (pp > 1) {  // the stages' logits are the whole model's bits
+        if (pp > 1 && opts->tensor_parallel_size == 1) {  // the whole model's bits
           std::printf("prefill logits at context %d: %s the whole model's\n", one[c].context,
                       split[c].prefill_logits_hash == one[c].prefill_logits_hash
                           ? "bit for bit"

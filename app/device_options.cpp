@@ -95,8 +95,8 @@ void add_tensor_parallel_options(CLI::App* cmd, EngineConfig& engine) {
 void add_pipeline_parallel_options(CLI::App* cmd, EngineConfig& engine) {
   cmd->add_option("--pipeline-parallel-size,--pp", engine.pipeline_parallel_size,
                   "cut each replica's layers into this many pipeline stages, a worker each "
-                  "(threads here, or workers on the cluster's nodes), the hidden states passed "
-                  "on over Gloo (CPU)")
+                  "(threads here, or workers on the cluster's nodes; with --tensor-parallel-size "
+                  "T, T ranks each), the hidden states passed on over Gloo (CPU)")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--pp-steps-in-flight", engine.pipeline_steps_in_flight,
                   "a pipelined replica's steps in flight at once, each over other sequences, so "

@@ -207,11 +207,6 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
   TROUPE_TRY(const auto layout, model::shard_layout(m.config, shard));
   TROUPE_TRY_VOID(check_model(spec, model::local_config(m.config, layout)));
   if (spec.pipeline_size > 1 || !spec.layer_partition.empty()) {
-    if (spec.world_size > 1) {
-      return make_error(ErrorCode::unsupported,
-                        "a pipeline stage split over tensor-parallel ranks is not supported yet: "
-                        "use --pipeline-parallel-size or --tensor-parallel-size");
-    }
     TROUPE_TRY(shard.stage, model::pipeline_stage(m.config.num_layers, spec.pipeline_stage,
                                                   spec.pipeline_size, spec.layer_partition));
   }
@@ -235,11 +230,15 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
                         "pipeline stage " + std::to_string(spec.pipeline_stage) + " of " +
                             std::to_string(spec.pipeline_size) + " was given no pipeline to join");
     }
-    // The stages meet as a group's ranks do: rank i is stage i.
+    // The stages meet as a group's ranks do: rank i is stage i. Where each stage is a
+    // tensor-parallel group, rank r of every stage is on a pipe of its own (the hidden
+    // states are whole on every rank: each passes them to its peer of the next stage).
     engine::WorkerSpec as_rank = spec;
     as_rank.rank = spec.pipeline_stage;
     as_rank.world_size = spec.pipeline_size;
-    TROUPE_TRY(pipe, connect_group(as_rank, *link));
+    GroupLink pipe_link = *link;
+    if (shard.is_split()) pipe_link.prefix += "/pipe" + std::to_string(spec.rank);
+    TROUPE_TRY(pipe, connect_group(as_rank, pipe_link));
   }
   if (shard.is_split()) {
     if (link == nullptr) {
@@ -247,7 +246,10 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
                                                          std::to_string(spec.world_size) +
                                                          " was given no group to join");
     }
-    TROUPE_TRY(m.group, connect_group(spec, *link));
+    // Each stage of a pipeline is a tensor-parallel group of its own.
+    GroupLink group_link = *link;
+    if (shard.is_staged()) group_link.prefix += "/stage" + std::to_string(spec.pipeline_stage);
+    TROUPE_TRY(m.group, connect_group(spec, group_link));
     TROUPE_TRY_VOID(backend->join_group(m.group));
   }
   TROUPE_TRY_VOID(m.load_weights(std::move(backend), shard, progress));

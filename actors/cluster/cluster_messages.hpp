@@ -83,9 +83,9 @@ using registry_actor = caf::typed_actor<
     // A node joins (with its keeper, whose loss is the node's); refused without the token.
     caf::replies_to<join_atom, NodeInfo, caf::actor>::with<JoinReply>,
     // Workers for this replica's ranks (one node for all of them when one has the room,
-    // as vLLM places a group; else spread; with the flag set, a pipeline's stages, one
-    // node each); answered once they can be placed.
-    caf::replies_to<place_atom, std::int32_t, std::int32_t, bool>::with<Placement>,
+    // as vLLM places a group; else spread; with a stage size k > 0, a pipeline's stages of
+    // k ranks, one node each); answered once they can be placed.
+    caf::replies_to<place_atom, std::int32_t, std::int32_t, std::int32_t>::with<Placement>,
     // The nodes that have joined.
     caf::replies_to<nodes_atom>::with<std::vector<NodeView>>,
     // A node whose worker could not load (another model file, too little memory): no

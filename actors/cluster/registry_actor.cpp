@@ -33,11 +33,17 @@ bool from_here(Self self) {
 }  // namespace
 
 std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryState::Node>& nodes,
-                                       std::int32_t ranks, bool one_per_node) {
+                                       std::int32_t ranks, std::int32_t stage_ranks) {
+  if (ranks < 1 || stage_ranks < 0 || (stage_ranks > 0 && ranks % stage_ranks != 0)) return {};
   std::vector<std::pair<caf::node_id, std::int32_t>> free;  // node, its slots
   for (const auto& [id, node] : nodes) {
-    if (node.replicas.empty() && node.unfit.empty() && !node.draining)
-      free.emplace_back(id, one_per_node ? 1 : node.info.num_slots());
+    if (!node.replicas.empty() || !node.unfit.empty() || node.draining) continue;
+    const std::int32_t slots = node.info.num_slots();
+    if (stage_ranks == 0) {
+      free.emplace_back(id, slots);
+    } else if (slots >= stage_ranks) {  // a whole stage, and no more
+      free.emplace_back(id, stage_ranks);
+    }
   }
   std::stable_sort(free.begin(), free.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -111,7 +117,7 @@ void place_waiting(Self self) {
   const std::set<std::string> interface = self->home_system().message_types<worker_actor>();
   while (!state.waiting.empty()) {
     const auto& next = state.waiting.front();
-    const auto chosen = choose_nodes(state.nodes, next.ranks, next.one_per_node);
+    const auto chosen = choose_nodes(state.nodes, next.ranks, next.stage_ranks);
     if (chosen.empty()) return;
     auto s = std::make_shared<Spawning>();
     s->waiting = std::move(state.waiting.front());
@@ -247,16 +253,17 @@ registry_actor::behavior_type registry(Self self, std::string token,
         return {true, "welcome, " + info.name};
       },
       [self](place_atom, std::int32_t replica, std::int32_t ranks,
-             bool one_per_node) -> caf::result<Placement> {
+             std::int32_t stage_ranks) -> caf::result<Placement> {
         if (!from_here(self)) return caf::sec::request_receiver_down;
-        if (ranks < 1) return caf::sec::invalid_argument;
+        if (ranks < 1 || stage_ranks < 0 || (stage_ranks > 0 && ranks % stage_ranks != 0))
+          return caf::sec::invalid_argument;
         auto& state = self->state;
         // A replica asks again when it lost its workers: their slots are free again.
         for (auto& [id, node] : state.nodes) {
           if (std::erase(node.replicas, replica) > 0) release_if_drained(node);
         }
         auto promise = self->make_response_promise<Placement>();
-        state.waiting.push_back({replica, ranks, one_per_node, promise});
+        state.waiting.push_back({replica, ranks, stage_ranks, promise});
         place_waiting(self);
         return promise;
       },

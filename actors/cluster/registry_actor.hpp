@@ -2,12 +2,13 @@
 // placement of replicas' workers on them. A node holds one replica's workers: one, or
 // up to its slots (NodeInfo::num_slots) of a tensor-parallel group's ranks; a group
 // stays on one node when one has room for all its ranks (vLLM's rule), else spreads over
-// several; a pipeline's stages each take a node of their own. A node drained (its SIGTERM, or the
-// head's POST /v1/cluster/nodes/{name}/drain) takes no new placement; its replicas are told to
-// drain, and once each has (its worker ended), the node is released: its keeper hears release_atom
-// and the node exits. It spawns a worker on a node by name (CAF's remote spawn, asked of the
-// middleman without waiting, so that joins and node lists are answered meanwhile). A placement that
-// finds no room waits until a node joins or frees its slots.
+// several; a pipeline's stages each take a node of their own (a stage that is itself a
+// tensor-parallel group, one node with the slots for all its ranks). A node drained (its SIGTERM,
+// or the head's POST /v1/cluster/nodes/{name}/drain) takes no new placement; its replicas are told
+// to drain, and once each has (its worker ended), the node is released: its keeper hears
+// release_atom and the node exits. It spawns a worker on a node by name (CAF's remote spawn, asked
+// of the middleman without waiting, so that joins and node lists are answered meanwhile). A
+// placement that finds no room waits until a node joins or frees its slots.
 #pragma once
 
 #include <caf/all.hpp>
@@ -33,7 +34,7 @@ struct RegistryState {
   struct Waiting {
     std::int32_t replica = 0;
     std::int32_t ranks = 1;
-    bool one_per_node = false;  // a pipeline's stages: each on a node of its own
+    std::int32_t stage_ranks = 0;  // a pipeline stage's ranks, each stage a node (0: a group)
     caf::typed_response_promise<Placement> promise;
   };
   std::string token;
@@ -53,11 +54,13 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<Registry
 // Where a replica's `ranks` workers go, a node for each in rank order: nodes hold one
 // replica's workers at most (replicas never share a node's cores or GPUs). All ranks on
 // the free node with the most slots when it has room for them (a tensor-parallel group,
-// as vLLM places one), else over the free nodes with the most slots first; with
-// `one_per_node` (a pipeline's stages) each on a free node of its own, so that a stage's
-// node holds only its layers. Empty when the free nodes have too little room.
+// as vLLM places one), else over the free nodes with the most slots first. With
+// `stage_ranks` > 0 the ranks are a pipeline's stages of that many ranks each (in stage
+// order): each stage on a free node of its own with the slots for all its ranks, so that a
+// stage's node holds only its layers and its tensor-parallel ranks all-reduce within the
+// node. Empty when the free nodes have too little room.
 std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryState::Node>& nodes,
-                                       std::int32_t ranks, bool one_per_node);
+                                       std::int32_t ranks, std::int32_t stage_ranks = 0);
 
 // Whether two tokens are equal, in time independent of where they differ.
 bool tokens_match(const std::string& a, const std::string& b);

@@ -12,8 +12,18 @@ namespace {
 using Self = group_actor::stateful_pointer<GroupState>;
 
 std::string rank_name(Self self, std::size_t rank) {
-  const auto& nodes = self->state.nodes;
-  std::string name = (self->state.pipeline ? "stage " : "rank ") + std::to_string(rank);
+  const auto& state = self->state;
+  const auto& nodes = state.nodes;
+  const std::size_t per_stage = static_cast<std::size_t>(state.stage_ranks);
+  std::string name;
+  if (!state.pipeline) {
+    name = "rank " + std::to_string(rank);
+  } else if (per_stage <= 1) {
+    name = "stage " + std::to_string(rank);
+  } else {
+    name =
+        "stage " + std::to_string(rank / per_stage) + " rank " + std::to_string(rank % per_stage);
+  }
   if (rank < nodes.size() && !nodes[rank].empty()) name += " (node " + nodes[rank] + ")";
   return name;
 }
@@ -37,7 +47,8 @@ engine::StepOutput failed_step_of(Self self, std::size_t rank, engine::StepOutpu
 
 // The group's load report once every rank loaded: the fewest KV blocks any rank holds
 // (the block tables are the same on every rank, and every pipeline stage).
-engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports, bool pipeline) {
+engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports, bool pipeline,
+                                 std::int32_t stage_ranks) {
   engine::LoadReport report = reports.front();
   report.bytes_per_block = 0;
   report.weight_bytes = 0;
@@ -48,22 +59,33 @@ engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports,
     report.bytes_per_block += r.bytes_per_block;
     report.weight_bytes += r.weight_bytes;
   }
-  report.device_name = std::to_string(reports.size()) +
-                       (pipeline ? " pipeline stages of " : " tensor-parallel ranks of ") +
-                       report.device_name;
+  const std::string ranks = " tensor-parallel ranks of ";
+  if (!pipeline) {
+    report.device_name = std::to_string(reports.size()) + ranks + report.device_name;
+  } else if (stage_ranks <= 1) {
+    report.device_name =
+        std::to_string(reports.size()) + " pipeline stages of " + report.device_name;
+  } else {
+    report.device_name = std::to_string(reports.size() / static_cast<std::size_t>(stage_ranks)) +
+                         " pipeline stages of " + std::to_string(stage_ranks) + ranks +
+                         report.device_name;
+  }
   return report;
 }
 
-// The group's step output once every rank is done: rank 0's tokens, or the last pipeline
-// stage's (the one that samples).
-engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs, bool pipeline) {
+// The group's step output once every rank is done: rank 0's tokens, or those of the last
+// pipeline stage's rank 0 (the one that samples).
+engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs, bool pipeline,
+                                 std::int32_t stage_ranks) {
+  const auto per_stage = static_cast<std::size_t>(std::max(1, stage_ranks));
   double seconds = 0.0;
-  std::vector<double> hops;  // each later stage's hop, in stage order
-  for (const auto& o : outputs) {
+  std::vector<double> hops;  // each later stage's hop (its rank 0's), in stage order
+  for (std::size_t w = 0; w < outputs.size(); ++w) {
+    const auto& o = outputs[w];
     seconds = std::max(seconds, o.seconds);
-    hops.insert(hops.end(), o.hop_seconds.begin(), o.hop_seconds.end());
+    if (w % per_stage == 0) hops.insert(hops.end(), o.hop_seconds.begin(), o.hop_seconds.end());
   }
-  engine::StepOutput out = pipeline ? outputs.back() : outputs.front();
+  engine::StepOutput out = pipeline ? outputs[outputs.size() - per_stage] : outputs.front();
   out.seconds = seconds;
   out.hop_seconds = std::move(hops);
   return out;
@@ -77,7 +99,8 @@ void settle_load(Self self, Loading& loading) {
     loading.promise.deliver(failed_load(self, rank, std::move(report)));
     return;
   }
-  loading.promise.deliver(combine_loads(loading.answers, self->state.pipeline));
+  loading.promise.deliver(
+      combine_loads(loading.answers, self->state.pipeline, self->state.stage_ranks));
 }
 
 // A load's rank answered (or failed to).
@@ -136,10 +159,12 @@ caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
   // pipeline stage its layers').
   if (spec.num_kv_blocks <= 0)
     spec.kv_cache_bytes = std::max<std::int64_t>(1, spec.kv_cache_bytes / size);
-  // A pipeline's stages are the group's ranks: rank i is stage i, each a whole (unsplit)
-  // worker of its layers.
+  // A pipeline's stages are the group's ranks, stage by stage: worker w is rank w % T of
+  // stage w / T, where each stage is a tensor-parallel group of T = size / stages ranks
+  // (T = 1: each stage a whole, unsplit worker of its layers).
   state.pipeline = spec.pipeline_size > 1;
-  if (state.pipeline && spec.pipeline_size != size) {
+  state.stage_ranks = state.pipeline ? size / spec.pipeline_size : size;
+  if (state.pipeline && (size % spec.pipeline_size != 0 || state.stage_ranks < 1)) {
     engine::LoadReport failed;
     failed.failed = true;
     failed.error = {ErrorCode::invalid_argument,
@@ -157,11 +182,11 @@ caf::result<engine::LoadReport> load_ranks(Self self, engine::WorkerSpec spec) {
   };
   for (std::size_t r = 0; r < state.ranks.size(); ++r) {
     engine::WorkerSpec rank_spec = spec;
-    if (state.pipeline) {
-      rank_spec.pipeline_stage = static_cast<std::int32_t>(r);
-    } else {
-      rank_spec.rank = static_cast<std::int32_t>(r);
-      rank_spec.world_size = size;
+    const auto w = static_cast<std::int32_t>(r);
+    if (state.pipeline) rank_spec.pipeline_stage = w / state.stage_ranks;
+    if (state.stage_ranks > 1) {
+      rank_spec.rank = w % state.stage_ranks;
+      rank_spec.world_size = state.stage_ranks;
     }
     // A GPU each: NCCL refuses two ranks of a group on one device. (A node sets its own
     // ranks' GPUs again from what it has.)
@@ -200,7 +225,8 @@ caf::result<engine::StepOutput> step_ranks(Self self, const engine::StepWork& wo
     if (--gathering->pending == 0) {
       gathering->answered = true;
       self->state.stepping.erase(step_id);
-      gathering->promise.deliver(combine_steps(gathering->answers, self->state.pipeline));
+      gathering->promise.deliver(
+          combine_steps(gathering->answers, self->state.pipeline, self->state.stage_ranks));
     }
   };
   // No timeout here: a rank that hangs fails the others' collectives within theirs (the

@@ -1,10 +1,11 @@
 // A tensor-parallel group, or a pipeline's stages: one replica's worker made of several
 // ranks' workers, in this process or on nodes. To its scheduler it is a worker
 // (worker_actor): it loads every rank with its shard (or stage i's layers: a spec with
-// pipeline_size > 1), sends each step to every rank and answers rank 0's tokens (the last
-// stage's) once all are done. To its ranks it is the rendezvous store they connect through. A group
-// fails as a whole: a rank that goes ends it (and its other ranks with it); a rank's
-// failed step is fatal, and its scheduler replaces the group.
+// pipeline_size > 1; with more workers than stages, each stage is a tensor-parallel group
+// of its own, stage by stage), sends each step to every rank and answers rank 0's tokens
+// (the last stage's rank 0's) once all are done. To its ranks it is the rendezvous store they
+// connect through. A group fails as a whole: a rank that goes ends it (and its other ranks with
+// it); a rank's failed step is fatal, and its scheduler replaces the group.
 #pragma once
 
 #include <caf/all.hpp>
@@ -55,6 +56,7 @@ struct GroupState {
   std::vector<std::string> nodes;  // each rank's node, for people (empty: this process)
   std::chrono::milliseconds collective_timeout{30000};
   bool pipeline = false;  // the ranks are a pipeline's stages (WorkerSpec::pipeline_size > 1)
+  std::int32_t stage_ranks = 1;  // a pipeline stage's tensor-parallel ranks (the ranks, if none)
   std::map<std::string, std::string> store;  // the ranks' rendezvous
   std::multimap<std::string, caf::typed_response_promise<std::string>> waiting;
   // What is in flight, answered with the failure if a rank goes meanwhile.

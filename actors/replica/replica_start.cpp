@@ -87,8 +87,9 @@ WorkerSource worker_source(const EngineConfig& config, const ReplicaStart& start
   source.replica = index;
   // A pipeline's stages are placed and driven as a group's ranks are.
   source.tensor_parallel_size = config.tensor_parallel_size * config.pipeline_parallel_size;
-  // ... but each stage on a node of its own, which then holds only its layers.
-  source.pipeline = config.pipeline_parallel_size > 1;
+  // ... but each stage (its tensor-parallel ranks) on a node of its own, which then holds
+  // only its layers.
+  if (config.pipeline_parallel_size > 1) source.stage_ranks = config.tensor_parallel_size;
   source.collective_timeout = config.collective_timeout;
   source.before_step = start.before_step;
   source.num_replicas = config.data_parallel_size;
@@ -99,7 +100,7 @@ WorkerSource worker_source(const EngineConfig& config, const ReplicaStart& start
     source.placement_wait = config.cluster->wait;
     source.nodes_needed =
         (config.data_parallel_size - (config.cluster->head_hosts_replica ? 1 : 0)) *
-        (source.pipeline ? config.pipeline_parallel_size : 1);
+        (source.stage_ranks > 0 ? config.pipeline_parallel_size : 1);
     source.load_timeout = caf::duration{kGroupLoadTimeout};
     step_timeout = caf::duration{config.cluster->step_timeout};
   }

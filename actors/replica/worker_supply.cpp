@@ -128,8 +128,8 @@ void explain_no_node(Self self, const SupplyPtr& s) {
                       std::to_string(src.placement_wait.count()) +
                       " s: " + std::to_string(src.num_replicas) + " replica(s) of " +
                       std::to_string(src.tensor_parallel_size) +
-                      (src.pipeline ? " stage(s), one a node," : " rank(s)") + " need " +
-                      std::to_string(src.nodes_needed) + " node(s) at least, and " +
+                      (src.stage_ranks > 0 ? " worker(s), a stage a node," : " rank(s)") +
+                      " need " + std::to_string(src.nodes_needed) + " node(s) at least, and " +
                       std::to_string(nodes.size()) + " joined" +
                       (joined.empty() ? "" : " (" + joined + ")")});
           },
@@ -153,7 +153,7 @@ void place(Self self, const SupplyPtr& s) {
                                  ? caf::duration{s->source.placement_wait}
                                  : caf::duration{caf::infinite};
   self->request(s->source.registry, wait, cluster::place_atom::value, s->source.replica,
-                s->source.tensor_parallel_size, s->source.pipeline)
+                s->source.tensor_parallel_size, s->source.stage_ranks)
       .then(
           [self, s](cluster::Placement& placed) {
             s->nodes = placed.nodes;

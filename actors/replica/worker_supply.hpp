@@ -22,7 +22,9 @@ namespace troupe::actors {
 struct WorkerSource {
   std::int32_t replica = 0;
   std::int32_t tensor_parallel_size = 1;  // ranks (or pipeline stages) per worker
-  bool pipeline = false;  // the ranks are a pipeline's stages: each placed on a node of its own
+  // The ranks are a pipeline's stages of this many ranks each (stage by stage), each stage
+  // placed on a node of its own (0: a tensor-parallel group, or one worker).
+  std::int32_t stage_ranks = 0;
   std::chrono::milliseconds collective_timeout{30000};  // of a group's rendezvous and collectives
   std::function<void()> before_step;                    // tests only: handed to every local worker
   // Nodes: the registry places the worker (null: a worker of this process).

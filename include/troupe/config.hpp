@@ -159,8 +159,8 @@ struct EngineConfig {
   std::chrono::milliseconds collective_timeout{30000};
   // Pipeline parallelism: each replica's layers cut into this many contiguous stages
   // (vLLM's --pipeline-parallel-size), each a worker placed as a tensor-parallel rank is;
-  // the hidden states pass from stage to stage (CPU: Gloo). Not with tensor_parallel_size > 1
-  // yet.
+  // the hidden states pass from stage to stage (CPU: Gloo). With tensor_parallel_size T > 1,
+  // each stage is a group of T ranks (T x P workers; on a cluster, a stage's on one node).
   std::int32_t pipeline_parallel_size = 1;
   // A pipelined replica's steps in flight at once (micro-batches over disjoint sequences,
   // vLLM's virtual engines): while stage 2 runs one, stage 1 runs the next. 0: one per

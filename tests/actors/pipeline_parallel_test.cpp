@@ -91,6 +91,24 @@ const std::vector<std::vector<TokenId>>& unsplit_outputs() {
   return expected;
 }
 
+// `stages` stages of two tensor-parallel ranks each (1: the model split over two ranks).
+EngineConfig split_stages(std::int32_t stages) {
+  EngineConfig c = pipelined(stages);
+  c.tensor_parallel_size = 2;
+  return c;
+}
+
+// run_all's outputs from the model split over two ranks, unstaged: a pipeline of such
+// stages adds its sums in the same order, and gives these bits.
+const std::vector<std::vector<TokenId>>& split_outputs() {
+  static const auto expected = [] {
+    auto split = Engine::create(split_stages(1));
+    REQUIRE(split.has_value());
+    return run_all(**split);
+  }();
+  return expected;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -230,6 +248,84 @@ TEST_CASE(
   }
   std::filesystem::remove(target);
   std::filesystem::remove(other);
+}
+
+TEST_CASE(
+    "a pipeline whose stages are tensor-parallel groups (PP 2 x TP 2) gives the split model's "
+    "outputs, drafts included",
+    "[actors][pp][tp]") {
+  // Four workers: stage 0's two ranks, then stage 1's. The all-reduces add in the same
+  // order as an unstaged group of two ranks, so the outputs (greedy and seeded) are its
+  // bits, and the greedy ones the unsplit model's.
+  auto split = Engine::create(split_stages(1));
+  REQUIRE(split.has_value());
+  const auto& expected = split_outputs();
+  for (int i = 0; i < kRequests; ++i) {
+    if (i % 3 != 2) CHECK(expected[static_cast<std::size_t>(i)] == unsplit_outputs()[i]);
+  }
+  for (const std::int32_t in_flight : {0, 1}) {
+    INFO(in_flight << " steps in flight (0: one a stage)");
+    EngineConfig config = split_stages(2);
+    config.pipeline_steps_in_flight = in_flight;
+    config.metrics = std::make_shared<monitoring::Metrics>();
+    auto engine = Engine::create(config);
+    INFO((engine ? std::string() : engine.error().message));
+    REQUIRE(engine.has_value());
+    CHECK(run_all(**engine) == expected);
+    CHECK(run_all(**engine) == expected);
+    CHECK(test::kv_drains(**engine));
+    const EngineStats stats = (*engine)->stats();
+    CHECK(stats.num_worker_restarts == 0);
+    CHECK(stats.num_kv_blocks == 128);
+    // One hop a step: stage 1's rank 0's (its rank 1's hop is the same step's).
+    const std::string text = config.metrics->serialize();
+    const auto at = text.find("\ntroupe_pipeline_hop_seconds_count{");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(text.substr(text.find("} ", at) + 2)) == static_cast<double>(stats.num_steps));
+  }
+  // The model as its own draft (greedy requests: every proposal accepted): stage 0's rank 0
+  // proposes, its rank 1 takes the proposals over the stage's group (both embed them), and
+  // each passes them on to its peer of stage 1.
+  const auto greedy_requests = [] {
+    std::vector<GenerateRequest> requests;
+    for (int i = 0; i < 8; ++i) {
+      GenerateRequest r = request_of(i);
+      r.params.temperature = 0.0f;
+      requests.push_back(std::move(r));
+    }
+    return requests;
+  };
+  const auto greedy_expected = outputs_of(**split, greedy_requests());
+  EngineConfig config = split_stages(2);
+  config.speculative.draft_model = config.model_path;
+  config.speculative.num_speculative_tokens = 3;
+  config.speculative.disable_by_batch_size = 64;  // every step proposes
+  auto drafted = Engine::create(config);
+  INFO((drafted ? std::string() : drafted.error().message));
+  REQUIRE(drafted.has_value());
+  CHECK(outputs_of(**drafted, greedy_requests()) == greedy_expected);
+  test::check_draft_acceptance((*drafted)->stats(), true);
+  CHECK(test::kv_drains(**drafted));
+}
+
+TEST_CASE(
+    "a rank of a stage that is a group failing: the whole pipeline is replaced, and its "
+    "requests resume with the same outputs",
+    "[actors][pp][tp]") {
+  const auto& expected = split_outputs();
+  EngineHooks hooks;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  // The 15th worker step to begin throws (a few steps in): its stage's other rank and the
+  // other stage's ranks wait on it in their collectives; the group answers the failure at
+  // once, ends all four, and a new pipeline of four takes the requests back.
+  hooks.before_step = [calls] {
+    if (calls->fetch_add(1) == 14) throw std::runtime_error("injected fault");
+  };
+  auto engine = Engine::create(split_stages(2), hooks);
+  REQUIRE(engine.has_value());
+  CHECK(run_all(**engine) == expected);
+  CHECK((*engine)->stats().num_worker_restarts == 1);
+  CHECK(test::kv_drains(**engine));
 }
 
 namespace {

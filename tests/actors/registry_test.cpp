@@ -46,7 +46,8 @@ TEST_CASE("a node that cannot spawn a worker leaves, and the replica tries the n
     return false;
   };
   join("n0");
-  self->send(registry, cluster::place_atom::value, std::int32_t{0}, std::int32_t{1}, false);
+  self->send(registry, cluster::place_atom::value, std::int32_t{0}, std::int32_t{1},
+             std::int32_t{0});
   CHECK(nodes_left_soon());
   // The replica waited for the next node, and tried it.
   join("n1");
@@ -81,24 +82,45 @@ TEST_CASE("a group stays on one node with room, a pipeline's stages take a node 
           "[actors][cluster]") {
   auto nodes = free_nodes(4, 2);
   // Two tensor-parallel ranks: one node holds both.
-  const auto group = cluster::choose_nodes(nodes, 2, false);
+  const auto group = cluster::choose_nodes(nodes, 2, 0);
   REQUIRE(group.size() == 2u);
   CHECK(group[0] == group[1]);
   // Two pipeline stages: two nodes, though either has the slots for both.
-  const auto stages = cluster::choose_nodes(nodes, 2, true);
+  const auto stages = cluster::choose_nodes(nodes, 2, 1);
   REQUIRE(stages.size() == 2u);
   CHECK(stages[0] != stages[1]);
   // DP 2 x PP 2 on four nodes: the second replica's stages take the two nodes left.
   for (const auto& id : stages) nodes.at(id).replicas.push_back(0);
-  const auto second = cluster::choose_nodes(nodes, 2, true);
+  const auto second = cluster::choose_nodes(nodes, 2, 1);
   REQUIRE(second.size() == 2u);
   CHECK(second[0] != second[1]);
   for (const auto& id : second) CHECK(nodes.at(id).replicas.empty());
   // A third replica's stages find no room (each free node holds one stage at most).
   for (const auto& id : second) nodes.at(id).replicas.push_back(1);
-  CHECK(cluster::choose_nodes(nodes, 2, true).empty());
+  CHECK(cluster::choose_nodes(nodes, 2, 1).empty());
   // Nor do four stages on three free nodes.
   auto three = free_nodes(3, 2);
-  CHECK(cluster::choose_nodes(three, 4, true).empty());
-  CHECK(cluster::choose_nodes(three, 3, true).size() == 3u);
+  CHECK(cluster::choose_nodes(three, 4, 1).empty());
+  CHECK(cluster::choose_nodes(three, 3, 1).size() == 3u);
+}
+
+TEST_CASE("a pipeline whose stages are tensor-parallel groups: each stage whole on a node",
+          "[actors][cluster]") {
+  // PP 2 x TP 2 on nodes of two slots: one node per stage, both of its ranks there.
+  auto nodes = free_nodes(3, 2);
+  const auto placed = cluster::choose_nodes(nodes, 4, 2);
+  REQUIRE(placed.size() == 4u);
+  CHECK(placed[0] == placed[1]);
+  CHECK(placed[2] == placed[3]);
+  CHECK(placed[0] != placed[2]);
+  // A stage is never spread: nodes of one slot each hold no stage of two ranks, however
+  // many there are.
+  auto small = free_nodes(4, 1);
+  CHECK(cluster::choose_nodes(small, 4, 2).empty());
+  // A node with more slots than a stage takes one stage only.
+  auto big = free_nodes(1, 2);
+  CHECK(cluster::choose_nodes(big, 2, 1).empty());
+  CHECK(cluster::choose_nodes(big, 2, 2).size() == 2u);
+  // Ranks that are no whole number of stages are refused.
+  CHECK(cluster::choose_nodes(nodes, 3, 2).empty());
 }

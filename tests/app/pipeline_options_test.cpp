@@ -54,6 +54,8 @@ TEST_CASE("generate in pipeline stages prints the whole model's greedy text", "[
   CHECK(generated({"--pp", "2"}) == whole);
   CHECK(generated({"--pipeline-parallel-size", "3"}) == whole);
   CHECK(generated({"--pp", "2", "--pp-layer-partition", "1,4"}) == whole);
+  // Each stage a tensor-parallel group of two ranks (four threads).
+  CHECK(generated({"--pp", "2", "--tp", "2"}) == whole);
 }
 
 TEST_CASE("a pipeline that cannot cut the model is refused, saying why", "[app][pp]") {
@@ -64,7 +66,7 @@ TEST_CASE("a pipeline that cannot cut the model is refused, saying why", "[app][
       {{"--pp", "2", "--pp-layer-partition", "2,2"}, "adds up to 4 layers, the model has 5"},
       {{"--pp", "2", "--pp-layer-partition", "1,x"}, "layer counts separated by commas"},
       {{"--pp", "3", "--pp-layer-partition", "1,4"}, "partition has 2 stages, the pipeline 3"},
-      {{"--pp", "2", "--tp", "2"}, "not supported yet"},
+      {{"--pp", "2", "--tp", "3"}, "cannot be split over 3 ranks"},
   };
   for (const auto& [flags, why] : cases) {
     std::vector<std::string> args = {"generate", "-m", model, "-p", "Hi", "-n", "2"};
@@ -110,4 +112,28 @@ TEST_CASE("bench forward --pp 2 finds the stages' logits to be the whole model's
   REQUIRE(code == 0);
   CHECK_THAT(out, Catch::Contains("2 pipeline stages (layers [0, 3) [3, 5))"));
   CHECK_THAT(out, Catch::Contains("prefill logits at context 0: bit for bit the whole model's"));
+}
+
+TEST_CASE("bench forward --pp 2 passes its default split to the other stages' processes",
+          "[app][pp][bench]") {
+  // The built-in model's head weighs as much as several layers: the split by weight (5 + 1)
+  // is not the split by count (3 + 3), and every process must use the first.
+  auto [code, out] = run({"bench", "forward", "--pp", "2", "--threads", "1", "--prompt-len", "16",
+                          "--gen-len", "2", "--batch", "1", "--repetitions", "1"});
+  INFO(out);
+  REQUIRE(code == 0);
+  CHECK_THAT(out, Catch::Contains("2 pipeline stages (layers [0, 5) [5, 6))"));
+  CHECK_THAT(out, Catch::Contains("prefill logits at context 0: bit for bit the whole model's"));
+}
+
+TEST_CASE("bench forward --pp 2 --tp 2 runs stages of two ranks, a process each",
+          "[app][pp][tp][bench]") {
+  auto [code, out] =
+      run({"bench", "forward", "-m", troupe::test::shared_file("models/stories260K.gguf"), "--pp",
+           "2", "--tp", "2", "--threads", "1", "--prompt-len", "32", "--gen-len", "4", "--batch",
+           "1,2", "--repetitions", "1"});
+  INFO(out);
+  REQUIRE(code == 0);
+  CHECK_THAT(out, Catch::Contains("2 pipeline stages (layers [0, 3) [3, 5)) of 2 ranks"));
+  CHECK_THAT(out, Catch::Contains("split / whole at context 0"));
 }

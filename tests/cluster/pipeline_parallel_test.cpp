@@ -2,8 +2,9 @@
 // are cut into two stages, a worker on each of two nodes, the hidden states passed between
 // the nodes' processes; it answers llama.cpp's greedy outputs (stories260K), and
 // architecture references (gemma2: windows and softcaps by layer; qwen2: biases, a tied
-// head) what one process serving them whole answers; and two such replicas on four nodes
-// (DP 2 x PP 2) both serve llama.cpp's outputs.
+// head) what one process serving them whole answers; two such replicas on four nodes
+// (DP 2 x PP 2) both serve llama.cpp's outputs; and stages that are tensor-parallel groups
+// (PP 2 x TP 2), each stage's two ranks on one node, serve them too.
 #include "cluster/cluster_support.hpp"
 
 #include <set>
@@ -162,4 +163,46 @@ TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy out
   // Each replica's steps timed their hop into stage 1, on the head's /metrics.
   CHECK(cluster.metric("troupe_pipeline_hop_seconds_count") > 0);
   CHECK(cluster.metric("troupe_pipeline_hop_seconds_sum") > 0);
+}
+
+TEST_CASE("PP 2 x TP 2 on two nodes: each stage's ranks on one node, llama.cpp's greedy outputs",
+          "[cluster][pp][tp][shared]") {
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  const auto cases =
+      test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
+          .parse();
+  // One thread a worker: each 2-core node has the two slots of a stage's group.
+  Cluster cluster(1, "round-robin", {"--pp", "2", "--tp", "2"}, 2, "1", model);
+  for (const auto& c : cases.array) {
+    INFO("prompt '" << c["prompt"].string << "'");
+    const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
+                             R"(,"max_tokens":64,"temperature":0,"ignore_eos":true})";
+    const Reply reply = cluster.post("/v1/completions", body);
+    REQUIRE(reply.status == 200);
+    CHECK(text_of(reply) == c["output_text"].string);
+  }
+  const test::Json state = cluster.cluster();
+  INFO(get_body(cluster));
+  REQUIRE(state["nodes"].array.size() == 2u);
+  for (const auto& n : state["nodes"].array) {
+    CHECK(n["ranks"].number == 2);
+    CHECK(n["replica"].number == 0);
+  }
+  // Stage 0's ranks 0 and 1 on one node, stage 1's on the other, the layers cut once.
+  const auto& replica = state["replicas"].array.at(0);
+  const auto& workers = replica["workers"].array;
+  REQUIRE(workers.size() == 4u);
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    INFO("worker " << w);
+    CHECK(workers[w]["stage"].number == static_cast<double>(w / 2));
+    CHECK(workers[w]["rank"].number == static_cast<double>(w % 2));
+    CHECK(workers[w]["node"].string == workers[w - w % 2]["node"].string);
+  }
+  CHECK(workers[0]["node"].string != workers[2]["node"].string);
+  CHECK(workers[0]["layers"].ints() == workers[1]["layers"].ints());
+  CHECK(workers[0]["layers"].ints()[1] == workers[2]["layers"].ints()[0]);
+  CHECK(workers[2]["layers"].ints()[1] == 5);
+  CHECK(replica["node"].string == workers[0]["node"].string + "," + workers[2]["node"].string);
+  // One hop a step into stage 1 (its rank 0's).
+  CHECK(cluster.metric("troupe_pipeline_hop_seconds_count") > 0);
 }

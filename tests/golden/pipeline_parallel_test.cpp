@@ -21,11 +21,13 @@ using test::Json;
 using test::JsonParser;
 using test::read_text;
 
-// The stages of one pipeline, each a thread's worker model with its KV cache allocated.
+// The stages of one pipeline, each a thread's worker model with its KV cache allocated;
+// with `ranks` > 1, each stage a tensor-parallel group of that many ranks (stage by stage,
+// rank 0 first).
 Result<std::vector<model::LoadedModel>> load_stages(const std::string& path,
                                                     std::int32_t num_stages,
                                                     const std::vector<std::int32_t>& partition,
-                                                    KvCacheDtype kv_dtype) {
+                                                    KvCacheDtype kv_dtype, std::int32_t ranks = 1) {
   model::InProcessStore store;
   static int formation = 0;
   worker::GroupLink link;
@@ -33,12 +35,14 @@ Result<std::vector<model::LoadedModel>> load_stages(const std::string& path,
   link.prefix = "pp-test-" + std::to_string(++formation);
   link.timeout = std::chrono::seconds(20);
   std::vector<std::future<Result<model::LoadedModel>>> loading;
-  for (std::int32_t s = 0; s < num_stages; ++s) {
-    loading.push_back(std::async(std::launch::async, [&, s]() -> Result<model::LoadedModel> {
+  for (std::int32_t w = 0; w < num_stages * ranks; ++w) {
+    loading.push_back(std::async(std::launch::async, [&, w]() -> Result<model::LoadedModel> {
       engine::WorkerSpec spec;
       spec.model_path = path;
-      spec.num_threads = 2;
-      spec.pipeline_stage = s;
+      spec.num_threads = ranks > 1 ? 1 : 2;
+      spec.rank = w % ranks;
+      spec.world_size = ranks;
+      spec.pipeline_stage = w / ranks;
       spec.pipeline_size = num_stages;
       spec.layer_partition = partition;
       TROUPE_TRY(auto m, worker::open_model(spec, &link));
@@ -63,32 +67,53 @@ struct Cut {
   std::vector<std::int32_t> partition;  // empty: balanced
 };
 
+std::vector<model::LlamaModel*> models_of(std::vector<model::LoadedModel>& loaded) {
+  std::vector<model::LlamaModel*> models;
+  for (auto& m : loaded) models.push_back(m.model.get());
+  return models;
+}
+
 // Every request together, then in prefill chunks of 5: the stages' tokens and first-step
-// logits are the whole model's, bit for bit.
+// logits are the whole model's, bit for bit; with `ranks` > 1, each stage a tensor-parallel
+// group of that many ranks, and they are the bits of the model split over that many ranks
+// unstaged (whose sums they add in the same order).
 void check_stages(const std::string& path, const std::vector<test::GenerationRequest>& requests,
-                  const std::vector<TokenId>& end_of_generation, const std::vector<Cut>& cuts) {
+                  const std::vector<TokenId>& end_of_generation, const std::vector<Cut>& cuts,
+                  std::int32_t ranks = 1) {
   for (const auto kv_dtype : {KvCacheDtype::f32, KvCacheDtype::f16}) {
     auto whole = test::LoadedTestModel::open(path, 64, 16, 2, kv_dtype);
     const std::int32_t num_layers = whole.config.num_layers;
-    test::BatchGenerator whole_run(*whole.model, end_of_generation);
+    std::vector<model::LoadedModel> split;  // the unstaged group's ranks
+    if (ranks > 1) {
+      auto loaded = load_stages(path, 1, {}, kv_dtype, ranks);
+      REQUIRE(loaded.has_value());
+      split = std::move(*loaded);
+    }
+    test::BatchGenerator whole_run = ranks > 1
+                                         ? test::BatchGenerator(models_of(split), end_of_generation)
+                                         : test::BatchGenerator(*whole.model, end_of_generation);
+    const std::int64_t rank_bytes =
+        ranks > 1 ? split.front().model->weight_bytes() : whole.model->weight_bytes();
     for (const Cut& cut : cuts) {
-      INFO(path << ": " << cut.stages << " stages, partition of " << cut.partition.size() << ", "
-                << (kv_dtype == KvCacheDtype::f32 ? "F32" : "F16") << " KV cache");
-      auto stages = load_stages(path, cut.stages, cut.partition, kv_dtype);
+      INFO(path << ": " << cut.stages << " stages of " << ranks << " rank(s), partition of "
+                << cut.partition.size() << ", " << (kv_dtype == KvCacheDtype::f32 ? "F32" : "F16")
+                << " KV cache");
+      auto stages = load_stages(path, cut.stages, cut.partition, kv_dtype, ranks);
       REQUIRE(stages.has_value());
-      std::vector<model::LlamaModel*> models;
+      const std::vector<model::LlamaModel*> models = models_of(*stages);
       std::int32_t layers = 0;
-      for (auto& s : *stages) {
-        models.push_back(s.model.get());
+      for (std::size_t w = 0; w < stages->size(); ++w) {
+        const auto& s = (*stages)[w];
         // Each stage's cache and weights are its layers' alone.
         CHECK(s.backend->kv_cache_shape().num_layers == s.model->num_stage_layers());
-        CHECK(s.model->weight_bytes() < whole.model->weight_bytes());
-        layers += s.model->num_stage_layers();
+        CHECK(s.model->weight_bytes() < rank_bytes);
+        if (w % static_cast<std::size_t>(ranks) == 0) layers += s.model->num_stage_layers();
       }
       CHECK(layers == num_layers);
       if (!cut.partition.empty()) {
-        for (std::size_t s = 0; s < cut.partition.size(); ++s) {
-          CHECK((*stages)[s].model->num_stage_layers() == cut.partition[s]);
+        for (std::size_t w = 0; w < stages->size(); ++w) {
+          CHECK((*stages)[w].model->num_stage_layers() ==
+                cut.partition[w / static_cast<std::size_t>(ranks)]);
         }
       }
       for (const std::int32_t chunk : {0, 5}) {
@@ -126,8 +151,9 @@ std::vector<test::GenerationRequest> arch_requests(const std::string& name) {
   return all;
 }
 
-void check_arch(const std::string& name, const std::vector<Cut>& cuts) {
-  check_stages(test::shared_file("models/archs/" + name + ".gguf"), arch_requests(name), {}, cuts);
+void check_arch(const std::string& name, const std::vector<Cut>& cuts, std::int32_t ranks = 1) {
+  check_stages(test::shared_file("models/archs/" + name + ".gguf"), arch_requests(name), {}, cuts,
+               ranks);
 }
 
 }  // namespace
@@ -190,17 +216,38 @@ TEST_CASE("a pipeline that cannot cut the model is refused, saying why", "[golde
   CHECK_THAT(refused(2, {2, 3}), Catch::Contains("adds up to 5 layers, the model has 4"));
   CHECK_THAT(refused(2, {1, 1, 2}), Catch::Contains("partition has 3 stages, the pipeline 2"));
   CHECK_THAT(refused(2, {0, 4}), Catch::Contains("at least one layer"));
-  // A tensor-parallel pipeline stage is not there yet.
+  // A stage without its pipeline cannot run.
   engine::WorkerSpec spec;
   spec.model_path = path;
   spec.pipeline_size = 2;
-  spec.world_size = 2;
-  auto both = worker::open_model(spec);
-  REQUIRE_FALSE(both.has_value());
-  CHECK_THAT(both.error().message, Catch::Contains("not supported yet"));
-  // A stage without its pipeline cannot run.
-  spec.world_size = 1;
   auto alone = worker::open_model(spec);
   REQUIRE_FALSE(alone.has_value());
   CHECK_THAT(alone.error().message, Catch::Contains("no pipeline to join"));
+}
+
+TEST_CASE(
+    "stages that are tensor-parallel groups compute what the split model computes, and "
+    "stories260K gives llama.cpp's greedy outputs",
+    "[golden][shared][pp][tp]") {
+  // Rank r of each stage passes the (whole) hidden states to rank r of the next; the last
+  // stage's rank 0 gathers the vocabulary-split logits.
+  const auto cases = test::golden_cases();
+  std::vector<test::GenerationRequest> requests;
+  for (const auto& c : cases.array) requests.push_back(test::golden_request(c));
+  const std::string path = test::shared_file("models/stories260K.gguf");
+  auto m = test::LoadedTestModel::open(path, 1);
+  check_stages(path, requests, m.tokenizer->vocabulary().end_of_generation,
+               {{2, {}}, {2, {1, m.config.num_layers - 1}}}, 2);
+  auto stages = load_stages(path, 2, {}, KvCacheDtype::f16, 2);
+  REQUIRE(stages.has_value());
+  auto result =
+      test::BatchGenerator(models_of(*stages), m.tokenizer->vocabulary().end_of_generation)
+          .run(requests);
+  REQUIRE(result.has_value());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto& output = (*result)[i].output;
+    CHECK(std::vector<int>(output.begin(), output.end()) == cases.array[i]["output_ids"].ints());
+  }
+  check_arch("llama", {{2, {}}, {2, {1, 3}}}, 2);  // a separate head, split by vocabulary
+  check_arch("qwen2", {{2, {}}}, 2);               // tied: the last stage's ranks cut token_embd
 }
