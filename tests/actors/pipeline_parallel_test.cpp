@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "actors/engine_hooks.hpp"
+#include "model/random_model.hpp"
 #include "monitoring/metrics.hpp"
 #include "support/engine_support.hpp"
 #include "support/event_collector.hpp"
@@ -326,6 +327,60 @@ TEST_CASE(
   CHECK(run_all(**engine) == expected);
   CHECK((*engine)->stats().num_worker_restarts == 1);
   CHECK(test::kv_drains(**engine));
+}
+
+TEST_CASE(
+    "LoRA adapters on pipeline stages, and on stages that are groups: each worker its layers' "
+    "part, the unstaged model's outputs",
+    "[actors][pp][tp][lora]") {
+  // Two random adapters of every attention and FFN matrix: a stage keeps its layers' pairs
+  // (by the file's layer number); a rank of a stage also cuts them as a split model does.
+  std::vector<std::string> adapters;
+  for (const auto type : {gguf::TensorType::f32, gguf::TensorType::f16}) {
+    model::RandomAdapterSpec spec;
+    spec.base_path = pipelined(1).model_path;
+    spec.rank = 8;
+    spec.stddev = 0.1f;
+    spec.type = type;
+    spec.seed = adapters.size() + 1;
+    const std::string path =
+        test::temp_path("pp-lora-" + std::to_string(adapters.size()) + ".gguf");
+    REQUIRE(model::write_random_adapter(spec, path).has_value());
+    adapters.push_back(path);
+  }
+  // Request i under adapter i % 3 (0: the base model), greedy or seeded.
+  const auto run = [](Engine& engine) {
+    std::vector<GenerateRequest> requests;
+    for (int i = 0; i < 9; ++i) {
+      GenerateRequest r = request_of(i);
+      r.lora_adapter = i % 3;
+      requests.push_back(std::move(r));
+    }
+    return outputs_of(engine, std::move(requests));
+  };
+  for (const std::int32_t ranks : {1, 2}) {
+    INFO(ranks << " rank(s) a stage");
+    EngineConfig unstaged = pipelined(1);
+    unstaged.tensor_parallel_size = ranks;
+    unstaged.lora_adapters = adapters;
+    auto reference = Engine::create(unstaged);
+    REQUIRE(reference.has_value());
+    const auto expected = run(**reference);
+    if (ranks == 1) {  // the adapters change the outputs (request 1's adapter 1, 2's 2)
+      const auto& base = unsplit_outputs();
+      CHECK(expected[0] == base[0]);
+      CHECK(expected[1] != base[1]);
+      CHECK(expected[2] != base[2]);
+    }
+    EngineConfig staged = unstaged;
+    staged.pipeline_parallel_size = 2;
+    auto engine = Engine::create(staged);
+    INFO((engine ? std::string() : engine.error().message));
+    REQUIRE(engine.has_value());
+    CHECK(run(**engine) == expected);
+    CHECK(test::kv_drains(**engine));
+  }
+  for (const auto& path : adapters) std::filesystem::remove(path);
 }
 
 namespace {
