@@ -223,10 +223,14 @@ namespace {
 // message's length as the tag. A receive then matches only a send of its own size: a peer
 // out of step (another step's message) leaves it waiting until the timeout, a clean error,
 // where Gloo's transport would end the process on a message longer than the buffer.
+// (Messages of one size still match in the order they were sent: a worker out of step with
+// its group stops stepping, worker::Worker.) The tag is 32 bits: a length's high bits are
+// folded in.
 constexpr std::uint8_t kPointToPointSlotPrefix = 0x70;
 
 gloo::Slot point_to_point_slot(std::size_t num_floats) {
-  return gloo::Slot::build(kPointToPointSlotPrefix, static_cast<std::uint32_t>(num_floats));
+  const auto n = static_cast<std::uint64_t>(num_floats);
+  return gloo::Slot::build(kPointToPointSlotPrefix, static_cast<std::uint32_t>(n ^ (n >> 32)));
 }
 
 // With an emulated link delay a message carries its send time (the steady clock's

@@ -42,8 +42,9 @@ struct WorkerSpec {
   std::int32_t world_size = 1;
   // A pipeline stage (pipeline_size > 1): stage `pipeline_stage` of `pipeline_size`, with the
   // layers `layer_partition` gives it (each stage's count in order; empty: balanced). Its
-  // stages meet as a group's ranks do (rank i is stage i). With world_size > 1 too, the stage
-  // is a tensor-parallel group of its own, and rank r its pipe to rank r of the next stage.
+  // stages meet as a group's ranks do (on the pipe, rank i is stage i). With world_size > 1
+  // too, the stage is a tensor-parallel group of its own, and each rank r has a pipe of its
+  // own to rank r of the next stage.
   std::int32_t pipeline_stage = 0;
   std::int32_t pipeline_size = 1;
   std::vector<std::int32_t> layer_partition = {};

@@ -230,7 +230,9 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
                         "pipeline stage " + std::to_string(spec.pipeline_stage) + " of " +
                             std::to_string(spec.pipeline_size) + " was given no pipeline to join");
     }
-    // The stages meet as a group's ranks do: rank i is stage i. Where each stage is a
+    // The stages meet as a group's ranks do: rank i is stage i (the hidden states pass
+    // through host memory: a CUDA pipe would need a Gloo link, as CPU ranks have, and CUDA
+    // stages are refused above for now). Where each stage is a
     // tensor-parallel group, rank r of every stage is on a pipe of its own (the hidden
     // states are whole on every rank: each passes them to its peer of the next stage).
     engine::WorkerSpec as_rank = spec;

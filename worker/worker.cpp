@@ -282,9 +282,11 @@ Result<void> Worker::load_draft(const engine::WorkerSpec& spec) {
   const bool own_threads = spec.device == Device::cpu && spec.draft_num_threads > 0;
   if (own_threads) draft_spec.num_threads = spec.draft_num_threads;
   // Its weights are mapped beside the model's: the two must fit in memory together.
-  const std::int64_t beside = spec.device == Device::cpu
-                                  ? model::tensor_bytes(*model_.file) / std::max(1, spec.world_size)
-                                  : 0;
+  const std::int64_t beside =
+      spec.device == Device::cpu
+          ? model::tensor_bytes(*model_.file) /
+                (std::max(1, spec.world_size) * std::max(1, spec.pipeline_size))
+          : 0;
   auto draft =
       open_model(draft_spec, nullptr, {}, own_threads ? nullptr : model_.backend.get(), beside);
   if (!draft) return make_error(draft.error().code, "the draft model: " + draft.error().message);

@@ -39,15 +39,23 @@ std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryStat
   for (const auto& [id, node] : nodes) {
     if (!node.replicas.empty() || !node.unfit.empty() || node.draining) continue;
     const std::int32_t slots = node.info.num_slots();
-    if (stage_ranks == 0) {
-      free.emplace_back(id, slots);
-    } else if (slots >= stage_ranks) {  // a whole stage, and no more
-      free.emplace_back(id, stage_ranks);
+    if (stage_ranks == 0 || slots >= stage_ranks) free.emplace_back(id, slots);
+  }
+  std::vector<caf::node_id> chosen;
+  if (stage_ranks > 0) {
+    // A whole stage a node, and no more: the smallest nodes that fit first, so that the
+    // larger ones stay free for larger groups.
+    std::stable_sort(free.begin(), free.end(),
+                     [](const auto& a, const auto& b) { return a.second < b.second; });
+    for (const auto& [id, slots] : free) {
+      if (static_cast<std::int32_t>(chosen.size()) == ranks) break;
+      chosen.insert(chosen.end(), static_cast<std::size_t>(stage_ranks), id);
     }
+    if (static_cast<std::int32_t>(chosen.size()) == ranks) return chosen;
+    return {};
   }
   std::stable_sort(free.begin(), free.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::vector<caf::node_id> chosen;
   for (const auto& [id, slots] : free) {
     const auto needed = ranks - static_cast<std::int32_t>(chosen.size());
     chosen.insert(chosen.end(), static_cast<std::size_t>(std::min(slots, needed)), id);

@@ -58,7 +58,8 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<Registry
 // `stage_ranks` > 0 the ranks are a pipeline's stages of that many ranks each (in stage
 // order): each stage on a free node of its own with the slots for all its ranks, so that a
 // stage's node holds only its layers and its tensor-parallel ranks all-reduce within the
-// node. Empty when the free nodes have too little room.
+// node; the nodes with the fewest slots that fit first. Empty when the free nodes have too
+// little room.
 std::vector<caf::node_id> choose_nodes(const std::map<caf::node_id, RegistryState::Node>& nodes,
                                        std::int32_t ranks, std::int32_t stage_ranks = 0);
 

@@ -119,9 +119,17 @@ void explain_no_node(Self self, const SupplyPtr& s) {
   self->request(s->source.registry, std::chrono::seconds(5), cluster::nodes_atom::value)
       .then(
           [self, s](const std::vector<cluster::NodeView>& nodes) {
-            std::string joined;
-            for (const auto& n : nodes) joined += (joined.empty() ? "" : ", ") + n.info.name;
             const WorkerSource& src = s->source;
+            // A stage of several ranks needs a node with that many slots: say each one's.
+            const bool by_slots = src.stage_ranks > 1;
+            std::string joined;
+            for (const auto& n : nodes) {
+              joined += (joined.empty() ? "" : ", ") + n.info.name;
+              if (by_slots) joined += " (" + std::to_string(n.slots) + " slot(s))";
+            }
+            const std::string each = by_slots ? ", each with " + std::to_string(src.stage_ranks) +
+                                                    " slots (its cores / --threads, or its GPUs)"
+                                              : std::string();
             fail(self, *s,
                  {ErrorCode::unavailable,
                   "no node to place replica " + std::to_string(src.replica) + " on within " +
@@ -129,8 +137,8 @@ void explain_no_node(Self self, const SupplyPtr& s) {
                       " s: " + std::to_string(src.num_replicas) + " replica(s) of " +
                       std::to_string(src.tensor_parallel_size) +
                       (src.stage_ranks > 0 ? " worker(s), a stage a node," : " rank(s)") +
-                      " need " + std::to_string(src.nodes_needed) + " node(s) at least, and " +
-                      std::to_string(nodes.size()) + " joined" +
+                      " need " + std::to_string(src.nodes_needed) + " node(s) at least" + each +
+                      ", and " + std::to_string(nodes.size()) + " joined" +
                       (joined.empty() ? "" : " (" + joined + ")")});
           },
           [self, s](const caf::error& err) {

@@ -21,7 +21,7 @@ namespace troupe::actors {
 // Where a replica's workers come from.
 struct WorkerSource {
   std::int32_t replica = 0;
-  std::int32_t tensor_parallel_size = 1;  // ranks (or pipeline stages) per worker
+  std::int32_t tensor_parallel_size = 1;  // workers per replica: TP ranks x pipeline stages
   // The ranks are a pipeline's stages of this many ranks each (stage by stage), each stage
   // placed on a node of its own (0: a tensor-parallel group, or one worker).
   std::int32_t stage_ranks = 0;

@@ -258,15 +258,13 @@ TEST_CASE(
   // Four workers: stage 0's two ranks, then stage 1's. The all-reduces add in the same
   // order as an unstaged group of two ranks, so the outputs (greedy and seeded) are its
   // bits, and the greedy ones the unsplit model's.
-  auto split = Engine::create(split_stages(1));
-  REQUIRE(split.has_value());
   const auto& expected = split_outputs();
   for (int i = 0; i < kRequests; ++i) {
     if (i % 3 != 2) CHECK(expected[static_cast<std::size_t>(i)] == unsplit_outputs()[i]);
   }
-  for (const std::int32_t in_flight : {0, 1}) {
-    INFO(in_flight << " steps in flight (0: one a stage)");
-    EngineConfig config = split_stages(2);
+  for (auto [stages, in_flight] : {std::pair{2, 0}, std::pair{2, 1}}) {
+    INFO(stages << " stages, " << in_flight << " steps in flight (0: one a stage)");
+    EngineConfig config = split_stages(stages);
     config.pipeline_steps_in_flight = in_flight;
     config.metrics = std::make_shared<monitoring::Metrics>();
     auto engine = Engine::create(config);
@@ -278,7 +276,7 @@ TEST_CASE(
     const EngineStats stats = (*engine)->stats();
     CHECK(stats.num_worker_restarts == 0);
     CHECK(stats.num_kv_blocks == 128);
-    // One hop a step: stage 1's rank 0's (its rank 1's hop is the same step's).
+    // One hop a step: stage 1's rank 0's (its rank 1's is the same step's).
     const std::string text = config.metrics->serialize();
     const auto at = text.find("\ntroupe_pipeline_hop_seconds_count{");
     REQUIRE(at != std::string::npos);
@@ -286,7 +284,10 @@ TEST_CASE(
   }
   // The model as its own draft (greedy requests: every proposal accepted): stage 0's rank 0
   // proposes, its rank 1 takes the proposals over the stage's group (both embed them), and
-  // each passes them on to its peer of stage 1.
+  // each passes them on to its peer of the last stage, past a middle stage that is a group
+  // too (three layers: three stages of one).
+  const std::string target = test::write_small_model(
+      "pipeline-tp-draft-target", [](model::RandomModelSpec& spec) { spec.num_layers = 3; });
   const auto greedy_requests = [] {
     std::vector<GenerateRequest> requests;
     for (int i = 0; i < 8; ++i) {
@@ -296,17 +297,27 @@ TEST_CASE(
     }
     return requests;
   };
-  const auto greedy_expected = outputs_of(**split, greedy_requests());
-  EngineConfig config = split_stages(2);
-  config.speculative.draft_model = config.model_path;
-  config.speculative.num_speculative_tokens = 3;
-  config.speculative.disable_by_batch_size = 64;  // every step proposes
-  auto drafted = Engine::create(config);
-  INFO((drafted ? std::string() : drafted.error().message));
-  REQUIRE(drafted.has_value());
-  CHECK(outputs_of(**drafted, greedy_requests()) == greedy_expected);
-  test::check_draft_acceptance((*drafted)->stats(), true);
-  CHECK(test::kv_drains(**drafted));
+  EngineConfig unstaged = split_stages(1);
+  unstaged.model_path = target;
+  auto reference = Engine::create(unstaged);
+  REQUIRE(reference.has_value());
+  const auto greedy_expected = outputs_of(**reference, greedy_requests());
+  for (const std::int32_t stages : {2, 3}) {
+    INFO(stages << " stages of two ranks, a draft model");
+    EngineConfig config = split_stages(stages);
+    config.model_path = target;
+    config.speculative.draft_model = target;
+    config.speculative.num_speculative_tokens = 3;
+    config.speculative.disable_by_batch_size = 64;  // every step proposes
+    auto drafted = Engine::create(config);
+    INFO((drafted ? std::string() : drafted.error().message));
+    REQUIRE(drafted.has_value());
+    CHECK(outputs_of(**drafted, greedy_requests()) == greedy_expected);
+    test::check_draft_acceptance((*drafted)->stats(), true);
+    CHECK(test::kv_drains(**drafted));
+    CHECK((*drafted)->stats().num_worker_restarts == 0);
+  }
+  std::filesystem::remove(target);
 }
 
 TEST_CASE(

@@ -123,4 +123,13 @@ TEST_CASE("a pipeline whose stages are tensor-parallel groups: each stage whole 
   CHECK(cluster::choose_nodes(big, 2, 2).size() == 2u);
   // Ranks that are no whole number of stages are refused.
   CHECK(cluster::choose_nodes(nodes, 3, 2).empty());
+  // The smallest nodes that fit first: two stages of two ranks take the 2-slot nodes and
+  // leave the 8-slot one for a group of 8.
+  auto mixed = free_nodes(3, 2);
+  auto& large = mixed.begin()->second;
+  large.info.num_cores = 8;
+  large.info.num_threads = 1;
+  const auto fitted = cluster::choose_nodes(mixed, 4, 2);
+  REQUIRE(fitted.size() == 4u);
+  for (const auto& id : fitted) CHECK(id != mixed.begin()->first);
 }

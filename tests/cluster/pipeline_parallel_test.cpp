@@ -206,3 +206,29 @@ TEST_CASE("PP 2 x TP 2 on two nodes: each stage's ranks on one node, llama.cpp's
   // One hop a step into stage 1 (its rank 0's).
   CHECK(cluster.metric("troupe_pipeline_hop_seconds_count") > 0);
 }
+
+TEST_CASE("PP 2 x TP 2 on nodes of one slot each is not placed, and the head says why",
+          "[cluster][pp][tp]") {
+  // Two threads a worker on 2-core nodes: one slot each, no node holds a stage of two
+  // ranks (a stage is never spread), however many such nodes join.
+  ChildProcess head({TROUPE_BINARY, "serve", "--port", "0", "--cluster-port", "0",
+                     "--cluster-token", kToken, "--pp", "2", "--tp", "2", "--kv-cache-gb", "0.02",
+                     "--cluster-wait", "10"});
+  const auto port = head.wait_for(R"(cluster port 127\.0\.0\.1:(\d+))", 30s);
+  REQUIRE(port.has_value());
+  std::vector<std::unique_ptr<ChildProcess>> nodes;
+  for (const std::string name : {"n0", "n1"}) {
+    nodes.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+        TROUPE_BINARY, "node", "--join", "127.0.0.1:" + *port, "--cluster-token", kToken, "--name",
+        name, "--threads", all_cores()}));
+  }
+  const auto code = head.wait_exit(60s);
+  INFO(head.output());
+  REQUIRE(code.has_value());
+  CHECK(*code != 0);
+  CHECK_THAT(head.output(), Catch::Contains("each with 2 slots") &&
+                                Catch::Contains("n0 (1 slot(s))") &&
+                                Catch::Contains("n1 (1 slot(s))"));
+  for (auto& node : nodes) node->kill(SIGTERM);
+  for (auto& node : nodes) CHECK(node->wait_exit(30s).has_value());
+}

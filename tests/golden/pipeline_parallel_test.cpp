@@ -236,8 +236,9 @@ TEST_CASE(
   for (const auto& c : cases.array) requests.push_back(test::golden_request(c));
   const std::string path = test::shared_file("models/stories260K.gguf");
   auto m = test::LoadedTestModel::open(path, 1);
+  // Three stages: a middle stage that is a group (its ranks receive and send on).
   check_stages(path, requests, m.tokenizer->vocabulary().end_of_generation,
-               {{2, {}}, {2, {1, m.config.num_layers - 1}}}, 2);
+               {{2, {}}, {3, {}}, {2, {1, m.config.num_layers - 1}}}, 2);
   auto stages = load_stages(path, 2, {}, KvCacheDtype::f16, 2);
   REQUIRE(stages.has_value());
   auto result =
