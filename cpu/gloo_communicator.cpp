@@ -39,6 +39,16 @@ std::chrono::microseconds link_delay() {
   return delay;
 }
 
+// TROUPE_GLOO_LINK_DELAY_SCOPE=between-nodes: the delay spares groups within a node (a
+// pipeline stage's tensor-parallel ranks), as a network between machines would.
+bool delay_between_nodes_only() {
+  static const bool between = [] {
+    const char* text = std::getenv("TROUPE_GLOO_LINK_DELAY_SCOPE");
+    return text != nullptr && std::string(text) == "between-nodes";
+  }();
+  return between;
+}
+
 // Whether code at `address` is Gloo's: only its SO_SNDBUF calls are ignored.
 bool is_gloo_code(void* address) {
   Dl_info info;
@@ -138,7 +148,8 @@ struct GlooCommunicator::Impl {
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::chrono::milliseconds timeout;
   std::vector<float> send, received, owned, gathered;  // scratch, kept between steps
-  std::vector<float> stamped;  // a point-to-point message and its send time (link delay)
+  std::vector<float> stamped;          // a point-to-point message and its send time (link delay)
+  std::chrono::microseconds delay{0};  // the emulated link's (benchmarks), 0: none
   // The benchmark's Gloo ring, set up for one buffer.
   std::unique_ptr<gloo::AllreduceRing<float>> ring;
   const float* ring_data = nullptr;
@@ -164,6 +175,8 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::connect(model::Rende
   }
   auto impl = std::make_unique<Impl>();
   impl->timeout = options.timeout;
+  impl->delay = options.within_node && delay_between_nodes_only() ? std::chrono::microseconds{0}
+                                                                  : link_delay();
   StoreAdapter adapter(store, options.prefix + "/", options.timeout);
   try {
     gloo::transport::tcp::attr attr;
@@ -193,7 +206,7 @@ Result<void> GlooCommunicator::all_reduce_sum(std::span<float> data) {
     } else {
       scatter_gather_sum(data);
     }
-    if (link_delay().count() > 0) std::this_thread::sleep_for(link_delay());
+    if (impl_->delay.count() > 0) std::this_thread::sleep_for(impl_->delay);
   });
 }
 
@@ -213,7 +226,7 @@ Result<void> GlooCommunicator::gather(std::span<const float> part, std::span<flo
     options.setRoot(0);
     options.setTimeout(impl_->timeout);
     gloo::gather(options);
-    if (link_delay().count() > 0) std::this_thread::sleep_for(link_delay());
+    if (impl_->delay.count() > 0) std::this_thread::sleep_for(impl_->delay);
   });
 }
 
@@ -249,7 +262,7 @@ Result<void> GlooCommunicator::send(std::span<const float> data, std::int32_t pe
   return guarded(failure_, rank_, "send", [&] {
     if (data.empty()) return;
     std::span<const float> message = data;
-    if (link_delay().count() > 0) {
+    if (impl_->delay.count() > 0) {
       auto& stamped = impl_->stamped;
       stamped.assign(data.begin(), data.end());
       stamped.resize(data.size() + kStampFloats);
@@ -273,7 +286,7 @@ Result<void> GlooCommunicator::recv(std::span<float> data, std::int32_t peer) {
   }
   return guarded(failure_, rank_, "receive", [&] {
     if (data.empty()) return;
-    const bool delayed = link_delay().count() > 0;
+    const bool delayed = impl_->delay.count() > 0;
     auto& stamped = impl_->stamped;
     if (delayed) stamped.resize(data.size() + kStampFloats);
     std::span<float> message = delayed ? std::span<float>(stamped) : data;
@@ -286,7 +299,7 @@ Result<void> GlooCommunicator::recv(std::span<float> data, std::int32_t peer) {
       std::memcpy(&sent, stamped.data() + data.size(), sizeof sent);
       std::this_thread::sleep_until(
           std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(sent)) +
-          link_delay());
+          impl_->delay);
     }
   });
 }

@@ -12,6 +12,8 @@
 // here). A point-to-point message carries its send time and is not received before
 // send time + d; a collective returns d after it completes (two ranks that enter together
 // exchange once: one one-way delay). Every process of a group must be given the same d.
+// TROUPE_GLOO_LINK_DELAY_SCOPE=between-nodes spares groups within a node
+// (GlooOptions::within_node: a pipeline stage's ranks), as PP x TP across machines has it.
 #pragma once
 
 #include <chrono>
@@ -28,6 +30,8 @@ struct GlooOptions {
   std::string prefix = "tp";       // the group's keys in the store: one per formation
   // A rendezvous or collective that takes longer fails (and the group with it).
   std::chrono::milliseconds timeout{30000};
+  // Its ranks share a node (a pipeline stage's group): only an emulated link delay reads it.
+  bool within_node = false;
 };
 
 class GlooCommunicator final : public model::Communicator {

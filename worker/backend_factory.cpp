@@ -111,6 +111,7 @@ Result<std::shared_ptr<model::Communicator>> connect_group(const engine::WorkerS
   options.host = link.host;
   options.prefix = link.prefix;
   options.timeout = link.timeout;
+  options.within_node = link.within_node;
   TROUPE_TRY(auto group,
              cpu::GlooCommunicator::connect(*link.store, spec.rank, spec.world_size, options));
   return std::shared_ptr<model::Communicator>(std::move(group));
@@ -250,7 +251,10 @@ Result<model::LoadedModel> open_model(const engine::WorkerSpec& spec, const Grou
     }
     // Each stage of a pipeline is a tensor-parallel group of its own.
     GroupLink group_link = *link;
-    if (shard.is_staged()) group_link.prefix += "/stage" + std::to_string(spec.pipeline_stage);
+    if (shard.is_staged()) {
+      group_link.prefix += "/stage" + std::to_string(spec.pipeline_stage);
+      group_link.within_node = true;  // a stage's ranks are placed on one node
+    }
     TROUPE_TRY(m.group, connect_group(spec, group_link));
     TROUPE_TRY_VOID(backend->join_group(m.group));
   }

@@ -43,6 +43,7 @@ struct GroupLink {
   std::string prefix = "tp";                 // the group formation's keys in the store
   std::string host = "127.0.0.1";            // the address the other ranks reach this one on
   std::chrono::milliseconds timeout{30000};  // a rendezvous or collective that takes longer fails
+  bool within_node = false;                  // the ranks share a node (a pipeline stage's group)
 };
 
 // The communicator of rank spec.rank of spec.world_size on the spec's device.
