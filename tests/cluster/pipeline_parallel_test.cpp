@@ -62,23 +62,32 @@ void check_spans_both_nodes(Cluster& cluster, int num_layers) {
   check_stages(state["replicas"].array.at(0), 2, num_layers);
 }
 
+// stories260K's golden cases, each asked `rounds` times (greedy, 64 tokens): every answer
+// is llama.cpp's text. How many cases there are.
+std::size_t check_golden_texts(Cluster& cluster, int rounds = 1) {
+  const auto cases =
+      test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
+          .parse();
+  for (int round = 0; round < rounds; ++round) {
+    for (const auto& c : cases.array) {
+      INFO("prompt '" << c["prompt"].string << "', round " << round);
+      const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
+                               R"(,"max_tokens":64,"temperature":0,"ignore_eos":true})";
+      const Reply reply = cluster.post("/v1/completions", body);
+      REQUIRE(reply.status == 200);
+      CHECK(text_of(reply) == c["output_text"].string);
+    }
+  }
+  return cases.array.size();
+}
+
 }  // namespace
 
 TEST_CASE("stories260K in two pipeline stages on two nodes gives llama.cpp's greedy outputs",
           "[cluster][pp][shared]") {
   const std::string model = test::shared_file("models/stories260K.gguf");
-  const auto cases =
-      test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
-          .parse();
   Cluster cluster(1, "round-robin", {"--pp", "2"}, 2, all_cores(), model);
-  for (const auto& c : cases.array) {
-    INFO("prompt '" << c["prompt"].string << "'");
-    const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
-                             R"(,"max_tokens":64,"temperature":0,"ignore_eos":true})";
-    const Reply reply = cluster.post("/v1/completions", body);
-    REQUIRE(reply.status == 200);
-    CHECK(text_of(reply) == c["output_text"].string);
-  }
+  check_golden_texts(cluster);
   check_spans_both_nodes(cluster, 5);  // stories260K: 5 layers, [0, 3) and [3, 5)
 }
 
@@ -115,23 +124,11 @@ TEST_CASE("gemma2 and qwen2 in two pipeline stages on two nodes answer what one 
 TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy outputs",
           "[cluster][pp][shared]") {
   const std::string model = test::shared_file("models/stories260K.gguf");
-  const auto cases =
-      test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
-          .parse();
   // One thread a worker: every node has the slots for both of a replica's stages, and
   // still holds one (a pipeline's stages take a node each).
   Cluster cluster(2, "round-robin", {"--pp", "2"}, 4, "1", model);
   // Each case twice: round-robin gives each replica every prompt once.
-  for (int round = 0; round < 2; ++round) {
-    for (const auto& c : cases.array) {
-      INFO("prompt '" << c["prompt"].string << "', round " << round);
-      const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
-                               R"(,"max_tokens":64,"temperature":0,"ignore_eos":true})";
-      const Reply reply = cluster.post("/v1/completions", body);
-      REQUIRE(reply.status == 200);
-      CHECK(text_of(reply) == c["output_text"].string);
-    }
-  }
+  const std::size_t num_cases = check_golden_texts(cluster, 2);
   const test::Json state = cluster.cluster();
   INFO(get_body(cluster));
   // Four nodes, a stage each: two for each replica.
@@ -157,7 +154,7 @@ TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy out
     REQUIRE(comma != std::string::npos);
     CHECK(std::set<std::string>{label.substr(0, comma), label.substr(comma + 1)} ==
           nodes_of[index]);
-    CHECK(r["num_routed"].number == static_cast<double>(cases.array.size()));
+    CHECK(r["num_routed"].number == static_cast<double>(num_cases));
     check_stages(r, 2, 5);
   }
   // Each replica's steps timed their hop into stage 1, on the head's /metrics.
@@ -168,19 +165,9 @@ TEST_CASE("DP 2 x PP 2 on four nodes: both replicas serve llama.cpp's greedy out
 TEST_CASE("PP 2 x TP 2 on two nodes: each stage's ranks on one node, llama.cpp's greedy outputs",
           "[cluster][pp][tp][shared]") {
   const std::string model = test::shared_file("models/stories260K.gguf");
-  const auto cases =
-      test::JsonParser(test::read_text(test::shared_file("golden/stories260K_greedy.json")))
-          .parse();
   // One thread a worker: each 2-core node has the two slots of a stage's group.
   Cluster cluster(1, "round-robin", {"--pp", "2", "--tp", "2"}, 2, "1", model);
-  for (const auto& c : cases.array) {
-    INFO("prompt '" << c["prompt"].string << "'");
-    const std::string body = R"({"prompt":)" + ids(c["prompt_ids"].ints()) +
-                             R"(,"max_tokens":64,"temperature":0,"ignore_eos":true})";
-    const Reply reply = cluster.post("/v1/completions", body);
-    REQUIRE(reply.status == 200);
-    CHECK(text_of(reply) == c["output_text"].string);
-  }
+  check_golden_texts(cluster);
   const test::Json state = cluster.cluster();
   INFO(get_body(cluster));
   REQUIRE(state["nodes"].array.size() == 2u);

@@ -156,6 +156,24 @@ void check_arch(const std::string& name, const std::vector<Cut>& cuts, std::int3
                ranks);
 }
 
+// stories260K in two stages of `ranks` rank(s) each gives llama.cpp's greedy outputs.
+void check_llama_cpp_outputs(const std::string& path, std::int32_t ranks) {
+  const auto cases = test::golden_cases();
+  std::vector<test::GenerationRequest> requests;
+  for (const auto& c : cases.array) requests.push_back(test::golden_request(c));
+  auto m = test::LoadedTestModel::open(path, 1);
+  auto stages = load_stages(path, 2, {}, KvCacheDtype::f16, ranks);
+  REQUIRE(stages.has_value());
+  auto result =
+      test::BatchGenerator(models_of(*stages), m.tokenizer->vocabulary().end_of_generation)
+          .run(requests);
+  REQUIRE(result.has_value());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto& output = (*result)[i].output;
+    CHECK(std::vector<int>(output.begin(), output.end()) == cases.array[i]["output_ids"].ints());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("stories260K in 2 and 3 pipeline stages gives the whole model's tokens and logits",
@@ -168,16 +186,7 @@ TEST_CASE("stories260K in 2 and 3 pipeline stages gives the whole model's tokens
   check_stages(path, requests, m.tokenizer->vocabulary().end_of_generation,
                {{2, {}}, {3, {}}, {2, {1, m.config.num_layers - 1}}});
   // And llama.cpp's greedy outputs, through the stages.
-  auto stages = load_stages(path, 2, {}, KvCacheDtype::f16);
-  REQUIRE(stages.has_value());
-  auto result = test::BatchGenerator({(*stages)[0].model.get(), (*stages)[1].model.get()},
-                                     m.tokenizer->vocabulary().end_of_generation)
-                    .run(requests);
-  REQUIRE(result.has_value());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    const auto& output = (*result)[i].output;
-    CHECK(std::vector<int>(output.begin(), output.end()) == cases.array[i]["output_ids"].ints());
-  }
+  check_llama_cpp_outputs(path, 1);
 }
 
 TEST_CASE("llama, qwen2 and phi3 in pipeline stages compute what the whole model computes",
@@ -239,16 +248,7 @@ TEST_CASE(
   // Three stages: a middle stage that is a group (its ranks receive and send on).
   check_stages(path, requests, m.tokenizer->vocabulary().end_of_generation,
                {{2, {}}, {3, {}}, {2, {1, m.config.num_layers - 1}}}, 2);
-  auto stages = load_stages(path, 2, {}, KvCacheDtype::f16, 2);
-  REQUIRE(stages.has_value());
-  auto result =
-      test::BatchGenerator(models_of(*stages), m.tokenizer->vocabulary().end_of_generation)
-          .run(requests);
-  REQUIRE(result.has_value());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    const auto& output = (*result)[i].output;
-    CHECK(std::vector<int>(output.begin(), output.end()) == cases.array[i]["output_ids"].ints());
-  }
+  check_llama_cpp_outputs(path, 2);
   check_arch("llama", {{2, {}}, {2, {1, 3}}}, 2);  // a separate head, split by vocabulary
   check_arch("qwen2", {{2, {}}}, 2);               // tied: the last stage's ranks cut token_embd
 }
