@@ -68,19 +68,7 @@ std::vector<std::string> own_arguments() {
 // processes of this binary, each told its rank, its stage and the rendezvous.
 std::vector<pid_t> spawn_ranks(const Options& opts, const std::string& dir) {
   std::vector<pid_t> ranks;
-  auto base = own_arguments();
-  // The partition is passed on as chosen: the one given is dropped here, and added back.
-  for (std::size_t i = 0; i < base.size();) {
-    const std::string& a = base[i];
-    if (a == "--pp-layer-partition") {
-      base.erase(base.begin() + static_cast<std::ptrdiff_t>(i),
-                 base.begin() + static_cast<std::ptrdiff_t>(std::min(i + 2, base.size())));
-    } else if (a.rfind("--pp-layer-partition=", 0) == 0) {
-      base.erase(base.begin() + static_cast<std::ptrdiff_t>(i));
-    } else {
-      ++i;
-    }
-  }
+  const auto base = own_arguments();
   const std::int32_t stages = std::max(1, opts.pipeline_parallel_size);
   const std::int32_t per_stage = std::max(1, opts.tensor_parallel_size);
   for (std::int32_t w = 0; w < stages * per_stage; ++w) {
@@ -89,7 +77,8 @@ std::vector<pid_t> spawn_ranks(const Options& opts, const std::string& dir) {
     std::vector<std::string> args = base;
     args.insert(args.end(), {"--tp-rank", std::to_string(r), "--tp-rendezvous", dir});
     if (stages > 1) {
-      // Every stage the partition this process chose (the default is computed here).
+      // Every stage the partition this process chose (the default is computed here); the
+      // last of a repeated flag wins (app/main.cpp's policy).
       args.insert(args.end(), {"--pp-stage", std::to_string(stage), "--pp-layer-partition",
                                opts.layer_partition});
     }

@@ -14,15 +14,11 @@ using Self = group_actor::stateful_pointer<GroupState>;
 std::string rank_name(Self self, std::size_t rank) {
   const auto& state = self->state;
   const auto& nodes = state.nodes;
-  const std::size_t per_stage = static_cast<std::size_t>(state.stage_ranks);
-  std::string name;
-  if (!state.pipeline) {
-    name = "rank " + std::to_string(rank);
-  } else if (per_stage <= 1) {
-    name = "stage " + std::to_string(rank);
-  } else {
-    name =
-        "stage " + std::to_string(rank / per_stage) + " rank " + std::to_string(rank % per_stage);
+  const auto per_stage = static_cast<std::size_t>(state.stage_ranks);
+  std::string name = "rank " + std::to_string(rank);
+  if (state.pipeline) {
+    name = "stage " + std::to_string(rank / per_stage);
+    if (per_stage > 1) name += " rank " + std::to_string(rank % per_stage);
   }
   if (rank < nodes.size() && !nodes[rank].empty()) name += " (node " + nodes[rank] + ")";
   return name;
@@ -47,7 +43,7 @@ engine::StepOutput failed_step_of(Self self, std::size_t rank, engine::StepOutpu
 
 // The group's load report once every rank loaded: the fewest KV blocks any rank holds
 // (the block tables are the same on every rank, and every pipeline stage).
-engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports, bool pipeline,
+engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports,
                                  std::int32_t stage_ranks) {
   engine::LoadReport report = reports.front();
   report.bytes_per_block = 0;
@@ -59,25 +55,22 @@ engine::LoadReport combine_loads(const std::vector<engine::LoadReport>& reports,
     report.bytes_per_block += r.bytes_per_block;
     report.weight_bytes += r.weight_bytes;
   }
-  const std::string ranks = " tensor-parallel ranks of ";
-  if (!pipeline) {
-    report.device_name = std::to_string(reports.size()) + ranks + report.device_name;
-  } else if (stage_ranks <= 1) {
+  const std::size_t stages = reports.size() / static_cast<std::size_t>(stage_ranks);
+  if (stage_ranks > 1) {
     report.device_name =
-        std::to_string(reports.size()) + " pipeline stages of " + report.device_name;
-  } else {
-    report.device_name = std::to_string(reports.size() / static_cast<std::size_t>(stage_ranks)) +
-                         " pipeline stages of " + std::to_string(stage_ranks) + ranks +
-                         report.device_name;
+        std::to_string(stage_ranks) + " tensor-parallel ranks of " + report.device_name;
+  }
+  if (stages > 1) {
+    report.device_name = std::to_string(stages) + " pipeline stages of " + report.device_name;
   }
   return report;
 }
 
-// The group's step output once every rank is done: rank 0's tokens, or those of the last
-// pipeline stage's rank 0 (the one that samples).
-engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs, bool pipeline,
+// The group's step output once every rank is done: the tokens of the last stage's rank 0
+// (the one that samples; rank 0 of a group that is no pipeline).
+engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs,
                                  std::int32_t stage_ranks) {
-  const auto per_stage = static_cast<std::size_t>(std::max(1, stage_ranks));
+  const auto per_stage = static_cast<std::size_t>(stage_ranks);
   double seconds = 0.0;
   std::vector<double> hops;  // each later stage's hop (its rank 0's), in stage order
   for (std::size_t w = 0; w < outputs.size(); ++w) {
@@ -85,7 +78,7 @@ engine::StepOutput combine_steps(const std::vector<engine::StepOutput>& outputs,
     seconds = std::max(seconds, o.seconds);
     if (w % per_stage == 0) hops.insert(hops.end(), o.hop_seconds.begin(), o.hop_seconds.end());
   }
-  engine::StepOutput out = pipeline ? outputs[outputs.size() - per_stage] : outputs.front();
+  engine::StepOutput out = outputs[outputs.size() - per_stage];
   out.seconds = seconds;
   out.hop_seconds = std::move(hops);
   return out;
@@ -99,8 +92,7 @@ void settle_load(Self self, Loading& loading) {
     loading.promise.deliver(failed_load(self, rank, std::move(report)));
     return;
   }
-  loading.promise.deliver(
-      combine_loads(loading.answers, self->state.pipeline, self->state.stage_ranks));
+  loading.promise.deliver(combine_loads(loading.answers, self->state.stage_ranks));
 }
 
 // A load's rank answered (or failed to).
@@ -225,8 +217,7 @@ caf::result<engine::StepOutput> step_ranks(Self self, const engine::StepWork& wo
     if (--gathering->pending == 0) {
       gathering->answered = true;
       self->state.stepping.erase(step_id);
-      gathering->promise.deliver(
-          combine_steps(gathering->answers, self->state.pipeline, self->state.stage_ranks));
+      gathering->promise.deliver(combine_steps(gathering->answers, self->state.stage_ranks));
     }
   };
   // No timeout here: a rank that hangs fails the others' collectives within theirs (the

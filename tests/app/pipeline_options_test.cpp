@@ -3,6 +3,7 @@
 // --pp 2` finds the stages' logits to be the whole model's bits, and a pipeline that cannot
 // cut the model is refused naming why (stories260K, started and ended by the test).
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <regex>
 
 #include "cluster/cluster_support.hpp"
@@ -126,14 +127,41 @@ TEST_CASE("bench forward --pp 2 passes its default split to the other stages' pr
   CHECK_THAT(out, Catch::Contains("prefill logits at context 0: bit for bit the whole model's"));
 }
 
-TEST_CASE("bench forward --pp 2 --tp 2 runs stages of two ranks, a process each",
+TEST_CASE("bench forward --pp 2 --tp 2: stages of two ranks compute the split model's logits",
           "[app][pp][tp][bench]") {
-  auto [code, out] =
-      run({"bench", "forward", "-m", troupe::test::shared_file("models/stories260K.gguf"), "--pp",
-           "2", "--tp", "2", "--threads", "1", "--prompt-len", "32", "--gen-len", "4", "--batch",
-           "1,2", "--repetitions", "1"});
-  INFO(out);
-  REQUIRE(code == 0);
-  CHECK_THAT(out, Catch::Contains("2 pipeline stages (layers [0, 3) [3, 5)) of 2 ranks"));
-  CHECK_THAT(out, Catch::Contains("split / whole at context 0"));
+  // Each stage's ranks add their sums in the order two unstaged ranks do: the prefill
+  // logits' hash of the stages is that of the model split over two ranks alone.
+  const auto split_hash = [](const std::vector<std::string>& flags) {
+    const std::string json_path =
+        troupe::test::temp_path("bench-forward-pp-tp-" + std::to_string(flags.size()) + ".json");
+    std::vector<std::string> args = {"bench",
+                                     "forward",
+                                     "-m",
+                                     troupe::test::shared_file("models/stories260K.gguf"),
+                                     "--threads",
+                                     "1",
+                                     "--prompt-len",
+                                     "32",
+                                     "--gen-len",
+                                     "4",
+                                     "--batch",
+                                     "1,2",
+                                     "--repetitions",
+                                     "1",
+                                     "--output-json",
+                                     json_path};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto [code, out] = run(args);
+    INFO(out);
+    REQUIRE(code == 0);
+    if (flags.size() > 2) {
+      CHECK_THAT(out, Catch::Contains("2 pipeline stages (layers [0, 3) [3, 5)) of 2 ranks"));
+    }
+    const auto json = troupe::test::JsonParser(troupe::test::read_text(json_path)).parse();
+    std::filesystem::remove(json_path);
+    return json["split"]["prefill_logits_hash"].string;
+  };
+  const std::string ranks = split_hash({"--tp", "2"});
+  REQUIRE(ranks.size() == 16u);
+  CHECK(split_hash({"--pp", "2", "--tp", "2"}) == ranks);
 }

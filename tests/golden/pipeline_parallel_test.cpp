@@ -156,12 +156,16 @@ void check_arch(const std::string& name, const std::vector<Cut>& cuts, std::int3
                ranks);
 }
 
-// stories260K in two stages of `ranks` rank(s) each gives llama.cpp's greedy outputs.
-void check_llama_cpp_outputs(const std::string& path, std::int32_t ranks) {
+// stories260K's golden requests in 2, 3 and 1 + 4 stages of `ranks` rank(s) each: check_stages'
+// bits, and in two stages llama.cpp's greedy outputs.
+void check_stories260k(std::int32_t ranks) {
   const auto cases = test::golden_cases();
   std::vector<test::GenerationRequest> requests;
   for (const auto& c : cases.array) requests.push_back(test::golden_request(c));
+  const std::string path = test::shared_file("models/stories260K.gguf");
   auto m = test::LoadedTestModel::open(path, 1);
+  check_stages(path, requests, m.tokenizer->vocabulary().end_of_generation,
+               {{2, {}}, {3, {}}, {2, {1, m.config.num_layers - 1}}}, ranks);
   auto stages = load_stages(path, 2, {}, KvCacheDtype::f16, ranks);
   REQUIRE(stages.has_value());
   auto result =
@@ -178,15 +182,7 @@ void check_llama_cpp_outputs(const std::string& path, std::int32_t ranks) {
 
 TEST_CASE("stories260K in 2 and 3 pipeline stages gives the whole model's tokens and logits",
           "[golden][shared][pp]") {
-  const auto cases = test::golden_cases();
-  std::vector<test::GenerationRequest> requests;
-  for (const auto& c : cases.array) requests.push_back(test::golden_request(c));
-  const std::string path = test::shared_file("models/stories260K.gguf");
-  auto m = test::LoadedTestModel::open(path, 1);
-  check_stages(path, requests, m.tokenizer->vocabulary().end_of_generation,
-               {{2, {}}, {3, {}}, {2, {1, m.config.num_layers - 1}}});
-  // And llama.cpp's greedy outputs, through the stages.
-  check_llama_cpp_outputs(path, 1);
+  check_stories260k(1);
 }
 
 TEST_CASE("llama, qwen2 and phi3 in pipeline stages compute what the whole model computes",
@@ -240,15 +236,8 @@ TEST_CASE(
     "[golden][shared][pp][tp]") {
   // Rank r of each stage passes the (whole) hidden states to rank r of the next; the last
   // stage's rank 0 gathers the vocabulary-split logits.
-  const auto cases = test::golden_cases();
-  std::vector<test::GenerationRequest> requests;
-  for (const auto& c : cases.array) requests.push_back(test::golden_request(c));
-  const std::string path = test::shared_file("models/stories260K.gguf");
-  auto m = test::LoadedTestModel::open(path, 1);
   // Three stages: a middle stage that is a group (its ranks receive and send on).
-  check_stages(path, requests, m.tokenizer->vocabulary().end_of_generation,
-               {{2, {}}, {3, {}}, {2, {1, m.config.num_layers - 1}}}, 2);
-  check_llama_cpp_outputs(path, 2);
+  check_stories260k(2);
   check_arch("llama", {{2, {}}, {2, {1, 3}}}, 2);  // a separate head, split by vocabulary
   check_arch("qwen2", {{2, {}}}, 2);               // tied: the last stage's ranks cut token_embd
 }
